@@ -1,0 +1,3 @@
+module github.com/guardrail-go/guardrail
+
+go 1.26
