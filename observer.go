@@ -1,0 +1,225 @@
+package guardrail
+
+import (
+	"context"
+	"time"
+)
+
+// Observer receives the events of guarded calls: the seam for metrics, traces
+// and logs. Adapters live in observe/prom, observe/otel and observe/slogobs.
+//
+// Observe is called synchronously on the caller's goroutine, so it must be
+// fast and must not block; it must be safe for concurrent use. For
+// EventCallStart and EventAttemptStart the returned context replaces ctx for
+// the rest of the call or attempt (a tracer puts its span there, and the same
+// context comes back with the matching End event); for every other kind the
+// result is ignored and ctx should be returned unchanged.
+//
+// A nil Observer is valid and costs nothing.
+type Observer interface {
+	Observe(ctx context.Context, e Event) context.Context
+}
+
+// ObserverFunc adapts a function to the Observer interface.
+type ObserverFunc func(ctx context.Context, e Event) context.Context
+
+// Observe calls f(ctx, e).
+func (f ObserverFunc) Observe(ctx context.Context, e Event) context.Context { return f(ctx, e) }
+
+// EventKind says what happened.
+type EventKind uint8
+
+// The event kinds. Fields of Event not listed for a kind are zero.
+const (
+	_ EventKind = iota
+	// EventCallStart: a guarded call begins. Dependency, Operation, Remaining.
+	EventCallStart
+	// EventCallEnd: the call returned. Outcome (a call outcome such as
+	// OutcomeOK or OutcomeCircuitOpen), Attempt (attempts made), Duration, Err.
+	EventCallEnd
+	// EventAttemptStart: attempt number Attempt (1-based) begins. Delay is the
+	// backoff waited before it, Remaining the time left on the deadline (-1 when
+	// the context has none).
+	EventAttemptStart
+	// EventAttemptEnd: attempt Attempt ended after Duration. Outcome is
+	// OutcomeSuccess, OutcomeFailure or OutcomeIgnored (what the breaker saw),
+	// Err the attempt's error.
+	EventAttemptEnd
+	// EventRetry: a retry was scheduled after attempt Attempt. Delay is the wait,
+	// Reason why (ReasonRetryAfter, ReasonBackoff), Err the error retried.
+	EventRetry
+	// EventRetryRefused: a retryable failure was not retried. Reason says why
+	// (ReasonBudget, ReasonDeadline, ReasonAttempts, ReasonNotIdempotent).
+	EventRetryRefused
+	// EventBudgetExhausted: the retry budget refused a retry; Tokens left.
+	EventBudgetExhausted
+	// EventBreakerTransition: the breaker moved From -> To. Reason is the cause
+	// ("failure rate 0.55 of 20", "probe failed", "forced"...).
+	EventBreakerTransition
+	// EventBreakerReject: the breaker refused a call; Delay is the time until
+	// the next probe.
+	EventBreakerReject
+	// EventBreakerProbe: a half-open probe was admitted.
+	EventBreakerProbe
+	// EventBulkheadReject: the bulkhead was full (Reason ReasonBulkheadFull or
+	// ReasonDeadline when the wait could not fit the time left).
+	EventBulkheadReject
+	// EventShed: a server shed a request. Priority, Reason, InFlight, Limit.
+	EventShed
+	// EventAdmit: a server admitted a request. Priority, InFlight, Limit, and
+	// Duration spent queued.
+	EventAdmit
+	// EventIdempotency: the idempotency middleware decided. Reason is one of
+	// ReasonStored, ReasonReplayed, ReasonConflict, ReasonMismatch,
+	// ReasonReleased, ReasonStoreError.
+	EventIdempotency
+	// EventTimeout: a timeout expired in Phase (PhaseAttempt, PhaseConnect,
+	// PhaseTLS, PhaseWrite, PhaseResponseHeader, PhaseBodyIdle).
+	EventTimeout
+)
+
+var kindNames = [...]string{
+	EventCallStart:         "call_start",
+	EventCallEnd:           "call_end",
+	EventAttemptStart:      "attempt_start",
+	EventAttemptEnd:        "attempt_end",
+	EventRetry:             "retry",
+	EventRetryRefused:      "retry_refused",
+	EventBudgetExhausted:   "budget_exhausted",
+	EventBreakerTransition: "breaker_transition",
+	EventBreakerReject:     "breaker_reject",
+	EventBreakerProbe:      "breaker_probe",
+	EventBulkheadReject:    "bulkhead_reject",
+	EventShed:              "shed",
+	EventAdmit:             "admit",
+	EventIdempotency:       "idempotency",
+	EventTimeout:           "timeout",
+}
+
+// String returns the kind's snake_case name.
+func (k EventKind) String() string {
+	if int(k) < len(kindNames) && kindNames[k] != "" {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// Event describes one thing that happened to a guarded call. It is passed by
+// value so that observing allocates nothing. String fields hold values from a
+// small fixed set (the constants below, a Policy's Name) and are safe as
+// metric labels, except Operation, which is whatever the caller set.
+type Event struct {
+	Kind       EventKind
+	Dependency string        // Policy.Name, a host, a breaker group key
+	Operation  string        // set by the caller with WithOperation; may be empty
+	Attempt    int           // 1-based attempt number
+	Outcome    string        // Outcome* constants
+	Reason     string        // Reason* constants or a breaker cause
+	Phase      string        // Phase* constants
+	From, To   string        // breaker states
+	Priority   string        // shed priority name
+	Err        error         // the error involved, if any
+	Duration   time.Duration // attempt or call duration, queueing time
+	Delay      time.Duration // backoff before an attempt, retry delay, time to next probe
+	Remaining  time.Duration // time left on the deadline; -1 when there is none
+	Tokens     float64       // retry budget tokens after the event
+	InFlight   int           // shedder or bulkhead in-flight count
+	Limit      int           // shedder or bulkhead limit
+}
+
+// Call outcomes (EventCallEnd) and attempt outcomes (EventAttemptEnd).
+const (
+	OutcomeOK              = "ok"
+	OutcomeError           = "error"
+	OutcomeCircuitOpen     = "circuit_open"
+	OutcomeBudgetExhausted = "budget_exhausted"
+	OutcomeDeadline        = "deadline"
+	OutcomeBulkheadFull    = "bulkhead_full"
+	OutcomeUnknown         = "outcome_unknown"
+	OutcomeCanceled        = "canceled"
+
+	OutcomeSuccess = "success"
+	OutcomeFailure = "failure"
+	OutcomeIgnored = "ignored"
+)
+
+// Reasons carried by retry, budget, bulkhead, shed and idempotency events.
+const (
+	ReasonBackoff       = "backoff"
+	ReasonRetryAfter    = "retry_after"
+	ReasonBudget        = "budget"
+	ReasonDeadline      = "deadline"
+	ReasonAttempts      = "attempts"
+	ReasonNotIdempotent = "not_idempotent"
+	ReasonBreakerOpen   = "breaker_open"
+	ReasonBulkheadFull  = "bulkhead_full"
+
+	ReasonCapacity   = "capacity"    // shed: in-flight at the limit for this priority
+	ReasonRetryShed  = "retry"       // shed: a retry refused to keep retries under their ratio
+	ReasonQueueTime  = "queue_time"  // shed: waited in the queue past the target
+	ReasonQueueFull  = "queue_full"  // shed: the queue was full
+	ReasonExpired    = "expired"     // shed: the caller's deadline had already passed
+	ReasonStored     = "stored"      // idempotency: a response was stored
+	ReasonReplayed   = "replayed"    // idempotency: a stored response was replayed
+	ReasonConflict   = "conflict"    // idempotency: same key in flight (409)
+	ReasonMismatch   = "mismatch"    // idempotency: same key, other payload (422)
+	ReasonReleased   = "released"    // idempotency: 5xx or panic, key released
+	ReasonStoreError = "store_error" // idempotency: the store failed
+)
+
+// Timeout phases (EventTimeout and typed timeout errors).
+const (
+	PhaseAttempt        = "attempt"
+	PhaseConnect        = "connect"
+	PhaseTLS            = "tls"
+	PhaseWrite          = "write"
+	PhaseResponseHeader = "response_header"
+	PhaseBodyIdle       = "body_idle"
+)
+
+// Observers returns an Observer that passes every event to each of obs in
+// order, threading the context through them. Nil entries are skipped; with
+// no non-nil entry it returns nil, so the result costs nothing.
+func Observers(obs ...Observer) Observer {
+	var list multiObserver
+	for _, o := range obs {
+		switch o := o.(type) {
+		case nil:
+		case multiObserver:
+			list = append(list, o...)
+		default:
+			list = append(list, o)
+		}
+	}
+	switch len(list) {
+	case 0:
+		return nil
+	case 1:
+		return list[0]
+	}
+	return list
+}
+
+type multiObserver []Observer
+
+func (m multiObserver) Observe(ctx context.Context, e Event) context.Context {
+	for _, o := range m {
+		ctx = o.Observe(ctx, e)
+	}
+	return ctx
+}
+
+type operationKey struct{}
+
+// WithOperation returns a context that labels the guarded calls made with it
+// as operation op (for example a route template "GET /orders/{id}"). Use a
+// value from a small fixed set: observers may turn it into a metric label.
+func WithOperation(ctx context.Context, op string) context.Context {
+	return context.WithValue(ctx, operationKey{}, op)
+}
+
+// Operation returns the operation set by WithOperation, or "".
+func Operation(ctx context.Context) string {
+	op, _ := ctx.Value(operationKey{}).(string)
+	return op
+}
