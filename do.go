@@ -32,12 +32,38 @@ func Do[T any](ctx context.Context, p *Policy, op func(context.Context) (T, erro
 	if p == nil {
 		p = &defaultPolicy
 	}
+	return DoCall(ctx, p, Call{Idempotent: p.Idempotent}, op)
+}
+
+// Call refines a Policy for one call, for callers such as an HTTP transport
+// that decide per request what Do otherwise reads from the Policy.
+type Call struct {
+	// Idempotent replaces Policy.Idempotent for this call.
+	Idempotent bool
+	// Dependency, when not empty, replaces Policy.Name in this call's events
+	// (an HTTP transport reports the host).
+	Dependency string
+}
+
+// DoCall is Do with per-call settings c. p may be nil (see Policy).
+func DoCall[T any](ctx context.Context, p *Policy, c Call, op func(context.Context) (T, error)) (T, error) {
+	if p == nil {
+		p = &defaultPolicy
+	}
 	s := p.settings()
 	var zero T
 	if s.err != nil {
 		return zero, s.err
 	}
-	c := call{ctx: ctx, p: p, s: s, obs: p.Observer}
+	cl := call{ctx: ctx, p: p, s: s, obs: p.Observer, idempotent: c.Idempotent, dependency: c.Dependency}
+	return run(&cl, op)
+}
+
+func run[T any](c *call, op func(context.Context) (T, error)) (T, error) {
+	var zero T
+	if c.dependency == "" {
+		c.dependency = c.p.Name
+	}
 	c.begin()
 	defer c.cleanup()
 	for {
@@ -45,7 +71,7 @@ func Do[T any](ctx context.Context, p *Policy, op func(context.Context) (T, erro
 		if err != nil {
 			return zero, c.end(err)
 		}
-		v, err, timedOut := attempt(&c, op, actx, cancel)
+		v, err, timedOut := attempt(c, op, actx, cancel)
 		if err == nil {
 			c.succeeded()
 			return v, nil
@@ -79,18 +105,20 @@ func attempt[T any](c *call, op func(context.Context) (T, error), actx context.C
 
 // call is the state of one Do. It lives on Do's stack.
 type call struct {
-	ctx      context.Context
-	p        *Policy
-	s        *settings
-	obs      Observer
-	attempts int           // attempts started
-	retries  int           // retries granted so far
-	delay    time.Duration // delay waited before the current attempt
-	lastErr  error
-	timer    *time.Timer
-	start    time.Time // call start; set only when observed
-	astart   time.Time // attempt start; set only when observed
-	remain   time.Duration
+	ctx        context.Context
+	p          *Policy
+	s          *settings
+	obs        Observer
+	idempotent bool
+	dependency string
+	attempts   int           // attempts started
+	retries    int           // retries granted so far
+	delay      time.Duration // delay waited before the current attempt
+	lastErr    error
+	timer      *time.Timer
+	start      time.Time // call start; set only when observed
+	astart     time.Time // attempt start; set only when observed
+	remain     time.Duration
 }
 
 func (c *call) begin() {
@@ -180,7 +208,7 @@ func (c *call) failed(err error, timedOut bool) error {
 		// not answer in time.
 		c.recordAttempt(breaker.Failure, err)
 		c.timeout()
-		if !c.p.Idempotent && !c.s.classify(err).Unsent {
+		if !c.idempotent && !c.s.classify(err).Unsent {
 			return c.giveUp(ErrOutcomeUnknown, 0)
 		}
 		return c.giveUp(ErrDeadline, 0)
@@ -193,14 +221,14 @@ func (c *call) failed(err error, timedOut bool) error {
 	c.recordAttempt(v.Outcome, err)
 	if v.Timeout {
 		c.timeout()
-		if !c.p.Idempotent && !v.Unsent {
+		if !c.idempotent && !v.Unsent {
 			return c.giveUp(ErrOutcomeUnknown, 0)
 		}
 	}
 	switch {
 	case !v.Retryable:
 		return err
-	case !c.p.Idempotent && !v.Unsent:
+	case !c.idempotent && !v.Unsent:
 		c.refuse(ReasonNotIdempotent)
 		return err
 	case c.attempts >= c.s.maxAttempts:
@@ -354,7 +382,7 @@ func callOutcome(err error) string {
 func (c *call) event(kind EventKind, now time.Time) Event {
 	e := Event{
 		Kind:       kind,
-		Dependency: c.p.Name,
+		Dependency: c.dependency,
 		Operation:  Operation(c.ctx),
 		Attempt:    c.attempts,
 		Remaining:  -1,

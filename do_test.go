@@ -464,3 +464,26 @@ func TestErrorMessage(t *testing.T) {
 		t.Fatalf("Error() = %q, want %q", got, want)
 	}
 }
+
+func TestDoCallDecidesIdempotencyPerCall(t *testing.T) {
+	p := &guardrail.Policy{Name: "api", Idempotent: false, Budget: budget.Unlimited(), Backoff: backoff.None()}
+	var deps []string
+	p.Observer = guardrail.ObserverFunc(func(ctx context.Context, e guardrail.Event) context.Context {
+		if e.Kind == guardrail.EventCallStart {
+			deps = append(deps, e.Dependency)
+		}
+		return ctx
+	})
+	dep := &counter{errs: []error{errBoom}}
+	_, _ = guardrail.DoCall(context.Background(), p, guardrail.Call{Idempotent: true, Dependency: "api.example:443"}, dep.op)
+	if dep.calls != 3 {
+		t.Fatalf("DoCall with Idempotent: %d calls, want 3", dep.calls)
+	}
+	_, _ = guardrail.Do(context.Background(), p, dep.op)
+	if dep.calls != 4 {
+		t.Fatalf("Do with a non-idempotent policy retried: %d calls, want 4", dep.calls)
+	}
+	if fmt.Sprint(deps) != "[api.example:443 api]" {
+		t.Fatalf("dependencies in events = %v", deps)
+	}
+}
