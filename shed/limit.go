@@ -68,6 +68,10 @@ type Adaptive struct {
 	// MinRTTSamples is how many requests a min-RTT probe measures. Zero
 	// means 50.
 	MinRTTSamples int
+	// Smoothing is the weight of each new computation in the limit, in
+	// (0, 1]: the limit moves that share of the way to the new value per
+	// Window. Zero means 0.2.
+	Smoothing float64
 }
 
 const sampleCap = 256 // latencies kept per window; beyond, the most recent
@@ -79,6 +83,7 @@ type gradient struct {
 	window            time.Duration
 	percentile        float64
 	buffer            float64
+	smoothing         float64
 	probeEvery        time.Duration
 	probeSamples      int
 
@@ -107,6 +112,10 @@ func newGradient(c Adaptive, now time.Time) *gradient {
 		buffer:       c.Buffer,
 		probeEvery:   orDur(c.MinRTTInterval, 60*time.Second),
 		probeSamples: orInt(c.MinRTTSamples, 50),
+		smoothing:    c.Smoothing,
+	}
+	if g.smoothing <= 0 || g.smoothing > 1 {
+		g.smoothing = 0.2
 	}
 	if g.percentile <= 0 || g.percentile > 1 {
 		g.percentile = 0.5
@@ -206,6 +215,7 @@ func (g *gradient) update() {
 	if next > g.limit && float64(g.maxInFlight) < g.limit/2 {
 		return // app-limited: latency says nothing about a limit we do not use
 	}
+	next = g.limit*(1-g.smoothing) + next*g.smoothing
 	g.limit = clamp(next, g.min, g.max)
 }
 

@@ -12,6 +12,7 @@ type waiter struct {
 	p     Priority
 	retry bool
 	since time.Time
+	wait  time.Duration // the longest it may wait
 	ready chan struct{} // buffered: the granter never blocks
 
 	done bool   // granted or shed by the granter
@@ -21,31 +22,50 @@ type waiter struct {
 
 // wait queues a request that found its share full. The caller holds s.mu;
 // wait releases it.
+//
+// The queue follows CoDel as Facebook adapted it to request queues ("Fail at
+// Scale", 2015): while the queue empties now and then it absorbs bursts, and a
+// request may wait up to MaxQueueWait; once it has stayed non-empty for a
+// whole QueueInterval it is standing, and a request may wait only
+// QueueTarget, and those that already waited longer are shed, so that the
+// free slots go to fresh requests and the queue drains. A queue that refills
+// within an interval of standing is standing again at once.
 func (s *Shedder) wait(ctx context.Context, p Priority, retry bool, now time.Time) (Token, error) {
-	var r reason
-	switch {
-	case s.dropping:
-		r = reasonQueueTime // a standing queue: shed on arrival
-	case len(s.queue) >= s.maxQueue:
-		r = reasonQueueFull
-	default:
-		w := &waiter{p: p, retry: retry, since: now, ready: make(chan struct{}, 1)}
-		s.queue = append(s.queue, w)
+	if len(s.queue) >= s.maxQueue {
+		s.shed[p][reasonQueueFull]++
+		inFlight, limit := s.inFlight, s.limitInt()
 		s.mu.Unlock()
-		return s.await(ctx, w)
+		return Token{}, s.rejected(ctx, p, reasonQueueFull, inFlight, limit)
 	}
-	s.shed[p][r]++
-	inFlight, limit := s.inFlight, s.limitInt()
+	w := &waiter{p: p, retry: retry, since: now, wait: s.maxWait, ready: make(chan struct{}, 1)}
+	if len(s.queue) == 0 {
+		s.busySince = now
+		if !s.lastStanding.IsZero() && now.Sub(s.lastStanding) < s.interval {
+			// Refilled soon after standing: it is the same overload (CoDel
+			// resumes dropping in this case too).
+			s.busySince = now.Add(-s.interval)
+		}
+	}
+	if s.standingLocked(now) {
+		w.wait = s.target
+	}
+	s.queue = append(s.queue, w)
 	s.mu.Unlock()
-	return Token{}, s.rejected(ctx, p, r, inFlight, limit)
+	return s.await(ctx, w)
+}
+
+// standingLocked reports whether the queue has stayed non-empty for a whole
+// interval, and remembers when it last was. The caller must hold s.mu.
+func (s *Shedder) standingLocked(now time.Time) bool {
+	if len(s.queue) > 0 && now.Sub(s.busySince) >= s.interval {
+		s.lastStanding = now
+		return true
+	}
+	return false
 }
 
 func (s *Shedder) await(ctx context.Context, w *waiter) (Token, error) {
-	wait := s.maxWait
-	if d, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(d))
-	}
-	timer := time.NewTimer(wait)
+	timer := time.NewTimer(w.wait) // ctx.Done covers the caller's deadline
 	defer timer.Stop()
 	var ctxErr error
 	select {
@@ -69,7 +89,6 @@ func (s *Shedder) await(ctx context.Context, w *waiter) (Token, error) {
 			w.shed = expiredReason(err)
 		}
 		s.shed[w.p][w.shed]++
-		s.codelLocked(now, now.Sub(w.since))
 	} else if w.tok.s != nil && ctxErr != nil {
 		// Granted after we gave up: put the slot back, as if never granted.
 		s.admitted[w.p]--
@@ -96,11 +115,10 @@ func (s *Shedder) await(ctx context.Context, w *waiter) (Token, error) {
 }
 
 // grantLocked hands free slots to waiters: the highest priority first, in
-// arrival order within a priority. While the queue is standing (CoDel's
-// dropping state), waiters older than the target are shed instead. The
-// caller must hold s.mu.
+// arrival order within a priority. While the queue is standing, waiters older
+// than the target are shed instead. The caller must hold s.mu.
 func (s *Shedder) grantLocked(now time.Time) {
-	if s.dropping {
+	if s.standingLocked(now) {
 		s.queue = slices.DeleteFunc(s.queue, func(w *waiter) bool {
 			if now.Sub(w.since) <= s.target {
 				return false
@@ -143,11 +161,7 @@ func (s *Shedder) grantLocked(now time.Time) {
 		w.done = true
 		s.queuedAdmitted++
 		s.queueTime += sojourn
-		s.codelLocked(now, sojourn)
 		w.ready <- struct{}{}
-	}
-	if len(s.queue) == 0 {
-		s.aboveUntil, s.dropping = time.Time{}, false
 	}
 }
 
@@ -158,17 +172,4 @@ func (s *Shedder) finishLocked(w *waiter, r reason) {
 	w.shed = r
 	s.shed[w.p][r]++
 	w.ready <- struct{}{}
-}
-
-// codelLocked updates the standing-queue detector with the queueing delay of
-// a request leaving the queue. The caller must hold s.mu.
-func (s *Shedder) codelLocked(now time.Time, sojourn time.Duration) {
-	switch {
-	case sojourn <= s.target:
-		s.aboveUntil, s.dropping = time.Time{}, false
-	case s.aboveUntil.IsZero():
-		s.aboveUntil = now.Add(s.interval)
-	case !now.Before(s.aboveUntil):
-		s.dropping = true
-	}
 }

@@ -50,21 +50,20 @@ type Config struct {
 	RetryPressure float64
 
 	// MaxQueue is how many requests may wait for a slot when their priority's
-	// share is full. Zero means none: a request is rejected before queueing,
-	// which is the right default for a server whose callers have timeouts.
+	// share is full; beyond, they are shed (ReasonQueueFull). Zero means
+	// none: a request is rejected before queueing, which is the right
+	// default for a server whose callers have timeouts.
 	MaxQueue int
-	// QueueTarget is the queueing delay tolerated (CoDel's target). Once the
-	// requests leaving the queue have waited longer than this for a whole
-	// QueueInterval, the queue is standing, not a burst: arrivals are shed at
-	// once and waiters older than the target are shed, until a request leaves
-	// the queue under target or the queue empties. Zero means 5 ms.
-	QueueTarget time.Duration
-	// QueueInterval is how long the queueing delay must stay above target
-	// before the queue counts as standing. Zero means 100 ms.
+	// QueueInterval is how long the queue must stay non-empty to count as
+	// standing rather than a burst. Zero means 100 ms.
 	QueueInterval time.Duration
-	// MaxQueueWait is the longest a request waits in the queue (never past
-	// its context's deadline). Zero means QueueInterval.
+	// MaxQueueWait is the longest a request waits in a queue that is not
+	// standing, never past its context's deadline. Zero means QueueInterval.
 	MaxQueueWait time.Duration
+	// QueueTarget is the longest a request waits in a standing queue; the
+	// waiters older than this are shed (ReasonQueueTime) so that slots go to
+	// fresh requests. Zero means 5 ms.
+	QueueTarget time.Duration
 
 	// RetryAfter is the delay the middleware puts in Retry-After on a 503,
 	// rounded up to whole seconds. Zero means 1 s.
@@ -125,7 +124,7 @@ func DefaultShares() map[Priority]float64 {
 // is no queue: a request that cannot be admitted is refused at once, which
 // costs microseconds, where one that waits until its caller's timeout costs a
 // connection, memory and thrown-away work. An optional CoDel-style queue
-// absorbs short bursts but not a standing queue. The limit is fixed or
+// absorbs short bursts but does not let a queue stand (see Config.MaxQueue). The limit is fixed or
 // adaptive (see Adaptive).
 //
 // Acquire is the transport-neutral API; Middleware wraps an http.Handler.
@@ -155,10 +154,10 @@ type Shedder struct {
 	inFlight int
 	tokens   float64 // retry budget
 	queue    []*waiter
-	// CoDel state: aboveUntil is when the queueing delay, above target since
-	// it was set, makes the queue standing; zero when below target.
-	aboveUntil time.Time
-	dropping   bool
+	// busySince is when the queue last became non-empty (moved back by an
+	// interval when it refills soon after standing); lastStanding is when it
+	// was last seen standing.
+	busySince, lastStanding time.Time
 
 	admitted        [numPriorities]uint64
 	admittedRetries uint64
