@@ -46,10 +46,10 @@ func (s *Shedder) wait(ctx context.Context, p Priority, retry bool, now time.Tim
 			s.busySince = now.Add(-s.interval)
 		}
 	}
+	s.queue = append(s.queue, w)
 	if s.standingLocked(now) {
 		w.wait = s.target
 	}
-	s.queue = append(s.queue, w)
 	s.mu.Unlock()
 	return s.await(ctx, w)
 }

@@ -101,11 +101,11 @@ func TestQueueShedsStandingQueue(t *testing.T) {
 		if mean := sumWait / time.Duration(admitted); mean > 5*time.Millisecond {
 			t.Errorf("mean wait %v, want <= 5ms: the queue stood", mean)
 		}
-		if shedSlow*10 > shedFast {
-			t.Errorf("%d shed after more than the target, %d within: want 90 %% within", shedSlow, shedFast)
+		if shedSlow*20 > shedFast {
+			t.Errorf("%d shed after more than the target, %d within: want 95 %% within", shedSlow, shedFast)
 		}
-		if admitted < 350 { // capacity: about 200 rps for 1.8 s
-			t.Errorf("admitted %d, want the backend kept busy (>= 350)", admitted)
+		if admitted < 340 { // capacity: about 200 rps for 1.8 s
+			t.Errorf("admitted %d, want the backend kept busy (>= 340)", admitted)
 		}
 		if st.Queued != 0 || st.InFlight != 0 {
 			t.Errorf("stats %+v, want nothing left", st)
