@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/guardrail-go/guardrail/shed"
 )
@@ -23,6 +24,15 @@ func BenchmarkBaselineMutex(b *testing.B) {
 		mu.Unlock()
 	}
 	_ = n
+}
+
+// BenchmarkBaselineTimeNow is the price of reading the clock, which the
+// adaptive limit does twice per request (admission and release).
+func BenchmarkBaselineTimeNow(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = time.Now()
+	}
 }
 
 func BenchmarkAcquire(b *testing.B) {
