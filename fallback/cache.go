@@ -14,7 +14,8 @@ var ErrNoFallback = errors.New("fallback: no last-good value to serve")
 
 // NoFallbackError is the error Cache.Do returns when the call failed and
 // there was nothing to fall back to. It Is ErrNoFallback and unwraps to the
-// call's error, so errors.Is works for both.
+// call's error, so errors.Is works for both. It is not modified after it is
+// returned, so it is safe to share.
 type NoFallbackError struct {
 	// Err is the call's error.
 	Err error
@@ -30,7 +31,8 @@ func (e *NoFallbackError) Is(target error) bool { return target == ErrNoFallback
 func (e *NoFallbackError) Unwrap() error { return e.Err }
 
 // CacheConfig configures a Cache. The zero value keeps up to 10,000 keys for
-// a minute each and falls back on every error.
+// a minute each and falls back on every error. NewCache copies it, so
+// changing it later has no effect.
 type CacheConfig struct {
 	// TTL is how long after it was stored a value may still be served as a
 	// fallback: the staleness the business accepts (a price a minute old, a
@@ -91,7 +93,7 @@ func NewCache[K comparable, V any](c CacheConfig) *Cache[K, V] {
 }
 
 // Result is the answer of Cache.Do: a fresh value, or the last good one
-// marked Stale.
+// marked Stale. It is a plain value, owned by the caller.
 type Result[V any] struct {
 	// Value is the call's result, or the last good value when Stale.
 	Value V

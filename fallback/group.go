@@ -13,7 +13,8 @@ import (
 var ErrRequired = errors.New("fallback: required part failed")
 
 // PartError is the error Group.Wait returns when a required part failed. It
-// Is ErrRequired and unwraps to the part's error.
+// Is ErrRequired and unwraps to the part's error. It is not modified after
+// it is returned, so it is safe to share.
 type PartError struct {
 	// Part is the failed part's name.
 	Part string
@@ -66,7 +67,9 @@ func NewGroup(ctx context.Context) *Group {
 	return &Group{ctx: ctx, cancel: cancel}
 }
 
-// Part is one part of a Group's request and, after Wait, its result.
+// Part is one part of a Group's request and, after Wait, its result. Its
+// methods may be called from any goroutine once Wait has returned, not
+// before.
 type Part[T any] struct {
 	name  string
 	value T

@@ -12,7 +12,7 @@ import (
 //
 // The Shedder returns shared, preallocated values so that a rejection
 // allocates nothing: compare with errors.Is or read the fields, but never
-// modify an Error.
+// modify an Error. Being immutable, an Error is safe for concurrent use.
 type Error struct {
 	// Reason says why: guardrail.ReasonCapacity, ReasonRetryShed,
 	// ReasonQueueTime, ReasonQueueFull or ReasonExpired.

@@ -9,7 +9,7 @@ import (
 
 // Adaptive configures the adaptive concurrency limit, used when Config.Limit
 // is zero. Its zero value is the recommended configuration: no field needs
-// tuning for a particular backend.
+// tuning for a particular backend. Like Config, it is read once by New.
 //
 // The algorithm is Envoy's gradient controller (the adaptive concurrency
 // filter). Every Window it takes a percentile of the latencies of the

@@ -8,7 +8,7 @@ import (
 // Priority orders requests for shedding: the lower the priority, the earlier
 // (at the lower utilisation) it is refused. The zero Priority is not a valid
 // priority; the Shedder treats it, like any value outside Sheddable..Critical,
-// as Normal.
+// as Normal. A Priority is a plain value, safe to share.
 type Priority uint8
 
 // The priorities, from the first shed to the last. Seed example: checkout is

@@ -12,7 +12,8 @@ import (
 
 // Config configures a Shedder. The zero value is safe and useful: an adaptive
 // limit, the default priority shares, a retry ratio of 0.1, no queue, and
-// 503 with Retry-After: 1 from the middleware.
+// 503 with Retry-After: 1 from the middleware. New copies what it needs, so
+// changing a Config after New has no effect.
 type Config struct {
 	// Name labels the shedder's events (Event.Dependency), for example the
 	// service or route group it protects. May be empty.
@@ -214,7 +215,8 @@ func New(c Config) *Shedder {
 
 // Token is an admitted request's slot. Call Release (or Ignore) exactly once
 // when the request is done; the zero Token's methods do nothing. A Token is a
-// value: copying it does not copy the slot.
+// value: copying it does not copy the slot. It may be released from any
+// goroutine.
 type Token struct {
 	s     *Shedder
 	start time.Time // admission time; zero for a fixed limit (no sample needed)
@@ -373,7 +375,8 @@ func (s *Shedder) admittedEvent(ctx context.Context, p Priority, inFlight, limit
 	}
 }
 
-// Stats is a snapshot of a Shedder's counters, for dashboards and tests.
+// Stats is a snapshot of a Shedder's counters, for dashboards and tests. It
+// is a plain value, owned by the caller.
 type Stats struct {
 	InFlight int // requests admitted and not yet released
 	Limit    int // the limit in force (for a share of 1), rounded down
