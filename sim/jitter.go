@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 
@@ -138,7 +139,8 @@ func WriteTable(w io.Writer, rows []Row) error {
 	return err
 }
 
-// Record is a Row as the lab's JSON shape: durations in milliseconds.
+// Record is a Row in the lab's JSON shape: durations in milliseconds,
+// rounded to 0.1 ms.
 type Record struct {
 	Experiment       string  `json:"experiment"` // always "jitter"
 	Row              string  `json:"row"`        // the row's label
@@ -173,7 +175,7 @@ func (r Row) Record() Record {
 		GaveUpAttempts:   res.GaveUpAttempts,
 		GaveUpDeadline:   res.GaveUpDeadline,
 		GaveUpBudget:     res.GaveUpBudget,
-		AllDoneAtMS:      float64(res.AllDoneAt) / float64(time.Millisecond),
+		AllDoneAtMS:      math.Round(float64(res.AllDoneAt)/float64(time.Millisecond)*10) / 10,
 	}
 }
 
