@@ -60,7 +60,7 @@ func NewStrategy(name string, base, cap, plus time.Duration) (s backoff.Strategy
 
 // JitterConfig configures the jitter experiment: one scenario run once per
 // backoff strategy. The zero value is seed 003's card 018 with all five
-// strategies.
+// strategies. Jitter only reads it, so one may serve concurrent runs.
 type JitterConfig struct {
 	// Config is the scenario. Its Backoff is ignored: each strategy
 	// replaces it. Every strategy runs with the same Seed, so they are
@@ -78,7 +78,8 @@ type JitterConfig struct {
 	Strategies []string
 }
 
-// Row is one line of the jitter experiment's table.
+// Row is one line of the jitter experiment's table. Like Result, it is safe
+// to read concurrently but not to mutate.
 type Row struct {
 	Strategy string // the strategy's name, such as StrategyFull
 	Label    string // the row's label, such as "full jitter"
@@ -88,6 +89,18 @@ type Row struct {
 // Jitter runs the jitter experiment: cfg's scenario once per strategy. It
 // returns an error wrapping ErrConfig for an unknown strategy or an invalid
 // scenario, and ctx.Err() if ctx ends first.
+//
+// Read the table with the slot in mind. A jitter spreads a herd only over
+// its window: when the window is no wider than a slot, the herd still lands
+// in one slot. With the card's parameters (base = slot = 100 ms) the first
+// retry of equal and full jitter falls in [0, 100 ms), inside slot 0 whose
+// capacity the first calls already used, so their retry peak is at least
+// Clients-Capacity and those retries are wasted; the +0..100ms helper's
+// first retry lands in slot 1 instead. Full jitter overtakes it on retry
+// peak, total calls and completion once Base spans several slots; with
+// finer slots at the same rate it does less work and finishes sooner, but
+// the helper's 100 ms then spans slots too and keeps a lower peak.
+// Decorrelated jitter, which never waits less than Base, avoids slot 0.
 func Jitter(ctx context.Context, cfg JitterConfig) ([]Row, error) {
 	names := cfg.Strategies
 	if len(names) == 0 {
@@ -140,7 +153,7 @@ func WriteTable(w io.Writer, rows []Row) error {
 }
 
 // Record is a Row in the lab's JSON shape: durations in milliseconds,
-// rounded to 0.1 ms.
+// rounded to 0.1 ms. It is a plain value, safe to copy and share.
 type Record struct {
 	Experiment       string  `json:"experiment"` // always "jitter"
 	Row              string  `json:"row"`        // the row's label

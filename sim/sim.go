@@ -25,11 +25,12 @@ const (
 // Limits of Config, so that a mistyped flag fails at once instead of
 // exhausting memory.
 const (
-	MaxClients     = 10_000_000
-	MaxMaxAttempts = 100_000
+	ClientsLimit  = 10_000_000
+	AttemptsLimit = 100_000
 )
 
-// ErrConfig is the sentinel of every configuration error returned by Run.
+// ErrConfig is the sentinel of every configuration error returned by Run
+// and Jitter.
 var ErrConfig = errors.New("sim: invalid config")
 
 // configError is an ErrConfig with the reason.
@@ -45,10 +46,11 @@ func badConfig(format string, args ...any) error {
 // Config describes one scenario. The zero value is the scenario of seed 003
 // card 018 with full jitter: 1000 clients failing together at t=0, a server
 // that serves 100 requests per 100 ms slot, at most 10 attempts, no budget,
-// no deadline, seed 0.
+// no deadline, seed 0. Run only reads a Config, so one may serve concurrent
+// runs if its Backoff and CapacityAt are pure.
 type Config struct {
 	// Clients is the number of clients, each making one logical call.
-	// Zero means DefaultClients; at most MaxClients.
+	// Zero means DefaultClients; at most ClientsLimit.
 	Clients int
 
 	// Slot is the length of the server's capacity window. Zero means
@@ -69,7 +71,7 @@ type Config struct {
 
 	// MaxAttempts caps the attempts of each client, counting the first call.
 	// Zero means DefaultMaxAttempts; 1 means no retry; at most
-	// MaxMaxAttempts.
+	// AttemptsLimit.
 	MaxAttempts int
 
 	// Backoff computes the delay before each retry; the simulator supplies
@@ -101,7 +103,8 @@ type Config struct {
 }
 
 // Arrival is the pattern of the clients' first calls. At most one field may
-// be set; the zero value means every client arrives at t=0.
+// be set; the zero value means every client arrives at t=0. It is a plain
+// value, safe to copy and share.
 type Arrival struct {
 	// Spread, when positive, spaces the arrivals evenly over [0, Spread):
 	// client i arrives at i*Spread/Clients.
@@ -125,7 +128,9 @@ func Outage(down time.Duration, capacity int) func(start time.Duration) int {
 	}
 }
 
-// Result is what one run of a scenario measured.
+// Result is what one run of a scenario measured. Run returns a fresh one
+// that nothing else references; like any value with slices, it is not safe
+// for concurrent mutation.
 type Result struct {
 	Clients    int // clients simulated
 	TotalCalls int // requests the server received, first calls and retries
@@ -154,7 +159,8 @@ type Result struct {
 	Attempts []int
 }
 
-// Slot is what happened in one slot of the server.
+// Slot is what happened in one slot of the server: a plain value, safe to
+// copy and share.
 type Slot struct {
 	Index    int64         // Start / Config.Slot
 	Start    time.Duration // the slot covers [Start, Start+Config.Slot)
@@ -227,14 +233,14 @@ type run struct {
 
 func newRun(cfg Config) (*run, error) {
 	switch {
-	case cfg.Clients < 0 || cfg.Clients > MaxClients:
-		return nil, badConfig("clients %d out of range [0, %d]", cfg.Clients, MaxClients)
+	case cfg.Clients < 0 || cfg.Clients > ClientsLimit:
+		return nil, badConfig("clients %d out of range [0, %d]", cfg.Clients, ClientsLimit)
 	case cfg.Slot < 0:
 		return nil, badConfig("negative slot %v", cfg.Slot)
 	case cfg.Capacity < 0:
 		return nil, badConfig("negative capacity %d", cfg.Capacity)
-	case cfg.MaxAttempts < 0 || cfg.MaxAttempts > MaxMaxAttempts:
-		return nil, badConfig("max attempts %d out of range [0, %d]", cfg.MaxAttempts, MaxMaxAttempts)
+	case cfg.MaxAttempts < 0 || cfg.MaxAttempts > AttemptsLimit:
+		return nil, badConfig("max attempts %d out of range [0, %d]", cfg.MaxAttempts, AttemptsLimit)
 	case cfg.Deadline < 0:
 		return nil, badConfig("negative deadline %v", cfg.Deadline)
 	case cfg.Arrival.Spread < 0:
@@ -410,37 +416,43 @@ func (q *queue) push(e event) {
 	*q = append(*q, e)
 	h := *q
 	i := len(h) - 1
-	for i > 0 {
+	for i > 0 { // move the hole up rather than swap
 		p := (i - 1) / 2
-		if !h[i].before(h[p]) {
+		if !e.before(h[p]) {
 			break
 		}
-		h[i], h[p] = h[p], h[i]
+		h[i] = h[p]
 		i = p
 	}
+	h[i] = e
 }
 
 func (q *queue) pop() event {
 	h := *q
 	top := h[0]
-	last := len(h) - 1
-	h[0] = h[last]
-	h = h[:last]
-	for i := 0; ; {
+	last := h[len(h)-1]
+	h = h[:len(h)-1]
+	*q = h
+	n := len(h)
+	if n == 0 {
+		return top
+	}
+	i := 0
+	for { // move the hole at the root down to where last belongs
 		l := 2*i + 1
-		if l >= len(h) {
+		if l >= n {
 			break
 		}
 		m := l
-		if r := l + 1; r < len(h) && h[r].before(h[l]) {
+		if r := l + 1; r < n && h[r].before(h[l]) {
 			m = r
 		}
-		if !h[m].before(h[i]) {
+		if !h[m].before(last) {
 			break
 		}
-		h[i], h[m] = h[m], h[i]
+		h[i] = h[m]
 		i = m
 	}
-	*q = h
+	h[i] = last
 	return top
 }

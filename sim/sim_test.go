@@ -266,6 +266,22 @@ func TestFullJitterBeatsPlusWhenTheWindowSpansSlots(t *testing.T) {
 	}
 }
 
+// The same server with finer slots (10 per 10 ms): full jitter does less
+// work and finishes sooner than +0..100ms, whose window now spans slots too.
+func TestFullJitterBeatsPlusOnFinerSlots(t *testing.T) {
+	for seed := range uint64(8) {
+		res := jitter(t, JitterConfig{
+			Config:     Config{Seed: seed, Slot: 10 * time.Millisecond, Capacity: 10},
+			Strategies: []string{StrategyPlus, StrategyFull},
+		})
+		full, plus := res[StrategyFull], res[StrategyPlus]
+		if full.TotalCalls >= plus.TotalCalls || full.AllDoneAt >= plus.AllDoneAt {
+			t.Errorf("seed %d: full jitter calls=%d done=%v, +0..100ms calls=%d done=%v; want full lower on both",
+				seed, full.TotalCalls, full.AllDoneAt, plus.TotalCalls, plus.AllDoneAt)
+		}
+	}
+}
+
 // Every jitter finishes the card's herd long before no jitter does.
 func TestJitterFinishesSoonerThanNone(t *testing.T) {
 	for seed := range uint64(5) {
@@ -350,11 +366,11 @@ func TestHugeDelaysSaturate(t *testing.T) {
 func TestInvalidConfig(t *testing.T) {
 	for _, cfg := range []Config{
 		{Clients: -1},
-		{Clients: MaxClients + 1},
+		{Clients: ClientsLimit + 1},
 		{Slot: -1},
 		{Capacity: -1},
 		{MaxAttempts: -1},
-		{MaxAttempts: MaxMaxAttempts + 1},
+		{MaxAttempts: AttemptsLimit + 1},
 		{Deadline: -1},
 		{Arrival: Arrival{Spread: -1}},
 		{Arrival: Arrival{Rate: math.NaN()}},

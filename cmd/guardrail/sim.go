@@ -73,8 +73,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 
 	switch {
-	case *clients < 1 || *clients > sim.MaxClients:
-		return usageError{fmt.Sprintf("--clients must be in [1, %d]", sim.MaxClients)}
+	case *clients < 1 || *clients > sim.ClientsLimit:
+		return usageError{fmt.Sprintf("--clients must be in [1, %d]", sim.ClientsLimit)}
 	case *capacity < 0:
 		return usageError{"--capacity must not be negative"}
 	case *slot <= 0:
@@ -85,8 +85,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usageError{"--base and --cap must be positive, --plus-jitter not negative"}
 	case *capDelay < *base:
 		return usageError{"--cap must not be below --base"}
-	case *attempts < 1 || *attempts > sim.MaxMaxAttempts:
-		return usageError{fmt.Sprintf("--max-attempts must be in [1, %d]", sim.MaxMaxAttempts)}
+	case *attempts < 1 || *attempts > sim.AttemptsLimit:
+		return usageError{fmt.Sprintf("--max-attempts must be in [1, %d]", sim.AttemptsLimit)}
 	case !(*ratio >= 0) || math.IsInf(*ratio, 0):
 		return usageError{"--budget-ratio must be a non-negative number"}
 	case *ratio > 0 && (!(*budgetMax >= 1) || math.IsInf(*budgetMax, 0)):
