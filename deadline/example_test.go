@@ -3,6 +3,7 @@ package deadline_test
 import (
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"time"
 
 	"github.com/guardrail-go/guardrail/deadline"
@@ -22,4 +23,21 @@ func Example() {
 	// Output:
 	// 1900 1780000001900
 	// 1s true
+}
+
+func ExampleMiddleware() {
+	h := deadline.Middleware(deadline.Config{Max: 2 * time.Second}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, ok := r.Context().Deadline()
+		fmt.Fprintln(w, "deadline set:", ok)
+	}))
+	for _, timeout := range []string{"1900", "0"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set(deadline.HeaderTimeout, timeout)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Print(w.Code, " ", w.Body.String())
+	}
+	// Output:
+	// 200 deadline set: true
+	// 504 deadline already passed
 }
