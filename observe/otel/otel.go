@@ -17,6 +17,7 @@ import (
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/observe/internal/series"
+	"github.com/guardrail-go/guardrail/shed"
 )
 
 // ScopeName is the instrumentation scope of the tracer and meter.
@@ -463,4 +464,15 @@ func (st *callState) end(e *guardrail.Event) {
 		st.call.SetStatus(codes.Error, e.Outcome)
 	}
 	st.call.End()
+}
+
+// WatchShedder reports the in-flight count and limit of s, a load shedder
+// whose events name dependency (its Config.Name), at every collection, so
+// the gauges are right from the first one and fall back to zero when the
+// traffic stops (events report the load only when a request arrives).
+func (o *Observer) WatchShedder(dependency string, s *shed.Shedder) {
+	o.WatchLoad(dependency, func() (int, int) {
+		st := s.Stats()
+		return st.InFlight, st.Limit
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/observe/internal/series"
+	"github.com/guardrail-go/guardrail/shed"
 )
 
 // Other is the value a label takes past its cap (Config.MaxLabelValues).
@@ -319,4 +320,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.limitDesc, prometheus.GaugeValue, limit, dep)
 		},
 	)
+}
+
+// WatchShedder reports the in-flight count and limit of s, a load shedder
+// whose events name dependency (its Config.Name), at every collection, so
+// the gauges are right from the first one and fall back to zero when the
+// traffic stops (events report the load only when a request arrives).
+func (c *Collector) WatchShedder(dependency string, s *shed.Shedder) {
+	c.WatchLoad(dependency, func() (int, int) {
+		st := s.Stats()
+		return st.InFlight, st.Limit
+	})
 }

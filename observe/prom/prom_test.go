@@ -20,6 +20,7 @@ import (
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/observe/prom"
+	"github.com/guardrail-go/guardrail/shed"
 )
 
 // sample names one exported value: counters and gauges by name and labels,
@@ -451,4 +452,39 @@ func registeredNames(c prometheus.Collector) []string {
 		names = append(names, name)
 	}
 	return names
+}
+
+// TestShedder: a real shedder's events and its watched load. Sheddable
+// requests may fill only part of the limit, so the third one is shed.
+func TestShedder(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	c := prom.New(prom.Config{})
+	reg.MustRegister(c)
+	s := shed.New(shed.Config{Name: "api", Limit: 4, Shares: map[shed.Priority]float64{shed.Sheddable: 0.5}, Observer: c})
+	c.WatchShedder("api", s)
+	diff(t, only(samples(t, reg), "guardrail_shed_in_flight", "guardrail_shed_limit"), map[string]float64{
+		`guardrail_shed_in_flight{dependency="api"}`: 0,
+		`guardrail_shed_limit{dependency="api"}`:     4,
+	})
+	ctx := guardrail.WithOperation(context.Background(), "GET /feed")
+	var tokens []shed.Token
+	for range 3 {
+		if tok, err := s.Acquire(ctx, shed.Sheddable); err == nil {
+			tokens = append(tokens, tok)
+		}
+	}
+	got := samples(t, reg)
+	diff(t, only(got, "guardrail_shed_total", "guardrail_admitted_total", "guardrail_shed_in_flight", "guardrail_shed_limit"), map[string]float64{
+		`guardrail_admitted_total{dependency="api",operation="GET /feed",priority="sheddable"}`:               2,
+		`guardrail_shed_total{dependency="api",operation="GET /feed",priority="sheddable",reason="capacity"}`: 1,
+		`guardrail_shed_in_flight{dependency="api"}`:                                                          2,
+		`guardrail_shed_limit{dependency="api"}`:                                                              4,
+	})
+	for _, tok := range tokens {
+		tok.Release()
+	}
+	// No event on release: only the watch brings the gauge back to zero.
+	diff(t, only(samples(t, reg), "guardrail_shed_in_flight"), map[string]float64{
+		`guardrail_shed_in_flight{dependency="api"}`: 0,
+	})
 }
