@@ -1,8 +1,10 @@
 package series
 
 import (
+	"hash/maphash"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -96,14 +98,32 @@ type key [4]string
 
 // Cache maps raw label values to a V built once per distinct combination
 // of folded values (a metric child, an attribute set). Get on a combination
-// seen before is one lock-free map read and allocates nothing. Raw values
-// that fold to Other are never stored, so the cache holds at most one entry
-// per exported series however many raw values arrive. A Cache is safe for
-// concurrent use.
+// seen before reads an immutable hash table through one atomic load, takes
+// no lock and allocates nothing; adding a combination copies the table
+// under a mutex, which happens at most once per exported series. Raw
+// values that fold to Other are never stored, so the cache holds at most
+// one entry per exported series however many raw values arrive. A Cache is
+// safe for concurrent use.
 type Cache[V any] struct {
 	folders []*Folder
 	build   func(labelValues []string) V
-	m       sync.Map // key -> V
+	seed    maphash.Seed
+	table   atomic.Pointer[table[V]]
+	mu      sync.Mutex // serialises inserts
+}
+
+// table is an open-addressing hash table with linear probing, never
+// modified once published. len(slots) is a power of two, at least twice
+// the number of entries.
+type table[V any] struct {
+	slots []*entry[V]
+	n     int
+}
+
+type entry[V any] struct {
+	k    key
+	hash uint64
+	v    V
 }
 
 // NewCache returns a Cache for the labels of d, folded by fs, whose values
@@ -112,20 +132,46 @@ func NewCache[V any](d *Def, fs *Folders, build func(labelValues []string) V) *C
 	if len(d.Labels) > len(key{}) {
 		panic("series: " + d.Name + " has too many labels")
 	}
-	c := &Cache[V]{build: build}
+	c := &Cache[V]{build: build, seed: maphash.MakeSeed()}
 	for _, l := range d.Labels {
 		c.folders = append(c.folders, fs.For(l))
 	}
+	c.table.Store(&table[V]{slots: make([]*entry[V], 8)})
 	return c
+}
+
+func (c *Cache[V]) hash(k *key) uint64 {
+	h := maphash.String(c.seed, k[0])
+	for _, s := range k[1:] {
+		if s != "" {
+			h = h*31 ^ maphash.String(c.seed, s)
+		}
+	}
+	return h
+}
+
+func (t *table[V]) find(k *key, h uint64) (V, bool) {
+	mask := uint64(len(t.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		e := t.slots[i]
+		if e == nil {
+			var zero V
+			return zero, false
+		}
+		if e.hash == h && e.k == *k {
+			return e.v, true
+		}
+	}
 }
 
 // Get returns the V of the label values; pass "" for positions past the
 // series' labels.
 func (c *Cache[V]) Get(a, b, cc, d string) V {
-	if v, ok := c.m.Load(key{a, b, cc, d}); ok {
-		return v.(V)
+	k := key{a, b, cc, d}
+	if v, ok := c.table.Load().find(&k, c.hash(&k)); ok {
+		return v
 	}
-	return c.slow(key{a, b, cc, d})
+	return c.slow(k)
 }
 
 func (c *Cache[V]) slow(k key) V {
@@ -133,19 +179,47 @@ func (c *Cache[V]) slow(k key) V {
 	for i, fo := range c.folders {
 		f[i] = fo.Fold(k[i])
 	}
-	if v, ok := c.m.Load(f); ok {
-		return v.(V)
+	h := c.hash(&f)
+	if v, ok := c.table.Load().find(&f, h); ok {
+		return v
 	}
-	v, _ := c.m.LoadOrStore(f, c.build(f[:len(c.folders)]))
-	return v.(V)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.table.Load()
+	if v, ok := t.find(&f, h); ok {
+		return v
+	}
+	v := c.build(f[:len(c.folders)])
+	size := len(t.slots)
+	if 2*(t.n+1) > size {
+		size *= 2
+	}
+	nt := &table[V]{slots: make([]*entry[V], size), n: t.n + 1}
+	for _, e := range t.slots {
+		if e != nil {
+			nt.insert(e)
+		}
+	}
+	nt.insert(&entry[V]{k: f, hash: h, v: v})
+	c.table.Store(nt)
+	return v
+}
+
+func (t *table[V]) insert(e *entry[V]) {
+	mask := uint64(len(t.slots) - 1)
+	i := e.hash & mask
+	for t.slots[i] != nil {
+		i = (i + 1) & mask
+	}
+	t.slots[i] = e
 }
 
 // Range calls fn with the folded label values and V of every entry.
 func (c *Cache[V]) Range(fn func(labelValues []string, v V)) {
 	n := len(c.folders)
-	c.m.Range(func(k, v any) bool {
-		kk := k.(key)
-		fn(kk[:n], v.(V))
-		return true
-	})
+	for _, e := range c.table.Load().slots {
+		if e != nil {
+			fn(e.k[:n], e.v)
+		}
+	}
 }
