@@ -34,9 +34,13 @@ type floatGauge struct{ bits atomic.Uint64 }
 
 type loadGauge struct{ inFlight, limit atomic.Int64 }
 
+// stateWatch reports breaker states at collection time: either the one
+// breaker of dep, or (each != nil) a changing set of breakers, each under
+// its own dependency value.
 type stateWatch struct {
 	dep   string
 	state func() string
+	each  func(report func(dependency, state string))
 }
 
 type budgetWatch struct {
@@ -49,14 +53,18 @@ type loadWatch struct {
 	load func() (inFlight, limit int)
 }
 
+// byDependency keys the gauges' caches: the value an event last reported,
+// by dependency alone.
+var byDependency = &Def{Name: "by_dependency", Labels: []string{LDependency}}
+
 // NewGauges returns empty Gauges whose labels are folded by fs.
 func NewGauges(fs *Folders) *Gauges {
 	return &Gauges{
 		dep:    fs.For(LDependency),
 		state:  fs.For(LState),
-		states: NewCache(BreakerState, fs, func([]string) *stateGauge { return new(stateGauge) }),
-		tokens: NewCache(BudgetTokens, fs, func([]string) *floatGauge { return new(floatGauge) }),
-		loads:  NewCache(InFlight, fs, func([]string) *loadGauge { return new(loadGauge) }),
+		states: NewCache(byDependency, fs, func([]string) *stateGauge { return new(stateGauge) }),
+		tokens: NewCache(byDependency, fs, func([]string) *floatGauge { return new(floatGauge) }),
+		loads:  NewCache(byDependency, fs, func([]string) *loadGauge { return new(loadGauge) }),
 	}
 }
 
@@ -100,6 +108,15 @@ func (g *Gauges) WatchLoad(dependency string, load func() (inFlight, limit int))
 	g.mu.Unlock()
 }
 
+// WatchStates adds a changing set of breakers (a keyed group): at
+// collection time each calls report once per breaker with its dependency
+// value (the key) and state.
+func (g *Gauges) WatchStates(each func(report func(dependency, state string))) {
+	g.mu.Lock()
+	g.wStates = append(g.wStates, stateWatch{each: each})
+	g.mu.Unlock()
+}
+
 func (g *Gauges) watches() ([]stateWatch, []budgetWatch, []loadWatch) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -120,8 +137,16 @@ func (g *Gauges) Collect(state func(dep, state string, n float64), tokens func(d
 	counts := make(map[depState]float64)
 	deps := make(map[string]bool) // true when watched
 	for _, w := range ws {
-		deps[w.dep] = true
-		counts[depState{w.dep, g.state.Fold(w.state())}]++
+		if w.each == nil {
+			deps[w.dep] = true
+			counts[depState{w.dep, g.state.Fold(w.state())}]++
+			continue
+		}
+		w.each(func(dependency, state string) {
+			d := g.dep.Fold(dependency)
+			deps[d] = true
+			counts[depState{d, g.state.Fold(state)}]++
+		})
 	}
 	g.states.Range(func(lv []string, sg *stateGauge) {
 		s := sg.state.Load()
