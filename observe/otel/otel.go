@@ -368,16 +368,23 @@ func (o *Observer) callEvent(ctx context.Context, name string, opts ...trace.Eve
 	trace.SpanFromContext(ctx).AddEvent(name, opts...)
 }
 
+// Span attributes are set after the span starts, and only on a span that
+// records, so an unsampled call allocates little; samplers see the span
+// name and parent, not the attributes.
 func (o *Observer) startCall(ctx context.Context, e *guardrail.Event) context.Context {
-	attrs := []attribute.KeyValue{AttrDependency.String(e.Dependency)}
-	if e.Operation != "" {
-		attrs = append(attrs, AttrOperation.String(e.Operation))
+	cc := &callCtx{}
+	ctx, cc.call = o.tracer.Start(ctx, CallSpanName)
+	cc.Context = ctx
+	if cc.call.IsRecording() {
+		cc.call.SetAttributes(AttrDependency.String(e.Dependency))
+		if e.Operation != "" {
+			cc.call.SetAttributes(AttrOperation.String(e.Operation))
+		}
+		if e.Remaining >= 0 {
+			cc.call.SetAttributes(AttrRemaining.Float64(ms(e.Remaining)))
+		}
 	}
-	if e.Remaining >= 0 {
-		attrs = append(attrs, AttrRemaining.Float64(ms(e.Remaining)))
-	}
-	ctx, span := o.tracer.Start(ctx, CallSpanName, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
-	return context.WithValue(ctx, stateKey{}, &callState{call: span})
+	return cc
 }
 
 func (o *Observer) startAttempt(ctx context.Context, e *guardrail.Event) context.Context {
@@ -388,16 +395,32 @@ func (o *Observer) startAttempt(ctx context.Context, e *guardrail.Event) context
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.flushLocked()
-	attrs := []attribute.KeyValue{AttrAttempt.Int(e.Attempt), AttrBackoff.Float64(ms(e.Delay))}
-	if e.Remaining >= 0 {
-		attrs = append(attrs, AttrRemaining.Float64(ms(e.Remaining)))
-	}
-	ctx, st.attempt = o.tracer.Start(ctx, AttemptSpanName, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	ctx, st.attempt = o.tracer.Start(ctx, AttemptSpanName)
 	st.ended = false
+	if st.attempt.IsRecording() {
+		st.attempt.SetAttributes(AttrAttempt.Int(e.Attempt), AttrBackoff.Float64(ms(e.Delay)))
+		if e.Remaining >= 0 {
+			st.attempt.SetAttributes(AttrRemaining.Float64(ms(e.Remaining)))
+		}
+	}
 	return ctx
 }
 
 type stateKey struct{}
+
+// callCtx is the context of a call: its parent with the call's span, and
+// the call's state, in one allocation.
+type callCtx struct {
+	context.Context
+	callState
+}
+
+func (c *callCtx) Value(key any) any {
+	if key == (stateKey{}) {
+		return &c.callState
+	}
+	return c.Context.Value(key)
+}
 
 func stateOf(ctx context.Context) *callState {
 	st, _ := ctx.Value(stateKey{}).(*callState)
@@ -422,12 +445,15 @@ func (st *callState) endAttempt(e *guardrail.Event) {
 	if st.attempt == nil {
 		return
 	}
+	st.ended, st.endTime = true, time.Now()
+	if !st.attempt.IsRecording() {
+		return
+	}
 	st.attempt.SetAttributes(AttrOutcome.String(e.Outcome))
 	if e.Err != nil {
 		st.attempt.RecordError(e.Err)
 		st.attempt.SetStatus(codes.Error, e.Err.Error())
 	}
-	st.ended, st.endTime = true, time.Now()
 }
 
 // timeout puts the phase on the current or just ended attempt and reports
@@ -444,7 +470,11 @@ func (st *callState) timeout(phase string) bool {
 
 func (st *callState) flushLocked() {
 	if st.attempt != nil && st.ended {
-		st.attempt.End(trace.WithTimestamp(st.endTime))
+		if st.attempt.IsRecording() {
+			st.attempt.End(trace.WithTimestamp(st.endTime))
+		} else {
+			st.attempt.End()
+		}
 		st.attempt, st.ended = nil, false
 	}
 }
@@ -456,6 +486,10 @@ func (st *callState) end(e *guardrail.Event) {
 		st.ended, st.endTime = true, time.Now()
 	}
 	st.flushLocked()
+	if !st.call.IsRecording() {
+		st.call.End()
+		return
+	}
 	st.call.SetAttributes(AttrOutcome.String(e.Outcome), AttrAttempts.Int(e.Attempt))
 	if e.Outcome != guardrail.OutcomeOK {
 		if e.Err != nil {
