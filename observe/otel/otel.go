@@ -305,14 +305,13 @@ func (o *Observer) Observe(ctx context.Context, e guardrail.Event) context.Conte
 		}
 	case guardrail.EventRetry:
 		o.retries.Add(ctx, 1, o.retriesC.Get(dep, op, e.Reason, "").add...)
-		o.callEvent(ctx, "guardrail.retry", trace.WithAttributes(
-			AttrAttempt.Int(e.Attempt), AttrBackoff.Float64(ms(e.Delay)), AttrReason.String(e.Reason)))
+		o.callEvent(ctx, "guardrail.retry", AttrAttempt.Int(e.Attempt), AttrBackoff.Float64(ms(e.Delay)), AttrReason.String(e.Reason))
 	case guardrail.EventRetryRefused:
 		o.refused.Add(ctx, 1, o.refusedC.Get(dep, op, e.Reason, "").add...)
-		o.callEvent(ctx, "guardrail.retry_refused", trace.WithAttributes(AttrAttempt.Int(e.Attempt), AttrReason.String(e.Reason)))
+		o.callEvent(ctx, "guardrail.retry_refused", AttrAttempt.Int(e.Attempt), AttrReason.String(e.Reason))
 	case guardrail.EventBudgetExhausted:
 		o.gauges.Observe(&e)
-		o.callEvent(ctx, "guardrail.budget_exhausted", trace.WithAttributes(AttrTokens.Float64(e.Tokens)))
+		o.callEvent(ctx, "guardrail.budget_exhausted", AttrTokens.Float64(e.Tokens))
 	case guardrail.EventTimeout:
 		o.timeouts.Add(ctx, 1, o.timeoutsC.Get(dep, op, e.Phase, "").add...)
 		if st := stateOf(ctx); st != nil && st.timeout(e.Phase) {
@@ -322,33 +321,31 @@ func (o *Observer) Observe(ctx context.Context, e guardrail.Event) context.Conte
 	case guardrail.EventBreakerTransition:
 		o.transitions.Add(ctx, 1, o.transC.Get(dep, e.From, e.To, "").add...)
 		o.gauges.Observe(&e)
-		trace.SpanFromContext(ctx).AddEvent("guardrail.breaker.transition", trace.WithAttributes(
-			AttrDependency.String(dep), AttrFrom.String(e.From), AttrTo.String(e.To), AttrReason.String(e.Reason)))
+		spanEvent(ctx, "guardrail.breaker.transition", AttrDependency.String(dep), AttrFrom.String(e.From), AttrTo.String(e.To), AttrReason.String(e.Reason))
 	case guardrail.EventBreakerReject:
 		o.rejections.Add(ctx, 1, o.pairC.Get(dep, op, "", "").add...)
-		o.callEvent(ctx, "guardrail.breaker.reject", trace.WithAttributes(AttrRetryIn.Float64(ms(e.Delay))))
+		o.callEvent(ctx, "guardrail.breaker.reject", AttrRetryIn.Float64(ms(e.Delay)))
 	case guardrail.EventBreakerProbe:
 		o.probes.Add(ctx, 1, o.pairC.Get(dep, op, "", "").add...)
 		o.callEvent(ctx, "guardrail.breaker.probe")
 	case guardrail.EventBulkheadReject:
 		o.bulkhead.Add(ctx, 1, o.bulkheadC.Get(dep, op, e.Reason, "").add...)
-		o.callEvent(ctx, "guardrail.bulkhead.reject", trace.WithAttributes(AttrReason.String(e.Reason)))
+		o.callEvent(ctx, "guardrail.bulkhead.reject", AttrReason.String(e.Reason))
 	case guardrail.EventShed:
 		o.shed.Add(ctx, 1, o.shedC.Get(dep, op, e.Priority, e.Reason).add...)
 		o.gauges.Observe(&e)
-		trace.SpanFromContext(ctx).AddEvent("guardrail.shed", trace.WithAttributes(AttrPriority.String(e.Priority),
-			AttrReason.String(e.Reason), AttrInFlight.Int(e.InFlight), AttrLimit.Int(e.Limit)))
+		spanEvent(ctx, "guardrail.shed", AttrPriority.String(e.Priority),
+			AttrReason.String(e.Reason), AttrInFlight.Int(e.InFlight), AttrLimit.Int(e.Limit))
 	case guardrail.EventAdmit:
 		o.admitted.Add(ctx, 1, o.admitC.Get(dep, op, e.Priority, "").add...)
 		o.queueWait.Record(ctx, e.Duration.Seconds(), o.queueC.Get(dep, e.Priority, "", "").rec...)
 		o.gauges.Observe(&e)
 		if e.Duration > 0 {
-			trace.SpanFromContext(ctx).AddEvent("guardrail.admit", trace.WithAttributes(
-				AttrPriority.String(e.Priority), AttrQueueWaitMS.Float64(ms(e.Duration))))
+			spanEvent(ctx, "guardrail.admit", AttrPriority.String(e.Priority), AttrQueueWaitMS.Float64(ms(e.Duration)))
 		}
 	case guardrail.EventIdempotency:
 		o.idempotency.Add(ctx, 1, o.idempotentC.Get(dep, op, e.Reason, "").add...)
-		trace.SpanFromContext(ctx).AddEvent("guardrail.idempotency", trace.WithAttributes(AttrOutcome.String(e.Reason)))
+		spanEvent(ctx, "guardrail.idempotency", AttrOutcome.String(e.Reason))
 	}
 	return ctx
 }
@@ -356,16 +353,25 @@ func (o *Observer) Observe(ctx context.Context, e guardrail.Event) context.Conte
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // callEvent adds a span event to the call's span, or to the span of ctx
-// for events outside a call.
-func (o *Observer) callEvent(ctx context.Context, name string, opts ...trace.EventOption) {
+// for events outside a call, if that span records.
+func (o *Observer) callEvent(ctx context.Context, name string, attrs ...attribute.KeyValue) {
 	if st := stateOf(ctx); st != nil {
 		st.mu.Lock()
+		defer st.mu.Unlock()
 		st.flushLocked()
-		st.call.AddEvent(name, opts...)
-		st.mu.Unlock()
+		if st.call.IsRecording() {
+			st.call.AddEvent(name, trace.WithAttributes(attrs...))
+		}
 		return
 	}
-	trace.SpanFromContext(ctx).AddEvent(name, opts...)
+	spanEvent(ctx, name, attrs...)
+}
+
+// spanEvent adds a span event to the span of ctx, if it records.
+func spanEvent(ctx context.Context, name string, attrs ...attribute.KeyValue) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.AddEvent(name, trace.WithAttributes(attrs...))
+	}
 }
 
 // Span attributes are set after the span starts, and only on a span that

@@ -22,8 +22,9 @@ const DefaultMaxLabelValues = series.DefaultMaxValues
 // Config configures a Collector. The zero Config is valid.
 type Config struct {
 	// ConstLabels are added to every series, for labels that are fixed for
-	// the process, such as {"region": "eu-west-1"}. Nil means none. Their
-	// names must not clash with guardrail's labels.
+	// the process, such as {"region": "eu-west-1"}. Nil means none.
+	// Registering a Collector fails if one is named like a guardrail label
+	// (dependency, operation, ...) or is not a valid label name.
 	ConstLabels prometheus.Labels
 
 	// MaxLabelValues caps the distinct values of each label (dependency,
@@ -52,8 +53,9 @@ type Config struct {
 // so they are right from the first scrape.
 //
 // Label children are resolved once per distinct combination of label
-// values and cached, so observing an event on the success path takes one
-// lock-free map read per series family and allocates nothing.
+// values and cached, so observing an event takes one lock-free hash table
+// lookup and allocates nothing; a successful call (four events) costs two
+// lookups, a counter increment and a histogram observation each.
 //
 // A Collector is safe for concurrent use.
 type Collector struct {
