@@ -27,29 +27,19 @@ func Example() {
 	// in flight: 0
 }
 
-func Example_queue() {
+func Example_deadline() {
 	// One call at a time; up to 10 callers wait, each at most 1 s and never
 	// past its own deadline.
 	b := bulkhead.New(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 10, MaxWait: time.Second})
 	release, _ := b.Acquire(context.Background())
+	defer release()
 
-	got := make(chan error)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		r, err := b.Acquire(ctx) // waits for the slot
-		if err == nil {
-			r()
-		}
-		got <- err
-	}()
-	for b.Waiting() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	fmt.Println("waiting:", b.Waiting())
-	release() // handed straight to the waiter
-	fmt.Println("waiter:", <-got)
+	// This caller has 20 ms left: it gives up then, not after MaxWait, and
+	// leaves the queue as it found it.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := b.Acquire(ctx)
+	fmt.Println(err, "- waiting:", b.Waiting())
 	// Output:
-	// waiting: 1
-	// waiter: <nil>
+	// context deadline exceeded - waiting: 0
 }
