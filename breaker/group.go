@@ -28,10 +28,11 @@ type GroupConfig struct {
 	// past it, one that has not been used recently is dropped (preferring
 	// one that is not open). Zero or negative means DefaultMaxKeys (1000).
 	MaxKeys int
-	// IdleTTL drops breakers not used for between IdleTTL and 2*IdleTTL,
-	// except one still open. The sweep runs lazily when a new key is
-	// created. Zero means DefaultIdleTTL (10 min); negative means never drop
-	// for idleness (MaxKeys still bounds the group).
+	// IdleTTL drops breakers not used for at least IdleTTL, except one
+	// still open. The check runs lazily, when a new key is created at least
+	// IdleTTL after the previous check, and drops the breakers unused since
+	// that check. Zero means DefaultIdleTTL (10 min); negative means never
+	// drop for idleness (MaxKeys still bounds the group).
 	IdleTTL time.Duration
 }
 
@@ -52,6 +53,8 @@ type Group struct {
 	ttl     time.Duration
 	epoch   time.Time
 
+	sweeps atomic.Uint32 // idle sweeps done: the current idle epoch
+
 	mu sync.RWMutex
 	m  map[string]*entry
 	// Guarded by mu (write):
@@ -60,11 +63,15 @@ type Group struct {
 	lastSweep int64 // clock of the last idle sweep
 }
 
+// entry.mark packs the idle epoch of the entry's last use (mark>>1) and a
+// reference bit (mark&1) that Get sets and the eviction hand clears. A new
+// entry starts unreferenced, so a burst of one-off keys evicts itself
+// rather than the keys in steady use.
 type entry struct {
 	key  string
 	b    *Breaker
-	used atomic.Bool // set by Get, cleared by the eviction hand and sweeps
-	idx  int         // position in ring; guarded by Group.mu
+	mark atomic.Uint32
+	idx  int // position in ring; guarded by Group.mu
 }
 
 // NewGroup returns an empty group.
@@ -92,9 +99,7 @@ func (g *Group) Get(key string) *Breaker {
 	e := g.m[key]
 	g.mu.RUnlock()
 	if e != nil {
-		if !e.used.Load() { // load first: keep the line shared when already set
-			e.used.Store(true)
-		}
+		e.touch(g.sweeps.Load())
 		return e.b
 	}
 	return g.create(key)
@@ -111,7 +116,7 @@ func (g *Group) create(key string) *Breaker {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if e := g.m[key]; e != nil { // lost a race to create it
-		e.used.Store(true)
+		e.touch(g.sweeps.Load())
 		return e.b
 	}
 	now := int64(time.Since(g.epoch))
@@ -123,7 +128,7 @@ func (g *Group) create(key string) *Breaker {
 		g.evictOneLocked()
 	}
 	e := &entry{key: key, b: b, idx: len(g.ring)}
-	e.used.Store(true)
+	e.mark.Store(g.sweeps.Load() << 1)
 	g.m[key] = e
 	g.ring = append(g.ring, e)
 	return b
@@ -144,22 +149,27 @@ func (g *Group) pinned(e *entry) bool {
 	return oe != nil && e.b.clock() < oe.until
 }
 
-// sweepLocked drops the entries unused since the previous sweep and clears
-// the used mark of the others.
+// touch marks e used in idle epoch epoch. It loads before it stores, so a
+// key in steady use keeps its cache line shared between cores.
+func (e *entry) touch(epoch uint32) {
+	if m := epoch<<1 | 1; e.mark.Load() != m {
+		e.mark.Store(m)
+	}
+}
+
+// sweepLocked drops the entries neither created nor used since the
+// previous sweep (at least IdleTTL ago), and starts a new idle epoch.
 func (g *Group) sweepLocked() {
+	epoch := g.sweeps.Load()
 	for i := 0; i < len(g.ring); {
 		e := g.ring[i]
-		if e.used.Load() {
-			e.used.Store(false)
-			i++
-			continue
-		}
-		if g.pinned(e) {
+		if e.mark.Load()>>1 == epoch&(1<<31-1) || g.pinned(e) {
 			i++
 			continue
 		}
 		g.removeLocked(e) // moves the last entry to i
 	}
+	g.sweeps.Add(1)
 }
 
 // evictOneLocked drops one entry, chosen by the clock algorithm (an
@@ -173,8 +183,8 @@ func (g *Group) evictOneLocked() {
 			g.hand = 0
 		}
 		e := g.ring[g.hand]
-		if e.used.Load() {
-			e.used.Store(false)
+		if m := e.mark.Load(); m&1 != 0 {
+			e.mark.CompareAndSwap(m, m&^1) // a Get racing with it wins
 			g.hand++
 			continue
 		}
