@@ -87,13 +87,16 @@ type Breaker struct {
 
 	mu sync.Mutex
 	// Guarded by mu:
-	inflight   int   // half-open: probes admitted and not reported
-	passed     int   // half-open: consecutive successful probes
-	lastProbe  int64 // half-open: clock of the last probe admission or report
-	opens      int   // consecutive openings since the last close
+	inflight   int             // half-open: probes admitted and not reported
+	passed     int             // half-open: consecutive successful probes
+	lastProbe  int64           // half-open: clock of the last probe admission or report
+	opens      int             // consecutive openings since the last close
+	subs       []*subscription // copied on write
 	pending    []Transition
 	delivering bool
 }
+
+type subscription struct{ fn func(Transition) }
 
 // New returns a closed breaker configured by cfg.
 func New(cfg Config) *Breaker {
@@ -310,8 +313,12 @@ func (b *Breaker) trips(c counts) bool {
 
 // trip opens the breaker from closed state word w. The caller holds mu.
 func (b *Breaker) trip(w uint64, c counts, now int64) {
-	t := Transition{Calls: int(c.calls), Failures: int(c.failures), Slow: int(c.slow)}
-	if float64(c.failures)/float64(c.calls) >= b.cfg.failureRate {
+	t := Transition{
+		Calls: int(c.calls), Failures: int(c.failures), Slow: int(c.slow),
+		FailureRate: float64(c.failures) / float64(c.calls),
+		SlowRate:    float64(c.slow) / float64(c.calls),
+	}
+	if t.FailureRate >= b.cfg.failureRate {
 		t.Reason, t.Cause = ReasonFailureRate, rateCause("failure", c.failures, c.calls, b.cfg.failureRate)
 	} else {
 		t.Reason, t.Cause = ReasonSlowRate, rateCause("slow-call", c.slow, c.calls, b.cfg.slowRate)
@@ -382,7 +389,7 @@ func (b *Breaker) setLocked(w uint64, to State, flags uint64, t Transition, now 
 	if from == to && (w^nw)&(flagForced|flagNoRecord) == 0 {
 		return nw // same state, same flags (a Reset of a closed breaker): nothing to tell
 	}
-	if b.cfg.onTrans != nil {
+	if b.cfg.onTrans != nil || len(b.subs) > 0 {
 		t.Name, t.From, t.To, t.Forced = b.cfg.name, from, to, nw&flagForced != 0
 		b.pending = append(b.pending, t)
 	}
@@ -414,8 +421,9 @@ func (b *Breaker) openDuration(n int) time.Duration {
 }
 
 // unlockAndDeliver releases mu and delivers queued transitions to
-// OnTransition, in order, outside the lock. If another goroutine is already
-// delivering, it hands its transitions over to it and returns.
+// OnTransition and the subscribers, in order, outside the lock. If another
+// goroutine is already delivering, it hands its transitions over to it and
+// returns.
 func (b *Breaker) unlockAndDeliver() {
 	if len(b.pending) == 0 || b.delivering {
 		b.mu.Unlock()
@@ -424,7 +432,7 @@ func (b *Breaker) unlockAndDeliver() {
 	b.delivering = true
 	ok := false
 	defer func() {
-		if !ok { // OnTransition panicked (mu is held again): let the next transition deliver
+		if !ok { // a callback panicked (mu is held again): let the next transition deliver
 			b.delivering = false
 			b.pending = b.pending[:0]
 			b.mu.Unlock()
@@ -433,15 +441,45 @@ func (b *Breaker) unlockAndDeliver() {
 	for len(b.pending) > 0 {
 		t := b.pending[0]
 		b.pending = append(b.pending[:0], b.pending[1:]...)
+		subs := b.subs
 		b.mu.Unlock()
 		func() {
 			defer b.mu.Lock()
-			b.cfg.onTrans(t)
+			if b.cfg.onTrans != nil {
+				b.cfg.onTrans(t)
+			}
+			for _, s := range subs {
+				s.fn(t)
+			}
 		}()
 	}
 	b.delivering = false
 	ok = true
 	b.mu.Unlock()
+}
+
+// Subscribe registers fn to be called on every transition, like
+// Config.OnTransition (after it) and with the same guarantees: in order,
+// one at a time, outside the lock. It returns a func that unregisters fn; a
+// transition being delivered as it runs may still reach fn. Subscribe is
+// how a component that did not build the breaker (a policy with an
+// observer) listens to it.
+func (b *Breaker) Subscribe(fn func(Transition)) (cancel func()) {
+	s := &subscription{fn}
+	b.mu.Lock()
+	b.subs = append(b.subs[:len(b.subs):len(b.subs)], s)
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for i, x := range b.subs {
+			if x == s {
+				subs := make([]*subscription, 0, len(b.subs)-1)
+				b.subs = append(append(subs, b.subs[:i]...), b.subs[i+1:]...)
+				return
+			}
+		}
+	}
 }
 
 // Execute runs fn if the breaker allows it and records its outcome, as

@@ -841,3 +841,39 @@ func TestName(t *testing.T) {
 		t.Fatalf("Name = %q", got)
 	}
 }
+
+func TestSubscribe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var got []string
+		b := breaker.New(breaker.Config{MinRequests: 1, OnTransition: func(tr breaker.Transition) {
+			got = append(got, "config:"+tr.To.String())
+		}})
+		cancel1 := b.Subscribe(func(tr breaker.Transition) { got = append(got, "sub1:"+tr.To.String()) })
+		cancel2 := b.Subscribe(func(tr breaker.Transition) { got = append(got, "sub2:"+tr.To.String()) })
+		calls(b, breaker.Failure, 1)
+		cancel1()
+		b.Reset()
+		cancel2()
+		cancel2() // twice is harmless
+		b.ForceOpen()
+		want := "config:open sub1:open sub2:open config:closed sub2:closed config:open"
+		if s := strings.Join(got, " "); s != want {
+			t.Fatalf("delivered %s\nwant      %s", s, want)
+		}
+	})
+}
+
+func TestTransitionRates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &recorder{}
+		b := breaker.New(breaker.Config{MinRequests: 4, SlowCall: time.Second, OnTransition: r.on})
+		p, _ := b.Allow()
+		p.Done(breaker.Success, 2*time.Second)
+		calls(b, breaker.Success, 1)
+		calls(b, breaker.Failure, 2)
+		ts := r.list()
+		if len(ts) != 1 || ts[0].FailureRate != 0.5 || ts[0].SlowRate != 0.25 || ts[0].Reason != breaker.ReasonFailureRate {
+			t.Fatalf("transitions %+v, want failure rate 0.5, slow rate 0.25", ts)
+		}
+	})
+}

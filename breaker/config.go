@@ -130,7 +130,10 @@ type Config struct {
 	OnTransition func(Transition)
 
 	// Rand returns a uniformly random number in [0, 1) for the jitter.
-	// Nil means math/rand/v2's Float64. Set it for reproducible tests.
+	// Nil means math/rand/v2's Float64. Set it for reproducible tests. It is
+	// called under the breaker's lock, but breakers sharing a Config (a
+	// Group) call it concurrently: it must then be safe for concurrent use,
+	// which a *rand.Rand's Float64 is not.
 	Rand func() float64
 
 	// Classify maps an error to an Outcome for Execute. Nil means

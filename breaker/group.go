@@ -54,6 +54,7 @@ type Group struct {
 	epoch   time.Time
 
 	sweeps atomic.Uint32 // idle sweeps done: the current idle epoch
+	subs   atomic.Pointer[[]*subscription]
 
 	mu sync.RWMutex
 	m  map[string]*entry
@@ -111,6 +112,17 @@ func (g *Group) create(key string) *Breaker {
 		cfg = g.cfgFor(key)
 	}
 	cfg.Name = key
+	own := cfg.OnTransition
+	cfg.OnTransition = func(t Transition) {
+		if own != nil {
+			own(t)
+		}
+		if subs := g.subs.Load(); subs != nil {
+			for _, s := range *subs {
+				s.fn(t)
+			}
+		}
+	}
 	b := New(cfg)
 
 	g.mu.Lock()
@@ -206,6 +218,33 @@ func (g *Group) removeLocked(e *entry) {
 	moved.idx = e.idx
 	g.ring[last] = nil
 	g.ring = g.ring[:last]
+}
+
+// Subscribe registers fn to be called on every transition of every breaker
+// of the group, present and future, after the breaker's own OnTransition;
+// Transition.Name is the key. It returns a func that unregisters fn.
+func (g *Group) Subscribe(fn func(Transition)) (cancel func()) {
+	s := &subscription{fn}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var subs []*subscription
+	if p := g.subs.Load(); p != nil {
+		subs = *p
+	}
+	subs = append(subs[:len(subs):len(subs)], s)
+	g.subs.Store(&subs)
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		old := *g.subs.Load()
+		subs := make([]*subscription, 0, len(old))
+		for _, x := range old {
+			if x != s {
+				subs = append(subs, x)
+			}
+		}
+		g.subs.Store(&subs)
+	}
 }
 
 // Remove drops the breaker for key, if any.

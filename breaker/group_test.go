@@ -2,6 +2,7 @@ package breaker_test
 
 import (
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -167,4 +168,20 @@ func TestGroupConcurrent(t *testing.T) {
 	if got := g.Len(); got > max {
 		t.Fatalf("Len = %d, want at most %d", got, max)
 	}
+}
+
+func TestGroupSubscribe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := breaker.NewGroup(breaker.GroupConfig{Config: breaker.Config{MinRequests: 1}})
+		before := g.Get("before")
+		var got []string
+		cancel := g.Subscribe(func(tr breaker.Transition) { got = append(got, tr.Name+":"+tr.To.String()) })
+		calls(before, breaker.Failure, 1)
+		calls(g.Get("after"), breaker.Failure, 1)
+		cancel()
+		calls(g.Get("later"), breaker.Failure, 1)
+		if s := strings.Join(got, " "); s != "before:open after:open" {
+			t.Fatalf("delivered %q", s)
+		}
+	})
 }

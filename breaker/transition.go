@@ -40,6 +40,9 @@ type Transition struct {
 	// Calls, Failures and Slow are the window's counts that tripped the
 	// breaker (closed -> open), or the probes' (half-open -> closed).
 	Calls, Failures, Slow int
+	// FailureRate and SlowRate are Failures/Calls and Slow/Calls when the
+	// window tripped the breaker (closed -> open), else 0.
+	FailureRate, SlowRate float64
 	// OpenFor is how long the breaker stays open when To is Open and not
 	// forced: the jittered (and possibly grown) open time.
 	OpenFor time.Duration
