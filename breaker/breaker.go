@@ -132,7 +132,8 @@ func (b *Breaker) clockAt(t time.Time) int64 { return int64(t.Sub(b.epoch)) }
 // Permit is the right to make one call, returned by Allow. Report the call's
 // result with Done exactly once; later calls of Done are not detected and
 // would count the call again. The zero Permit is valid and records nothing.
-// A Permit is a small value: copy it freely.
+// A Permit is a small value: copy it freely, and call Done from any
+// goroutine.
 type Permit struct {
 	b *Breaker
 	w uint64 // state word at Allow
@@ -562,7 +563,8 @@ func (b *Breaker) force(to State, flags uint64, r Reason, cause string) {
 	b.unlockAndDeliver()
 }
 
-// Metrics is a snapshot of a breaker for monitoring.
+// Metrics is a snapshot of a breaker for monitoring: a plain value, owned by
+// its caller.
 type Metrics struct {
 	State State
 	// Forced is true while the state was forced (ForceOpen, ForceClosed) or

@@ -57,7 +57,8 @@ func (m Mode) String() string {
 // field's comment says what its zero value means. Invalid values (negative
 // where not documented, NaN, rates above 1) are replaced by the default
 // rather than rejected, so a bad configuration file degrades to the default
-// instead of to no protection.
+// instead of to no protection. New copies the Config; the functions it
+// holds are called concurrently by the breaker's users.
 type Config struct {
 	// Name identifies the breaker in transitions and errors (a dependency, a
 	// host, a Group key). Empty is fine.

@@ -14,7 +14,7 @@ const (
 
 // GroupConfig configures a Group. The zero GroupConfig is valid: default
 // breakers, at most DefaultMaxKeys of them, idle ones dropped after
-// DefaultIdleTTL.
+// DefaultIdleTTL. NewGroup copies it; ConfigFor is called concurrently.
 type GroupConfig struct {
 	// Config is the configuration of every breaker in the group, with Name
 	// set to the key. Its OnTransition sees the key as Transition.Name.

@@ -23,7 +23,8 @@ const (
 	ReasonReset        Reason = "reset"         // Reset
 )
 
-// Transition describes one state change of a breaker, for OnTransition.
+// Transition describes one state change of a breaker, for OnTransition: a
+// plain value, owned by the callback.
 type Transition struct {
 	// Name is the breaker's Config.Name (the key, in a Group).
 	Name string

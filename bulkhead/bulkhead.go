@@ -21,8 +21,8 @@ const (
 // MaxWait passed first.
 var ErrFull = errors.New("bulkhead: full")
 
-// Config configures a Bulkhead. The zero Config is valid: 10 calls at once,
-// no waiting.
+// Config configures a Bulkhead: a plain value that New copies. The zero
+// Config is valid: 10 calls at once, no waiting.
 type Config struct {
 	// MaxConcurrent is the number of calls allowed in flight at once. Zero
 	// or negative means DefaultMaxConcurrent (10).
