@@ -877,3 +877,32 @@ func TestTransitionRates(t *testing.T) {
 		}
 	})
 }
+
+func TestErrorMessages(t *testing.T) {
+	if got, want := breaker.ErrTooManyProbes.Error(), "breaker: half-open, all probe slots taken"; got != want {
+		t.Fatalf("ErrTooManyProbes = %q, want %q", got, want)
+	}
+	if got, want := breaker.ErrOpen.Error(), "breaker: open"; got != want {
+		t.Fatalf("ErrOpen = %q, want %q", got, want)
+	}
+	b := breaker.New(breaker.Config{Name: "a\nb"})
+	b.ForceOpen()
+	_, err := b.Allow()
+	if got, want := err.Error(), `breaker "a\nb": open (forced)`; got != want {
+		t.Fatalf("error = %q, want %q", got, want)
+	}
+}
+
+// Execute measures the probe's duration itself: a slow probe re-opens.
+func TestExecuteSlowProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := breaker.New(breaker.Config{MinRequests: 1, SlowCall: time.Second, OpenJitter: noJitter})
+		trip(t, b, 1)
+		time.Sleep(breaker.DefaultOpenFor)
+		b.Execute(func() error { time.Sleep(time.Second); return nil })
+		wantState(t, b, breaker.Open)
+		time.Sleep(breaker.DefaultOpenFor)
+		b.Execute(func() error { time.Sleep(999 * time.Millisecond); return nil })
+		wantState(t, b, breaker.Closed)
+	})
+}
