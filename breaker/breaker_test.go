@@ -906,3 +906,12 @@ func TestExecuteSlowProbe(t *testing.T) {
 		wantState(t, b, breaker.Closed)
 	})
 }
+
+// A count window smaller than the default minimum volume still trips.
+func TestCountWindowCapsMinRequests(t *testing.T) {
+	b := breaker.New(breaker.Config{CountWindow: 5})
+	calls(b, breaker.Failure, 4)
+	wantState(t, b, breaker.Closed)
+	calls(b, breaker.Failure, 1)
+	wantState(t, b, breaker.Open)
+}

@@ -81,13 +81,16 @@ type Config struct {
 	// Zero means DefaultMinRequests (20); a negative value means no minimum,
 	// so a single failure can trip it (the behaviour of libraries whose
 	// volume threshold defaults to 0: rarely what you want at low traffic).
+	// With a count window, a minimum above CountWindow is lowered to
+	// CountWindow, or the breaker could never trip.
 	MinRequests int
 	// FailureRate trips the breaker when failures/calls >= FailureRate
 	// (inclusive). Zero, negative, NaN or above 1 means DefaultFailureRate
 	// (0.5).
 	FailureRate float64
 	// SlowCall is the duration at or above which a call counts as slow, for
-	// the slow-call rate. Zero (or negative) turns slow-call tracking off.
+	// the slow-call rate; a slow failure counts as both, an ignored call as
+	// neither. Zero (or negative) turns slow-call tracking off.
 	SlowCall time.Duration
 	// SlowRate trips the breaker when slow/calls >= SlowRate (inclusive);
 	// used only when SlowCall is set. Zero, negative, NaN or above 1 means
@@ -241,6 +244,9 @@ func (c Config) normalize() normalized {
 		n.minRequests = 1 // no minimum: rates need at least one call
 	default:
 		n.minRequests = int64(c.MinRequests)
+	}
+	if n.count > 0 && n.minRequests > int64(n.count) {
+		n.minRequests = int64(n.count)
 	}
 	n.failureRate = validRate(c.FailureRate, DefaultFailureRate)
 	if c.SlowCall > 0 {
