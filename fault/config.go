@@ -64,6 +64,9 @@ type matchSpec struct {
 	Headers map[string]string `json:"headers,omitempty"`
 }
 
+var durationFields = map[string]bool{"delay": true, "min": true, "max": true, "p50": true,
+	"p99": true, "retry_after": true, "every": true}
+
 // params lists, per kind, the fault fields a rule of that kind may set.
 var params = map[Kind][]string{
 	KindLatency:   {"delay", "min", "max", "p50", "p99"},
@@ -378,7 +381,11 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 			switch {
 			case errors.As(err, &te):
 				re.Field = te.Field
-				re.Err = fmt.Errorf("got a JSON %s, want %s", te.Value, jsonType(te.Type.String()))
+				want := jsonType(te.Type.String())
+				if durationFields[te.Field] {
+					want = `a duration such as "200ms"`
+				}
+				re.Err = fmt.Errorf("got a JSON %s, want %s", te.Value, want)
 			case strings.HasPrefix(err.Error(), `json: unknown field "`):
 				re.Field = strings.TrimSuffix(strings.TrimPrefix(err.Error(), `json: unknown field "`), `"`)
 				re.Err = errors.New("unknown field")
