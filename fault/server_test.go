@@ -462,3 +462,60 @@ func TestServerHeaderFaults(t *testing.T) {
 		}
 	})
 }
+
+func TestServerEdgeCases(t *testing.T) {
+	t.Run("status zero value is 503", func(t *testing.T) {
+		u := newUpstream(t, always(Status{}), nil)
+		resp, err := u.get(t.Context(), t, "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 503 {
+			t.Errorf("status = %d, want 503", resp.StatusCode)
+		}
+	})
+	t.Run("truncate HEAD is cut before the headers", func(t *testing.T) {
+		u := newUpstream(t, always(Truncate{}), nil)
+		resp, err := u.client.Head(u.srv.URL)
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("got %s, want the connection cut", resp.Status)
+		}
+		if u.calls.Load() != 0 {
+			t.Errorf("handler ran %d times, want 0", u.calls.Load())
+		}
+	})
+	t.Run("truncate 204 is cut before the headers", func(t *testing.T) {
+		u := newUpstream(t, always(Truncate{}), func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusNoContent)
+		})
+		resp, err := u.get(t.Context(), t, "/")
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("got %s, want the connection cut", resp.Status)
+		}
+		if u.calls.Load() != 1 {
+			t.Errorf("handler ran %d times, want 1", u.calls.Load())
+		}
+	})
+	t.Run("stall without a body still stalls", func(t *testing.T) {
+		u := newUpstream(t, always(StallBody{}), func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Answer", "42")
+		})
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		defer cancel()
+		resp, err := u.get(ctx, t, "/")
+		if err != nil {
+			t.Fatalf("headers should arrive: %v", err)
+		}
+		defer resp.Body.Close()
+		if resp.Header.Get("X-Answer") != "42" {
+			t.Errorf("headers = %v", resp.Header)
+		}
+		if _, err := io.ReadAll(resp.Body); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("read err = %v, want the client's deadline", err)
+		}
+		u.waitExit(t)
+	})
+}
