@@ -44,6 +44,7 @@ func (in *Injector) Middleware(next http.Handler) http.Handler {
 		case Reset, Refuse:
 			reset(w)
 		case Hang:
+			drain(r)
 			_ = in.wait(ctx, -1, nil)
 			panic(http.ErrAbortHandler)
 		case SlowBody:
@@ -56,7 +57,7 @@ func (in *Injector) Middleware(next http.Handler) http.Handler {
 			}
 		case StallBody:
 			sw := &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w),
-				in: in, ctx: ctx, room: f.Bytes}
+				in: in, r: r, room: f.Bytes}
 			next.ServeHTTP(sw, r)
 			sw.stall()
 			panic(http.ErrAbortHandler)
@@ -105,6 +106,14 @@ func resetConn(conn net.Conn) {
 		_ = l.SetLinger(0)
 	}
 	_ = c.Close()
+}
+
+// drain reads what is left of the request body. net/http watches for the
+// client going away (and cancels the request's context) only once the body
+// has been read, so a request held with its body unread would outlive its
+// client.
+func drain(r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
 }
 
 // slowWriter writes the body in pieces of bytes, waiting every before each.
@@ -167,7 +176,7 @@ type stallWriter struct {
 	http.ResponseWriter
 	rc      *http.ResponseController
 	in      *Injector
-	ctx     context.Context
+	r       *http.Request
 	room    int
 	stalled bool
 }
@@ -196,7 +205,8 @@ func (s *stallWriter) stall() {
 	}
 	s.stalled = true
 	_ = s.rc.Flush()
-	_ = s.in.wait(s.ctx, -1, nil)
+	drain(s.r)
+	_ = s.in.wait(s.r.Context(), -1, nil)
 }
 
 func (s *stallWriter) Flush() {

@@ -519,3 +519,25 @@ func TestServerEdgeCases(t *testing.T) {
 		u.waitExit(t)
 	})
 }
+
+// A request whose body the server never read is not watched for a client
+// disconnect by net/http; the hang must still end with the client.
+func TestServerHangWithUnreadBodyEndsWithClient(t *testing.T) {
+	for _, f := range []Fault{Hang{}, StallBody{}} {
+		t.Run(string(f.Kind()), func(t *testing.T) {
+			u := newUpstream(t, always(f), func(w http.ResponseWriter, r *http.Request) {})
+			ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "POST", u.srv.URL, strings.NewReader(strings.Repeat("x", 1<<16)))
+			resp, err := u.client.Do(req)
+			if err == nil {
+				_, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("err = %v, want the client's deadline", err)
+			}
+			u.waitExit(t)
+		})
+	}
+}
