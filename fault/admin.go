@@ -10,7 +10,7 @@ import (
 )
 
 // AdminConfig configures the admin endpoint. The zero AdminConfig serves
-// loopback clients only.
+// loopback clients only. It is a plain value, copied by Admin.
 type AdminConfig struct {
 	// AllowRemote lets clients other than loopback ones read and change the
 	// rules. Zero (false) answers them 403: whoever reaches the admin

@@ -413,8 +413,13 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 }
 
 // MarshalJSON writes c in the config file format (see ParseConfig), without
-// a seed. c's rules must be valid.
+// a seed, or returns the *RuleError of an invalid rule.
 func (c Config) MarshalJSON() ([]byte, error) {
+	rules, err := normalizeRules(c.Rules)
+	if err != nil {
+		return nil, err
+	}
+	c.Rules = rules
 	return json.Marshal(c.file(nil))
 }
 

@@ -12,7 +12,7 @@ import (
 )
 
 // Kind names a fault. It is the value of "kind" in a config file and in the
-// X-Fault header.
+// X-Fault header. It is a plain string, safe to share.
 type Kind string
 
 // The fault kinds, one per Fault type.

@@ -24,7 +24,8 @@ const HeaderRule = "(header)"
 // Injector was closed.
 var ErrClosed = errors.New("fault: injector closed")
 
-// Config configures an Injector. The zero Config injects nothing.
+// Config configures an Injector. The zero Config injects nothing. A Config
+// is a plain value: New and Reconfigure copy it, so it may be reused.
 type Config struct {
 	// Rules are evaluated in order for every request; see Injector.
 	Rules []Rule
@@ -83,7 +84,7 @@ type counter struct {
 }
 
 // Counter reports how often one rule matched a request and how often it
-// fired (injected its fault).
+// fired (injected its fault). It is a snapshot, a plain value.
 type Counter struct {
 	Rule    string `json:"rule"`
 	Kind    Kind   `json:"kind"`

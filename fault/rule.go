@@ -14,7 +14,8 @@ import (
 var ErrInvalid = errors.New("fault: invalid configuration")
 
 // RuleError says which rule of a list is wrong, and which of its fields.
-// It Is ErrInvalid and unwraps to the cause.
+// It Is ErrInvalid and unwraps to the cause. Like most errors it is not
+// modified after it is returned, so it may be shared between goroutines.
 type RuleError struct {
 	// Index is the rule's position in its list, from 0; -1 when the rule
 	// does not come from a list (an X-Fault header, a --fault flag).
@@ -80,7 +81,8 @@ type Rule struct {
 }
 
 // Match selects requests. Every condition set must hold; a zero field
-// matches anything. Server side the request is the incoming one; client side
+// matches anything. The Injector keeps its own copy, so a Match may be
+// reused or changed after New. Server side the request is the incoming one; client side
 // it is the outgoing one, before any fault.
 type Match struct {
 	// Methods lists the methods matched (case-insensitive). Empty matches
