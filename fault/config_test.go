@@ -261,3 +261,31 @@ func FuzzParseRule(f *testing.F) {
 		}
 	})
 }
+
+func TestParseConfigHostileYAML(t *testing.T) {
+	// A billion laughs: nine levels of nine aliases each.
+	bomb := "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+	prev := "a"
+	for i := range 9 {
+		n := string(rune('b' + i))
+		bomb += n + ": &" + n + " [" + strings.Repeat("*"+prev+", ", 8) + "*" + prev + "]\n"
+		prev = n
+	}
+	for name, doc := range map[string]string{
+		"alias bomb":   bomb,
+		"deep flow":    strings.Repeat("[", 100000),
+		"deep block":   strings.Repeat("- ", 100000),
+		"self alias":   "a: &a [*a]",
+		"binary":       "\x00\xff\xfe",
+		"json nesting": strings.Repeat(`{"a":`, 20000),
+	} {
+		start := time.Now()
+		_, err := ParseConfig([]byte(doc))
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%s: took %v", name, d)
+		}
+	}
+}

@@ -276,8 +276,9 @@ func TestServerSlowBody(t *testing.T) {
 	if d := time.Since(start); d < 5*20*time.Millisecond {
 		t.Errorf("body took %v, want at least 5 pieces × 20ms", d)
 	}
-	if len(gaps) < 5 {
-		t.Errorf("body arrived in %d reads, want one per 2-byte piece (5)", len(gaps))
+	// A loaded client may read two pieces at once; it cannot read it all at once.
+	if len(gaps) < 2 {
+		t.Errorf("body arrived in %d read(s), want it in pieces", len(gaps))
 	}
 }
 
