@@ -114,3 +114,24 @@ func TestReportIsSelfContained(t *testing.T) {
 		t.Fatal("the report lacks the inlined chart library or the chart data")
 	}
 }
+
+func TestJitter(t *testing.T) {
+	res := runExp(t, "jitter")
+	byRow := map[string]Row{}
+	for _, r := range res.Rows {
+		byRow[r.Label] = r
+	}
+	none := byRow["no jitter"]
+	if got := col(t, none, "total_calls").(int); got != 5500 {
+		t.Errorf("no jitter: %d calls, want the seed's 5500", got)
+	}
+	if got := col(t, none, "all_done_at_ms").(time.Duration); got != 32700*time.Millisecond {
+		t.Errorf("no jitter: done at %v, want 32.7s", got)
+	}
+	for _, label := range []string{"equal jitter", "full jitter", "decorrelated", "+0..100ms"} {
+		r := byRow[label]
+		if col(t, r, "total_calls").(int) >= 5500 || col(t, r, "all_done_at_ms").(time.Duration) > 5*time.Second {
+			t.Errorf("%s did not break the waves: %+v", label, r.Cols)
+		}
+	}
+}
