@@ -245,6 +245,7 @@ func Experiments() []Experiment {
 	return []Experiment{
 		amplification(),
 		jitter(),
+		deadlineExp(),
 		retryAfter(),
 	}
 }
