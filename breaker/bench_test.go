@@ -157,3 +157,32 @@ func BenchmarkGroupGet(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkSharedClock measures what the breaker adds to a caller that reads
+// the clock at the start and end of each attempt anyway (as guardrail.Do
+// does): clock_only is those two reads, breaker adds AllowAt and DoneAt
+// with slow-call tracking on, reusing them.
+func BenchmarkSharedClock(b *testing.B) {
+	b.Run("impl=clock_only", func(b *testing.B) {
+		var d time.Duration
+		for b.Loop() {
+			start := time.Now()
+			end := time.Now()
+			d += end.Sub(start)
+		}
+		_ = d
+	})
+	b.Run("impl=breaker", func(b *testing.B) {
+		br := breaker.New(breaker.Config{SlowCall: time.Second})
+		b.ReportAllocs()
+		for b.Loop() {
+			start := time.Now()
+			p, err := br.AllowAt(start)
+			if err != nil {
+				b.Fatal(err)
+			}
+			end := time.Now()
+			p.DoneAt(breaker.Success, end.Sub(start), end)
+		}
+	})
+}
