@@ -21,6 +21,16 @@ const (
 // MaxWait passed first.
 var ErrFull = errors.New("bulkhead: full")
 
+// ErrNoTime is returned by AcquireBy when no slot became free before its
+// latest time (at once, without queueing, if that time had passed). It Is
+// ErrFull.
+var ErrNoTime error = &noTimeError{}
+
+type noTimeError struct{}
+
+func (*noTimeError) Error() string        { return "bulkhead: full, no slot in the time left" }
+func (*noTimeError) Is(target error) bool { return target == ErrFull }
+
 // Config configures a Bulkhead: a plain value that New copies. The zero
 // Config is valid: 10 calls at once, no waiting.
 type Config struct {
@@ -99,7 +109,19 @@ func New(cfg Config) *Bulkhead {
 //
 // The returned func is the same for every call, so Acquire does not
 // allocate on the uncontended path.
+//
+// Acquire waits up to the deadline itself; a caller that needs time left
+// for the call after the wait uses AcquireBy.
 func (b *Bulkhead) Acquire(ctx context.Context) (release func(), err error) {
+	return b.AcquireBy(ctx, time.Time{})
+}
+
+// AcquireBy is Acquire with a wait that also ends at latest (the zero Time
+// means no such limit), returning ErrNoTime then; if latest has already
+// passed and no slot is free it fails at once, without queueing. A caller
+// that needs some time left for the call itself passes its deadline minus
+// that time, so it never waits for a slot it could not use.
+func (b *Bulkhead) AcquireBy(ctx context.Context, latest time.Time) (release func(), err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -107,15 +129,24 @@ func (b *Bulkhead) Acquire(ctx context.Context) (release func(), err error) {
 	if s < b.limit && b.state.CompareAndSwap(s, s+1) { // s < limit: nobody queued, a slot free
 		return b.release, nil
 	}
-	return b.acquireSlow(ctx)
+	return b.acquireSlow(ctx, latest)
 }
 
-func (b *Bulkhead) acquireSlow(ctx context.Context) (func(), error) {
-	if b.maxQueue == 0 {
+func (b *Bulkhead) acquireSlow(ctx context.Context, latest time.Time) (func(), error) {
+	wait, waitErr := b.maxWait, ErrFull
+	if !latest.IsZero() {
+		if left := time.Until(latest); left < wait {
+			wait, waitErr = left, ErrNoTime
+		}
+	}
+	if b.maxQueue == 0 || wait <= 0 {
 		for {
 			s := b.state.Load()
 			if s >= b.limit {
-				return nil, ErrFull
+				if b.maxQueue == 0 {
+					return nil, ErrFull
+				}
+				return nil, waitErr // no time to wait
 			}
 			if b.state.CompareAndSwap(s, s+1) {
 				return b.release, nil
@@ -152,8 +183,8 @@ func (b *Bulkhead) acquireSlow(ctx context.Context) (func(), error) {
 	b.mu.Unlock()
 
 	var expired <-chan time.Time
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > b.maxWait {
-		t := time.NewTimer(b.maxWait)
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > wait {
+		t := time.NewTimer(wait)
 		defer t.Stop()
 		expired = t.C
 	} // else the deadline comes first: ctx.Done ends the wait
@@ -161,7 +192,7 @@ func (b *Bulkhead) acquireSlow(ctx context.Context) (func(), error) {
 	case <-w.ready:
 		return b.release, nil
 	case <-expired:
-		return b.giveUp(w, ErrFull)
+		return b.giveUp(w, waitErr)
 	case <-ctx.Done():
 		return b.giveUp(w, ctx.Err())
 	}
@@ -174,7 +205,7 @@ func (b *Bulkhead) giveUp(w *waiter, err error) (func(), error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if w.granted {
-		if err == ErrFull {
+		if err == ErrFull || err == ErrNoTime {
 			return b.release, nil
 		}
 		b.releaseLocked()

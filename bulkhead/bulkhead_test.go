@@ -372,3 +372,66 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		})
 	})
 }
+
+// AcquireBy never waits for a slot the caller would have no time to use.
+func TestAcquireBy(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		latest  time.Duration // from now; 0 = none
+		maxWait time.Duration
+		wantErr error
+		want    time.Duration
+	}{
+		{"latest passed: at once", -time.Millisecond, time.Second, bulkhead.ErrNoTime, 0},
+		{"latest now: at once", 0, time.Second, bulkhead.ErrNoTime, 0},
+		{"latest first", 30 * time.Millisecond, time.Second, bulkhead.ErrNoTime, 30 * time.Millisecond},
+		{"MaxWait first", time.Second, 100 * time.Millisecond, bulkhead.ErrFull, 100 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := bulkhead.New(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 1, MaxWait: tc.maxWait})
+				release := mustAcquire(t, b)
+				defer release()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				start := time.Now()
+				_, err := b.AcquireBy(ctx, start.Add(tc.latest))
+				if err != tc.wantErr || !errors.Is(err, bulkhead.ErrFull) {
+					t.Fatalf("AcquireBy = %v, want %v (which Is ErrFull)", err, tc.wantErr)
+				}
+				if waited := time.Since(start); waited != tc.want {
+					t.Fatalf("waited %v, want %v", waited, tc.want)
+				}
+				wantCounts(t, b, 1, 0)
+			})
+		})
+	}
+	// A free slot needs no time to wait for: granted even past latest.
+	b := bulkhead.New(bulkhead.Config{MaxQueue: 1})
+	release, err := b.AcquireBy(context.Background(), time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatalf("AcquireBy with a free slot = %v", err)
+	}
+	release()
+	if got := bulkhead.ErrNoTime.Error(); got != "bulkhead: full, no slot in the time left" {
+		t.Fatalf("ErrNoTime = %q", got)
+	}
+}
+
+// A waiter handed its slot at the instant its latest time passes takes it.
+func TestAcquireByRacingRelease(t *testing.T) {
+	for range 100 {
+		synctest.Test(t, func(t *testing.T) {
+			b := bulkhead.New(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour})
+			hold := mustAcquire(t, b)
+			time.AfterFunc(10*time.Millisecond, hold)
+			if release, err := b.AcquireBy(context.Background(), time.Now().Add(10*time.Millisecond)); err == nil {
+				release()
+			} else if err != bulkhead.ErrNoTime {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+			wantCounts(t, b, 0, 0)
+		})
+	}
+}
