@@ -615,3 +615,26 @@ func (b *Breaker) Metrics() Metrics {
 
 // Name returns the breaker's Config.Name.
 func (b *Breaker) Name() string { return b.cfg.name }
+
+// Timed reports whether the breaker uses call durations (slow-call tracking
+// is on), so a caller knows whether to measure them for Done.
+func (b *Breaker) Timed() bool { return b.cfg.slowCall > 0 }
+
+// Refusal returns the *OpenError Allow would return now because the
+// breaker is open and its open time has not elapsed, or nil. Unlike Allow
+// it changes nothing and takes no permit, so a caller about to wait before
+// a retry can check that the retry would not be refused anyway.
+func (b *Breaker) Refusal() error {
+	w := b.state.Load()
+	if w&stateMask != uint64(Open) {
+		return nil
+	}
+	e := b.openErr.Load()
+	if e == nil || e.w != w {
+		return nil
+	}
+	if w&flagForced != 0 || b.clock() < e.until {
+		return e
+	}
+	return nil
+}
