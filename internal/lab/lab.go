@@ -240,6 +240,7 @@ func Experiments() []Experiment {
 	return []Experiment{
 		amplification(),
 		retryAfter(),
+		shedding(),
 	}
 }
 
