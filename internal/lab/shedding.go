@@ -225,7 +225,7 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 			if !p.lagged(res) || try == shedTries {
 				break
 			}
-			reruns = append(reruns, fmt.Sprintf("%s (try %d: %.1f rps, p99 lag %v)", row.label, try, res.sendRate, res.lagP99.Round(time.Millisecond)))
+			reruns = append(reruns, fmt.Sprintf("%s (try %d: %.1f rps, p99 lag %v)", row.label, try, res.sendRate, res.lagP99.Round(100*time.Microsecond)))
 		}
 	}
 
@@ -249,35 +249,66 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 	// the pool serves C per second for the whole duration D, plus L. The
 	// ratio, (D + L/C) / (1.5 (timeout - service)), is 2.2 at the card's
 	// numbers and 2.4 in a quick run, whatever C the machine really gives.
-	none, fixed := results[0].summary(nil), results[1].summary(nil)
-	ratio := fixed.goodput(p.duration) / none.goodput(p.duration)
-	r.check(ratio >= 2, "shedding more than doubles goodput",
-		"shed at %d: %.1f rps, no shedding: %.1f rps (%.2fx, want >= 2x)", p.limit, fixed.goodput(p.duration), none.goodput(p.duration), ratio)
-	for i, row := range rows[1:] {
-		s := results[i+1].summary(nil)
-		r.check(s.timeout == 0, "no timeouts with shedding ("+row.label+")", "%d of %d requests timed out", s.timeout, s.sent)
+	//
+	// A row whose load still fell behind its schedule after every try
+	// measured this machine, not the shedder: its checks are not judged,
+	// and a failed check says so instead, so the lab neither passes on
+	// numbers it did not get nor blames the shedder for a stalled process.
+	measured := func(rows ...int) bool {
+		for _, i := range rows {
+			if p.lagged(results[i]) {
+				return false
+			}
+		}
+		return true
 	}
-	r.check(fixed.ok > 0 && fixed.p99ok <= p.timeout/2, "admitted requests answered well in time",
-		"shed at %d: p99 of the 200s %v, want <= half the client timeout (%v)", p.limit, fixed.p99ok.Round(time.Millisecond), p.timeout/2)
-	var refused, noRA int
+	for i, res := range results {
+		if p.lagged(res) {
+			r.check(false, "load kept its schedule ("+rows[i].label+")",
+				"%d tries, the best at %.1f rps with a p99 lag of %v (want >= 95%% of %.0f rps, lag under %v): this machine was too busy to measure the row, so its checks were not judged",
+				shedTries, res.sendRate, res.lagP99.Round(100*time.Microsecond), p.rps, p.maxLag())
+		}
+	}
+	none, fixed := results[0].summary(nil), results[1].summary(nil)
+	if measured(0, 1) {
+		ratio := fixed.goodput(p.duration) / none.goodput(p.duration)
+		r.check(ratio >= 2, "shedding more than doubles goodput",
+			"shed at %d: %.1f rps, no shedding: %.1f rps (%.2fx, want >= 2x)", p.limit, fixed.goodput(p.duration), none.goodput(p.duration), ratio)
+	}
+	for i, row := range rows[1:] {
+		if s := results[i+1].summary(nil); measured(i + 1) {
+			r.check(s.timeout == 0, "no timeouts with shedding ("+row.label+")", "%d of %d requests timed out", s.timeout, s.sent)
+		}
+	}
+	if measured(1) {
+		r.check(fixed.ok > 0 && fixed.p99ok <= p.timeout/2, "admitted requests answered well in time",
+			"shed at %d: p99 of the 200s %v, want <= half the client timeout (%v)", p.limit, fixed.p99ok.Round(time.Millisecond), p.timeout/2)
+	}
+	var refused, noRA, timed int
 	var p90, p99 time.Duration
-	for _, res := range results {
+	for i, res := range results {
 		s := res.summary(nil)
 		refused, noRA = refused+s.shed, noRA+s.noRetryAfter
-		p90, p99 = max(p90, s.p90shed), max(p99, s.p99shed)
+		if measured(i) {
+			timed += s.shed
+			p90, p99 = max(p90, s.p90shed), max(p99, s.p99shed)
+		}
 	}
 	r.check(refused > 0 && noRA == 0, "503s carry Retry-After", "%d of %d 503s lacked a valid Retry-After", noRA, refused)
 	// The p90, not the p99: refusing costs microseconds, and what sits in
 	// the last percent is this machine's scheduling, not the shedder.
-	r.check(refused > 0 && p90 < p.service/2, "refusals are fast",
-		"worst p90 of the 503s over the rows %v (p99 %v), want under half a query (%v)", p90.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), p.service/2)
+	if timed > 0 {
+		r.check(p90 < p.service/2, "refusals are fast",
+			"worst p90 of the 503s over the rows %v (p99 %v), want under half a query (%v)", p90.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), p.service/2)
+	}
 	top := mix[0]
 	ts := results[len(results)-1].summary(func(o *shot) bool { return o.prio == top.p })
-	if offered := float64(ts.sent) / p.duration.Seconds(); offered < capacity {
+	switch offered := float64(ts.sent) / p.duration.Seconds(); {
+	case offered >= capacity:
+		r.note("%s alone offers %.0f rps, above the pool's %.0f: its success is not checked.", top.p, offered, capacity)
+	case measured(len(results) - 1):
 		r.check(pct(ts.ok, ts.sent) >= 95, top.p.String()+" keeps its success",
 			"%s: %d of %d succeeded (%.1f%%, want >= 95%%)", top.p, ts.ok, ts.sent, pct(ts.ok, ts.sent))
-	} else {
-		r.note("%s alone offers %.0f rps, above the pool's %.0f: its success is not checked.", top.p, offered, capacity)
 	}
 
 	// Notes.
@@ -317,13 +348,7 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 	r.note("load generator: open loop, %d requests per row scheduled at %.0f rps, a goroutine each; achieved send rate at least %.1f rps in every row; requests started behind schedule by p99 %v, at most %v (worst row).",
 		n, p.rps, worstRate, worstP99.Round(100*time.Microsecond), worstMax.Round(100*time.Microsecond))
 	if len(reruns) > 0 {
-		r.note("rerun because the load generator fell behind its schedule (send rate under 95%% of the target, or p99 lag longer than one query): %s.", strings.Join(reruns, "; "))
-	}
-	for i, res := range results {
-		if p.lagged(res) {
-			r.note("WARNING: %s: the load generator still fell behind after %d tries (%.1f rps, p99 lag %v): this machine was too busy, and the row's offered load was lower or burstier than asked.",
-				rows[i].label, shedTries, res.sendRate, res.lagP99.Round(time.Millisecond))
-		}
+		r.note("rerun because the load generator fell behind its schedule (send rate under 95%% of the target, or p99 lag over %v): %s.", p.maxLag(), strings.Join(reruns, "; "))
 	}
 
 	r.Charts = append(r.Charts, p.charts(rows, results, mix)...)
@@ -336,10 +361,15 @@ const shedTries = 3
 
 // lagged reports whether res's load generator fell behind its schedule:
 // an achieved send rate under 95 % of the target, or more than 1 % of the
-// requests late by more than one query's time.
+// requests late by more than maxLag.
 func (p shedParams) lagged(res shedResult) bool {
-	return res.sendRate < 0.95*p.rps || res.lagP99 > p.service
+	return res.sendRate < 0.95*p.rps || res.lagP99 > p.maxLag()
 }
+
+// maxLag is the most a request may start behind its schedule before the
+// load counts as bursty: one query's time (a burst the pool cannot absorb),
+// but never under 10 ms, which goroutine scheduling alone can cost.
+func (p shedParams) maxLag() time.Duration { return max(p.service, 10*time.Millisecond) }
 
 // round1 rounds to one decimal, so JSON carries what the table shows.
 func round1(x float64) float64 { return math.Round(x*10) / 10 }
