@@ -52,13 +52,19 @@ func col(t *testing.T, r Row, key string) any {
 
 func TestAmplification(t *testing.T) {
 	res := runExp(t, "amplification", "--users", "200", "--over", "200ms", "--attempts", "3")
-	want := []float64{27, 3, -1, -1, 3} // -1: budgeted, checked below
+	want := []float64{27, 3, -1, -1, 3, -2} // -1: budgeted, -2: breaker, checked below
+	if len(res.Rows) != len(want) {
+		t.Fatalf("%d rows, want %d", len(res.Rows), len(want))
+	}
 	for i, r := range res.Rows {
 		per := col(t, r, "per_user").(float64)
 		if want[i] > 0 && per != want[i] {
 			t.Errorf("%s: per_user %.2f, want %.0f", r.Label, per, want[i])
 		}
-		if want[i] < 0 && (per < 1.05 || per > 1.2) {
+		if want[i] == -2 && per > 0.2 {
+			t.Errorf("%s: per_user %.3f, want the breaker to cut it far below the budget's", r.Label, per)
+		}
+		if want[i] == -1 && (per < 1.05 || per > 1.2) {
 			t.Errorf("%s: per_user %.2f, want within 1.05-1.2 at ratio 0.1", r.Label, per)
 		}
 	}
