@@ -246,6 +246,7 @@ func Experiments() []Experiment {
 		amplification(),
 		jitter(),
 		deadlineExp(),
+		breakerExp(),
 		retryAfter(),
 		shedding(),
 	}

@@ -156,3 +156,24 @@ func TestDeadline(t *testing.T) {
 		t.Error("a disconnect did not stop A")
 	}
 }
+
+func TestBreaker(t *testing.T) {
+	res := runExp(t, "breaker", "--open-for", "200ms", "--attempt-timeout", "300ms", "--hang", "2s")
+	rows := map[string]Row{}
+	for _, r := range res.Rows {
+		rows[r.Label] = r
+	}
+	if !col(t, rows["low traffic, MinRequests 0"], "opened").(bool) || col(t, rows["low traffic, MinRequests 20"], "opened").(bool) {
+		t.Error("the minimum volume did not decide the low-traffic rows")
+	}
+	if got := col(t, rows["30 x 404"], "failures_counted").(int); got != 0 {
+		t.Errorf("404s counted as %d failures", got)
+	}
+	out := rows["outage, 30 requests"]
+	if col(t, out, "stale").(int) != 30 || col(t, out, "calls_reaching_dependency").(int) > 4 {
+		t.Errorf("outage row: %+v", out.Cols)
+	}
+	if d := col(t, rows["slow pricing"], "answered_ms").(time.Duration); d < 300*time.Millisecond || d > 800*time.Millisecond {
+		t.Errorf("a hang answered after %v, want about the 300ms attempt timeout", d)
+	}
+}
