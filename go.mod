@@ -1,3 +1,7 @@
 module github.com/guardrail-go/guardrail
 
-go 1.26
+go 1.26.0
+
+require go.uber.org/goleak v1.3.0
+
+require github.com/stretchr/testify v1.12.1 // indirect
