@@ -2,6 +2,13 @@ module github.com/guardrail-go/guardrail
 
 go 1.26.0
 
-require go.uber.org/goleak v1.3.0
+require (
+	github.com/redis/go-redis/v9 v9.23.0
+	go.uber.org/goleak v1.3.0
+)
 
-require github.com/stretchr/testify v1.12.1 // indirect
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
