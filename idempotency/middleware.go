@@ -505,7 +505,7 @@ func replay(w http.ResponseWriter, resp *Response) {
 		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	}
 	w.WriteHeader(resp.Status)
-	if len(resp.Body) > 0 {
+	if len(resp.Body) > 0 && bodyAllowed(resp.Status) {
 		w.Write(resp.Body)
 	}
 }

@@ -35,7 +35,7 @@ func (r *recorder) Write(p []byte) (int, error) {
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK)
 	}
-	if !r.omitted {
+	if !r.omitted && bodyAllowed(r.status) {
 		if r.max >= 0 && r.body.Len()+len(p) > r.max {
 			r.omitted = true
 			r.body = bytes.Buffer{}
