@@ -385,7 +385,7 @@ func (m *middleware) leaseFor(ctx context.Context) time.Duration {
 
 // run runs the handler under the lock token holds, then stores or releases.
 func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, route, skey, token string) {
-	rec := &recorder{w: w, max: m.maxResp}
+	rec := &recorder{w: w, max: m.maxResp, keep: m.keep}
 	returned := false
 	defer func() {
 		if returned {
@@ -413,9 +413,10 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		m.release(r, route, skey, token, "status "+strconv.Itoa(rec.status))
 		return
 	}
-	resp := &Response{Status: rec.status, Header: m.storedHeader(rec), BodyOmitted: rec.omitted}
-	if resp.Status == 0 {
+	resp := &Response{Status: rec.status, Header: rec.header, BodyOmitted: rec.omitted}
+	if resp.Status == 0 { // nothing written: net/http sends 200 and the header as it is now
 		resp.Status = http.StatusOK
+		resp.Header = storedHeader(w.Header(), m.keep)
 	}
 	if !rec.omitted && rec.body.Len() > 0 {
 		resp.Body = rec.body.Bytes()
@@ -473,14 +474,11 @@ func (m *middleware) storeFailed(w http.ResponseWriter, r *http.Request, next ht
 		"The request was not processed; retry it with the same Idempotency-Key after the delay in Retry-After.")
 }
 
-func (m *middleware) storedHeader(rec *recorder) http.Header {
-	h := rec.header
-	if h == nil { // nothing written: take the header as it is now
-		h = rec.w.Header()
-	}
+// storedHeader copies the fields of h that keep selects; nil if none.
+func storedHeader(h http.Header, keep func(string) bool) http.Header {
 	var out http.Header
 	for k, vs := range h {
-		if len(vs) == 0 || !m.keep(k) {
+		if len(vs) == 0 || !keep(k) {
 			continue
 		}
 		if out == nil {

@@ -14,7 +14,8 @@ import (
 type recorder struct {
 	w        http.ResponseWriter
 	status   int         // final status (>= 200), 0 until written
-	header   http.Header // snapshot of the header when status was written
+	header   http.Header // the stored fields, copied when status was written
+	keep     func(name string) bool
 	body     bytes.Buffer
 	max      int // body bytes kept; negative means no limit
 	omitted  bool
@@ -26,7 +27,7 @@ func (r *recorder) Header() http.Header { return r.w.Header() }
 func (r *recorder) WriteHeader(code int) {
 	if r.status == 0 && code >= 200 {
 		r.status = code
-		r.header = r.w.Header().Clone()
+		r.header = storedHeader(r.w.Header(), r.keep)
 	}
 	r.w.WriteHeader(code)
 }

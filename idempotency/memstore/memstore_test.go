@@ -137,3 +137,11 @@ func TestBytesAccounting(t *testing.T) {
 		}
 	})
 }
+
+func BenchmarkMiddleware(b *testing.B) {
+	storetest.BenchmarkMiddleware(b, memstore.New(memstore.Config{MaxEntries: 1 << 24, MaxBytes: 1 << 33}))
+}
+
+func BenchmarkMiddlewareParallel(b *testing.B) {
+	storetest.BenchmarkMiddlewareParallel(b, memstore.New(memstore.Config{MaxEntries: 1 << 24, MaxBytes: 1 << 33}))
+}

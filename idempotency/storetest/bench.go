@@ -68,3 +68,40 @@ func BenchmarkMiddleware(b *testing.B, s idempotency.Store) {
 		}
 	})
 }
+
+// BenchmarkMiddlewareParallel is BenchmarkMiddleware under b.RunParallel:
+// the throughput of the middleware on s with every core busy, next to the
+// bare handler's in the same run.
+func BenchmarkMiddlewareParallel(b *testing.B, s idempotency.Store) {
+	body := `{"order":"o-1","amount":4200}`
+	serve := func(pb *testing.PB, h http.Handler, key func() string) {
+		for pb.Next() {
+			req := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(body))
+			if k := key(); k != "" {
+				req.Header.Set(idempotency.HeaderKey, k)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusCreated {
+				panic("storetest: status " + strconv.Itoa(rec.Code) + ": " + rec.Body.String())
+			}
+		}
+	}
+	mw := idempotency.Middleware(s, idempotency.Config{Logger: discardLogger()})(benchHandler)
+	prefix := idempotency.NewToken()[:8] + "-"
+	b.Run("bare", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) { serve(pb, benchHandler, func() string { return "" }) })
+	})
+	b.Run("first", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) { serve(pb, mw, func() string { return benchKey(prefix) }) })
+	})
+	b.Run("replay", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			key := benchKey(prefix)
+			serve(pb, mw, func() string { return key })
+		})
+	})
+}
