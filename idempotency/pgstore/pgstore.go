@@ -54,8 +54,8 @@ type Store struct {
 	beginSQL, lookupSQL, completeSQL, releaseSQL, sweepSQL string
 }
 
-// New returns a Store on db. Create its table with Migrate, or with the SQL
-// in the package documentation. New panics if db is nil.
+// New returns a Store on db. Create its table with Migrate, or run the SQL
+// that Schema returns with your migration tool. New panics if db is nil.
 func New(db DB, cfg Config) *Store {
 	if db == nil {
 		panic("pgstore: nil DB")
