@@ -51,7 +51,7 @@ type Store struct {
 	table string // quoted
 	index string // quoted, unqualified
 
-	beginSQL, lookupSQL, completeSQL, releaseSQL, sweepSQL string
+	beginSQL, completeSQL, releaseSQL, sweepSQL string
 }
 
 // New returns a Store on db. Create its table with Migrate, or run the SQL
@@ -71,16 +71,24 @@ func New(db DB, cfg Config) *Store {
 		index: pgx.Identifier{parts[len(parts)-1] + "_expires_at_idx"}.Sanitize(),
 	}
 	t := s.table
-	s.beginSQL = `INSERT INTO ` + t + ` AS e (key, fingerprint, token, expires_at)
-VALUES ($1, $2, $3, now() + $4::float8 * interval '1 millisecond')
-ON CONFLICT (key) DO UPDATE SET
-  fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token, status = NULL,
-  header = NULL, body = NULL, body_omitted = false, expires_at = EXCLUDED.expires_at
-WHERE e.expires_at <= now()
-RETURNING true`
-	s.lookupSQL = `SELECT fingerprint, token IS NOT NULL, status, header, body, body_omitted,
+	// One round trip whatever the key's state: the INSERT takes a free or
+	// expired key; when it did not, the SELECT reads the live row. The
+	// SELECT sees the statement's snapshot, so a row inserted concurrently
+	// after it began is seen by neither part; Begin then runs it again.
+	s.beginSQL = `WITH ins AS (
+  INSERT INTO ` + t + ` AS e (key, fingerprint, token, expires_at)
+  VALUES ($1, $2, $3, now() + $4::float8 * interval '1 millisecond')
+  ON CONFLICT (key) DO UPDATE SET
+    fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token, status = NULL,
+    header = NULL, body = NULL, body_omitted = false, expires_at = EXCLUDED.expires_at
+  WHERE e.expires_at <= now()
+  RETURNING true
+)
+SELECT true, NULL::bytea, false, NULL::integer, NULL::jsonb, NULL::bytea, false, 0::bigint FROM ins
+UNION ALL
+SELECT false, fingerprint, token IS NOT NULL, status, header, body, body_omitted,
   greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint
-FROM ` + t + ` WHERE key = $1 AND expires_at > now()`
+FROM ` + t + ` WHERE key = $1 AND expires_at > now() AND NOT EXISTS (SELECT 1 FROM ins)`
 	s.completeSQL = `UPDATE ` + t + ` SET token = NULL, status = $3, header = $4, body = $5,
   body_omitted = $6, expires_at = now() + $7::float8 * interval '1 millisecond'
 WHERE key = $1 AND token = $2 AND expires_at > now()`
@@ -138,24 +146,16 @@ func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	}
 }
 
-// maxBeginTries bounds Begin's loop: the row it lost a race for can vanish
-// (released, expired) before it is read, and then the insert is tried again.
+// maxBeginTries bounds Begin's loop, which runs again only when a
+// concurrent change hid the key from both parts of its statement.
 const maxBeginTries = 5
 
-// Begin implements idempotency.Store: one statement when the key is free,
-// a second to read the row when it is not.
+// Begin implements idempotency.Store in one statement.
 func (s *Store) Begin(ctx context.Context, key string, fp idempotency.Fingerprint, lease time.Duration) (idempotency.Result, error) {
 	for range maxBeginTries {
 		token := idempotency.NewToken()
-		var ok bool
-		err := s.db.QueryRow(ctx, s.beginSQL, key, fp[:], token, millis(lease)).Scan(&ok)
-		if err == nil {
-			return idempotency.Result{State: idempotency.StateAcquired, Token: token}, nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return idempotency.Result{}, fmt.Errorf("pgstore: begin: %w", err)
-		}
 		var (
+			acquired    bool
 			rowFP       []byte
 			locked      bool
 			status      *int32
@@ -164,12 +164,16 @@ func (s *Store) Begin(ctx context.Context, key string, fp idempotency.Fingerprin
 			bodyOmitted bool
 			leftMillis  int64
 		)
-		err = s.db.QueryRow(ctx, s.lookupSQL, key).Scan(&rowFP, &locked, &status, &header, &body, &bodyOmitted, &leftMillis)
+		err := s.db.QueryRow(ctx, s.beginSQL, key, fp[:], token, millis(lease)).
+			Scan(&acquired, &rowFP, &locked, &status, &header, &body, &bodyOmitted, &leftMillis)
 		if errors.Is(err, pgx.ErrNoRows) {
-			continue // gone meanwhile: try to take it again
+			continue // changed under the statement: try again
 		}
 		if err != nil {
 			return idempotency.Result{}, fmt.Errorf("pgstore: begin: %w", err)
+		}
+		if acquired {
+			return idempotency.Result{State: idempotency.StateAcquired, Token: token}, nil
 		}
 		switch {
 		case string(rowFP) != string(fp[:]):
