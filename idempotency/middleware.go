@@ -40,7 +40,8 @@ const (
 	DefaultMaxResponseBytes = 1 << 20
 )
 
-// Config configures Middleware. The zero value is valid: POST and PATCH with
+// Config configures Middleware, which reads it once; changing it afterwards
+// has no effect. The zero value is valid: POST and PATCH with
 // an Idempotency-Key are deduplicated for 24 hours, requests without one pass
 // through, and every caller shares one key scope (set Principal when there is
 // more than one caller).
@@ -70,7 +71,7 @@ type Config struct {
 	Route func(*http.Request) string
 
 	// MaxKeyLength caps the key's length in bytes; longer keys get 400.
-	// Zero means 255.
+	// Zero or negative means 255.
 	MaxKeyLength int
 
 	// ValidateKey, if set, is called with each well-formed key and refuses
@@ -93,18 +94,19 @@ type Config struct {
 	// limit.
 	MaxResponseBytes int
 
-	// TTL is how long a completed response is kept for replay. Zero means
-	// 24 hours.
+	// TTL is how long a completed response is kept for replay. Zero or
+	// negative means 24 hours.
 	TTL time.Duration
 
 	// Lease is how long a key stays locked while its request runs, so a
 	// crashed holder frees it. When the request's context has a deadline
 	// later than Lease from now, the lease runs to that deadline plus one
 	// second instead, so a handler that honours its deadline never outlives
-	// its lock. Zero means 30 seconds.
+	// its lock. Zero or negative means 30 seconds.
 	Lease time.Duration
 
-	// StoreTimeout bounds each store call. Zero means 2 seconds.
+	// StoreTimeout bounds each store call. Zero or negative means 2
+	// seconds.
 	StoreTimeout time.Duration
 
 	// StoredHeaders are the response header fields stored and replayed.
@@ -115,7 +117,7 @@ type Config struct {
 
 	// RetryAfter is the Retry-After sent with 503 when the store fails, and
 	// the most sent with 409 while the key is in flight (less when the
-	// holder's lease ends sooner). Zero means 1 second.
+	// holder's lease ends sooner). Zero or negative means 1 second.
 	RetryAfter time.Duration
 
 	// FailOpen runs requests without protection when the store fails,
@@ -203,13 +205,13 @@ func newMiddleware(store Store, cfg Config) *middleware {
 		store:        store,
 		cfg:          cfg,
 		methods:      cfg.Methods,
-		maxKeyLen:    orDefault(cfg.MaxKeyLength, DefaultMaxKeyLength),
-		maxBody:      orDefault(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
-		maxResp:      orDefault(cfg.MaxResponseBytes, DefaultMaxResponseBytes),
-		ttl:          orDefault(cfg.TTL, DefaultTTL),
-		lease:        orDefault(cfg.Lease, DefaultLease),
-		storeTimeout: orDefault(cfg.StoreTimeout, DefaultStoreTimeout),
-		retryAfter:   orDefault(cfg.RetryAfter, DefaultRetryAfter),
+		maxKeyLen:    positiveOr(cfg.MaxKeyLength, DefaultMaxKeyLength),
+		maxBody:      nonZeroOr(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
+		maxResp:      nonZeroOr(cfg.MaxResponseBytes, DefaultMaxResponseBytes),
+		ttl:          positiveOr(cfg.TTL, DefaultTTL),
+		lease:        positiveOr(cfg.Lease, DefaultLease),
+		storeTimeout: positiveOr(cfg.StoreTimeout, DefaultStoreTimeout),
+		retryAfter:   positiveOr(cfg.RetryAfter, DefaultRetryAfter),
 		log:          cfg.Logger,
 		problemType:  cfg.DocsURL,
 	}
@@ -237,9 +239,18 @@ func newMiddleware(store Store, cfg Config) *middleware {
 	return m
 }
 
-// orDefault returns def for zero, v otherwise.
-func orDefault[T int | int64 | time.Duration](v, def T) T {
+// nonZeroOr returns def for zero, v otherwise (negative means no limit).
+func nonZeroOr[T int | int64](v, def T) T {
 	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// positiveOr returns def for zero or negative, v otherwise: a negative TTL
+// or lease would leave a key unprotected.
+func positiveOr[T int | time.Duration](v, def T) T {
+	if v <= 0 {
 		return def
 	}
 	return v
@@ -291,7 +302,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	res, err := m.store.Begin(bctx, skey, fp, m.leaseFor(ctx))
 	cancel()
 	if err == nil && (res.State < StateAcquired || res.State > StateMismatch ||
-		res.State == StateCompleted && res.Response == nil) {
+		res.State == StateCompleted && (res.Response == nil || res.Response.Status < 100 || res.Response.Status > 999)) {
 		err = fmt.Errorf("idempotency: store returned invalid result %v", res.State)
 	}
 	if err != nil {

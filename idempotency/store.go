@@ -51,7 +51,7 @@ type Store interface {
 	Release(ctx context.Context, key, token string) error
 }
 
-// State is what Begin found.
+// State is what Begin found. It is a plain value, safe to copy and share.
 type State uint8
 
 // The states Begin returns.
@@ -86,8 +86,10 @@ func (s State) String() string {
 	return "unknown"
 }
 
-// Result is what Store.Begin found.
+// Result is what Store.Begin found. It is a plain value; its Response is
+// shared with the store and must not be modified.
 type Result struct {
+	// State says which of the four cases Begin found.
 	State State
 	// Token proves ownership of the lock (StateAcquired only). It is random,
 	// so a holder whose lease expired and was taken over cannot complete or
@@ -99,18 +101,23 @@ type Result struct {
 	RetryIn time.Duration
 }
 
-// Response is a stored response: what a retry gets back.
+// Response is a stored response: what a retry gets back. It is not safe
+// for concurrent modification; stores copy or encode it in Complete.
 type Response struct {
+	// Status is the final status code (100-999).
 	Status int
+	// Header holds the stored header fields; nil when none.
 	Header http.Header
-	Body   []byte
+	// Body is the response body; nil when empty or omitted.
+	Body []byte
 	// BodyOmitted reports that the original body was larger than the
 	// middleware's MaxResponseBytes and was not stored; Body is empty.
 	BodyOmitted bool
 }
 
-// Fingerprint identifies a request's payload (SHA-256 of method, target and
-// body). The same key with another fingerprint is a client error.
+// Fingerprint identifies a request's payload (SHA-256 of method, path,
+// query and body). The same key with another fingerprint is a client
+// error. It is a plain value, safe to copy and share.
 type Fingerprint [sha256.Size]byte
 
 // String returns the fingerprint in hex.

@@ -17,7 +17,7 @@ const (
 	DefaultMaxBytes   = 64 << 20
 )
 
-// Config bounds a Store. The zero value is valid.
+// Config bounds a Store; New copies it. The zero value is valid.
 type Config struct {
 	// MaxEntries caps the keys held, in flight and completed. Zero means
 	// 100,000.

@@ -20,13 +20,14 @@ import (
 const DefaultTable = "guardrail_idempotency"
 
 // DB is what the store needs from a connection: *pgxpool.Pool is the usual
-// choice; *pgx.Conn works for a single goroutine.
+// choice and is safe for concurrent use; a *pgx.Conn is not, so a Store on
+// one is not either.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Config configures a Store. The zero value is valid.
+// Config configures a Store; New copies it. The zero value is valid.
 type Config struct {
 	// Table is the table's name, optionally schema-qualified
 	// ("billing.idempotency"). Empty means "guardrail_idempotency".

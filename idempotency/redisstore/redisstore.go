@@ -20,7 +20,7 @@ const DefaultPrefix = "guardrail:idem:"
 // ErrCorrupt: a value under the store's prefix is not one the store wrote.
 var ErrCorrupt = errors.New("redisstore: corrupt value")
 
-// Config configures a Store. The zero value is valid.
+// Config configures a Store; New copies it. The zero value is valid.
 type Config struct {
 	// Prefix is prepended to every key, to share a Redis with other data.
 	// Empty means "guardrail:idem:".

@@ -18,7 +18,8 @@ import (
 	"github.com/guardrail-go/guardrail/idempotency"
 )
 
-// Harness tells the suite how to make and control the store under test.
+// Harness tells the suite how to make and control the store under test. It
+// is read-only once built and may be shared by tests.
 type Harness struct {
 	// New returns an empty store for one test, isolated from every other
 	// test (its own key prefix or table), and releases it with t.Cleanup.
@@ -30,7 +31,7 @@ type Harness struct {
 	Bubble func(t *testing.T, f func(t *testing.T))
 }
 
-// Subject is one store under test and its controls.
+// Subject is one store under test and its controls, owned by one test.
 type Subject struct {
 	Store idempotency.Store
 
