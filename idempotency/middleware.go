@@ -157,9 +157,9 @@ type Config struct {
 // A 5xx response, a panic (re-raised after releasing), a hijacked
 // connection, and a handler that returns without writing after its client
 // went away release the key instead of storing, so a later retry runs the
-// handler again; 1xx-4xx outcomes are stored. When the store fails the
-// request is refused with 503 and Retry-After (or run unprotected with
-// FailOpen), and logged.
+// handler again; every other response (2xx, 3xx, 4xx) is stored. When the
+// store fails the request is refused with 503 and Retry-After (or run
+// unprotected with FailOpen), and logged.
 //
 // It panics if store is nil. The returned middleware is safe for concurrent
 // use.
