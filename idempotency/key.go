@@ -66,6 +66,15 @@ func parseKey(values []string, maxLen int) (string, error) {
 // parseSFString parses s, which starts with DQUOTE, as an RFC 8941 section
 // 4.2.5 String and requires nothing after it.
 func parseSFString(s string) (string, error) {
+	// The common key has no escapes: return a substring, no copy.
+	if i := strings.IndexAny(s[1:], `"\`); i >= 0 && s[1+i] == '"' && i+2 == len(s) {
+		for j := 1; j <= i; j++ {
+			if c := s[j]; c < 0x20 || c > 0x7e {
+				return "", fmt.Errorf("%w: character %q at %d", ErrInvalidKey, c, j)
+			}
+		}
+		return s[1 : 1+i], nil
+	}
 	var b strings.Builder
 	for i := 1; i < len(s); i++ {
 		switch c := s[i]; {
