@@ -1,0 +1,120 @@
+package guardrail_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/bulkhead"
+)
+
+func okOp(context.Context) (int, error) { return 1, nil }
+
+// BenchmarkDo is the success path with the default policy and a context
+// without a deadline: no clock read, no allocation.
+func BenchmarkDo(b *testing.B) {
+	p := &guardrail.Policy{}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = guardrail.Do(ctx, p, okOp)
+	}
+}
+
+// BenchmarkDoDeadline: the caller's context has a deadline, so Do reads the
+// clock once to check MinAttempt.
+func BenchmarkDoDeadline(b *testing.B) {
+	p := &guardrail.Policy{}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = guardrail.Do(ctx, p, okOp)
+	}
+}
+
+// BenchmarkWithTimeoutBaseline is what a hand-written attempt timeout costs:
+// the baseline for BenchmarkDoAttemptTimeout.
+func BenchmarkWithTimeoutBaseline(b *testing.B) {
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		_, _ = okOp(actx)
+		cancel()
+	}
+}
+
+func BenchmarkDoAttemptTimeout(b *testing.B) {
+	p := &guardrail.Policy{AttemptTimeout: time.Second}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = guardrail.Do(ctx, p, okOp)
+	}
+}
+
+// BenchmarkDoAttemptTimeoutParentSooner: the caller's deadline is sooner
+// than the attempt timeout, so no timer is needed.
+func BenchmarkDoAttemptTimeoutParentSooner(b *testing.B) {
+	p := &guardrail.Policy{AttemptTimeout: time.Hour}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = guardrail.Do(ctx, p, okOp)
+	}
+}
+
+func BenchmarkDoParallel(b *testing.B) {
+	p := &guardrail.Policy{}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			_, _ = guardrail.Do(ctx, p, okOp)
+		}
+	})
+}
+
+func BenchmarkTimeNow(b *testing.B) {
+	var t time.Time
+	for b.Loop() {
+		t = time.Now()
+	}
+	_ = t
+}
+
+// BenchmarkDoNoBreaker is BenchmarkDo without the default breaker: the
+// breaker's share of the success path is the difference.
+func BenchmarkDoNoBreaker(b *testing.B) {
+	p := &guardrail.Policy{Breaker: breaker.New(breaker.Config{Mode: breaker.Disabled})}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = guardrail.Do(ctx, p, okOp)
+	}
+}
+
+// BenchmarkDoBulkhead adds a bulkhead to the default policy.
+func BenchmarkDoBulkhead(b *testing.B) {
+	p := &guardrail.Policy{Bulkhead: bulkhead.New(bulkhead.Config{MaxConcurrent: 64})}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = guardrail.Do(ctx, p, okOp)
+	}
+}
+
+// BenchmarkDoObserved attaches an observer that does nothing: the cost of
+// building and delivering the events.
+func BenchmarkDoObserved(b *testing.B) {
+	p := &guardrail.Policy{Observer: guardrail.ObserverFunc(func(ctx context.Context, _ guardrail.Event) context.Context { return ctx })}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = guardrail.Do(ctx, p, okOp)
+	}
+}

@@ -1,0 +1,166 @@
+// Package budget caps retry traffic at a fraction of original traffic.
+package budget
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults (seed 003 card 036; gRPC retryThrottling).
+const (
+	DefaultRatio = 0.1
+	DefaultMax   = 10
+)
+
+// unit is the fixed-point scale of the token count: one token is a million
+// units, so a ratio keeps six decimal digits and the bucket fits an int64.
+const unit = 1_000_000
+
+// Config configures a Budget. The zero value is the default: ratio 0.1,
+// at most 10 tokens, no time-based refill.
+type Config struct {
+	// Ratio is the number of tokens each original call deposits: the share
+	// of retries allowed relative to original calls once the initial tokens
+	// are spent. Zero, negative, NaN or infinite means DefaultRatio; values
+	// above 1000 are capped at 1000.
+	Ratio float64
+
+	// Max caps the tokens in the bucket, which starts full: the burst of
+	// retries allowed after a quiet period. Zero, negative, NaN or infinite
+	// means DefaultMax; values below 1 are raised to 1 (a retry costs one
+	// token); values above 1e9 are capped there.
+	Max float64
+
+	// MinPerSecond, when positive, refills the bucket with that many tokens
+	// per second of wall time, whatever the traffic, so that a low-traffic
+	// client whose bucket an outage drained can still retry a little
+	// (Finagle's minRetriesPerSec). Zero (the default) disables it, so the
+	// bucket moves only with traffic and the seed's numbers hold. NaN and
+	// negative values mean zero.
+	MinPerSecond float64
+}
+
+// Budget is a token bucket for retries: each original call deposits Ratio
+// tokens, each retry spends one, and the bucket holds at most Max. When the
+// dependency is healthy there are almost no retries, so the bucket stays
+// full and costs one atomic load per call; when it is down, retries are held
+// to about Ratio of the traffic instead of (attempts-1) times it.
+//
+// A Budget is safe for concurrent use; it takes no lock. Budgets are per
+// process on purpose: a 10 % budget in each of 30 pods is still 10 % in all.
+type Budget struct {
+	tokens    atomic.Int64 // units
+	max       int64        // units
+	deposit   int64        // units per original call
+	perSecond float64      // tokens per second; 0 = no refill
+	refilled  atomic.Int64 // unix nanos of the last time-based refill
+	unlimited bool
+}
+
+// New returns a full Budget configured by cfg.
+func New(cfg Config) *Budget {
+	ratio := cfg.Ratio
+	if !(ratio > 0) || math.IsInf(ratio, 0) {
+		ratio = DefaultRatio
+	}
+	ratio = min(ratio, 1000)
+	maxTokens := cfg.Max
+	if !(maxTokens > 0) || math.IsInf(maxTokens, 0) {
+		maxTokens = DefaultMax
+	}
+	maxTokens = min(max(maxTokens, 1), 1e9)
+	b := &Budget{
+		max:     int64(math.Round(maxTokens * unit)),
+		deposit: max(int64(math.Round(ratio*unit)), 1),
+	}
+	if cfg.MinPerSecond > 0 && !math.IsInf(cfg.MinPerSecond, 0) {
+		b.perSecond = cfg.MinPerSecond
+		b.refilled.Store(time.Now().UnixNano())
+	}
+	b.tokens.Store(b.max)
+	return b
+}
+
+// Unlimited returns a Budget that grants every retry: for callers that
+// want retries bounded only by attempts and deadline. Deposit and TryRetry
+// on it cost nothing.
+func Unlimited() *Budget {
+	return &Budget{unlimited: true}
+}
+
+// Deposit records an original call, adding Ratio tokens up to Max.
+func (b *Budget) Deposit() {
+	if b.unlimited {
+		return
+	}
+	for {
+		cur := b.tokens.Load()
+		if cur >= b.max { // the common, healthy case: a read, no write
+			return
+		}
+		next := min(cur+b.deposit, b.max)
+		if b.tokens.CompareAndSwap(cur, next) {
+			return
+		}
+	}
+}
+
+// TryRetry spends one token and reports true, or reports false and leaves
+// the bucket unchanged when less than one token is left.
+func (b *Budget) TryRetry() bool {
+	if b.unlimited {
+		return true
+	}
+	if b.perSecond > 0 {
+		b.refill(time.Now())
+	}
+	for {
+		cur := b.tokens.Load()
+		if cur < unit {
+			return false
+		}
+		if b.tokens.CompareAndSwap(cur, cur-unit) {
+			return true
+		}
+	}
+}
+
+// refill adds the tokens earned by the wall time since the last refill. Only
+// the goroutine that advances the refill timestamp adds them.
+func (b *Budget) refill(now time.Time) {
+	n := now.UnixNano()
+	last := b.refilled.Load()
+	elapsed := n - last
+	if elapsed <= 0 {
+		return
+	}
+	add := int64(float64(elapsed) / float64(time.Second) * b.perSecond * unit)
+	if add < 1 || !b.refilled.CompareAndSwap(last, n) {
+		return
+	}
+	for {
+		cur := b.tokens.Load()
+		next := min(cur+add, b.max)
+		if next <= cur || b.tokens.CompareAndSwap(cur, next) {
+			return
+		}
+	}
+}
+
+// Tokens returns the tokens in the bucket now, for metrics. For an
+// Unlimited budget it returns +Inf.
+func (b *Budget) Tokens() float64 {
+	if b.unlimited {
+		return math.Inf(1)
+	}
+	return float64(b.tokens.Load()) / unit
+}
+
+// Max returns the bucket's capacity in tokens (+Inf when Unlimited).
+func (b *Budget) Max() float64 {
+	if b.unlimited {
+		return math.Inf(1)
+	}
+	return float64(b.max) / unit
+}

@@ -1,0 +1,187 @@
+package budget_test
+
+import (
+	"math"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/guardrail-go/guardrail/budget"
+)
+
+// Seed 003 card 036: with the bucket starting at 10 tokens and each of 1000
+// original calls depositing 0.1, retries are held to 10 + 0.1*1000 = 110.
+func TestSeedAmplification(t *testing.T) {
+	b := budget.New(budget.Config{})
+	retries := 0
+	for range 1000 {
+		b.Deposit()
+		for range 3 { // up to three retries per call, as the helper in the seed
+			if !b.TryRetry() {
+				break
+			}
+			retries++
+		}
+	}
+	if retries < 105 || retries > 111 {
+		t.Fatalf("retries = %d, want about 110 (10 initial tokens + 0.1 x 1000)", retries)
+	}
+}
+
+func TestStartsFullAndCaps(t *testing.T) {
+	b := budget.New(budget.Config{Ratio: 0.5, Max: 3})
+	if got := b.Tokens(); got != 3 {
+		t.Fatalf("initial tokens = %v, want 3", got)
+	}
+	for range 10 {
+		b.Deposit()
+	}
+	if got := b.Tokens(); got != 3 {
+		t.Fatalf("tokens after deposits into a full bucket = %v, want 3", got)
+	}
+	for i := range 3 {
+		if !b.TryRetry() {
+			t.Fatalf("retry %d refused with %v tokens", i, b.Tokens())
+		}
+	}
+	if b.TryRetry() {
+		t.Fatal("retry granted from an empty bucket")
+	}
+	if got := b.Tokens(); got != 0 {
+		t.Fatalf("a refused retry changed the bucket: %v tokens", got)
+	}
+	b.Deposit()
+	if b.TryRetry() {
+		t.Fatal("retry granted with 0.5 tokens")
+	}
+	b.Deposit()
+	if !b.TryRetry() {
+		t.Fatal("retry refused with 1 token")
+	}
+}
+
+func TestBadConfigMeansDefaults(t *testing.T) {
+	for _, cfg := range []budget.Config{
+		{Ratio: -1, Max: -1},
+		{Ratio: math.NaN(), Max: math.NaN()},
+		{Ratio: math.Inf(1), Max: math.Inf(1)},
+	} {
+		b := budget.New(cfg)
+		if b.Max() != budget.DefaultMax || b.Tokens() != budget.DefaultMax {
+			t.Errorf("%+v: max %v tokens %v, want the defaults", cfg, b.Max(), b.Tokens())
+		}
+	}
+	if b := budget.New(budget.Config{Max: 0.2}); b.Max() != 1 {
+		t.Errorf("Max 0.2: got %v, want raised to 1", b.Max())
+	}
+}
+
+func TestUnlimited(t *testing.T) {
+	b := budget.Unlimited()
+	for range 1000 {
+		if !b.TryRetry() {
+			t.Fatal("unlimited budget refused a retry")
+		}
+	}
+	if !math.IsInf(b.Tokens(), 1) {
+		t.Fatalf("Tokens = %v, want +Inf", b.Tokens())
+	}
+}
+
+func TestMinPerSecondRefillsWithTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := budget.New(budget.Config{Max: 2, MinPerSecond: 1})
+		b.TryRetry()
+		b.TryRetry()
+		if b.TryRetry() {
+			t.Fatal("retry granted from a drained bucket")
+		}
+		time.Sleep(500 * time.Millisecond)
+		if b.TryRetry() {
+			t.Fatal("half a second should earn half a token, not a retry")
+		}
+		time.Sleep(600 * time.Millisecond)
+		if !b.TryRetry() {
+			t.Fatalf("after 1.1s at 1/s the retry was refused (tokens %v)", b.Tokens())
+		}
+		time.Sleep(time.Hour)
+		b.TryRetry()
+		if got := b.Tokens(); got != 1 {
+			t.Fatalf("after an hour: tokens %v, want capped at max 2 minus the one spent", got)
+		}
+	})
+}
+
+func TestWithoutRefillTimeChangesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := budget.New(budget.Config{Max: 1})
+		b.TryRetry()
+		time.Sleep(time.Hour)
+		if b.TryRetry() {
+			t.Fatal("a budget without MinPerSecond refilled with time")
+		}
+	})
+}
+
+// Concurrent spenders never overdraw: exactly Max retries are granted from
+// a full bucket no matter how many goroutines race.
+func TestConcurrentSpendIsExact(t *testing.T) {
+	b := budget.New(budget.Config{Max: 100})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	granted := 0
+	for range 8 {
+		wg.Go(func() {
+			n := 0
+			for range 1000 {
+				if b.TryRetry() {
+					n++
+				}
+			}
+			mu.Lock()
+			granted += n
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if granted != 100 {
+		t.Fatalf("granted %d retries from a bucket of 100", granted)
+	}
+}
+
+func BenchmarkDeposit(b *testing.B) {
+	bu := budget.New(budget.Config{})
+	for b.Loop() {
+		bu.Deposit()
+	}
+}
+
+func BenchmarkDepositParallel(b *testing.B) {
+	bu := budget.New(budget.Config{})
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			bu.Deposit()
+		}
+	})
+}
+
+// Deposit and spend alternate, so the bucket is never full and every
+// operation writes: the worst case for contention.
+func BenchmarkDepositTryRetry(b *testing.B) {
+	bu := budget.New(budget.Config{Ratio: 1})
+	for b.Loop() {
+		bu.Deposit()
+		bu.TryRetry()
+	}
+}
+
+func BenchmarkDepositTryRetryParallel(b *testing.B) {
+	bu := budget.New(budget.Config{Ratio: 1})
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			bu.Deposit()
+			bu.TryRetry()
+		}
+	})
+}

@@ -1,0 +1,146 @@
+package guardrail
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/guardrail-go/guardrail/breaker"
+)
+
+// Verdict is what a classifier says about one failed attempt.
+type Verdict struct {
+	// Outcome is what the breaker records: Failure for errors that say the
+	// dependency is unhealthy (timeouts, connection failures, 5xx, 429),
+	// Ignored for errors that say the request was wrong (4xx-like) or that the
+	// caller gave up.
+	Outcome breaker.Outcome
+	// Retryable reports a transient failure: another attempt may succeed.
+	// Do retries it only if the operation is idempotent or Unsent is set.
+	Retryable bool
+	// Unsent reports that the request never reached the dependency (the
+	// connection was refused, DNS failed), so repeating it is safe even for an
+	// operation that is not idempotent.
+	Unsent bool
+	// Timeout reports that the attempt timed out after the request may have
+	// reached the dependency. For an operation that is not idempotent the
+	// outcome is unknown and Do ends with ErrOutcomeUnknown.
+	Timeout bool
+	// RetryAfter is the server's hint of when to retry (Retry-After), or 0.
+	// When set it replaces the backoff delay; it is never shortened.
+	RetryAfter time.Duration
+}
+
+// Classifier decides what an attempt's non-nil error means. It must be safe
+// for concurrent use. Do handles the caller's own cancellation before asking
+// the classifier.
+type Classifier func(err error) Verdict
+
+// markedError carries a caller's verdict on an error.
+type markedError struct {
+	err     error
+	verdict Verdict
+}
+
+func (e *markedError) Error() string { return e.err.Error() }
+func (e *markedError) Unwrap() error { return e.err }
+
+// Permanent marks err as the request's own fault (a validation error, a
+// 4xx-like answer): DefaultClassify never retries it and the breaker ignores
+// it. A nil err stays nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &markedError{err, Verdict{Outcome: breaker.Ignored}}
+}
+
+// Transient marks err as a failure of the dependency that another attempt
+// may cure. It counts against the breaker. A nil err stays nil.
+func Transient(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &markedError{err, Verdict{Outcome: breaker.Failure, Retryable: true}}
+}
+
+// RetryAfterError marks err as transient with the server's hint d of when to
+// retry (an HTTP Retry-After): Do waits exactly d, or gives up when d does
+// not fit in the time left or exceeds Policy.MaxRetryAfter. A nil err stays nil.
+func RetryAfterError(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &markedError{err, Verdict{Outcome: breaker.Failure, Retryable: true, RetryAfter: max(d, 0)}}
+}
+
+// Unsent marks err as a failure that happened before the request left (the
+// connection was refused): retrying it is safe for any operation. A nil err
+// stays nil.
+func Unsent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &markedError{err, Verdict{Outcome: breaker.Failure, Retryable: true, Unsent: true}}
+}
+
+// WithVerdict marks err with an explicit verdict, for classifications the
+// helpers above do not cover. A nil err stays nil.
+func WithVerdict(err error, v Verdict) error {
+	if err == nil {
+		return nil
+	}
+	return &markedError{err, v}
+}
+
+// DefaultClassify is the classifier Do uses when a Policy names none:
+//
+//   - an error marked with Permanent, Transient, RetryAfterError, Unsent or
+//     WithVerdict: that verdict;
+//   - context.Canceled: ignored, not retried (someone gave up);
+//   - connection refused, DNS failures and other dial errors: failure,
+//     retryable, unsent;
+//   - timeouts (context.DeadlineExceeded, os.ErrDeadlineExceeded, a net.Error
+//     whose Timeout is true): failure, retryable, timeout;
+//   - connection reset, broken pipe, unexpected EOF: failure, retryable;
+//   - anything else: failure, retryable. Whether it is retried still
+//     depends on Policy.Idempotent, which is false unless set.
+func DefaultClassify(err error) Verdict {
+	var m *markedError
+	if errors.As(err, &m) {
+		return m.verdict
+	}
+	return classifyPlain(err)
+}
+
+func classifyPlain(err error) Verdict {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return Verdict{Outcome: breaker.Ignored}
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return Verdict{Outcome: breaker.Failure, Retryable: true, Unsent: true}
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return Verdict{Outcome: breaker.Failure, Retryable: true, Unsent: true, Timeout: dnsErr.IsTimeout}
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return Verdict{Outcome: breaker.Failure, Retryable: true, Unsent: true, Timeout: opErr.Timeout()}
+	}
+	if isTimeout(err) {
+		return Verdict{Outcome: breaker.Failure, Retryable: true, Timeout: true}
+	}
+	return Verdict{Outcome: breaker.Failure, Retryable: true}
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

@@ -1,0 +1,141 @@
+// Package deadline carries a request's deadline across HTTP hops.
+//
+// The wire format (guardrail's DESIGN) is two headers sent together:
+//
+//	X-Request-Timeout:  <milliseconds left>     relative, immune to clock skew
+//	X-Request-Deadline: <unix epoch milliseconds> absolute, for logs and proxies
+//
+// A receiver trusts the relative header first, clamps what it reads to its own
+// maximum (a caller must not make a server work longer than the server allows),
+// and keeps a reserve to write its answer.
+package deadline
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Header names of the wire protocol.
+const (
+	HeaderTimeout      = "X-Request-Timeout"
+	HeaderDeadline     = "X-Request-Deadline"
+	HeaderRetryAttempt = "X-Retry-Attempt"
+)
+
+// maxDigits bounds the numbers read: 15 decimal digits of milliseconds is
+// 31,000 years, far past any clamp, and keeps parsing free of overflow.
+const maxDigits = 15
+
+// FormatTimeout formats d for X-Request-Timeout: whole milliseconds, rounded
+// down, never negative.
+func FormatTimeout(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	return strconv.FormatInt(int64(d/time.Millisecond), 10)
+}
+
+// FormatDeadline formats t for X-Request-Deadline: unix epoch milliseconds.
+func FormatDeadline(t time.Time) string {
+	return strconv.FormatInt(t.UnixMilli(), 10)
+}
+
+// ParseTimeout parses an X-Request-Timeout value into the time left, capped
+// at limit when limit is positive. It reports false for anything but plain
+// decimal digits (no sign, no spaces inside, at most 15 digits): negative,
+// fractional, or garbage values are ignored, never trusted.
+func ParseTimeout(v string, limit time.Duration) (time.Duration, bool) {
+	ms, ok := parseMillis(v)
+	if !ok {
+		return 0, false
+	}
+	return clamp(millis(ms), limit), true
+}
+
+// millis converts ms to a Duration, saturating instead of overflowing (15
+// digits of milliseconds exceed the 292 years a Duration holds).
+func millis(ms int64) time.Duration {
+	if ms > int64(math.MaxInt64/time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// ParseDeadline parses an X-Request-Deadline value (epoch ms) into the time
+// left at now, capped at limit when limit is positive. A deadline in the past
+// yields (0, true): the caller has already given up. Garbage yields false.
+func ParseDeadline(v string, now time.Time, limit time.Duration) (time.Duration, bool) {
+	ms, ok := parseMillis(v)
+	if !ok {
+		return 0, false
+	}
+	left := time.UnixMilli(ms).Sub(now)
+	if left < 0 {
+		left = 0
+	}
+	return clamp(left, limit), true
+}
+
+// FromHeader returns the time left that h announces at now: X-Request-Timeout
+// if it parses, else X-Request-Deadline, each capped at limit when limit is
+// positive. It reports false when neither header holds a valid value.
+func FromHeader(h http.Header, now time.Time, limit time.Duration) (time.Duration, bool) {
+	if d, ok := ParseTimeout(h.Get(HeaderTimeout), limit); ok {
+		return d, true
+	}
+	return ParseDeadline(h.Get(HeaderDeadline), now, limit)
+}
+
+// Set writes both deadline headers into h for a request leaving at now with
+// time left d. A negative d is sent as 0.
+func Set(h http.Header, now time.Time, d time.Duration) {
+	d = max(d, 0)
+	h.Set(HeaderTimeout, FormatTimeout(d))
+	h.Set(HeaderDeadline, FormatDeadline(now.Add(d)))
+}
+
+// Left returns the time left on ctx at now, and false when ctx has no deadline.
+func Left(ctx context.Context, now time.Time) (time.Duration, bool) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return 0, false
+	}
+	return dl.Sub(now), true
+}
+
+// WithReserve returns a context whose deadline is reserve earlier than ctx's,
+// keeping that much time for the caller's own work after the calls it makes
+// under the returned context (serialising the answer, say). For a ctx without
+// a deadline it is context.WithCancel(ctx).
+func WithReserve(ctx context.Context, reserve time.Duration) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, dl.Add(-max(reserve, 0)))
+}
+
+func parseMillis(v string) (int64, bool) {
+	if v == "" || len(v) > maxDigits {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+func clamp(d, limit time.Duration) time.Duration {
+	if limit > 0 && d > limit {
+		return limit
+	}
+	return d
+}

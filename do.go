@@ -1,0 +1,507 @@
+package guardrail
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/bulkhead"
+)
+
+// Do runs op under p and returns its result. p may be nil (see Policy).
+//
+// Before every attempt Do checks the time left on ctx: below
+// Policy.MinAttempt it stops with ErrDeadline. It runs the attempt under
+// min(AttemptTimeout, time left); op's context is done when the attempt ends,
+// so whatever op started is cancelled, not abandoned. A failed attempt is
+// classified; Do retries only a retryable failure of an idempotent operation
+// (or one that was never sent), while attempts remain, the delay before the
+// retry plus MinAttempt fits in the time left, and the retry budget grants a
+// token. The delay is the server's Retry-After when it gave one, else the
+// backoff's. Cancelling ctx ends a wait at once.
+//
+// On success Do returns op's value and a nil error. When it gives up it
+// returns the zero T and either the last attempt's error as is (a permanent
+// failure, or attempts exhausted) or an *Error that Is ErrDeadline,
+// ErrBudgetExhausted or ErrOutcomeUnknown and wraps the last attempt's
+// error. When the caller cancels ctx, the error is op's or ctx.Err().
+//
+// Do starts no goroutine. A panic in op is recorded (the attempt counts as a
+// failure) and then continues up the caller's stack.
+func Do[T any](ctx context.Context, p *Policy, op func(context.Context) (T, error)) (T, error) {
+	if p == nil {
+		p = &defaultPolicy
+	}
+	return DoCall(ctx, p, Call{Idempotent: p.Idempotent}, op)
+}
+
+// Call refines a Policy for one call, for callers such as an HTTP transport
+// that decide per request what Do otherwise reads from the Policy.
+type Call struct {
+	// Idempotent replaces Policy.Idempotent for this call.
+	Idempotent bool
+	// Dependency, when not empty, replaces Policy.Name in this call's events
+	// (an HTTP transport reports the host).
+	Dependency string
+	// Breaker, when not nil, replaces the Policy's breaker for this call
+	// (one breaker per host, route or shard, from a breaker.Group).
+	Breaker *breaker.Breaker
+	// Bulkhead, when not nil, replaces Policy.Bulkhead for this call.
+	Bulkhead *bulkhead.Bulkhead
+}
+
+// DoCall is Do with per-call settings c. p may be nil (see Policy).
+func DoCall[T any](ctx context.Context, p *Policy, c Call, op func(context.Context) (T, error)) (T, error) {
+	if p == nil {
+		p = &defaultPolicy
+	}
+	s := p.settings()
+	var zero T
+	if s.err != nil {
+		return zero, s.err
+	}
+	cl := call{ctx: ctx, p: p, s: s, obs: p.Observer, idempotent: c.Idempotent, dependency: c.Dependency,
+		breaker: s.breaker, bulkhead: p.Bulkhead}
+	if c.Breaker != nil {
+		cl.breaker = c.Breaker
+	}
+	if c.Bulkhead != nil {
+		cl.bulkhead = c.Bulkhead
+	}
+	return run(&cl, op)
+}
+
+func run[T any](c *call, op func(context.Context) (T, error)) (T, error) {
+	var zero T
+	if c.dependency == "" {
+		c.dependency = c.p.Name
+	}
+	c.begin()
+	defer c.cleanup()
+	for {
+		actx, cancel, err := c.beforeAttempt()
+		if err != nil {
+			return zero, c.end(err)
+		}
+		v, err, timedOut := attempt(c, op, actx, cancel)
+		if err == nil {
+			c.succeeded()
+			return v, nil
+		}
+		if err := c.failed(err, timedOut); err != nil {
+			return zero, c.end(err)
+		}
+	}
+}
+
+// attempt runs op once. The deferred function cancels the attempt's context,
+// frees the bulkhead slot and, if op panicked, records the failed attempt
+// before the panic goes on.
+func attempt[T any](c *call, op func(context.Context) (T, error), actx context.Context, cancel context.CancelFunc) (v T, err error, timedOut bool) {
+	done := false
+	defer func() {
+		if cancel != nil {
+			cancel()
+		}
+		if c.release != nil {
+			c.release()
+			c.release = nil
+		}
+		if !done {
+			c.panicked()
+		}
+	}()
+	v, err = op(actx)
+	done = true
+	if err != nil && cancel != nil {
+		// Before cancel: was it our attempt timeout that ended the attempt?
+		timedOut = errors.Is(actx.Err(), context.DeadlineExceeded) && c.ctx.Err() == nil
+	}
+	return v, err, timedOut
+}
+
+// call is the state of one Do. It lives on Do's stack.
+type call struct {
+	ctx        context.Context
+	p          *Policy
+	s          *settings
+	obs        Observer
+	idempotent bool
+	dependency string
+	breaker    *breaker.Breaker   // nil: none
+	bulkhead   *bulkhead.Bulkhead // nil: none
+	permit     breaker.Permit     // the current attempt's
+	release    func()             // frees the current attempt's bulkhead slot
+	timed      bool               // attempt durations are needed
+	attempts   int                // attempts started
+	retries    int                // retries granted so far
+	delay      time.Duration      // delay waited before the current attempt
+	lastErr    error
+	timer      *time.Timer
+	start      time.Time // call start; set only when observed
+	astart     time.Time // attempt start; set only when observed
+	remain     time.Duration
+}
+
+func (c *call) begin() {
+	c.s.budget.Deposit()
+	c.timed = c.obs != nil || (c.breaker != nil && c.breaker.Timed())
+	if c.obs == nil {
+		return
+	}
+	c.start = time.Now()
+	c.ctx = c.obs.Observe(c.ctx, c.event(EventCallStart, c.start))
+}
+
+func (c *call) cleanup() {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+}
+
+// beforeAttempt is step 1 and the setup of step 2 of DESIGN.md's "One call":
+// deadline check, then the attempt's context.
+func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
+	dl, hasDeadline := c.ctx.Deadline()
+	var now time.Time
+	c.remain = -1
+	if hasDeadline {
+		now = time.Now()
+		c.remain = dl.Sub(now)
+		if c.remain < c.s.minAttempt {
+			return nil, nil, c.giveUp(ErrDeadline, 0)
+		}
+	}
+	if c.breaker != nil {
+		var err error
+		if now.IsZero() {
+			c.permit, err = c.breaker.Allow()
+		} else {
+			c.permit, err = c.breaker.AllowAt(now)
+		}
+		if err != nil {
+			return nil, nil, c.rejected(err)
+		}
+		if c.obs != nil && c.permit.Probe() {
+			c.obs.Observe(c.ctx, c.event(EventBreakerProbe, time.Time{}))
+		}
+	}
+	if c.bulkhead != nil {
+		var latest time.Time
+		if hasDeadline {
+			latest = dl.Add(-c.s.minAttempt)
+		}
+		release, err := c.bulkhead.AcquireBy(c.ctx, latest)
+		if err != nil {
+			c.permit.Done(breaker.Ignored, 0) // frees a probe slot
+			return nil, nil, c.bulkheadRejected(err)
+		}
+		c.release = release
+	}
+	c.attempts++
+	actx := c.ctx
+	var cancel context.CancelFunc
+	if at := c.s.attemptTimeout; at > 0 {
+		if hasDeadline && c.remain <= at {
+			// The caller's deadline comes first: no timer needed, only the
+			// promise that op's context ends with the attempt.
+			actx, cancel = context.WithCancel(c.ctx)
+		} else {
+			actx, cancel = context.WithTimeout(c.ctx, at)
+		}
+	}
+	if c.timed {
+		if now.IsZero() {
+			now = time.Now()
+		}
+		c.astart = now
+	}
+	if c.obs != nil {
+		e := c.event(EventAttemptStart, now)
+		e.Delay = c.delay
+		actx = c.obs.Observe(actx, e)
+	}
+	return actx, cancel, nil
+}
+
+func (c *call) succeeded() {
+	if c.obs == nil {
+		if c.timed {
+			now := time.Now()
+			c.permit.DoneAt(breaker.Success, now.Sub(c.astart), now)
+		} else {
+			c.permit.Done(breaker.Success, 0)
+		}
+		return
+	}
+	now := c.recordAttempt(breaker.Success, nil)
+	e := c.event(EventCallEnd, now)
+	e.Outcome = OutcomeOK
+	e.Duration = now.Sub(c.start)
+	c.obs.Observe(c.ctx, e)
+}
+
+func (c *call) panicked() {
+	c.recordAttempt(breaker.Failure, errPanicked)
+}
+
+var errPanicked = errors.New("guardrail: operation panicked")
+
+// failed is steps 3 to 5: classify, record, decide, wait. It returns nil
+// when another attempt should run, else the error Do returns.
+func (c *call) failed(err error, timedOut bool) error {
+	c.lastErr = err
+	if perr := c.ctx.Err(); perr != nil {
+		if errors.Is(perr, context.Canceled) {
+			// The caller gave up: not the dependency's fault, not retried.
+			c.recordAttempt(breaker.Ignored, err)
+			return err
+		}
+		// The caller's deadline passed during the attempt: the dependency did
+		// not answer in time.
+		c.recordAttempt(breaker.Failure, err)
+		c.timeout()
+		if !c.idempotent && !c.s.classify(err).Unsent {
+			return c.giveUp(ErrOutcomeUnknown, 0)
+		}
+		return c.giveUp(ErrDeadline, 0)
+	}
+
+	v := c.s.classify(err)
+	if timedOut {
+		v.Outcome, v.Retryable, v.Timeout = breaker.Failure, true, true
+	}
+	c.recordAttempt(v.Outcome, err)
+	if v.Timeout {
+		c.timeout()
+		if !c.idempotent && !v.Unsent {
+			return c.giveUp(ErrOutcomeUnknown, 0)
+		}
+	}
+	switch {
+	case !v.Retryable:
+		return err
+	case !c.idempotent && !v.Unsent:
+		c.refuse(ReasonNotIdempotent)
+		return err
+	case c.attempts >= c.s.maxAttempts:
+		c.refuse(ReasonAttempts)
+		return err
+	}
+
+	delay, reason := time.Duration(0), ReasonBackoff
+	if v.RetryAfter > 0 && c.s.maxRetryAfter >= 0 {
+		if v.RetryAfter > c.s.maxRetryAfter {
+			// Retrying sooner than the server asked would defeat its request.
+			c.refuse(ReasonRetryAfter)
+			return err
+		}
+		delay, reason = v.RetryAfter, ReasonRetryAfter
+	} else {
+		delay = c.s.backoff.Delay(c.retries, c.delay, c.s.rand())
+	}
+	if dl, ok := c.ctx.Deadline(); ok {
+		if left := time.Until(dl); delay+c.s.minAttempt > left {
+			// No sleeping toward a deadline the retry would miss.
+			c.refuse(ReasonDeadline)
+			retryIn := time.Duration(0)
+			if reason == ReasonRetryAfter {
+				retryIn = delay
+			}
+			return c.giveUp(ErrDeadline, retryIn)
+		}
+	}
+	if c.breaker != nil {
+		if err := c.breaker.Refusal(); err != nil {
+			// It opened meanwhile: no sleeping toward a certain refusal.
+			c.refuse(ReasonBreakerOpen)
+			return c.rejected(err)
+		}
+	}
+	if !c.s.budget.TryRetry() {
+		if c.obs != nil {
+			e := c.event(EventBudgetExhausted, time.Time{})
+			e.Tokens = c.s.budget.Tokens()
+			c.obs.Observe(c.ctx, e)
+		}
+		c.refuse(ReasonBudget)
+		return c.giveUp(ErrBudgetExhausted, 0)
+	}
+	if c.obs != nil {
+		e := c.event(EventRetry, time.Time{})
+		e.Delay, e.Reason, e.Err = delay, reason, err
+		c.obs.Observe(c.ctx, e)
+	}
+	c.retries++
+	c.delay = delay
+	return c.wait(delay)
+}
+
+// wait sleeps for d or until the caller's context ends.
+func (c *call) wait(d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	if c.timer == nil {
+		c.timer = time.NewTimer(d)
+	} else {
+		c.timer.Reset(d)
+	}
+	select {
+	case <-c.timer.C:
+		return nil
+	case <-c.ctx.Done():
+		if errors.Is(c.ctx.Err(), context.Canceled) {
+			return c.ctx.Err()
+		}
+		return c.giveUp(ErrDeadline, 0)
+	}
+}
+
+// recordAttempt reports the attempt's outcome to the breaker and the
+// observer. It returns the time it read, if it read one.
+func (c *call) recordAttempt(o breaker.Outcome, err error) time.Time {
+	if !c.timed {
+		c.permit.Done(o, 0)
+		return time.Time{}
+	}
+	now := time.Now()
+	d := now.Sub(c.astart)
+	c.permit.DoneAt(o, d, now)
+	c.permit = breaker.Permit{}
+	if c.obs != nil {
+		e := c.event(EventAttemptEnd, now)
+		e.Outcome = o.String()
+		e.Duration = d
+		e.Err = err
+		c.obs.Observe(c.ctx, e)
+	}
+	return now
+}
+
+// rejected turns a breaker's refusal into ErrCircuitOpen.
+func (c *call) rejected(err error) error {
+	var retryIn time.Duration
+	var oe *breaker.OpenError
+	if errors.As(err, &oe) {
+		retryIn = oe.RetryIn()
+	}
+	if c.obs != nil {
+		e := c.event(EventBreakerReject, time.Time{})
+		e.Delay, e.Err = retryIn, err
+		c.obs.Observe(c.ctx, e)
+	}
+	cause := c.lastErr
+	if cause == nil {
+		cause = err
+	}
+	return &Error{Kind: ErrCircuitOpen, Attempts: c.attempts, RetryIn: retryIn, Err: cause}
+}
+
+// bulkheadRejected turns a bulkhead's refusal into ErrBulkheadFull, or the
+// caller's own cancellation into ctx.Err().
+func (c *call) bulkheadRejected(err error) error {
+	if !errors.Is(err, bulkhead.ErrFull) {
+		return err // the caller's context ended while waiting
+	}
+	if c.obs != nil {
+		e := c.event(EventBulkheadReject, time.Time{})
+		e.Reason, e.Err = ReasonBulkheadFull, err
+		if errors.Is(err, bulkhead.ErrNoTime) {
+			e.Reason = ReasonDeadline
+		}
+		e.InFlight, e.Limit = c.bulkhead.InFlight(), c.bulkhead.Limit()
+		c.obs.Observe(c.ctx, e)
+	}
+	cause := c.lastErr
+	if cause == nil {
+		cause = err
+	}
+	return &Error{Kind: ErrBulkheadFull, Attempts: c.attempts, Err: cause}
+}
+
+func (c *call) timeout() {
+	if c.obs == nil {
+		return
+	}
+	e := c.event(EventTimeout, time.Time{})
+	e.Phase = PhaseAttempt
+	e.Err = c.lastErr
+	c.obs.Observe(c.ctx, e)
+}
+
+func (c *call) refuse(reason string) {
+	if c.obs == nil {
+		return
+	}
+	e := c.event(EventRetryRefused, time.Time{})
+	e.Reason, e.Err = reason, c.lastErr
+	c.obs.Observe(c.ctx, e)
+}
+
+// giveUp builds the typed error for kind, wrapping the last error (or the
+// context's, when no attempt failed yet).
+func (c *call) giveUp(kind error, retryIn time.Duration) error {
+	cause := c.lastErr
+	if cause == nil {
+		cause = c.ctx.Err()
+	}
+	return &Error{Kind: kind, Attempts: c.attempts, RetryIn: retryIn, Err: cause}
+}
+
+// end reports the call's end to the observer and returns err.
+func (c *call) end(err error) error {
+	if c.obs == nil {
+		return err
+	}
+	now := time.Now()
+	e := c.event(EventCallEnd, now)
+	e.Outcome = callOutcome(err)
+	e.Duration = now.Sub(c.start)
+	e.Err = err
+	c.obs.Observe(c.ctx, e)
+	return err
+}
+
+func callOutcome(err error) string {
+	var ge *Error
+	switch {
+	case err == nil:
+		return OutcomeOK
+	case errors.As(err, &ge):
+		switch ge.Kind {
+		case ErrCircuitOpen:
+			return OutcomeCircuitOpen
+		case ErrBudgetExhausted:
+			return OutcomeBudgetExhausted
+		case ErrDeadline:
+			return OutcomeDeadline
+		case ErrBulkheadFull:
+			return OutcomeBulkheadFull
+		case ErrOutcomeUnknown:
+			return OutcomeUnknown
+		}
+	case errors.Is(err, context.Canceled):
+		return OutcomeCanceled
+	}
+	return OutcomeError
+}
+
+// event fills the fields every event shares. now may be zero when the
+// event's kind does not report the time left.
+func (c *call) event(kind EventKind, now time.Time) Event {
+	e := Event{
+		Kind:       kind,
+		Dependency: c.dependency,
+		Operation:  Operation(c.ctx),
+		Attempt:    c.attempts,
+		Remaining:  -1,
+	}
+	if !now.IsZero() {
+		if dl, ok := c.ctx.Deadline(); ok {
+			e.Remaining = dl.Sub(now)
+		}
+	}
+	return e
+}

@@ -1,0 +1,492 @@
+package guardrail_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/budget"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var errBoom = errors.New("boom")
+
+// counter is a fake dependency: it fails with errs[i] on call i (the last
+// entry repeats; nil means success) and counts the calls it saw.
+type counter struct {
+	mu    sync.Mutex
+	calls int
+	errs  []error
+	at    []time.Duration // time of each call since start
+	start time.Time
+}
+
+func (c *counter) op(ctx context.Context) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.start.IsZero() {
+		c.start = time.Now()
+	}
+	c.at = append(c.at, time.Since(c.start))
+	i := min(c.calls, len(c.errs)-1)
+	c.calls++
+	if i < 0 || c.errs[i] == nil {
+		return c.calls, nil
+	}
+	return 0, c.errs[i]
+}
+
+func unlimited() *guardrail.Policy {
+	return &guardrail.Policy{Idempotent: true, Budget: budget.Unlimited(), Backoff: backoff.None(), Breaker: noBreaker()}
+}
+
+func noBreaker() *breaker.Breaker { return breaker.New(breaker.Config{Mode: breaker.Disabled}) }
+
+func TestRetriesOnlyTransientFailures(t *testing.T) {
+	tests := []struct {
+		name      string
+		err       error
+		wantCalls int
+	}{
+		{"transient", guardrail.Transient(errBoom), 3},
+		{"plain error", errBoom, 3},
+		{"timeout", context.DeadlineExceeded, 3},
+		{"connection refused", syscall.ECONNREFUSED, 3},
+		{"permanent", guardrail.Permanent(errBoom), 1},
+		{"verdict not retryable", guardrail.WithVerdict(errBoom, guardrail.Verdict{}), 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dep := &counter{errs: []error{tt.err}}
+			_, err := guardrail.Do(context.Background(), unlimited(), dep.op)
+			if !errors.Is(err, errors.Unwrap(tt.err)) && !errors.Is(err, tt.err) {
+				t.Errorf("err = %v, want it to wrap %v", err, tt.err)
+			}
+			if dep.calls != tt.wantCalls {
+				t.Errorf("dependency saw %d calls, want %d", dep.calls, tt.wantCalls)
+			}
+		})
+	}
+}
+
+func TestCallerCancellationIsNotRetried(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	_, err := guardrail.Do(ctx, unlimited(), func(ctx context.Context) (int, error) {
+		calls++
+		cancel()
+		return 0, ctx.Err()
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if calls != 1 {
+		t.Fatalf("calls = %d, want 1: a cancelled caller is not retried", calls)
+	}
+}
+
+func TestMaxAttemptsCountsTheFirstCall(t *testing.T) {
+	for _, tt := range []struct{ max, want int }{{1, 1}, {2, 2}, {5, 5}, {0, guardrail.DefaultMaxAttempts}} {
+		p := unlimited()
+		p.MaxAttempts = tt.max
+		dep := &counter{errs: []error{errBoom}}
+		_, err := guardrail.Do(context.Background(), p, dep.op)
+		if !errors.Is(err, errBoom) {
+			t.Errorf("MaxAttempts %d: err = %v", tt.max, err)
+		}
+		if dep.calls != tt.want {
+			t.Errorf("MaxAttempts %d: %d calls, want %d", tt.max, dep.calls, tt.want)
+		}
+	}
+}
+
+func TestSucceedsAfterTransientFailures(t *testing.T) {
+	dep := &counter{errs: []error{errBoom, errBoom, nil}}
+	got, err := guardrail.Do(context.Background(), unlimited(), dep.op)
+	if err != nil || got != 3 || dep.calls != 3 {
+		t.Fatalf("Do = %v, %v after %d calls; want the third call's 3, nil", got, err, dep.calls)
+	}
+}
+
+func TestNotIdempotentRetriesOnlyUnsent(t *testing.T) {
+	p := &guardrail.Policy{Budget: budget.Unlimited(), Backoff: backoff.None()} // Idempotent false
+	dep := &counter{errs: []error{errBoom}}
+	if _, err := guardrail.Do(context.Background(), p, dep.op); !errors.Is(err, errBoom) || dep.calls != 1 {
+		t.Fatalf("plain failure of a non-idempotent op: %d calls (err %v), want 1", dep.calls, err)
+	}
+	dep = &counter{errs: []error{syscall.ECONNREFUSED, nil}}
+	if _, err := guardrail.Do(context.Background(), p, dep.op); err != nil || dep.calls != 2 {
+		t.Fatalf("refused connection of a non-idempotent op: %d calls (err %v), want a retry", dep.calls, err)
+	}
+}
+
+func TestTimeoutOfNonIdempotentIsOutcomeUnknown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &guardrail.Policy{AttemptTimeout: time.Second, Budget: budget.Unlimited()}
+		calls := 0
+		_, err := guardrail.Do(context.Background(), p, func(ctx context.Context) (int, error) {
+			calls++
+			<-ctx.Done() // the server took the request and never answered
+			return 0, ctx.Err()
+		})
+		if !errors.Is(err, guardrail.ErrOutcomeUnknown) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want ErrOutcomeUnknown wrapping the timeout", err)
+		}
+		if calls != 1 {
+			t.Fatalf("calls = %d: an unknown outcome must never be retried", calls)
+		}
+		var ge *guardrail.Error
+		if !errors.As(err, &ge) || ge.Attempts != 1 {
+			t.Fatalf("typed error = %+v, want Attempts 1", ge)
+		}
+	})
+}
+
+func TestAttemptTimeoutRetriesIdempotent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := unlimited()
+		p.AttemptTimeout = 1200 * time.Millisecond
+		start := time.Now()
+		calls := 0
+		_, err := guardrail.Do(context.Background(), p, func(ctx context.Context) (int, error) {
+			calls++
+			<-ctx.Done()
+			return 0, ctx.Err()
+		})
+		if !errors.Is(err, context.DeadlineExceeded) || calls != 3 {
+			t.Fatalf("err = %v after %d calls, want 3 timed-out attempts", err, calls)
+		}
+		if got := time.Since(start); got != 3600*time.Millisecond {
+			t.Fatalf("took %v, want exactly 3 x 1.2s", got)
+		}
+	})
+}
+
+// A retry whose delay plus MinAttempt does not fit in the time left is not
+// attempted, and Do does not sleep toward the deadline first.
+func TestNoRetryThatCannotFitTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		p := unlimited()
+		p.Backoff = backoff.Constant(800 * time.Millisecond)
+		p.MinAttempt = 100 * time.Millisecond
+		start := time.Now()
+		calls := 0
+		_, err := guardrail.Do(ctx, p, func(ctx context.Context) (int, error) {
+			calls++
+			time.Sleep(200 * time.Millisecond) // 800 left; 800 + 100 > 800
+			return 0, errBoom
+		})
+		if !errors.Is(err, guardrail.ErrDeadline) || !errors.Is(err, errBoom) {
+			t.Fatalf("err = %v, want ErrDeadline wrapping the last error", err)
+		}
+		if calls != 1 {
+			t.Fatalf("calls = %d, want 1", calls)
+		}
+		if got := time.Since(start); got != 200*time.Millisecond {
+			t.Fatalf("Do returned after %v, want at once after the 200ms attempt", got)
+		}
+	})
+}
+
+func TestMinAttemptRefusesToStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+		defer cancel()
+		calls := 0
+		_, err := guardrail.Do(ctx, nil, func(context.Context) (int, error) { calls++; return 1, nil })
+		if !errors.Is(err, guardrail.ErrDeadline) || calls != 0 {
+			t.Fatalf("30ms left, MinAttempt 50ms: err %v, %d calls; want ErrDeadline, 0 calls", err, calls)
+		}
+	})
+}
+
+func TestRetryAfterHonouredExactly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dep := &counter{errs: []error{guardrail.RetryAfterError(errBoom, 1500*time.Millisecond), nil}}
+		p := unlimited()
+		p.Backoff = backoff.Constant(10 * time.Millisecond) // would be much sooner
+		if _, err := guardrail.Do(context.Background(), p, dep.op); err != nil {
+			t.Fatal(err)
+		}
+		if dep.calls != 2 || dep.at[1] != 1500*time.Millisecond {
+			t.Fatalf("retry at %v, want exactly 1.5s after the first call", dep.at)
+		}
+	})
+}
+
+func TestRetryAfterBeyondCapOrDeadlineEndsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Longer than MaxRetryAfter: not retried, never sooner than asked.
+		dep := &counter{errs: []error{guardrail.RetryAfterError(errBoom, time.Minute)}}
+		start := time.Now()
+		_, err := guardrail.Do(context.Background(), unlimited(), dep.op)
+		if !errors.Is(err, errBoom) || dep.calls != 1 || time.Since(start) != 0 {
+			t.Fatalf("Retry-After 1m over a 30s cap: %d calls, %v, err %v; want 1 call, at once", dep.calls, time.Since(start), err)
+		}
+
+		// Longer than the time left: ends at once with ErrDeadline and says when.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		dep = &counter{errs: []error{guardrail.RetryAfterError(errBoom, 5*time.Second)}}
+		start = time.Now()
+		_, err = guardrail.Do(ctx, unlimited(), dep.op)
+		var ge *guardrail.Error
+		if !errors.As(err, &ge) || ge.Kind != guardrail.ErrDeadline || ge.RetryIn != 5*time.Second {
+			t.Fatalf("err = %v, want ErrDeadline with RetryIn 5s", err)
+		}
+		if dep.calls != 1 || time.Since(start) != 0 {
+			t.Fatalf("%d calls after %v, want 1 call and no wait", dep.calls, time.Since(start))
+		}
+
+		// A smaller MaxRetryAfter is honoured too.
+		p := unlimited()
+		p.MaxRetryAfter = time.Second
+		dep = &counter{errs: []error{guardrail.RetryAfterError(errBoom, 2*time.Second)}}
+		if _, err := guardrail.Do(context.Background(), p, dep.op); !errors.Is(err, errBoom) || dep.calls != 1 {
+			t.Fatalf("MaxRetryAfter 1s, asked 2s: %d calls, err %v", dep.calls, err)
+		}
+		// A negative MaxRetryAfter ignores hints and uses the backoff.
+		p = unlimited()
+		p.MaxRetryAfter = -1
+		dep = &counter{errs: []error{guardrail.RetryAfterError(errBoom, time.Hour), nil}}
+		if _, err := guardrail.Do(context.Background(), p, dep.op); err != nil || dep.at[1] != 0 {
+			t.Fatalf("hints ignored: retry at %v, err %v; want at once", dep.at, err)
+		}
+	})
+}
+
+// Seed 003 card 036: 1000 calls to a dead dependency with 3 attempts each
+// make 3000 attempts without a budget and about 1110 with a 10 % budget.
+func TestBudgetCapsAmplification(t *testing.T) {
+	run := func(b *budget.Budget) (attempts int, exhausted int) {
+		p := &guardrail.Policy{Idempotent: true, Budget: b, Backoff: backoff.None(), Breaker: noBreaker()}
+		dep := &counter{errs: []error{errBoom}}
+		for range 1000 {
+			_, err := guardrail.Do(context.Background(), p, dep.op)
+			if errors.Is(err, guardrail.ErrBudgetExhausted) {
+				exhausted++
+			}
+		}
+		return dep.calls, exhausted
+	}
+	if got, _ := run(budget.Unlimited()); got != 3000 {
+		t.Errorf("without a budget: %d attempts, want exactly 3000", got)
+	}
+	got, exhausted := run(nil) // the policy's own default budget
+	if got < 1100 || got > 1112 {
+		t.Errorf("with the default budget: %d attempts, want about 1110 (1.11 per call)", got)
+	}
+	if exhausted < 880 {
+		t.Errorf("only %d calls ended with ErrBudgetExhausted", exhausted)
+	}
+}
+
+func TestCancelDuringBackoffReturnsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		p := unlimited()
+		p.Backoff = backoff.Constant(10 * time.Second)
+		go func() {
+			time.Sleep(time.Second)
+			cancel()
+		}()
+		start := time.Now()
+		_, err := guardrail.Do(ctx, p, func(context.Context) (int, error) { return 0, errBoom })
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want context.Canceled", err)
+		}
+		if got := time.Since(start); got > time.Second+time.Millisecond {
+			t.Fatalf("returned %v after start, want within 1ms of the cancel at 1s", got)
+		}
+	})
+}
+
+func TestAttemptContextEndsWithTheAttempt(t *testing.T) {
+	p := unlimited()
+	p.AttemptTimeout = time.Minute
+	var seen []context.Context
+	_, _ = guardrail.Do(context.Background(), p, func(ctx context.Context) (int, error) {
+		seen = append(seen, ctx)
+		return 0, errBoom
+	})
+	for i, ctx := range seen {
+		if ctx.Err() == nil {
+			t.Errorf("attempt %d's context still live after the attempt", i+1)
+		}
+	}
+	// Parent deadline sooner than AttemptTimeout: still cancelled at the end.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var got context.Context
+	_, _ = guardrail.Do(ctx, p, func(ctx context.Context) (int, error) { got = ctx; return 1, nil })
+	if got.Err() == nil {
+		t.Error("attempt context under a sooner parent deadline is still live")
+	}
+	if dl, _ := got.Deadline(); !dl.Equal(func() time.Time { d, _ := ctx.Deadline(); return d }()) {
+		t.Error("attempt context lost the parent's deadline")
+	}
+}
+
+func TestPanicIsRecordedAndPropagates(t *testing.T) {
+	var events []guardrail.Event
+	p := unlimited()
+	p.Observer = guardrail.ObserverFunc(func(ctx context.Context, e guardrail.Event) context.Context {
+		events = append(events, e)
+		return ctx
+	})
+	func() {
+		defer func() {
+			if r := recover(); r != "kaboom" {
+				t.Fatalf("recovered %v, want the op's panic", r)
+			}
+		}()
+		_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) { panic("kaboom") })
+	}()
+	last := events[len(events)-1]
+	if last.Kind != guardrail.EventAttemptEnd || last.Outcome != guardrail.OutcomeFailure {
+		t.Fatalf("last event = %+v, want a failed attempt end", last)
+	}
+}
+
+func TestInvalidPolicyIsRejected(t *testing.T) {
+	for _, p := range []*guardrail.Policy{{MaxAttempts: -1}, {AttemptTimeout: -time.Second}} {
+		calls := 0
+		_, err := guardrail.Do(context.Background(), p, func(context.Context) (int, error) { calls++; return 0, nil })
+		if !errors.Is(err, guardrail.ErrInvalidPolicy) || calls != 0 {
+			t.Errorf("%+v: err %v, %d calls; want ErrInvalidPolicy without running op", p, err, calls)
+		}
+	}
+}
+
+func TestNilPolicyUsesDefaults(t *testing.T) {
+	calls := 0
+	v, err := guardrail.Do(context.Background(), nil, func(context.Context) (string, error) {
+		calls++
+		if calls == 1 {
+			return "", syscall.ECONNREFUSED // safe to retry even though not idempotent
+		}
+		return "ok", nil
+	})
+	if v != "ok" || err != nil || calls != 2 {
+		t.Fatalf("Do(nil policy) = %q, %v after %d calls", v, err, calls)
+	}
+}
+
+// The jitter Do draws is the policy's: a fixed draw of 0.5 makes full jitter
+// wait exactly half the exponential window.
+func TestBackoffUsesThePolicysDraws(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &guardrail.Policy{Idempotent: true, Budget: budget.Unlimited(), MaxAttempts: 4, Rand: func() float64 { return 0.5 }}
+		dep := &counter{errs: []error{errBoom}}
+		_, _ = guardrail.Do(context.Background(), p, dep.op)
+		want := []time.Duration{0, 50 * time.Millisecond, 150 * time.Millisecond, 350 * time.Millisecond}
+		if fmt.Sprint(dep.at) != fmt.Sprint(want) {
+			t.Fatalf("attempts at %v, want %v", dep.at, want)
+		}
+	})
+}
+
+func TestObserverSeesTheWholeCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		type key struct{}
+		var kinds []string
+		p := unlimited()
+		p.Name = "pricing"
+		p.Backoff = backoff.Constant(100 * time.Millisecond)
+		p.Observer = guardrail.ObserverFunc(func(ctx context.Context, e guardrail.Event) context.Context {
+			if e.Dependency != "pricing" {
+				t.Errorf("event %v without the dependency name", e.Kind)
+			}
+			s := e.Kind.String()
+			switch e.Kind {
+			case guardrail.EventAttemptStart:
+				s = fmt.Sprintf("%s#%d+%v", s, e.Attempt, e.Delay)
+				ctx = context.WithValue(ctx, key{}, e.Attempt)
+			case guardrail.EventAttemptEnd:
+				s = fmt.Sprintf("%s#%d:%s/%v", s, e.Attempt, e.Outcome, e.Duration)
+			case guardrail.EventRetry:
+				s = fmt.Sprintf("%s:%s/%v", s, e.Reason, e.Delay)
+			case guardrail.EventCallEnd:
+				s = fmt.Sprintf("%s:%s/%d/%v", s, e.Outcome, e.Attempt, e.Duration)
+			}
+			kinds = append(kinds, s)
+			return ctx
+		})
+		calls := 0
+		_, err := guardrail.Do(guardrail.WithOperation(context.Background(), "get"), p, func(ctx context.Context) (int, error) {
+			calls++
+			if ctx.Value(key{}) != calls {
+				t.Errorf("attempt %d: op did not get the observer's context", calls)
+			}
+			time.Sleep(10 * time.Millisecond)
+			if calls < 2 {
+				return 0, errBoom
+			}
+			return 1, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "[call_start attempt_start#1+0s attempt_end#1:failure/10ms retry:backoff/100ms attempt_start#2+100ms attempt_end#2:success/10ms call_end:ok/2/120ms]"
+		if got := fmt.Sprint(kinds); got != want {
+			t.Fatalf("events\n got %s\nwant %s", got, want)
+		}
+	})
+}
+
+func TestObserversCombine(t *testing.T) {
+	if guardrail.Observers() != nil || guardrail.Observers(nil, nil) != nil {
+		t.Fatal("Observers of nothing must be nil, so it costs nothing")
+	}
+	var a, b int
+	oa := guardrail.ObserverFunc(func(ctx context.Context, e guardrail.Event) context.Context { a++; return ctx })
+	ob := guardrail.ObserverFunc(func(ctx context.Context, e guardrail.Event) context.Context { b++; return ctx })
+	o := guardrail.Observers(oa, nil, guardrail.Observers(ob))
+	o.Observe(context.Background(), guardrail.Event{})
+	if a != 1 || b != 1 {
+		t.Fatalf("a=%d b=%d, want each called once", a, b)
+	}
+}
+
+func TestErrorMessage(t *testing.T) {
+	err := &guardrail.Error{Kind: guardrail.ErrDeadline, Attempts: 2, RetryIn: time.Second, Err: errBoom}
+	if got, want := err.Error(), "guardrail: deadline too close for another attempt after 2 attempt(s) (retry in 1s): boom"; got != want {
+		t.Fatalf("Error() = %q, want %q", got, want)
+	}
+}
+
+func TestDoCallDecidesIdempotencyPerCall(t *testing.T) {
+	p := &guardrail.Policy{Name: "api", Idempotent: false, Budget: budget.Unlimited(), Backoff: backoff.None()}
+	var deps []string
+	p.Observer = guardrail.ObserverFunc(func(ctx context.Context, e guardrail.Event) context.Context {
+		if e.Kind == guardrail.EventCallStart {
+			deps = append(deps, e.Dependency)
+		}
+		return ctx
+	})
+	dep := &counter{errs: []error{errBoom}}
+	_, _ = guardrail.DoCall(context.Background(), p, guardrail.Call{Idempotent: true, Dependency: "api.example:443"}, dep.op)
+	if dep.calls != 3 {
+		t.Fatalf("DoCall with Idempotent: %d calls, want 3", dep.calls)
+	}
+	_, _ = guardrail.Do(context.Background(), p, dep.op)
+	if dep.calls != 4 {
+		t.Fatalf("Do with a non-idempotent policy retried: %d calls, want 4", dep.calls)
+	}
+	if fmt.Sprint(deps) != "[api.example:443 api]" {
+		t.Fatalf("dependencies in events = %v", deps)
+	}
+}

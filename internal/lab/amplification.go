@@ -1,0 +1,251 @@
+package lab
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/budget"
+)
+
+// ampParams are the amplification experiment's flags.
+type ampParams struct {
+	tiers    int
+	attempts int
+	users    int
+	over     time.Duration
+	ratio    float64
+	base     time.Duration
+	dbMode   string
+}
+
+func amplification() Experiment {
+	return Experiment{
+		Name:    "amplification",
+		Summary: "retries at every tier multiply load on a dead DB; one tier and a budget do not (seed 003 card 036)",
+		Setup: func(fs *flag.FlagSet, quick bool) Run {
+			p := ampParams{tiers: 3, attempts: 4, users: 1000, over: 2 * time.Second, ratio: 0.1, base: time.Millisecond, dbMode: "reset"}
+			if quick {
+				p.users, p.over = 300, 600*time.Millisecond
+			}
+			fs.IntVar(&p.tiers, "tiers", p.tiers, "services between the user and the DB (BFF, order-service, data-service)")
+			fs.IntVar(&p.attempts, "attempts", p.attempts, "attempts per tier when a tier retries (1 call + retries)")
+			fs.IntVar(&p.users, "users", p.users, "user requests in the budget rows")
+			fs.DurationVar(&p.over, "over", p.over, "spread the timed rows' user requests evenly over this long")
+			fs.Float64Var(&p.ratio, "budget", p.ratio, "retry budget ratio at the tier nearest the DB")
+			fs.DurationVar(&p.base, "base", p.base, "full-jitter backoff base (the seed's 100ms only makes the run slower)")
+			fs.StringVar(&p.dbMode, "db", p.dbMode, "how the DB is down: reset (accepts and resets, counted by the DB) or refused (nothing listens, counted at the data-service's dialer)")
+			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
+		},
+	}
+}
+
+func (p ampParams) run(ctx context.Context, env *Env) (*Result, error) {
+	if p.tiers < 1 || p.attempts < 1 || p.users < 1 {
+		return nil, fmt.Errorf("amplification: tiers, attempts and users must be at least 1")
+	}
+	if p.dbMode != "reset" && p.dbMode != "refused" {
+		return nil, fmt.Errorf("amplification: --db must be reset or refused, not %q", p.dbMode)
+	}
+	r := &Result{Experiment: "amplification", Title: fmt.Sprintf("%d tiers down to a dead DB (seed 003, card 036)", p.tiers)}
+	rows := []struct {
+		label string
+		all   bool    // every tier retries (else only the one nearest the DB)
+		ratio float64 // 0: no budget
+		users int
+		over  time.Duration
+		// breaker: the nearest tier keeps guardrail's default breaker.
+		breaker bool
+	}{
+		{fmt.Sprintf("every tier 1+%d retries", p.attempts-1), true, 0, 1, 0, false},
+		{"retry only at the tier nearest the DB", false, 0, 1, 0, false},
+		{fmt.Sprintf("nearest tier + retry budget %g%%", p.ratio*100), false, p.ratio, p.users, 0, false},
+		{fmt.Sprintf("nearest tier + retry budget %g%%", p.ratio*100), false, p.ratio, p.users, p.over, false},
+		{"nearest tier, no budget", false, 0, p.users, p.over, false},
+		{fmt.Sprintf("nearest tier + budget %g%% + default breaker", p.ratio*100), false, p.ratio, p.users, p.over, true},
+	}
+	var labels []string
+	var perUser []float64
+	budgetPer := 0.0
+	for i, row := range rows {
+		env.Progress("amplification: row %d/%d: %s, %d users", i+1, len(rows), row.label, row.users)
+		calls, err := p.scenario(ctx, row.all, row.ratio, row.users, row.over, row.breaker)
+		if err != nil {
+			return nil, err
+		}
+		per := float64(calls) / float64(row.users)
+		cols := []Col{Int("users", row.users)}
+		if row.over > 0 {
+			cols = append(cols, Ms("over_ms", row.over).As("over", "ms"))
+		}
+		cols = append(cols, Int("db_calls", int(calls)), Float("per_user", per, 2))
+		if row.breaker {
+			cols[len(cols)-1] = Float("per_user", per, 3)
+		}
+		r.add(row.label, cols...)
+		labels = append(labels, fmt.Sprintf("%s (%d users)", row.label, row.users))
+		perUser = append(perUser, per)
+
+		want := float64(p.attempts)
+		switch {
+		case row.breaker:
+			// The breaker trips after its minimum volume and refuses the
+			// rest without touching the DB.
+			limit := 2 * breaker.DefaultMinRequests
+			r.check(calls <= int64(limit) && per < budgetPer, "the breaker stops calling a dead DB",
+				"%d DB calls (%.3f per user), want at most %d and fewer than the budget alone (%.2f)", calls, per, limit, budgetPer)
+		case row.all:
+			want = pow(p.attempts, p.tiers)
+			r.check(per == want, "retries at every tier multiply", "%.2f DB calls per user, want %d^%d = %.0f", per, p.attempts, p.tiers, want)
+		case row.ratio == 0:
+			r.check(per == want, "one retrying tier", "%.2f DB calls per user, want %d", per, p.attempts)
+		default:
+			budgetPer = per
+			// The bucket starts with 10 tokens and earns ratio per user.
+			ceiling := 1 + row.ratio + 10/float64(row.users) + 0.2
+			r.check(per <= ceiling && per >= 1, "budget caps retries", "%.2f DB calls per user, want at most %.2f (1 + ratio + initial tokens, +0.2 margin)", per, ceiling)
+		}
+	}
+	if p.dbMode == "reset" {
+		r.note("db_calls are counted by the DB, which accepts and resets every connection; per_user = db_calls / users.")
+	} else {
+		r.note("db_calls are refused connections, counted at the data-service's dialer (nothing listens); per_user = db_calls / users.")
+	}
+	r.Charts = append(r.Charts, Chart{Title: "DB calls per user request", Kind: "bar", X: labels, YLabel: "DB calls per user",
+		Series: []Series{{Name: "per user", Values: perUser}}})
+	return r, nil
+}
+
+func pow(b, e int) float64 {
+	v := 1.0
+	for range e {
+		v *= float64(b)
+	}
+	return v
+}
+
+// scenario builds tiers -> DB on loopback, sends users requests to the top
+// tier and returns the DB calls the DB saw.
+func (p ampParams) scenario(ctx context.Context, allTiers bool, ratio float64, users int, over time.Duration, withBreaker bool) (int64, error) {
+	var dbURL string
+	var count func() int64
+	var dialer *countingDialer
+	switch p.dbMode {
+	case "reset":
+		db, err := listenReset()
+		if err != nil {
+			return 0, err
+		}
+		defer db.Close()
+		dbURL, count = "http://"+db.Addr+"/query", db.calls.Load
+	case "refused":
+		addr, err := closedPort()
+		if err != nil {
+			return 0, err
+		}
+		dialer = &countingDialer{}
+		dbURL, count = "http://"+addr+"/query", dialer.dials.Load
+	}
+
+	next := dbURL
+	var servers []*server
+	defer func() {
+		for _, s := range servers {
+			s.Close()
+		}
+	}()
+	// Build from the DB up: tier 0 is the data-service, nearest the DB.
+	for i := 0; i < p.tiers; i++ {
+		pol := &guardrail.Policy{
+			Name:       fmt.Sprintf("tier%d", i),
+			Idempotent: true,
+			MinAttempt: -1,
+			Backoff:    backoff.FullJitter(p.base, 100*p.base),
+			Budget:     budget.Unlimited(),
+			// The card measures retries alone: breakers off unless the row
+			// asks for guardrail's default one.
+			Breaker: breaker.New(breaker.Config{Mode: breaker.Disabled}),
+		}
+		if withBreaker && i == 0 {
+			pol.Breaker = nil
+		}
+		pol.MaxAttempts = 1
+		if allTiers || i == 0 {
+			pol.MaxAttempts = p.attempts
+		}
+		if ratio > 0 && i == 0 {
+			pol.Budget = budget.New(budget.Config{Ratio: ratio})
+		}
+		client := newHTTPClient(i != 0) // the DB gets a fresh connection per call
+		if i == 0 && dialer != nil {
+			client.Transport.(*http.Transport).DialContext = dialer.DialContext
+		}
+		target := next
+		s, err := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, err := guardedGet(r.Context(), client, pol, target); err != nil {
+				w.WriteHeader(http.StatusBadGateway)
+				return
+			}
+			_, _ = w.Write([]byte("ok"))
+		}))
+		if err != nil {
+			return 0, err
+		}
+		servers = append(servers, s)
+		next = s.URL + "/"
+	}
+
+	user := newHTTPClient(true)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for u := range users {
+		if over > 0 {
+			at := start.Add(time.Duration(int64(over) * int64(u) / int64(users)))
+			if err := sleepUntil(ctx, at); err != nil {
+				return 0, err
+			}
+			wg.Go(func() { _, _ = userGet(ctx, user, next) })
+			continue
+		}
+		if _, err := userGet(ctx, user, next); ctx.Err() != nil {
+			return 0, err
+		}
+	}
+	wg.Wait()
+	return count(), ctx.Err()
+}
+
+func userGet(ctx context.Context, c *http.Client, url string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// sleepUntil waits until t or until ctx ends.
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,272 @@
+// Package lab runs the experiments of `guardrail lab`: the incidents of the
+// source articles replayed on real loopback HTTP (and one simulation), each
+// printing its numbers and checking that the guardrail did what it should.
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Experiment is one lab experiment.
+type Experiment struct {
+	// Name is what `guardrail lab NAME` selects.
+	Name string
+	// Summary is one line for the experiment list.
+	Summary string
+	// Setup binds the experiment's parameters to fs, with defaults shrunk
+	// when quick is set, and returns the function that runs it with them.
+	Setup func(fs *flag.FlagSet, quick bool) Run
+}
+
+// Run runs an experiment once.
+type Run func(ctx context.Context, env *Env) (*Result, error)
+
+// Env is what an experiment gets from the runner.
+type Env struct {
+	// Quick asks for shorter durations (CI smoke runs).
+	Quick bool
+	// Seed drives every random draw of the experiment.
+	Seed uint64
+	// Progress reports what is happening; it never blocks.
+	Progress func(format string, args ...any)
+}
+
+// Result is what an experiment measured.
+type Result struct {
+	Experiment string
+	Title      string   // the seed card it replays
+	Rows       []Row    // the table, in order
+	Notes      []string // printed under the table
+	Checks     []Check  // what the guardrail should have done
+	Charts     []Chart  // for the HTML report
+	Took       time.Duration
+}
+
+// Row is one line of a result table.
+type Row struct {
+	Label string
+	Cols  []Col
+}
+
+// Col is one measured value. Key names it in JSON; Name (default Key) in
+// the table, with Format applied to Value.
+type Col struct {
+	Key    string
+	Name   string
+	Value  any // int, int64, float64, bool, string, time.Duration (as ms)
+	Format string
+	// JSONOnly leaves the column out of the table (the row label says it).
+	JSONOnly bool
+}
+
+// Int, Float, Ms, Bool and Str build columns.
+func Int(key string, v int) Col { return Col{Key: key, Value: v, Format: "%d"} }
+func Float(key string, v float64, prec int) Col {
+	return Col{Key: key, Value: v, Format: fmt.Sprintf("%%.%df", prec)}
+}
+func Ms(key string, d time.Duration) Col        { return Col{Key: key, Value: d, Format: "ms"} }
+func Bool(key string, v bool) Col               { return Col{Key: key, Value: v, Format: "%v"} }
+func Str(key string, v string) Col              { return Col{Key: key, Value: v, Format: "%s"} }
+func (c Col) As(name, format string) Col        { c.Name, c.Format = name, format; return c }
+func (c Col) Named(name string) Col             { c.Name = name; return c }
+func (c Col) jsonOnly() Col                     { c.JSONOnly = true; return c }
+func row(label string, cols ...Col) Row         { return Row{Label: label, Cols: cols} }
+func (r *Result) add(label string, cols ...Col) { r.Rows = append(r.Rows, row(label, cols...)) }
+func (r *Result) note(format string, args ...any) {
+	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
+}
+
+// Check is one assertion about an experiment's own numbers: the lab exits
+// non-zero when one fails, since the guardrail did not do its job.
+type Check struct {
+	Name   string
+	OK     bool
+	Detail string
+}
+
+func (r *Result) check(ok bool, name string, detailFormat string, args ...any) {
+	r.Checks = append(r.Checks, Check{Name: name, OK: ok, Detail: fmt.Sprintf(detailFormat, args...)})
+}
+
+// Failed returns the checks that failed.
+func (r *Result) Failed() []Check {
+	var out []Check
+	for _, c := range r.Checks {
+		if !c.OK {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Chart is a picture for the HTML report.
+type Chart struct {
+	Title  string
+	Kind   string // "bar", "line", "stepped" (a state timeline)
+	XLabel string
+	YLabel string
+	X      []string
+	Series []Series
+	// YCategories, when set, names the integer levels of a stepped chart
+	// (0 closed, 1 half-open, 2 open).
+	YCategories []string
+}
+
+// Series is one line or set of bars.
+type Series struct {
+	Name   string
+	Values []float64
+}
+
+// text renders a column value for the table.
+func (c Col) text() string {
+	name := c.Name
+	if name == "" {
+		name = c.Key
+	}
+	var v string
+	switch x := c.Value.(type) {
+	case time.Duration:
+		switch c.Format {
+		case "s":
+			v = fmt.Sprintf("%.1fs", x.Seconds())
+		default:
+			v = fmt.Sprintf("%dms", x.Round(time.Millisecond).Milliseconds())
+		}
+	case nil:
+		v = "none"
+	default:
+		f := c.Format
+		if f == "" {
+			f = "%v"
+		}
+		v = fmt.Sprintf(f, x)
+	}
+	return name + "=" + v
+}
+
+// jsonValue renders a column value for JSON: durations in milliseconds.
+func (c Col) jsonValue() any {
+	switch x := c.Value.(type) {
+	case time.Duration:
+		return math.Round(float64(x)/float64(time.Millisecond)*10) / 10
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil
+		}
+		return x
+	}
+	return c.Value
+}
+
+// WriteTable prints r in the shape of the source articles: a label padded to
+// the widest, then key=value columns.
+func WriteTable(w io.Writer, r *Result) {
+	fmt.Fprintf(w, "\n== %s: %s\n", r.Experiment, r.Title)
+	width := 0
+	for _, row := range r.Rows {
+		width = max(width, len(row.Label))
+	}
+	for _, row := range r.Rows {
+		parts := make([]string, 0, len(row.Cols))
+		for _, c := range row.Cols {
+			if !c.JSONOnly {
+				parts = append(parts, c.text())
+			}
+		}
+		fmt.Fprintf(w, "%-*s  %s\n", width, row.Label, strings.Join(parts, " "))
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "  %s\n", n)
+	}
+	for _, c := range r.Checks {
+		mark := "ok  "
+		if !c.OK {
+			mark = "FAIL"
+		}
+		fmt.Fprintf(w, "  [%s] %s: %s\n", mark, c.Name, c.Detail)
+	}
+}
+
+// WriteJSON writes one JSON object per row:
+// {"experiment": ..., "row": label, key: value, ...}.
+func WriteJSON(w io.Writer, r *Result) error {
+	enc := json.NewEncoder(w)
+	for _, row := range r.Rows {
+		obj := orderedObject{{"experiment", r.Experiment}, {"row", row.Label}}
+		for _, c := range row.Cols {
+			obj = append(obj, kv{c.Key, c.jsonValue()})
+		}
+		if err := enc.Encode(obj); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type kv struct {
+	k string
+	v any
+}
+
+// orderedObject marshals as a JSON object keeping column order.
+type orderedObject []kv
+
+func (o orderedObject) MarshalJSON() ([]byte, error) {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, f := range o {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(f.k)
+		v, err := json.Marshal(f.v)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return []byte(b.String()), nil
+}
+
+// Experiments returns every experiment in the order `guardrail lab` runs them.
+func Experiments() []Experiment {
+	return []Experiment{
+		amplification(),
+		jitter(),
+		deadlineExp(),
+		retryAfter(),
+		shedding(),
+	}
+}
+
+// Lookup finds an experiment by name.
+func Lookup(name string) (Experiment, bool) {
+	for _, e := range Experiments() {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return Experiment{}, false
+}
+
+// Names lists the experiments' names, sorted.
+func Names() []string {
+	var out []string
+	for _, e := range Experiments() {
+		out = append(out, e.Name)
+	}
+	sort.Strings(out)
+	return out
+}

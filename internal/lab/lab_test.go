@@ -1,0 +1,158 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// runExp runs experiment name with quick defaults overridden by args.
+func runExp(t *testing.T, name string, args ...string) *Result {
+	t.Helper()
+	e, ok := Lookup(name)
+	if !ok {
+		t.Fatalf("no experiment %q", name)
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	run := e.Setup(fs, true)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	res, err := run(context.Background(), &Env{Quick: true, Seed: 1, Progress: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range res.Failed() {
+		t.Errorf("check failed: %s: %s", c.Name, c.Detail)
+	}
+	var buf bytes.Buffer
+	WriteTable(&buf, res)
+	t.Log(buf.String())
+	return res
+}
+
+func col(t *testing.T, r Row, key string) any {
+	t.Helper()
+	for _, c := range r.Cols {
+		if c.Key == key {
+			return c.Value
+		}
+	}
+	t.Fatalf("row %q has no column %q", r.Label, key)
+	return nil
+}
+
+func TestAmplification(t *testing.T) {
+	res := runExp(t, "amplification", "--users", "200", "--over", "200ms", "--attempts", "3")
+	want := []float64{27, 3, -1, -1, 3, -2} // -1: budgeted, -2: breaker, checked below
+	if len(res.Rows) != len(want) {
+		t.Fatalf("%d rows, want %d", len(res.Rows), len(want))
+	}
+	for i, r := range res.Rows {
+		per := col(t, r, "per_user").(float64)
+		if want[i] > 0 && per != want[i] {
+			t.Errorf("%s: per_user %.2f, want %.0f", r.Label, per, want[i])
+		}
+		if want[i] == -2 && per > 0.2 {
+			t.Errorf("%s: per_user %.3f, want the breaker to cut it far below the budget's", r.Label, per)
+		}
+		if want[i] == -1 && (per < 1.05 || per > 1.2) {
+			t.Errorf("%s: per_user %.2f, want within 1.05-1.2 at ratio 0.1", r.Label, per)
+		}
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a real 1s Retry-After")
+	}
+	res := runExp(t, "retry-after", "--clients", "3")
+	for _, r := range res.Rows[:2] {
+		earliest := col(t, r, "earliest_retry_after_ms").(time.Duration)
+		asked := col(t, r, "asked_ms").(time.Duration)
+		if earliest < asked {
+			t.Errorf("%s: retry after %v, asked %v", r.Label, earliest, asked)
+		}
+	}
+	if got := col(t, res.Rows[2], "retries").(int); got != 0 {
+		t.Errorf("a Retry-After longer than the deadline was retried %d times", got)
+	}
+}
+
+func TestJSONRowsCarryTheirKeys(t *testing.T) {
+	r := &Result{Experiment: "x", Rows: []Row{row("a b", Int("users", 3), Ms("over_ms", 1500*time.Millisecond), Float("per_user", 1.109, 2), Bool("partial", true))}}
+	var buf bytes.Buffer
+	if err := WriteJSON(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["experiment"] != "x" || got["row"] != "a b" || got["users"] != 3.0 || got["over_ms"] != 1500.0 || got["per_user"] != 1.109 || got["partial"] != true {
+		t.Fatalf("JSON row = %v", got)
+	}
+	if !strings.HasPrefix(buf.String(), `{"experiment":"x","row":"a b","users":3`) {
+		t.Fatalf("columns out of order: %s", buf.String())
+	}
+}
+
+func TestReportIsSelfContained(t *testing.T) {
+	r := &Result{Experiment: "x", Title: "t", Rows: []Row{row("r", Int("n", 1))},
+		Charts: []Chart{{Title: "c", Kind: "bar", X: []string{"a"}, Series: []Series{{"s", []float64{1}}}}}}
+	var buf bytes.Buffer
+	if err := WriteReport(&buf, []*Result{r}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	page := buf.String()
+	if strings.Contains(page, "<script src") || strings.Contains(page, "https://cdn") {
+		t.Fatal("the report loads something from the network")
+	}
+	if !strings.Contains(page, "Chart.js v4") || !strings.Contains(page, `"id":"c0_0"`) {
+		t.Fatal("the report lacks the inlined chart library or the chart data")
+	}
+}
+
+func TestJitter(t *testing.T) {
+	res := runExp(t, "jitter")
+	byRow := map[string]Row{}
+	for _, r := range res.Rows {
+		byRow[r.Label] = r
+	}
+	none := byRow["no jitter"]
+	if got := col(t, none, "total_calls").(int); got != 5500 {
+		t.Errorf("no jitter: %d calls, want the seed's 5500", got)
+	}
+	if got := col(t, none, "all_done_at_ms").(time.Duration); got != 32700*time.Millisecond {
+		t.Errorf("no jitter: done at %v, want 32.7s", got)
+	}
+	for _, label := range []string{"equal jitter", "full jitter", "decorrelated", "+0..100ms"} {
+		r := byRow[label]
+		if col(t, r, "total_calls").(int) >= 5500 || col(t, r, "all_done_at_ms").(time.Duration) > 5*time.Second {
+			t.Errorf("%s did not break the waves: %+v", label, r.Cols)
+		}
+	}
+}
+
+func TestDeadline(t *testing.T) {
+	// Card 037 at half the scale; the servers' 10ms reserve stays small.
+	res := runExp(t, "deadline", "--a", "350ms", "--b", "300ms", "--c", "1500ms", "--per-a", "400ms", "--per-bc", "450ms",
+		"--budget", "950ms", "--slo", "1s", "--disconnect", "150ms")
+	if !col(t, res.Rows[0], "partial").(bool) {
+		t.Error("the answer was not marked partial")
+	}
+	if took := col(t, res.Rows[0], "took_ms").(time.Duration); took > time.Second {
+		t.Errorf("answered after %v, past the 1s SLO", took)
+	}
+	if !col(t, res.Rows[1], "downstream_stopped").(bool) {
+		t.Error("a disconnect did not stop A")
+	}
+}

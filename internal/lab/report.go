@@ -1,0 +1,144 @@
+package lab
+
+import (
+	_ "embed"
+	"encoding/json"
+	"html/template"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// chartJS is Chart.js (MIT licence, see assets/chart.js.LICENSE.md), inlined
+// so the report opens offline.
+//
+//go:embed assets/chart.umd.min.js
+var chartJS string
+
+var reportTmpl = template.Must(template.New("report").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<title>guardrail lab report</title>
+<style>
+body{font:15px/1.45 system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+h1{font-size:1.6em}h2{margin-top:2em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:1em 0;font-size:.92em}
+td,th{border:1px solid #ddd;padding:.3em .6em;text-align:right}td:first-child,th:first-child{text-align:left}
+.ok{color:#1a7f37}.fail{color:#cf222e;font-weight:bold}.note{color:#555}
+.chart{position:relative;height:340px;margin:1em 0}
+</style>
+<script>{{.JS}}</script>
+</head><body>
+<h1>guardrail lab</h1>
+<p class="note">Generated {{.When}}, {{.Took}} in all. Every number below was measured on real loopback HTTP servers
+(the jitter experiment is a discrete simulation).</p>
+{{range $i, $r := .Results}}
+<h2>{{$r.Experiment}}: {{$r.Title}}</h2>
+<table><tr><th>row</th>{{range $r.Header}}<th>{{.}}</th>{{end}}</tr>
+{{range $r.Rows}}<tr><td>{{.Label}}</td>{{range .Cells}}<td>{{.}}</td>{{end}}</tr>{{end}}
+</table>
+{{range $r.Notes}}<p class="note">{{.}}</p>{{end}}
+<ul>{{range $r.Checks}}<li class="{{if .OK}}ok{{else}}fail{{end}}">{{if .OK}}✓{{else}}✗{{end}} {{.Name}}: {{.Detail}}</li>{{end}}</ul>
+{{range $j, $c := $r.Charts}}<div class="chart"><canvas id="c{{$i}}_{{$j}}"></canvas></div>{{end}}
+{{end}}
+<script>
+const charts = {{.Charts}};
+const palette = ['#0969da','#cf222e','#1a7f37','#bf8700','#8250df','#57606a','#e16f24'];
+for (const c of charts) {
+  const el = document.getElementById(c.id);
+  const stepped = c.kind === 'stepped';
+  new Chart(el, {
+    type: c.kind === 'bar' ? 'bar' : 'line',
+    data: {labels: c.x, datasets: c.series.map((s, k) => ({
+      label: s.name, data: s.values, borderColor: palette[k % palette.length],
+      backgroundColor: palette[k % palette.length] + (c.kind === 'bar' ? 'cc' : '33'),
+      stepped: stepped, pointRadius: 0, borderWidth: 2, tension: 0}))},
+    options: {responsive: true, maintainAspectRatio: false, animation: false,
+      plugins: {title: {display: true, text: c.title}},
+      scales: {x: {title: {display: !!c.xlabel, text: c.xlabel}},
+               y: {title: {display: !!c.ylabel, text: c.ylabel}, beginAtZero: true,
+                   ticks: c.ycat ? {stepSize: 1, callback: v => c.ycat[v] ?? v} : {}}}}
+  });
+}
+</script>
+</body></html>
+`))
+
+type reportChart struct {
+	ID     string    `json:"id"`
+	Title  string    `json:"title"`
+	Kind   string    `json:"kind"`
+	XLabel string    `json:"xlabel"`
+	YLabel string    `json:"ylabel"`
+	X      []string  `json:"x"`
+	Series []jSeries `json:"series"`
+	YCat   []string  `json:"ycat,omitempty"`
+}
+
+type jSeries struct {
+	Name   string    `json:"name"`
+	Values []float64 `json:"values"`
+}
+
+type reportRow struct {
+	Label string
+	Cells []string
+}
+
+type reportResult struct {
+	*Result
+	Header []string
+	Rows   []reportRow
+}
+
+// WriteReport writes a self-contained HTML page with every result's table,
+// checks and charts. It needs no network to open.
+func WriteReport(w io.Writer, results []*Result, took time.Duration) error {
+	var rs []reportResult
+	var charts []reportChart
+	for i, r := range results {
+		rr := reportResult{Result: r}
+		seen := map[string]bool{}
+		for _, row := range r.Rows {
+			for _, c := range row.Cols {
+				if !seen[c.Key] {
+					seen[c.Key] = true
+					rr.Header = append(rr.Header, c.Key)
+				}
+			}
+		}
+		for _, row := range r.Rows {
+			cells := make([]string, len(rr.Header))
+			for _, c := range row.Cols {
+				for k, h := range rr.Header {
+					if h == c.Key {
+						_, v, _ := strings.Cut(c.text(), "=")
+						cells[k] = v
+					}
+				}
+			}
+			rr.Rows = append(rr.Rows, reportRow{row.Label, cells})
+		}
+		rs = append(rs, rr)
+		for j, c := range r.Charts {
+			rc := reportChart{ID: chartID(i, j), Title: c.Title, Kind: c.Kind, XLabel: c.XLabel, YLabel: c.YLabel, X: c.X, YCat: c.YCategories}
+			for _, s := range c.Series {
+				rc.Series = append(rc.Series, jSeries{s.Name, s.Values})
+			}
+			charts = append(charts, rc)
+		}
+	}
+	chartsJSON, err := json.Marshal(charts)
+	if err != nil {
+		return err
+	}
+	return reportTmpl.Execute(w, map[string]any{
+		"JS":      template.JS(chartJS),
+		"Charts":  template.JS(chartsJSON),
+		"Results": rs,
+		"When":    time.Now().Format(time.RFC1123),
+		"Took":    took.Round(100 * time.Millisecond),
+	})
+}
+
+func chartID(i, j int) string { return "c" + strconv.Itoa(i) + "_" + strconv.Itoa(j) }

@@ -1,0 +1,219 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/budget"
+)
+
+type retryAfterParams struct {
+	asked      time.Duration
+	deadline   time.Duration
+	tooLong    time.Duration
+	short      time.Duration
+	clients    int
+	status     int
+	maxAttempt int
+}
+
+func retryAfter() Experiment {
+	return Experiment{
+		Name:    "retry-after",
+		Summary: "a server answering 429/503 with Retry-After: retries land no earlier than asked, never past the deadline",
+		Setup: func(fs *flag.FlagSet, quick bool) Run {
+			p := retryAfterParams{asked: time.Second, deadline: 3 * time.Second, tooLong: 5 * time.Second, short: 2 * time.Second, clients: 20, status: 429, maxAttempt: 3}
+			if quick {
+				p.clients = 5
+			}
+			fs.DurationVar(&p.asked, "retry-after", p.asked, "what the server asks (whole seconds: the header has no finer unit)")
+			fs.DurationVar(&p.deadline, "deadline", p.deadline, "the client's deadline in the honoured rows")
+			fs.DurationVar(&p.tooLong, "too-long", p.tooLong, "Retry-After of the last row, longer than its deadline")
+			fs.DurationVar(&p.short, "short-deadline", p.short, "the client's deadline in the last row")
+			fs.IntVar(&p.clients, "clients", p.clients, "concurrent calls per row")
+			fs.IntVar(&p.status, "status", p.status, "status the server refuses with (429 or 503)")
+			fs.IntVar(&p.maxAttempt, "attempts", p.maxAttempt, "client attempts per call")
+			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
+		},
+	}
+}
+
+// raServer refuses each call's first request with Retry-After and answers
+// the next ones; it records when it refused and when retries arrived.
+type raServer struct {
+	mu      sync.Mutex
+	status  int
+	asked   time.Duration
+	date    bool
+	refused map[string]time.Time // call id -> time the refusal was written
+	until   map[string]time.Time // call id -> earliest time the server allowed
+	gaps    []time.Duration      // retry arrival - refusal
+	early   int                  // retries that arrived before the server allowed
+	late    int                  // attempts that arrived after the caller's deadline
+	calls   int
+}
+
+func (s *raServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get("X-Call")
+	dl, _ := strconv.ParseInt(r.Header.Get("X-Test-Deadline"), 10, 64)
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if dl > 0 && now.UnixNano() > dl {
+		s.late++
+	}
+	if t, ok := s.refused[id]; ok {
+		s.gaps = append(s.gaps, now.Sub(t))
+		if now.Before(s.until[id]) {
+			s.early++
+		}
+		_, _ = w.Write([]byte("ok"))
+		return
+	}
+	allowed := now.Add(s.asked)
+	if s.date {
+		// An HTTP-date has whole seconds: round up so the promise holds.
+		allowed = allowed.Truncate(time.Second).Add(time.Second)
+		w.Header().Set("Retry-After", allowed.UTC().Format(http.TimeFormat))
+	} else {
+		w.Header().Set("Retry-After", strconv.Itoa(int(s.asked/time.Second)))
+	}
+	s.refused[id] = time.Now()
+	s.until[id] = allowed
+	w.WriteHeader(s.status)
+}
+
+func (p retryAfterParams) run(ctx context.Context, env *Env) (*Result, error) {
+	if p.asked < time.Second || p.asked%time.Second != 0 {
+		return nil, fmt.Errorf("retry-after: --retry-after must be whole seconds, at least 1s")
+	}
+	if p.status != 429 && p.status != 503 {
+		return nil, fmt.Errorf("retry-after: --status must be 429 or 503")
+	}
+	r := &Result{Experiment: "retry-after", Title: fmt.Sprintf("a server answering %d with Retry-After (seeds 000, 003)", p.status)}
+	rows := []struct {
+		label    string
+		date     bool
+		asked    time.Duration
+		deadline time.Duration
+		honour   bool
+	}{
+		{fmt.Sprintf("Retry-After: %d (seconds), deadline %v", int(p.asked/time.Second), p.deadline), false, p.asked, p.deadline, true},
+		{fmt.Sprintf("Retry-After: HTTP-date, deadline %v", p.deadline), true, p.asked, p.deadline, true},
+		{fmt.Sprintf("Retry-After: %d, deadline %v", int(p.tooLong/time.Second), p.short), false, p.tooLong, p.short, false},
+	}
+	for i, row := range rows {
+		env.Progress("retry-after: row %d/%d", i+1, len(rows))
+		srv := &raServer{status: p.status, asked: row.asked, date: row.date, refused: map[string]time.Time{}, until: map[string]time.Time{}}
+		s, err := serve(srv)
+		if err != nil {
+			return nil, err
+		}
+		client := newHTTPClient(true)
+		pol := &guardrail.Policy{Name: "retry-after", Idempotent: true, MaxAttempts: p.maxAttempt, Budget: budget.Unlimited(),
+			Backoff: backoff.Constant(time.Millisecond),
+			// 429s count against a breaker (they signal overload); this
+			// experiment isolates Retry-After, so the breaker is off.
+			Breaker: breaker.New(breaker.Config{Mode: breaker.Disabled})}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var took []time.Duration
+		var ok, deadlineErrs int
+		for c := range p.clients {
+			wg.Go(func() {
+				cctx, cancel := context.WithTimeout(ctx, row.deadline)
+				defer cancel()
+				dl, _ := cctx.Deadline()
+				start := time.Now()
+				_, err := guardrail.Do(cctx, pol, func(actx context.Context) (int, error) {
+					req, _ := http.NewRequestWithContext(actx, http.MethodGet, s.URL, nil)
+					req.Header.Set("X-Call", strconv.Itoa(c))
+					req.Header.Set("X-Test-Deadline", strconv.FormatInt(dl.UnixNano(), 10))
+					return classifyResponse(client.Do(req))
+				})
+				mu.Lock()
+				defer mu.Unlock()
+				took = append(took, time.Since(start))
+				switch {
+				case err == nil:
+					ok++
+				case errors.Is(err, guardrail.ErrDeadline):
+					deadlineErrs++
+				}
+			})
+		}
+		wg.Wait()
+		s.Close()
+
+		srv.mu.Lock()
+		earliest := time.Duration(-1)
+		for _, g := range srv.gaps {
+			if earliest < 0 || g < earliest {
+				earliest = g
+			}
+		}
+		retries, early, late := len(srv.gaps), srv.early, srv.late
+		asked := time.Duration(-1) // what the server allowed, at least: an HTTP-date rounds up
+		for id, t := range srv.refused {
+			if a := srv.until[id].Sub(t); asked < 0 || a < asked {
+				asked = a
+			}
+		}
+		srv.mu.Unlock()
+		maxTook := time.Duration(0)
+		for _, d := range took {
+			maxTook = max(maxTook, d)
+		}
+		cols := []Col{Ms("asked_ms", asked).Named("asked")}
+		if earliest >= 0 {
+			cols = append(cols, Ms("earliest_retry_after_ms", earliest).Named("earliest_retry"))
+		} else {
+			cols = append(cols, Col{Key: "earliest_retry_after_ms", Name: "earliest_retry", Value: nil, Format: "none"})
+		}
+		cols = append(cols, Int("calls", p.clients), Int("retries", retries), Int("ok", ok), Ms("took_ms", maxTook).Named("slowest"))
+		r.add(row.label, cols...)
+		if row.honour {
+			r.check(retries == p.clients && early == 0, "retry no earlier than asked",
+				"%d of %d calls retried, %d before the server allowed, earliest %v after the refusal (asked %v)", retries, p.clients, early, earliest.Round(time.Millisecond), row.asked)
+			r.check(ok == p.clients, "retry succeeds in time", "%d of %d calls succeeded", ok, p.clients)
+		} else {
+			r.check(retries == 0 && deadlineErrs == p.clients && maxTook < 200*time.Millisecond, "no retry past the deadline",
+				"%d retries, %d ErrDeadline, slowest call %v: asked %v with %v left ends the call at once", retries, deadlineErrs, maxTook.Round(time.Millisecond), row.asked, row.deadline)
+		}
+		r.check(late == 0, "nothing after the deadline", "%d attempts reached the server after their caller's deadline", late)
+	}
+	r.note("earliest_retry is measured by the server: from writing the refusal to the retry's arrival.")
+	return r, nil
+}
+
+// classifyResponse turns an HTTP answer into Do's terms; see guardedGet.
+func classifyResponse(resp *http.Response, err error) (int, error) {
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	code := resp.StatusCode
+	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
+		if d, ok := backoff.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+			return code, guardrail.RetryAfterError(statusError{code}, d)
+		}
+		return code, guardrail.Transient(statusError{code})
+	}
+	if code >= 500 {
+		return code, guardrail.Transient(statusError{code})
+	}
+	if code >= 400 {
+		return code, guardrail.Permanent(statusError{code})
+	}
+	return code, nil
+}

@@ -1,0 +1,244 @@
+package guardrail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/budget"
+	"github.com/guardrail-go/guardrail/bulkhead"
+)
+
+// Defaults used for zero Policy fields (DESIGN.md, seeds 000 and 003).
+const (
+	DefaultMaxAttempts   = 3
+	DefaultMinAttempt    = 50 * time.Millisecond
+	DefaultMaxRetryAfter = 30 * time.Second
+)
+
+// ErrInvalidPolicy is wrapped by the error Do returns, without running the
+// operation, when a Policy field holds a value that has no sensible meaning
+// (a negative MaxAttempts, say).
+var ErrInvalidPolicy = errors.New("guardrail: invalid policy")
+
+// Policy is how calls to one dependency are guarded. Do applies it in a fixed
+// order: deadline check, breaker, bulkhead, attempt under a timeout,
+// classification, retry decision (attempts, deadline, budget), backoff.
+//
+// The zero value is valid and safe: 3 attempts, full jitter backoff from
+// 100 ms capped at 10 s, a retry budget of 10 % (10 tokens) owned by the
+// policy, Retry-After honoured up to 30 s, no retry of an operation not
+// marked Idempotent unless the failure says nothing was sent, and a circuit
+// breaker of its own. A nil *Policy means a process-wide zero Policy, whose
+// budget all nil-policy calls share, without a breaker.
+//
+// A Policy is safe for concurrent use by any number of calls. Set its fields
+// before the first call and do not change them afterwards; it must not be
+// copied after first use (it holds its budget and breaker).
+type Policy struct {
+	// Name names the dependency in events and errors ("payments",
+	// "pricing"). It becomes a metric label: keep it from a small fixed set.
+	Name string
+
+	// MaxAttempts bounds the attempts of one call, counting the first.
+	// Zero means DefaultMaxAttempts (3); 1 never retries; a negative value
+	// is rejected with ErrInvalidPolicy.
+	MaxAttempts int
+
+	// AttemptTimeout bounds each attempt; the effective bound is
+	// min(AttemptTimeout, time left on the context). Zero means no bound of
+	// its own: the attempt runs under the caller's context alone, which then
+	// is the context op receives. A negative value is rejected.
+	AttemptTimeout time.Duration
+
+	// MinAttempt is the least time worth starting an attempt with: with less
+	// left on the context's deadline Do stops with ErrDeadline instead of
+	// starting an attempt that cannot finish, and a retry whose delay plus
+	// MinAttempt does not fit is not attempted. Zero means
+	// DefaultMinAttempt (50 ms, seed 003 card 037); a negative value means no
+	// minimum.
+	MinAttempt time.Duration
+
+	// Backoff computes the delay before each retry. Nil means full jitter,
+	// base 100 ms, cap 10 s.
+	Backoff backoff.Strategy
+
+	// MaxRetryAfter caps how long a server may ask Do to wait (Retry-After):
+	// a longer request ends the call at once rather than retrying sooner than
+	// asked. Zero means DefaultMaxRetryAfter (30 s); a negative value means
+	// server hints are ignored and the backoff applies.
+	MaxRetryAfter time.Duration
+
+	// Classify decides what a failed attempt means. Nil means
+	// DefaultClassify.
+	Classify Classifier
+
+	// Idempotent reports that repeating the operation is harmless (a read,
+	// or a write carrying an idempotency key). When false, the zero value,
+	// Do retries only failures that say the request was never sent, and a
+	// timed-out attempt ends with ErrOutcomeUnknown: the operation may have
+	// taken effect.
+	Idempotent bool
+
+	// Budget caps retries at a fraction of calls. Nil means a budget owned by
+	// this Policy with budget.DefaultRatio and budget.DefaultMax, created on
+	// first use. Share one Budget between policies to budget them together;
+	// use budget.Unlimited() to bound retries only by attempts and deadline.
+	Budget *budget.Budget
+
+	// Breaker stops calls to a dependency that is failing, so callers fail
+	// fast instead of waiting on it. Nil means a breaker owned by this
+	// Policy with breaker's defaults (10 s window, at least 20 calls, 50 %
+	// failures, open 30 s plus up to 20 % jitter, one probe), created on
+	// first use; a nil *Policy has none, having no one dependency to watch.
+	// To go without, set breaker.New(breaker.Config{Mode: breaker.Disabled}).
+	// Share one Breaker between policies that call the same failure domain.
+	Breaker *breaker.Breaker
+
+	// Bulkhead bounds the attempts in flight to the dependency, so a slow
+	// one cannot take every goroutine, socket or connection of the process.
+	// Nil means no bound. Do waits for a slot at most until the deadline
+	// minus MinAttempt.
+	Bulkhead *bulkhead.Bulkhead
+
+	// Observer receives the call's events, and the transitions of the
+	// Policy's Breaker. Nil costs nothing.
+	Observer Observer
+
+	// Rand returns uniform draws in [0, 1) for backoff jitter. Nil means
+	// math/rand/v2. Set it for reproducible runs; it must be safe for
+	// concurrent use if the Policy is.
+	Rand func() float64
+
+	// resolved holds the validated settings, computed on first use.
+	resolved atomic.Pointer[settings]
+}
+
+// settings are a Policy's fields with defaults applied.
+type settings struct {
+	err            error
+	maxAttempts    int
+	attemptTimeout time.Duration
+	minAttempt     time.Duration
+	backoff        backoff.Strategy
+	maxRetryAfter  time.Duration // < 0: ignore hints
+	classify       Classifier
+	budget         *budget.Budget
+	breaker        *breaker.Breaker // nil: none
+	rand           func() float64
+}
+
+var defaultPolicy Policy
+
+func (p *Policy) settings() *settings {
+	if s := p.resolved.Load(); s != nil {
+		return s
+	}
+	s := p.resolve()
+	if p.resolved.CompareAndSwap(nil, s) {
+		p.observeBreaker(s.breaker)
+		return s
+	}
+	return p.resolved.Load() // another call won; use its budget and breaker
+}
+
+func (p *Policy) resolve() *settings {
+	s := &settings{
+		maxAttempts:    p.MaxAttempts,
+		attemptTimeout: p.AttemptTimeout,
+		minAttempt:     p.MinAttempt,
+		backoff:        p.Backoff,
+		maxRetryAfter:  p.MaxRetryAfter,
+		classify:       p.Classify,
+		budget:         p.Budget,
+		breaker:        p.Breaker,
+		rand:           p.Rand,
+	}
+	switch {
+	case s.maxAttempts < 0:
+		s.err = fmt.Errorf("%w %q: MaxAttempts %d is negative", ErrInvalidPolicy, p.Name, s.maxAttempts)
+	case s.attemptTimeout < 0:
+		s.err = fmt.Errorf("%w %q: AttemptTimeout %v is negative", ErrInvalidPolicy, p.Name, s.attemptTimeout)
+	}
+	if s.maxAttempts == 0 {
+		s.maxAttempts = DefaultMaxAttempts
+	}
+	switch {
+	case s.minAttempt == 0:
+		s.minAttempt = DefaultMinAttempt
+	case s.minAttempt < 0:
+		s.minAttempt = 0
+	}
+	if s.backoff == nil {
+		s.backoff = backoff.Default()
+	}
+	if s.maxRetryAfter == 0 {
+		s.maxRetryAfter = DefaultMaxRetryAfter
+	}
+	if s.classify == nil {
+		s.classify = DefaultClassify
+	}
+	if s.budget == nil {
+		s.budget = budget.New(budget.Config{})
+	}
+	if s.rand == nil {
+		s.rand = rand.Float64
+	}
+	if s.breaker == nil && p != &defaultPolicy {
+		s.breaker = breaker.New(breaker.Config{Name: p.Name})
+	}
+	return s
+}
+
+// observeBreaker forwards b's transitions to the Policy's Observer.
+func (p *Policy) observeBreaker(b *breaker.Breaker) {
+	obs := p.Observer
+	if obs == nil || b == nil {
+		return
+	}
+	b.Subscribe(func(t breaker.Transition) {
+		obs.Observe(context.Background(), TransitionEvent(p.Name, t))
+	})
+}
+
+// TransitionEvent turns a breaker transition into an Event, for components
+// that own breakers (an HTTP transport's per-host group) and report their
+// transitions to an Observer themselves.
+func TransitionEvent(dependency string, t breaker.Transition) Event {
+	if dependency == "" {
+		dependency = t.Name
+	}
+	return Event{
+		Kind:       EventBreakerTransition,
+		Dependency: dependency,
+		From:       t.From.String(),
+		To:         t.To.String(),
+		Reason:     string(t.Reason),
+		Detail:     t.Cause,
+		Delay:      t.OpenFor,
+		Remaining:  -1,
+	}
+}
+
+// CircuitBreaker returns the breaker the policy uses: Breaker if set, else
+// the one it created, or nil for a nil *Policy.
+func (p *Policy) CircuitBreaker() *breaker.Breaker {
+	if p == nil {
+		return nil
+	}
+	return p.settings().breaker
+}
+
+// RetryBudget returns the budget the policy spends retries from: Budget if
+// set, else the one it created (for metrics on its tokens).
+func (p *Policy) RetryBudget() *budget.Budget {
+	if p == nil {
+		p = &defaultPolicy
+	}
+	return p.settings().budget
+}
