@@ -248,6 +248,7 @@ func Experiments() []Experiment {
 		deadlineExp(),
 		breakerExp(),
 		retryAfter(),
+		idempotencyExp(),
 		shedding(),
 	}
 }

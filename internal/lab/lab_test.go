@@ -177,3 +177,17 @@ func TestBreaker(t *testing.T) {
 		t.Errorf("a hang answered after %v, want about the 300ms attempt timeout", d)
 	}
 }
+
+func TestIdempotency(t *testing.T) {
+	res := runExp(t, "idempotency", "--payments", "40", "--loss", "0.4")
+	blind, none, keyed := res.Rows[0], res.Rows[1], res.Rows[2]
+	if col(t, blind, "charges").(int) <= 40 {
+		t.Errorf("blind retries did not double charge: %+v", blind.Cols)
+	}
+	if col(t, none, "charges").(int) != 40 || col(t, keyed, "charges").(int) != 40 {
+		t.Errorf("a payment was charged twice: %+v / %+v", none.Cols, keyed.Cols)
+	}
+	if col(t, keyed, "replayed").(int) == 0 {
+		t.Error("no retry got the stored answer")
+	}
+}
