@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/observe/internal/series"
 	"github.com/guardrail-go/guardrail/shed"
@@ -25,8 +26,9 @@ const ScopeName = "github.com/guardrail-go/guardrail/observe/otel"
 
 // Span names.
 const (
-	CallSpanName    = "guardrail.call"
-	AttemptSpanName = "guardrail.attempt"
+	CallSpanName       = "guardrail.call"
+	AttemptSpanName    = "guardrail.attempt"
+	TransitionSpanName = "guardrail.breaker.transition" // also the span event's name
 )
 
 // Span attribute keys.
@@ -41,6 +43,8 @@ const (
 	AttrPhase       = attribute.Key("guardrail.timeout_phase") // phase of a timeout
 	AttrReason      = attribute.Key("guardrail.reason")
 	AttrFrom        = attribute.Key("guardrail.breaker.from")
+	AttrCause       = attribute.Key("guardrail.breaker.cause")       // a transition's cause in words
+	AttrOpenFor     = attribute.Key("guardrail.breaker.open_for_ms") // how long it stays open
 	AttrTo          = attribute.Key("guardrail.breaker.to")
 	AttrTokens      = attribute.Key("guardrail.budget.tokens")
 	AttrPriority    = attribute.Key("guardrail.priority")
@@ -251,7 +255,7 @@ func (o *Observer) Close() error { return o.reg.Unregister() }
 // WatchBreakerState reports the state of a breaker of dependency from the
 // first collection on; see observe/prom's Collector.WatchBreakerState.
 func (o *Observer) WatchBreakerState(dependency string, state func() string) {
-	o.gauges.WatchBreakerState(dependency, state)
+	o.gauges.WatchBreakerState(dependency, state, nil)
 }
 
 // WatchBudget reports the tokens of b, a retry budget of dependency, at
@@ -260,13 +264,20 @@ func (o *Observer) WatchBudget(dependency string, b *budget.Budget) {
 	o.gauges.WatchBudget(dependency, b)
 }
 
-// WatchPolicy watches what p owns: its retry budget, under p.Name.
-func (o *Observer) WatchPolicy(p *guardrail.Policy) { o.WatchBudget(p.Name, p.RetryBudget()) }
+// WatchPolicy watches what p uses, under p.Name: its retry budget and
+// its breaker (Policy.Breaker, or the one the policy made), so both are
+// exported from the first collection, before any call.
+func (o *Observer) WatchPolicy(p *guardrail.Policy) {
+	o.WatchBudget(p.Name, p.RetryBudget())
+	if b := p.CircuitBreaker(); b != nil {
+		o.WatchBreaker(p.Name, b)
+	}
+}
 
 // WatchLoad reports a load shedder's in-flight count and limit at every
 // collection.
 func (o *Observer) WatchLoad(dependency string, load func() (inFlight, limit int)) {
-	o.gauges.WatchLoad(dependency, load)
+	o.gauges.WatchLoad(dependency, load, nil)
 }
 
 // Observe records e. It implements guardrail.Observer: for EventCallStart
@@ -319,9 +330,9 @@ func (o *Observer) Observe(ctx context.Context, e guardrail.Event) context.Conte
 		}
 		trace.SpanFromContext(ctx).SetAttributes(AttrPhase.String(e.Phase))
 	case guardrail.EventBreakerTransition:
-		o.transitions.Add(ctx, 1, o.transC.Get(dep, e.From, e.To, "").add...)
+		o.transitions.Add(ctx, 1, o.transC.Get(dep, e.From, e.To, e.Reason).add...)
 		o.gauges.Observe(&e)
-		spanEvent(ctx, "guardrail.breaker.transition", AttrDependency.String(dep), AttrFrom.String(e.From), AttrTo.String(e.To), AttrReason.String(e.Reason))
+		o.transition(ctx, &e)
 	case guardrail.EventBreakerReject:
 		o.rejections.Add(ctx, 1, o.pairC.Get(dep, op, "", "").add...)
 		o.callEvent(ctx, "guardrail.breaker.reject", AttrRetryIn.Float64(ms(e.Delay)))
@@ -365,6 +376,29 @@ func (o *Observer) callEvent(ctx context.Context, name string, attrs ...attribut
 		return
 	}
 	spanEvent(ctx, name, attrs...)
+}
+
+// transition records a breaker transition as an event of the current span,
+// or, when it comes outside any trace (a policy's breaker reports its
+// transitions from the breaker's own hook, with no call's context), as a
+// span of its own, so that it still shows next to the traces it affects.
+// Inside a trace that is not sampled it records nothing.
+func (o *Observer) transition(ctx context.Context, e *guardrail.Event) {
+	attrs := []attribute.KeyValue{
+		AttrDependency.String(e.Dependency), AttrFrom.String(e.From), AttrTo.String(e.To),
+		AttrReason.String(e.Reason), AttrCause.String(e.Detail),
+	}
+	if e.To == "open" && e.Delay > 0 {
+		attrs = append(attrs, AttrOpenFor.Float64(ms(e.Delay)))
+	}
+	span := trace.SpanFromContext(ctx)
+	switch {
+	case span.IsRecording():
+		span.AddEvent(TransitionSpanName, trace.WithAttributes(attrs...))
+	case !span.SpanContext().IsValid():
+		_, span = o.tracer.Start(ctx, TransitionSpanName, trace.WithAttributes(attrs...))
+		span.End()
+	}
 }
 
 // spanEvent adds a span event to the span of ctx, if it records.
@@ -511,8 +545,28 @@ func (st *callState) end(e *guardrail.Event) {
 // the gauges are right from the first one and fall back to zero when the
 // traffic stops (events report the load only when a request arrives).
 func (o *Observer) WatchShedder(dependency string, s *shed.Shedder) {
-	o.WatchLoad(dependency, func() (int, int) {
+	o.gauges.WatchLoad(dependency, func() (int, int) {
 		st := s.Stats()
 		return st.InFlight, st.Limit
-	})
+	}, s)
+}
+
+// WatchBreaker reports the state of b under dependency at every
+// collection, from the first one on.
+func (o *Observer) WatchBreaker(dependency string, b *breaker.Breaker) {
+	o.gauges.WatchBreakerState(dependency, func() string { return b.State().String() }, b)
+}
+
+// WatchBreakerGroup reports the state of every breaker g holds, each under
+// its key as the dependency (as an HTTP transport names them), at every
+// collection. Breakers the group drops disappear from the next collection.
+// Past the label cap, keys fold to "other", whose gauge counts the breakers
+// in each state.
+func (o *Observer) WatchBreakerGroup(g *breaker.Group) {
+	o.gauges.WatchStates(func(report func(dependency, state string)) {
+		g.Range(func(key string, b *breaker.Breaker) bool {
+			report(key, b.State().String())
+			return true
+		})
+	}, g)
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 	gotel "github.com/guardrail-go/guardrail/observe/otel"
 )
@@ -228,14 +229,14 @@ func TestRefusedRetryAndBreakerEvents(t *testing.T) {
 	if len(calls) != 1 || len(attempts) != 1 {
 		t.Fatalf("%d calls, %d attempts", len(calls), len(attempts))
 	}
-	if got, want := strings.Join(eventNames(calls[0]), ","), "guardrail.breaker.transition,guardrail.budget_exhausted,guardrail.retry_refused,exception"; got != want {
+	if got, want := strings.Join(eventNames(calls[0]), ","), gotel.TransitionSpanName+",guardrail.budget_exhausted,guardrail.retry_refused,exception"; got != want {
 		t.Errorf("call events = %s, want %s", got, want)
 	}
 	if calls[0].Status().Code != codes.Error || calls[0].Status().Description != guardrail.OutcomeBudgetExhausted {
 		t.Errorf("call status = %+v", calls[0].Status())
 	}
 	for _, e := range calls[0].Events() {
-		if e.Name == "guardrail.breaker.transition" {
+		if e.Name == gotel.TransitionSpanName {
 			got := map[attribute.Key]string{}
 			for _, a := range e.Attributes {
 				got[a.Key] = a.Value.Emit()
@@ -326,7 +327,7 @@ func TestMetrics(t *testing.T) {
 		f := newFixture(t, 0)
 		p := &guardrail.Policy{Name: "pricing", Idempotent: true, Backoff: backoff.None(), Budget: budget.Unlimited(), Observer: f.obs}
 		f.obs.WatchPolicy(p)
-		f.obs.WatchBreakerState("pricing", func() string { return "closed" })
+		f.obs.WatchBreaker("pricing", p.CircuitBreaker()) // watched through the policy already: counted once
 		ctx, cancel := context.WithTimeout(guardrail.WithOperation(context.Background(), "Get"), time.Second)
 		defer cancel()
 		for i := range 4 {
@@ -441,4 +442,53 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// TestPolicyBreakerTransitionSpan: a policy's breaker reports its
+// transitions outside any call's context; each becomes a span of its own
+// with its cause, and the rejected calls say why on their spans.
+func TestPolicyBreakerTransitionSpan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		p := &guardrail.Policy{
+			Name: "ledger", MaxAttempts: 1, Observer: f.obs,
+			Breaker: breaker.New(breaker.Config{Name: "ledger", MinRequests: 2, OpenFor: 5 * time.Second, OpenJitter: -1}),
+		}
+		for range 3 {
+			_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) {
+				return 0, guardrail.Transient(errors.New("503"))
+			})
+		}
+		var transitions, calls []sdktrace.ReadOnlySpan
+		for _, s := range f.spans.Ended() {
+			switch s.Name() {
+			case gotel.TransitionSpanName:
+				transitions = append(transitions, s)
+			case gotel.CallSpanName:
+				calls = append(calls, s)
+			}
+		}
+		if len(transitions) != 1 || len(calls) != 3 {
+			t.Fatalf("%d transition spans, %d call spans; want 1 and 3", len(transitions), len(calls))
+		}
+		tr := transitions[0]
+		for k, want := range map[attribute.Key]string{
+			gotel.AttrDependency: "ledger", gotel.AttrFrom: "closed", gotel.AttrTo: "open",
+			gotel.AttrReason: "failure_rate", gotel.AttrCause: "failure rate 1 of 2 calls >= 0.5", gotel.AttrOpenFor: "5000",
+		} {
+			if got := attr(tr, k).Emit(); got != want {
+				t.Errorf("transition %s = %q, want %q", k, got, want)
+			}
+		}
+		if tr.Parent().IsValid() {
+			t.Errorf("the transition span has a parent, %v", tr.Parent())
+		}
+		rejected := calls[2]
+		if got := attr(rejected, gotel.AttrOutcome).AsString(); got != guardrail.OutcomeCircuitOpen {
+			t.Errorf("third call outcome = %q", got)
+		}
+		if got := strings.Join(eventNames(rejected), ","); got != "guardrail.breaker.reject,exception" {
+			t.Errorf("third call events = %s", got)
+		}
+	})
 }

@@ -20,7 +20,7 @@ func Example() {
 	reg.MustRegister(metrics)
 
 	p := &guardrail.Policy{Name: "pricing", Idempotent: true, Backoff: backoff.None(), Observer: metrics}
-	metrics.WatchPolicy(p) // export its retry budget from the first scrape
+	metrics.WatchPolicy(p) // export its breaker and retry budget from the first scrape
 
 	ctx := guardrail.WithOperation(context.Background(), "GetPrice")
 	calls := 0
@@ -48,6 +48,9 @@ func Example() {
 	// Output:
 	// guardrail_attempts_total{dependency=pricing,operation=GetPrice,outcome=failure} 1
 	// guardrail_attempts_total{dependency=pricing,operation=GetPrice,outcome=success} 1
+	// guardrail_breaker_state{dependency=pricing,state=closed} 1
+	// guardrail_breaker_state{dependency=pricing,state=half_open} 0
+	// guardrail_breaker_state{dependency=pricing,state=open} 0
 	// guardrail_calls_total{dependency=pricing,operation=GetPrice,outcome=ok} 1
 	// guardrail_retries_total{dependency=pricing,operation=GetPrice,reason=backoff} 1
 	// guardrail_retry_budget_tokens{dependency=pricing} 9

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/observe/internal/series"
 	"github.com/guardrail-go/guardrail/shed"
@@ -244,7 +245,7 @@ func (c *Collector) Observe(ctx context.Context, e guardrail.Event) context.Cont
 	case guardrail.EventTimeout:
 		c.timeoutsC.Get(dep, op, e.Phase, "").Inc()
 	case guardrail.EventBreakerTransition:
-		c.transC.Get(dep, e.From, e.To, "").Inc()
+		c.transC.Get(dep, e.From, e.To, e.Reason).Inc()
 		c.gauges.Observe(&e)
 	case guardrail.EventBreakerReject:
 		c.rejectC.Get(dep, op, "", "").Inc()
@@ -273,7 +274,7 @@ func (c *Collector) Observe(ctx context.Context, e guardrail.Event) context.Cont
 // group of breakers under one name, guardrail_breaker_state counts the
 // breakers in each state.
 func (c *Collector) WatchBreakerState(dependency string, state func() string) {
-	c.gauges.WatchBreakerState(dependency, state)
+	c.gauges.WatchBreakerState(dependency, state, nil)
 }
 
 // WatchBudget exports the tokens of b, a retry budget of dependency, read
@@ -282,16 +283,21 @@ func (c *Collector) WatchBudget(dependency string, b *budget.Budget) {
 	c.gauges.WatchBudget(dependency, b)
 }
 
-// WatchPolicy watches what p owns: its retry budget, under p.Name.
+// WatchPolicy watches what p uses, under p.Name: its retry budget and
+// its breaker (Policy.Breaker, or the one the policy made), so both are
+// exported from the first collection, before any call.
 func (c *Collector) WatchPolicy(p *guardrail.Policy) {
 	c.WatchBudget(p.Name, p.RetryBudget())
+	if b := p.CircuitBreaker(); b != nil {
+		c.WatchBreaker(p.Name, b)
+	}
 }
 
 // WatchLoad exports a load shedder's in-flight count and current limit,
 // read from load at every scrape. Without it the gauges show the values
 // carried by the last shed or admit event.
 func (c *Collector) WatchLoad(dependency string, load func() (inFlight, limit int)) {
-	c.gauges.WatchLoad(dependency, load)
+	c.gauges.WatchLoad(dependency, load, nil)
 }
 
 // Describe implements prometheus.Collector.
@@ -329,8 +335,28 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 // the gauges are right from the first one and fall back to zero when the
 // traffic stops (events report the load only when a request arrives).
 func (c *Collector) WatchShedder(dependency string, s *shed.Shedder) {
-	c.WatchLoad(dependency, func() (int, int) {
+	c.gauges.WatchLoad(dependency, func() (int, int) {
 		st := s.Stats()
 		return st.InFlight, st.Limit
-	})
+	}, s)
+}
+
+// WatchBreaker reports the state of b under dependency at every
+// collection, from the first one on.
+func (c *Collector) WatchBreaker(dependency string, b *breaker.Breaker) {
+	c.gauges.WatchBreakerState(dependency, func() string { return b.State().String() }, b)
+}
+
+// WatchBreakerGroup reports the state of every breaker g holds, each under
+// its key as the dependency (as an HTTP transport names them), at every
+// collection. Breakers the group drops disappear from the next collection.
+// Past the label cap, keys fold to "other", whose gauge counts the breakers
+// in each state.
+func (c *Collector) WatchBreakerGroup(g *breaker.Group) {
+	c.gauges.WatchStates(func(report func(dependency, state string)) {
+		g.Range(func(key string, b *breaker.Breaker) bool {
+			report(key, b.State().String())
+			return true
+		})
+	}, g)
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/observe/prom"
 	"github.com/guardrail-go/guardrail/shed"
@@ -232,48 +233,89 @@ func TestWorkload(t *testing.T) {
 	})
 }
 
-// TestBreakerStateGauge: a watched breaker is exported from registration,
-// before any transition; events move the gauge of a breaker nobody
-// watches; transitions are counted either way.
-func TestBreakerStateGauge(t *testing.T) {
+// TestBreakerTrip: a policy's breaker is exported closed from the first
+// scrape, before any call; failures trip it; rejected calls, the half-open
+// probe and every transition with its cause are counted.
+func TestBreakerTrip(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewPedanticRegistry()
+		c := prom.New(prom.Config{})
+		reg.MustRegister(c)
+		p := &guardrail.Policy{
+			Name: "payments", MaxAttempts: 1, Observer: c,
+			Breaker: breaker.New(breaker.Config{Name: "payments", MinRequests: 4, OpenFor: 10 * time.Second, OpenJitter: -1}),
+		}
+		c.WatchPolicy(p)
+		state := func(closed, open, halfOpen float64) map[string]float64 {
+			return map[string]float64{
+				`guardrail_breaker_state{dependency="payments",state="closed"}`:    closed,
+				`guardrail_breaker_state{dependency="payments",state="open"}`:      open,
+				`guardrail_breaker_state{dependency="payments",state="half_open"}`: halfOpen,
+			}
+		}
+		diff(t, only(samples(t, reg), "guardrail_breaker_state"), state(1, 0, 0))
+
+		ctx := context.Background()
+		fail := func(context.Context) (int, error) { return 0, guardrail.Transient(errUnavailable) }
+		for range 4 {
+			_, _ = guardrail.Do(ctx, p, fail)
+		}
+		calls := 0
+		for range 3 {
+			if _, err := guardrail.Do(ctx, p, func(context.Context) (int, error) { calls++; return 1, nil }); !errors.Is(err, guardrail.ErrCircuitOpen) {
+				t.Fatalf("call on an open breaker: %v", err)
+			}
+		}
+		if calls != 0 {
+			t.Fatalf("the open breaker let %d calls through", calls)
+		}
+		got := samples(t, reg)
+		diff(t, only(got, "guardrail_breaker_state"), state(0, 1, 0))
+		diff(t, only(got, "guardrail_calls_total", "guardrail_breaker_rejections_total", "guardrail_breaker_transitions_total"), map[string]float64{
+			`guardrail_calls_total{dependency="payments",operation="",outcome="error"}`:                                4,
+			`guardrail_calls_total{dependency="payments",operation="",outcome="circuit_open"}`:                         3,
+			`guardrail_breaker_rejections_total{dependency="payments",operation=""}`:                                   3,
+			`guardrail_breaker_transitions_total{dependency="payments",from="closed",reason="failure_rate",to="open"}`: 1,
+		})
+
+		// After the open time, one probe goes through and closes it.
+		time.Sleep(10 * time.Second)
+		if _, err := guardrail.Do(ctx, p, func(context.Context) (int, error) { return 1, nil }); err != nil {
+			t.Fatal(err)
+		}
+		got = samples(t, reg)
+		diff(t, only(got, "guardrail_breaker_state"), state(1, 0, 0))
+		diff(t, only(got, "guardrail_breaker_probes_total", "guardrail_breaker_transitions_total"), map[string]float64{
+			`guardrail_breaker_probes_total{dependency="payments",operation=""}`:                                             1,
+			`guardrail_breaker_transitions_total{dependency="payments",from="closed",reason="failure_rate",to="open"}`:       1,
+			`guardrail_breaker_transitions_total{dependency="payments",from="open",reason="open_elapsed",to="half_open"}`:    1,
+			`guardrail_breaker_transitions_total{dependency="payments",from="half_open",reason="probes_passed",to="closed"}`: 1,
+		})
+	})
+}
+
+// TestBreakerGroupAndEvents: a watched group exports one gauge per key; a
+// dependency nobody watches gets its gauge from transition events.
+func TestBreakerGroupAndEvents(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	c := prom.New(prom.Config{})
 	reg.MustRegister(c)
-	state := "closed"
-	c.WatchBreakerState("payments", func() string { return state })
-
-	want := map[string]float64{
-		`guardrail_breaker_state{dependency="payments",state="closed"}`:    1,
-		`guardrail_breaker_state{dependency="payments",state="open"}`:      0,
-		`guardrail_breaker_state{dependency="payments",state="half_open"}`: 0,
-	}
-	diff(t, only(samples(t, reg), "guardrail_breaker_state"), want)
-
-	// The breaker trips: the watched gauge follows the breaker, not the
-	// event; an unwatched dependency appears with its first transition.
-	state = "open"
-	ctx := context.Background()
-	c.Observe(ctx, guardrail.Event{Kind: guardrail.EventBreakerTransition, Dependency: "payments", From: "closed", To: "open", Reason: "failure rate 0.55 of 20 calls >= 0.5"})
-	c.Observe(ctx, guardrail.Event{Kind: guardrail.EventBreakerTransition, Dependency: "ledger", From: "closed", To: "open"})
-	c.Observe(ctx, guardrail.Event{Kind: guardrail.EventBreakerTransition, Dependency: "ledger", From: "open", To: "half_open"})
-	c.Observe(ctx, guardrail.Event{Kind: guardrail.EventBreakerReject, Dependency: "payments", Operation: "Charge", Delay: time.Second})
-	c.Observe(ctx, guardrail.Event{Kind: guardrail.EventBreakerProbe, Dependency: "ledger", Operation: "Post"})
-
-	got := samples(t, reg)
-	diff(t, only(got, "guardrail_breaker_state"), map[string]float64{
-		`guardrail_breaker_state{dependency="payments",state="closed"}`:    0,
-		`guardrail_breaker_state{dependency="payments",state="open"}`:      1,
-		`guardrail_breaker_state{dependency="payments",state="half_open"}`: 0,
-		`guardrail_breaker_state{dependency="ledger",state="closed"}`:      0,
-		`guardrail_breaker_state{dependency="ledger",state="open"}`:        0,
-		`guardrail_breaker_state{dependency="ledger",state="half_open"}`:   1,
-	})
-	diff(t, only(got, "guardrail_breaker_transitions_total", "guardrail_breaker_rejections_total", "guardrail_breaker_probes_total"), map[string]float64{
-		`guardrail_breaker_transitions_total{dependency="payments",from="closed",to="open"}`:  1,
-		`guardrail_breaker_transitions_total{dependency="ledger",from="closed",to="open"}`:    1,
-		`guardrail_breaker_transitions_total{dependency="ledger",from="open",to="half_open"}`: 1,
-		`guardrail_breaker_rejections_total{dependency="payments",operation="Charge"}`:        1,
-		`guardrail_breaker_probes_total{dependency="ledger",operation="Post"}`:                1,
+	g := breaker.NewGroup(breaker.GroupConfig{})
+	c.WatchBreakerGroup(g)
+	g.Get("a.internal")
+	g.Get("b.internal").ForceOpen()
+	c.Observe(context.Background(), guardrail.Event{Kind: guardrail.EventBreakerTransition, Dependency: "ledger", From: "closed", To: "open", Reason: "failure_rate"})
+	c.Observe(context.Background(), guardrail.Event{Kind: guardrail.EventBreakerTransition, Dependency: "ledger", From: "open", To: "half_open", Reason: "open_elapsed"})
+	diff(t, only(samples(t, reg), "guardrail_breaker_state"), map[string]float64{
+		`guardrail_breaker_state{dependency="a.internal",state="closed"}`:    1,
+		`guardrail_breaker_state{dependency="a.internal",state="open"}`:      0,
+		`guardrail_breaker_state{dependency="a.internal",state="half_open"}`: 0,
+		`guardrail_breaker_state{dependency="b.internal",state="closed"}`:    0,
+		`guardrail_breaker_state{dependency="b.internal",state="open"}`:      1,
+		`guardrail_breaker_state{dependency="b.internal",state="half_open"}`: 0,
+		`guardrail_breaker_state{dependency="ledger",state="closed"}`:        0,
+		`guardrail_breaker_state{dependency="ledger",state="open"}`:          0,
+		`guardrail_breaker_state{dependency="ledger",state="half_open"}`:     1,
 	})
 }
 

@@ -32,13 +32,14 @@ func Example() {
 	ctx := context.Background()
 	obs.Observe(ctx, guardrail.Event{
 		Kind: guardrail.EventBreakerTransition, Dependency: "payments",
-		From: "closed", To: "open", Reason: "failure rate 0.55 of 20 calls >= 0.5",
+		From: "closed", To: "open", Reason: "failure_rate", Detail: "failure rate 0.55 of 20 calls >= 0.5",
+		Delay: 33 * time.Second, // the open time, jittered
 	})
 	obs.Observe(ctx, guardrail.Event{
 		Kind: guardrail.EventShed, Dependency: "api", Operation: "POST /orders",
 		Priority: "sheddable", Reason: guardrail.ReasonCapacity, InFlight: 100, Limit: 100,
 	})
 	// Output:
-	// level=WARN msg="guardrail: breaker transition" dependency=payments from=closed to=open cause="failure rate 0.55 of 20 calls >= 0.5" config.failure_rate=0.5 config.min_requests=20 config.open_for=30s
+	// level=WARN msg="guardrail: breaker transition" dependency=payments from=closed to=open reason=failure_rate cause="failure rate 0.55 of 20 calls >= 0.5" open_for=33s config.failure_rate=0.5 config.min_requests=20 config.open_for=30s
 	// level=WARN msg="guardrail: requests shed" dependency=api burst=start operation="POST /orders" priority=sheddable reason=capacity in_flight=100 limit=100 summary_every=10s
 }

@@ -60,8 +60,10 @@ type Config struct {
 
 // Observer is a guardrail.Observer that logs with log/slog:
 //
-//   - each breaker transition, with its cause and the breaker's effective
-//     configuration (Config.BreakerConfig): at Warn when the breaker
+//   - each breaker transition, with its reason (a fixed set), its cause in
+//     words with the numbers that decided it ("failure rate 0.55 of 20
+//     calls >= 0.5"), how long it stays open, and the breaker's
+//     configuration from Config.BreakerConfig: at Warn when the breaker
 //     opens, at Info otherwise;
 //   - bursts of rejections (load shed, breaker rejections, full bulkheads,
 //     retries refused by the budget, idempotency store errors) summarised
@@ -82,9 +84,11 @@ type Observer struct {
 	breakerConfig func(string) slog.Value
 	deps          *series.Folder // bounds the bursts held
 
-	mu     sync.Mutex
-	bursts map[burstKey]*burst
-	closed bool
+	mu      sync.Mutex
+	bursts  map[burstKey]*burst
+	closed  bool
+	writing int        // summaries being written by timers, outside mu
+	written *sync.Cond // signalled when writing drops to 0; uses mu
 }
 
 type burstKey struct {
@@ -116,13 +120,15 @@ func New(cfg Config) *Observer {
 	case iv < 0:
 		iv = time.Second
 	}
-	return &Observer{
+	o := &Observer{
 		logger:        cfg.Logger,
 		interval:      iv,
 		breakerConfig: cfg.BreakerConfig,
 		deps:          series.NewFolder(series.DefaultMaxValues),
 		bursts:        make(map[burstKey]*burst),
 	}
+	o.written = sync.NewCond(&o.mu)
+	return o
 }
 
 func (o *Observer) log() *slog.Logger {
@@ -182,11 +188,19 @@ func (o *Observer) transition(ctx context.Context, e *guardrail.Event) {
 	if e.To == "open" {
 		level = slog.LevelWarn
 	}
+	cause := e.Detail
+	if cause == "" {
+		cause = e.Reason
+	}
 	attrs := []slog.Attr{
 		slog.String("dependency", e.Dependency),
 		slog.String("from", e.From),
 		slog.String("to", e.To),
-		slog.String("cause", e.Reason),
+		slog.String("reason", e.Reason),
+		slog.String("cause", cause),
+	}
+	if e.To == "open" && e.Delay > 0 {
+		attrs = append(attrs, slog.Duration("open_for", e.Delay))
 	}
 	if o.breakerConfig != nil {
 		attrs = append(attrs, slog.Attr{Key: "config", Value: o.breakerConfig(e.Dependency)})
@@ -290,20 +304,33 @@ func (o *Observer) tick(k burstKey) {
 		b.timer.Reset(o.interval)
 	}
 	s := b.take(k, phase, now)
-	o.mu.Unlock()
 	if phase == BurstEnd && s.total == 1 {
+		o.mu.Unlock()
 		return // a lone rejection: its start record said it all
 	}
+	// Write without holding mu, so a slow handler does not hold up the
+	// requests being rejected; Close waits for it.
+	o.writing++
+	o.mu.Unlock()
 	o.logSummary(context.Background(), s)
+	o.mu.Lock()
+	if o.writing--; o.writing == 0 {
+		o.written.Broadcast()
+	}
+	o.mu.Unlock()
 }
 
 // Close writes the summary of every burst in progress and stops their
-// timers. Rejections observed after Close are no longer logged; breaker
-// transitions and Debug records still are.
+// timers; when it returns, every summary has been written. Rejections
+// observed after Close are no longer logged; breaker transitions and Debug
+// records still are.
 func (o *Observer) Close() error {
 	now := time.Now()
 	o.mu.Lock()
 	o.closed = true
+	for o.writing > 0 {
+		o.written.Wait()
+	}
 	var pending []summary
 	for k, b := range o.bursts {
 		b.timer.Stop()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/observe/slogobs"
 )
 
@@ -80,11 +81,12 @@ func TestBreakerTransition(t *testing.T) {
 	})
 	defer o.Close()
 	ctx := context.Background()
-	o.Observe(ctx, guardrail.Event{Kind: guardrail.EventBreakerTransition, Dependency: "payments", From: "closed", To: "open", Reason: "failure rate 0.55 of 20 calls >= 0.5"})
+	o.Observe(ctx, guardrail.Event{Kind: guardrail.EventBreakerTransition, Dependency: "payments", From: "closed", To: "open",
+		Reason: "failure_rate", Detail: "failure rate 0.55 of 20 calls >= 0.5", Delay: 33 * time.Second})
 	o.Observe(ctx, guardrail.Event{Kind: guardrail.EventBreakerTransition, Dependency: "payments", From: "open", To: "half_open", Reason: "open_elapsed"})
 	expect(t, rec.take(),
-		"WARN guardrail: breaker transition dependency=payments from=closed to=open cause=failure rate 0.55 of 20 calls >= 0.5 config.failure_rate=0.5 config.min_requests=20 config.open=30s",
-		"INFO guardrail: breaker transition dependency=payments from=open to=half_open cause=open_elapsed config.failure_rate=0.5 config.min_requests=20 config.open=30s",
+		"WARN guardrail: breaker transition dependency=payments from=closed to=open reason=failure_rate cause=failure rate 0.55 of 20 calls >= 0.5 open_for=33s config.failure_rate=0.5 config.min_requests=20 config.open=30s",
+		"INFO guardrail: breaker transition dependency=payments from=open to=half_open reason=open_elapsed cause=open_elapsed config.failure_rate=0.5 config.min_requests=20 config.open=30s",
 	)
 }
 
@@ -224,5 +226,30 @@ func TestConcurrent(t *testing.T) {
 		if total != 2000 {
 			t.Errorf("counted %d rejections, want 2000", total)
 		}
+	})
+}
+
+// TestPolicyBreakerTrip: a real breaker tripping under Do logs one record
+// per transition, not one per failed or rejected call, and the rejections
+// as one burst.
+func TestPolicyBreakerTrip(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{level: slog.LevelInfo}
+		o := slogobs.New(slogobs.Config{Logger: slog.New(rec)})
+		p := &guardrail.Policy{
+			Name: "ledger", MaxAttempts: 1, Observer: o,
+			Breaker: breaker.New(breaker.Config{Name: "ledger", MinRequests: 4, OpenFor: 5 * time.Second, OpenJitter: -1}),
+		}
+		for range 10 {
+			_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) {
+				return 0, guardrail.Transient(errors.New("503"))
+			})
+		}
+		o.Close()
+		expect(t, rec.take(),
+			"WARN guardrail: breaker transition dependency=ledger from=closed to=open reason=failure_rate cause=failure rate 1 of 4 calls >= 0.5 open_for=5s",
+			`WARN guardrail: calls rejected by breaker dependency=ledger burst=start operation= retry_in=5s error=breaker "ledger": open until 2000-01-01T00:00:05Z summary_every=10s`,
+			`WARN guardrail: calls rejected by breaker dependency=ledger burst=ongoing count=5 window=0s total=6 burst_duration=0s last_error=breaker "ledger": open until 2000-01-01T00:00:05Z`,
+		)
 	})
 }

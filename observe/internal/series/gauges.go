@@ -22,10 +22,11 @@ type Gauges struct {
 	tokens *Cache[*floatGauge]
 	loads  *Cache[*loadGauge]
 
-	mu       sync.Mutex // guards the watch lists
+	mu       sync.Mutex // guards the watch lists and watched
 	wStates  []stateWatch
 	wBudgets []budgetWatch
 	wLoads   []loadWatch
+	watched  map[watchKey]bool
 }
 
 type stateGauge struct{ state atomic.Pointer[string] }
@@ -84,36 +85,71 @@ func (g *Gauges) Observe(e *guardrail.Event) {
 }
 
 // WatchBreakerState adds a breaker of dependency whose state (a
-// breaker.State's String) is read at collection time.
-func (g *Gauges) WatchBreakerState(dependency string, state func() string) {
+// breaker.State's String) is read at collection time. A non-nil id (the
+// breaker) makes watching the same one again under the same dependency a
+// no-op; the other Watch methods take one too.
+func (g *Gauges) WatchBreakerState(dependency string, state func() string, id any) {
 	w := stateWatch{dep: g.dep.Fold(dependency), state: state}
 	g.mu.Lock()
-	g.wStates = append(g.wStates, w)
+	if g.first(watchKey{'s', w.dep, id}) {
+		g.wStates = append(g.wStates, w)
+	}
 	g.mu.Unlock()
+}
+
+// watchKey identifies a watched component, so that watching it twice (a
+// policy's breaker through the policy and on its own) does not count it
+// twice.
+type watchKey struct {
+	kind byte
+	dep  string
+	id   any // the component; nil for a function, which is never deduplicated
+}
+
+// first reports whether k was not watched yet, and notes it; the caller
+// holds g.mu.
+func (g *Gauges) first(k watchKey) bool {
+	if k.id == nil {
+		return true
+	}
+	if g.watched == nil {
+		g.watched = make(map[watchKey]bool)
+	}
+	if g.watched[k] {
+		return false
+	}
+	g.watched[k] = true
+	return true
 }
 
 // WatchBudget adds a retry budget of dependency read at collection time.
 func (g *Gauges) WatchBudget(dependency string, b *budget.Budget) {
 	w := budgetWatch{dep: g.dep.Fold(dependency), b: b}
 	g.mu.Lock()
-	g.wBudgets = append(g.wBudgets, w)
+	if g.first(watchKey{'b', w.dep, b}) {
+		g.wBudgets = append(g.wBudgets, w)
+	}
 	g.mu.Unlock()
 }
 
 // WatchLoad adds a load shedder of dependency read at collection time.
-func (g *Gauges) WatchLoad(dependency string, load func() (inFlight, limit int)) {
+func (g *Gauges) WatchLoad(dependency string, load func() (inFlight, limit int), id any) {
 	w := loadWatch{dep: g.dep.Fold(dependency), load: load}
 	g.mu.Lock()
-	g.wLoads = append(g.wLoads, w)
+	if g.first(watchKey{'l', w.dep, id}) {
+		g.wLoads = append(g.wLoads, w)
+	}
 	g.mu.Unlock()
 }
 
 // WatchStates adds a changing set of breakers (a keyed group): at
 // collection time each calls report once per breaker with its dependency
 // value (the key) and state.
-func (g *Gauges) WatchStates(each func(report func(dependency, state string))) {
+func (g *Gauges) WatchStates(each func(report func(dependency, state string)), id any) {
 	g.mu.Lock()
-	g.wStates = append(g.wStates, stateWatch{each: each})
+	if g.first(watchKey{'g', "", id}) {
+		g.wStates = append(g.wStates, stateWatch{each: each})
+	}
 	g.mu.Unlock()
 }
 

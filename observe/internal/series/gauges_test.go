@@ -23,7 +23,7 @@ func collect(g *Gauges) map[string]float64 {
 
 func TestGauges(t *testing.T) {
 	g := NewGauges(NewFolders(3))
-	g.WatchBreakerState("a", func() string { return "open" })
+	g.WatchBreakerState("a", func() string { return "open" }, nil)
 	// A group of breakers keyed by host: more keys than the cap.
 	g.WatchStates(func(report func(dependency, state string)) {
 		for i := range 5 {
@@ -33,7 +33,7 @@ func TestGauges(t *testing.T) {
 			}
 			report(fmt.Sprintf("h%d", i), state)
 		}
-	})
+	}, nil)
 	// Events: a watched dependency ignores them, another is exported.
 	g.Observe(&guardrail.Event{Kind: guardrail.EventBreakerTransition, Dependency: "a", To: "closed"})
 	g.WatchBudget("a", budget.New(budget.Config{Max: 4}))
@@ -62,5 +62,23 @@ func TestGauges(t *testing.T) {
 				t.Errorf("missing %s", k)
 			}
 		}
+	}
+}
+
+// TestWatchTwice: the same component watched twice under one dependency
+// counts once; two functions count twice (they cannot be told apart).
+func TestWatchTwice(t *testing.T) {
+	g := NewGauges(NewFolders(0))
+	b := budget.New(budget.Config{Max: 3})
+	g.WatchBudget("x", b)
+	g.WatchBudget("x", b)
+	id := new(int)
+	g.WatchBreakerState("x", func() string { return "open" }, id)
+	g.WatchBreakerState("x", func() string { return "open" }, id)
+	g.WatchLoad("x", func() (int, int) { return 1, 2 }, nil)
+	g.WatchLoad("x", func() (int, int) { return 1, 2 }, nil)
+	got := collect(g)
+	if got["tokens/x"] != 3 || got["state/x/open"] != 1 || got["load/x"] != 2 {
+		t.Errorf("tokens %v (want 3), open %v (want 1), in flight %v (want 2)", got["tokens/x"], got["state/x/open"], got["load/x"])
 	}
 }

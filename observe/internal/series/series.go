@@ -116,8 +116,8 @@ var (
 	}
 	BreakerTransitions = &Def{
 		Name: "guardrail_breaker_transitions_total", OTel: "guardrail.breaker.transitions", Kind: Counter,
-		Labels: []string{LDependency, LFrom, LTo},
-		Help:   "Breaker state changes.",
+		Labels: []string{LDependency, LFrom, LTo, LReason},
+		Help:   "Breaker state changes, by cause: failure_rate, slow_rate, open_elapsed, probe_failed, probe_slow, probe_timeout, probes_passed, forced_open, forced_closed, reset.",
 	}
 	BreakerRejections = &Def{
 		Name: "guardrail_breaker_rejections_total", OTel: "guardrail.breaker.rejections", Kind: Counter,
