@@ -43,7 +43,8 @@ func benchDo(b *testing.B, p *guardrail.Policy) {
 }
 
 // BenchmarkObserveSuccessPath is the collector's own share of a successful
-// call: the four events Do emits, without Do's clock reads.
+// call: the four events Do emits, without Do's clock reads. It should be
+// close to the difference between observer=prom and observer=nop above.
 func BenchmarkObserveSuccessPath(b *testing.B) {
 	c := prom.New(prom.Config{})
 	ctx := context.Background()
