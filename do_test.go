@@ -355,9 +355,15 @@ func TestPanicIsRecordedAndPropagates(t *testing.T) {
 		}()
 		_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) { panic("kaboom") })
 	}()
-	last := events[len(events)-1]
-	if last.Kind != guardrail.EventAttemptEnd || last.Outcome != guardrail.OutcomeFailure {
-		t.Fatalf("last event = %+v, want a failed attempt end", last)
+	if len(events) < 2 {
+		t.Fatalf("events = %+v", events)
+	}
+	end, last := events[len(events)-2], events[len(events)-1]
+	if end.Kind != guardrail.EventAttemptEnd || end.Outcome != guardrail.OutcomeFailure {
+		t.Fatalf("attempt end = %+v, want a failed attempt", end)
+	}
+	if last.Kind != guardrail.EventCallEnd || last.Outcome != guardrail.OutcomeError {
+		t.Fatalf("last event = %+v, want the call's end, so observers close what they opened", last)
 	}
 }
 

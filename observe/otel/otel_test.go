@@ -210,8 +210,9 @@ func TestAttemptTimeoutPhase(t *testing.T) {
 func TestRefusedRetryAndBreakerEvents(t *testing.T) {
 	f := newFixture(t, 0)
 	breakerTransition := guardrail.ObserverFunc(func(ctx context.Context, e guardrail.Event) context.Context {
-		if e.Kind == guardrail.EventAttemptEnd && e.Outcome == guardrail.OutcomeFailure {
-			// What the breaker reports when this failure trips it.
+		if e.Kind == guardrail.EventBudgetExhausted {
+			// A transition reported with a call's context (the attempt's
+			// end carries the attempt's own context, so use a call event).
 			f.obs.Observe(ctx, guardrail.Event{Kind: guardrail.EventBreakerTransition, Dependency: e.Dependency, From: "closed", To: "open", Reason: "failure rate 1 of 1 calls >= 0.5"})
 		}
 		return ctx
@@ -229,7 +230,7 @@ func TestRefusedRetryAndBreakerEvents(t *testing.T) {
 	if len(calls) != 1 || len(attempts) != 1 {
 		t.Fatalf("%d calls, %d attempts", len(calls), len(attempts))
 	}
-	if got, want := strings.Join(eventNames(calls[0]), ","), gotel.TransitionSpanName+",guardrail.budget_exhausted,guardrail.retry_refused,exception"; got != want {
+	if got, want := strings.Join(eventNames(calls[0]), ","), "guardrail.budget_exhausted,"+gotel.TransitionSpanName+",guardrail.retry_refused,exception"; got != want {
 		t.Errorf("call events = %s, want %s", got, want)
 	}
 	if calls[0].Status().Code != codes.Error || calls[0].Status().Description != guardrail.OutcomeBudgetExhausted {
