@@ -91,6 +91,9 @@ func (t *Transport) newAttempt(c *call, actx context.Context, now time.Time) *at
 		ctx, cancel = context.WithCancelCause(context.WithoutCancel(actx))
 		a.cancel = cancel
 		a.detach = context.AfterFunc(parent, func() { cancel(context.Cause(parent)) })
+		if dl, ok := parent.Deadline(); ok {
+			ctx = withDeadline{ctx, dl} // what WithoutCancel dropped
+		}
 	} else {
 		ctx, a.cancel = context.WithCancelCause(parent)
 	}
@@ -245,6 +248,17 @@ func (a *attempt) fire() {
 	a.mu.Unlock()
 	a.cancel(te)
 }
+
+// withDeadline reports a deadline that its context inherits from
+// elsewhere. It adds no timer: the context ends with the caller's, which
+// has that deadline. Done, Err and Value (hence context.Cause) are the
+// embedded cancel context's, so contexts derived from it need no goroutine.
+type withDeadline struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c withDeadline) Deadline() (time.Time, bool) { return c.deadline, true }
 
 // phaseTimer is a timer lent to one attempt at a time, so that a request
 // does not allocate one. A run of fire that starts as the timer passes to

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 
 	"github.com/guardrail-go/guardrail/backoff"
@@ -43,8 +44,11 @@ func Example() {
 
 // A POST is retried only when an idempotency key makes that safe.
 func Example_idempotencyKeys() {
+	var mu sync.Mutex
 	var keys []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
 		keys = append(keys, r.Header.Get("Idempotency-Key"))
 		if len(keys) == 1 {
 			http.Error(w, "busy", http.StatusServiceUnavailable)
@@ -63,6 +67,8 @@ func Example_idempotencyKeys() {
 		return
 	}
 	resp.Body.Close()
+	mu.Lock()
+	defer mu.Unlock()
 	fmt.Println(resp.StatusCode, len(keys), "attempts, same key:", keys[0] == keys[1] && len(keys[0]) == 32)
 	// Output: 201 2 attempts, same key: true
 }
