@@ -175,6 +175,32 @@ func (a *attempt) enter(p phase) {
 	a.arm(time.Now())
 }
 
+// startBody moves the attempt to the body phase without reading the clock:
+// body-idle time is counted from the start of each Read, so the timer only
+// needs to look no later than one limit after any Read could have begun.
+// The previous phase's start is earlier than any Read: one body limit
+// after it is early enough, and the check re-arms if it comes too soon.
+func (a *attempt) startBody() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cause != nil || a.phase >= phaseBody {
+		return
+	}
+	a.phase = phaseBody
+	a.limit = a.t.s.bodyIdle
+	due := time.Time{}
+	if a.limit > 0 {
+		due = a.started.Add(a.limit)
+	}
+	if !a.deadline.IsZero() && (due.IsZero() || a.deadline.Before(due)) {
+		due = a.deadline
+	}
+	a.expires = due
+	if !due.IsZero() && (a.armed.IsZero() || due.Before(a.armed)) {
+		a.schedule(time.Now(), due)
+	}
+}
+
 // arm starts the limit of the current phase at now, bounded by the
 // attempt's deadline. The caller holds a.mu.
 func (a *attempt) arm(now time.Time) {
@@ -372,7 +398,7 @@ func (a *attempt) handOver(resp *http.Response) {
 		}
 		return
 	}
-	a.enter(phaseBody)
+	a.startBody()
 	a.body = resp.Body
 	a.handed = true
 	resp.Body = a
@@ -430,7 +456,7 @@ func (a *attempt) buffer(resp *http.Response) {
 		a.finish()
 		return
 	}
-	a.enter(phaseBody)
+	a.startBody()
 	a.body = resp.Body
 	data, err := io.ReadAll(io.LimitReader(a, maxDrain+1))
 	switch {

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"syscall"
 	"testing"
 	"time"
 
@@ -60,6 +62,7 @@ func BenchmarkClient(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.ReportAllocs()
+				cpu := cpuTime()
 				for b.Loop() {
 					resp, err := c.client.Do(req)
 					if err != nil {
@@ -68,10 +71,75 @@ func BenchmarkClient(b *testing.B) {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 				}
+				reportCPU(b, cpu)
 			})
 		}
 	}
 	for _, c := range clients {
 		c.client.CloseIdleConnections()
+	}
+}
+
+// cpuTime is the CPU time this process used so far, client and server
+// together. On a shared machine it is steadier than the wall clock, which
+// also counts the time other processes held the cores.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the CPU time per operation since start.
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+}
+
+// fakeTransport answers at once, reporting its phases through httptrace as
+// *http.Transport does, so BenchmarkOverhead measures the guard alone.
+type fakeTransport struct{}
+
+func (fakeTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if tr := httptrace.ContextClientTrace(r.Context()); tr != nil {
+		if tr.GetConn != nil {
+			tr.GetConn(r.URL.Host)
+		}
+		if tr.GotConn != nil {
+			tr.GotConn(httptrace.GotConnInfo{Reused: true})
+		}
+		if tr.WroteRequest != nil {
+			tr.WroteRequest(httptrace.WroteRequestInfo{})
+		}
+	}
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+}
+
+// BenchmarkOverhead is the guard's own cost per request: a Transport over a
+// transport that answers at once, against that transport alone.
+func BenchmarkOverhead(b *testing.B) {
+	req, err := http.NewRequest(http.MethodGet, "http://example.invalid/", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{
+		{"bare", fakeTransport{}},
+		{"guardhttp", guardhttp.NewTransport(fakeTransport{}, guardhttp.Config{})},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			cpu := cpuTime()
+			for b.Loop() {
+				resp, err := c.rt.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				resp.Body.Close()
+			}
+			reportCPU(b, cpu)
+		})
 	}
 }
