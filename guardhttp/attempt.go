@@ -340,7 +340,11 @@ func (a *attempt) failed(err error) error {
 	if cause == nil && (p == phaseConnect || p == phaseTLS) && a.ctx.Err() == nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			cause = &TimeoutError{Phase: phaseNames[p], Dependency: a.dep, After: min(time.Since(started), limit), notSent: true}
+			after := time.Since(started)
+			if limit > 0 {
+				after = min(after, limit)
+			}
+			cause = &TimeoutError{Phase: phaseNames[p], Dependency: a.dep, After: after, notSent: true}
 		}
 	}
 	a.finish()

@@ -46,9 +46,9 @@ func BenchmarkClient(b *testing.B) {
 	}
 	for _, deadline := range []bool{false, true} {
 		for _, c := range clients {
-			name := c.name
+			name := "deadline=none/client=" + c.name
 			if deadline {
-				name += "/deadline"
+				name = "deadline=1h/client=" + c.name
 			}
 			b.Run(name, func(b *testing.B) {
 				ctx := context.Background()
@@ -129,7 +129,7 @@ func BenchmarkOverhead(b *testing.B) {
 		{"bare", fakeTransport{}},
 		{"guardhttp", guardhttp.NewTransport(fakeTransport{}, guardhttp.Config{})},
 	} {
-		b.Run(c.name, func(b *testing.B) {
+		b.Run("rt="+c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			cpu := cpuTime()
 			for b.Loop() {

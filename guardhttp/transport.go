@@ -179,11 +179,12 @@ type call struct {
 
 func (c *call) prepare() error {
 	t, req := c.t, c.req
-	key := ""
+	if req.URL == nil {
+		return errors.New("guardhttp: nil Request.URL")
+	}
+	key := req.URL.Host
 	if t.s.key != nil {
 		key = t.s.key(req)
-	} else if req.URL != nil {
-		key = req.URL.Host
 	}
 	c.dep = t.s.name
 	if c.dep == "" {
@@ -261,11 +262,17 @@ func (c *call) body() (io.ReadCloser, func() (io.ReadCloser, error), int64, erro
 		return b, req.GetBody, req.ContentLength, err
 	case bodyBuffered:
 		buf := c.buf
-		get := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
-		if len(buf) == 0 {
+		if len(buf) == 0 && req.ContentLength <= 0 {
 			return http.NoBody, nil, 0, nil
 		}
-		return io.NopCloser(bytes.NewReader(buf)), get, int64(len(buf)), nil
+		// A declared length the body did not match is kept, for the base
+		// transport to refuse as it would have without us.
+		length := req.ContentLength
+		if length <= 0 {
+			length = int64(len(buf))
+		}
+		get := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
+		return io.NopCloser(bytes.NewReader(buf)), get, length, nil
 	case bodyOnce:
 		if c.bodySent {
 			return nil, nil, 0, errors.New("guardhttp: request body already sent and not replayable")
@@ -298,7 +305,7 @@ func (c *call) attempt(actx context.Context) (*http.Response, error) {
 	body, getBody, length, err := c.body()
 	if err != nil {
 		a.finish()
-		return nil, guardrail.Permanent(err)
+		return nil, c.mark(err, guardrail.Verdict{Outcome: breaker.Ignored})
 	}
 	r := c.req.WithContext(a.ctx)
 	r.Body, r.GetBody, r.ContentLength = body, getBody, length
