@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -121,5 +122,52 @@ func TestCallerCancellationWithAnObserver(t *testing.T) {
 	srv.waitClosed(t, 1)
 	if got := rec.count(guardrail.EventAttemptEnd, func(e guardrail.Event) bool { return e.Outcome == guardrail.OutcomeIgnored }); got != 1 {
 		t.Errorf("%d attempts ignored, want 1: the caller gave up, not the dependency", got)
+	}
+}
+
+// A base transport that reports no phases gets no phase limits: a slow one
+// must not be mistaken for a slow connect (which would make a POST look
+// unsent and retry it).
+func TestOpaqueBaseTransportGetsNoPhaseLimits(t *testing.T) {
+	var calls atomic.Int64
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		calls.Add(1)
+		select { // a dependency slower than every phase limit below
+		case <-time.After(200 * time.Millisecond):
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		}
+		return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("ok")), Request: r}, nil
+	})
+	rt := guardhttp.NewTransport(base, guardhttp.Config{
+		ConnectTimeout: 20 * time.Millisecond, WriteTimeout: 20 * time.Millisecond, ResponseHeaderTimeout: 20 * time.Millisecond,
+	})
+	req, _ := http.NewRequest(http.MethodPost, "http://opaque.test/", strings.NewReader("x"))
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("err = %v, want the slow answer", err)
+	}
+	if got := readAll(t, resp); got != "ok" || calls.Load() != 1 {
+		t.Errorf("body %q after %d calls, want ok after 1", got, calls.Load())
+	}
+}
+
+func TestResponsesWithoutBody(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	c := newClient(t, guardhttp.Config{BodyIdleTimeout: 10 * time.Millisecond})
+	for _, method := range []string{http.MethodHead, http.MethodGet, http.MethodDelete} {
+		req, _ := http.NewRequest(method, srv.URL, nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+		if got := readAll(t, resp); resp.StatusCode != 204 || got != "" {
+			t.Errorf("%s: %d %q", method, resp.StatusCode, got)
+		}
+	}
+	if got := srv.newConns.Load(); got != 1 {
+		t.Errorf("%d connections, want 1 reused", got)
 	}
 }
