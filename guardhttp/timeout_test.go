@@ -347,3 +347,21 @@ func TestCallerDeadline(t *testing.T) {
 		t.Errorf("server saw %d requests, want still 1", got)
 	}
 }
+
+func TestWriteTimeoutOfAPostIsOutcomeUnknown(t *testing.T) {
+	ln := newDeafListener(t)
+	c := newClient(t, guardhttp.Config{WriteTimeout: 100 * time.Millisecond})
+	const size = 64 << 20
+	req, err := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/upload", io.LimitReader(zeros{}, size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = size
+	_, err = c.Do(req)
+	if !errors.Is(err, guardrail.ErrOutcomeUnknown) {
+		t.Errorf("err = %v, want guardrail.ErrOutcomeUnknown: part of the request reached the server", err)
+	}
+	if te := asTimeout(t, err); te.Phase != guardrail.PhaseWrite {
+		t.Errorf("phase = %s, want %s", te.Phase, guardrail.PhaseWrite)
+	}
+}
