@@ -63,6 +63,8 @@ type Col struct {
 	Name   string
 	Value  any // int, int64, float64, bool, string, time.Duration (as ms)
 	Format string
+	// JSONOnly leaves the column out of the table (the row label says it).
+	JSONOnly bool
 }
 
 // Int, Float, Ms, Bool and Str build columns.
@@ -75,6 +77,7 @@ func Bool(key string, v bool) Col               { return Col{Key: key, Value: v,
 func Str(key string, v string) Col              { return Col{Key: key, Value: v, Format: "%s"} }
 func (c Col) As(name, format string) Col        { c.Name, c.Format = name, format; return c }
 func (c Col) Named(name string) Col             { c.Name = name; return c }
+func (c Col) jsonOnly() Col                     { c.JSONOnly = true; return c }
 func row(label string, cols ...Col) Row         { return Row{Label: label, Cols: cols} }
 func (r *Result) add(label string, cols ...Col) { r.Rows = append(r.Rows, row(label, cols...)) }
 func (r *Result) note(format string, args ...any) {
@@ -173,9 +176,11 @@ func WriteTable(w io.Writer, r *Result) {
 		width = max(width, len(row.Label))
 	}
 	for _, row := range r.Rows {
-		parts := make([]string, len(row.Cols))
-		for i, c := range row.Cols {
-			parts[i] = c.text()
+		parts := make([]string, 0, len(row.Cols))
+		for _, c := range row.Cols {
+			if !c.JSONOnly {
+				parts = append(parts, c.text())
+			}
 		}
 		fmt.Fprintf(w, "%-*s  %s\n", width, row.Label, strings.Join(parts, " "))
 	}
@@ -239,6 +244,8 @@ func (o orderedObject) MarshalJSON() ([]byte, error) {
 func Experiments() []Experiment {
 	return []Experiment{
 		amplification(),
+		jitter(),
+		deadlineExp(),
 		retryAfter(),
 	}
 }

@@ -114,3 +114,39 @@ func TestReportIsSelfContained(t *testing.T) {
 		t.Fatal("the report lacks the inlined chart library or the chart data")
 	}
 }
+
+func TestJitter(t *testing.T) {
+	res := runExp(t, "jitter")
+	byRow := map[string]Row{}
+	for _, r := range res.Rows {
+		byRow[r.Label] = r
+	}
+	none := byRow["no jitter"]
+	if got := col(t, none, "total_calls").(int); got != 5500 {
+		t.Errorf("no jitter: %d calls, want the seed's 5500", got)
+	}
+	if got := col(t, none, "all_done_at_ms").(time.Duration); got != 32700*time.Millisecond {
+		t.Errorf("no jitter: done at %v, want 32.7s", got)
+	}
+	for _, label := range []string{"equal jitter", "full jitter", "decorrelated", "+0..100ms"} {
+		r := byRow[label]
+		if col(t, r, "total_calls").(int) >= 5500 || col(t, r, "all_done_at_ms").(time.Duration) > 5*time.Second {
+			t.Errorf("%s did not break the waves: %+v", label, r.Cols)
+		}
+	}
+}
+
+func TestDeadline(t *testing.T) {
+	// Card 037 at half the scale; the servers' 10ms reserve stays small.
+	res := runExp(t, "deadline", "--a", "350ms", "--b", "300ms", "--c", "1500ms", "--per-a", "400ms", "--per-bc", "450ms",
+		"--budget", "950ms", "--slo", "1s", "--disconnect", "150ms")
+	if !col(t, res.Rows[0], "partial").(bool) {
+		t.Error("the answer was not marked partial")
+	}
+	if took := col(t, res.Rows[0], "took_ms").(time.Duration); took > time.Second {
+		t.Errorf("answered after %v, past the 1s SLO", took)
+	}
+	if !col(t, res.Rows[1], "downstream_stopped").(bool) {
+		t.Error("a disconnect did not stop A")
+	}
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+)
+
+func init() {
+	register(command{
+		name:    "fault-proxy",
+		summary: "reverse proxy to --to URL that injects faults in front of a real service",
+		run:     runFaultProxy,
+	})
+}
+
+// runFaultProxy forwards requests to --to, except for the faults its rules
+// inject.
+func runFaultProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("fault-proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var ff faultFlags
+	ff.register(fs, "127.0.0.1:8091", "127.0.0.1:8092")
+	to := fs.String("to", "", "URL of the service to proxy to (required)")
+	fs.Usage = func() {
+		io.WriteString(fs.Output(), `usage: guardrail fault-proxy --to URL [flags]
+
+Forwards every request to the service at --to, except for the faults
+injected by the rules (from --rules, --fault and the quick flags --latency,
+--error-rate, --status, --retry-after, --reset-rate). Rules and counters can
+be read and changed at run time on the admin endpoint: GET/PUT /rules.
+
+`)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *to == "" {
+		return usageError{"--to is required"}
+	}
+	target, err := url.Parse(*to)
+	if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
+		return usageError{fmt.Sprintf("--to %q is not an http:// or https:// URL", *to)}
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	defer tr.CloseIdleConnections()
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.SetXForwarded()
+		},
+		Transport: tr,
+		ErrorLog:  log.New(stderr, "guardrail fault-proxy: ", log.LstdFlags),
+	}
+	return serveFaults(ctx, "fault-proxy", fs, &ff, proxy, stdout, stderr)
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+func init() {
+	register(command{
+		name:    "fault-server",
+		summary: "serve a plain answer with injected faults (a misbehaving upstream for game days)",
+		run:     runFaultServer,
+	})
+}
+
+// runFaultServer serves 200 with a fixed body to every request, except for
+// the faults its rules inject.
+func runFaultServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("fault-server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var ff faultFlags
+	ff.register(fs, "127.0.0.1:8081", "127.0.0.1:8082")
+	body := fs.String("body", "ok\n", "the answer's body")
+	size := fs.Int("body-size", 0, "answer with this many bytes instead of --body (repeating it)")
+	fs.Usage = func() {
+		io.WriteString(fs.Output(), `usage: guardrail fault-server [flags]
+
+Serves "200 ok" to every request, except for the faults injected by the
+rules (from --rules, --fault and the quick flags --latency, --error-rate,
+--status, --retry-after, --reset-rate). Rules and counters can be read and
+changed at run time on the admin endpoint: GET/PUT /rules.
+
+`)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *size < 0 {
+		return usageError{"--body-size is negative"}
+	}
+	answer := *body
+	if *size > 0 {
+		if answer == "" {
+			answer = "x"
+		}
+		answer = strings.Repeat(answer, *size/len(answer)+1)[:*size]
+	}
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Content-Length", strconv.Itoa(len(answer)))
+		_, _ = io.WriteString(w, answer)
+	})
+	return serveFaults(ctx, "fault-server", fs, &ff, app, stdout, stderr)
+}

@@ -1,0 +1,322 @@
+package fault
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultHeader is the request header that asks for a fault when
+// Config.HeaderFaults is set.
+const DefaultHeader = "X-Fault"
+
+// HeaderRule is the name under which Counters reports faults asked for by
+// the X-Fault header. Rule names cannot contain parentheses, so it never
+// collides with a rule.
+const HeaderRule = "(header)"
+
+// ErrClosed is returned for a request whose fault was cut short because the
+// Injector was closed.
+var ErrClosed = errors.New("fault: injector closed")
+
+// Config configures an Injector. The zero Config injects nothing. A Config
+// is a plain value: New and Reconfigure copy it, so it may be reused.
+type Config struct {
+	// Rules are evaluated in order for every request; see Injector.
+	Rules []Rule
+	// HeaderFaults lets a request ask for its own fault with the Header
+	// header (see ParseRule for its syntax). Zero (false) ignores the header:
+	// left on, any caller could break the server.
+	HeaderFaults bool
+	// Header names the header read when HeaderFaults is set. Empty means
+	// DefaultHeader.
+	Header string
+	// Rand is the source of every random choice (probabilities, latency
+	// draws). The Injector guards it with a mutex; do not use it elsewhere.
+	// Nil means a source seeded at random. A fixed seed replays the same
+	// faults for the same sequence of requests.
+	Rand *rand.Rand
+}
+
+// Injector decides which faults each request gets and applies them, as a
+// server middleware (Middleware) or a client transport (Transport). It is
+// safe for concurrent use; its rules can be replaced while it serves.
+//
+// For each request the header fault (when enabled) comes first, then the
+// rules in order. Each enabled rule that matches counts as matched, then
+// fires with its probability. A Latency that fires adds its delay and the
+// evaluation goes on; any other fault that fires ends it. The summed delay is
+// waited first, then the other fault, if any, is applied.
+type Injector struct {
+	// state is the current configuration, replaced whole by Reconfigure.
+	state atomic.Pointer[state]
+
+	mu  sync.Mutex // guards rng
+	rng *rand.Rand
+
+	header [len(kinds)]counter // faults asked for by the header, by kind index
+
+	done      chan struct{} // closed by Close
+	closeOnce sync.Once
+}
+
+// state is one immutable configuration.
+type state struct {
+	rules        []*ruleState
+	headerFaults bool
+	header       string
+}
+
+// ruleState is a rule with its counters, which live as long as the rule's
+// name stays in the configuration.
+type ruleState struct {
+	rule    Rule
+	counter *counter
+}
+
+type counter struct {
+	matched, fired atomic.Uint64
+}
+
+// Counter reports how often one rule matched a request and how often it
+// fired (injected its fault). It is a snapshot, a plain value.
+type Counter struct {
+	Rule    string `json:"rule"`
+	Kind    Kind   `json:"kind"`
+	Matched uint64 `json:"matched"`
+	Fired   uint64 `json:"fired"`
+}
+
+// New returns an Injector configured by cfg, or a *RuleError if a rule is
+// invalid.
+func New(cfg Config) (*Injector, error) {
+	in := &Injector{done: make(chan struct{})}
+	rng := cfg.Rand
+	if rng == nil {
+		rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	in.rng = rng
+	cfg.Rand = nil
+	if err := in.Reconfigure(cfg); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// Reconfigure replaces the rules and the header settings with cfg's, and the
+// random source when cfg.Rand is not nil. A rule keeps its counters when a
+// rule of the same name was configured before. On error nothing changes.
+// Requests already being served finish under the old rules.
+func (in *Injector) Reconfigure(cfg Config) error {
+	rules, err := normalizeRules(cfg.Rules)
+	if err != nil {
+		return err
+	}
+	if cfg.Header == "" {
+		cfg.Header = DefaultHeader
+	} else if !validToken(cfg.Header) {
+		return &RuleError{Index: -1, Field: "header", Err: errors.New("not a header name")}
+	}
+	if cfg.Rand != nil {
+		in.mu.Lock()
+		in.rng = cfg.Rand
+		in.mu.Unlock()
+	}
+	old := map[string]*counter{}
+	if s := in.state.Load(); s != nil {
+		for _, rs := range s.rules {
+			old[rs.rule.Name] = rs.counter
+		}
+	}
+	s := &state{headerFaults: cfg.HeaderFaults, header: http.CanonicalHeaderKey(cfg.Header)}
+	s.rules = make([]*ruleState, len(rules))
+	for i, r := range rules {
+		c := old[r.Name]
+		if c == nil {
+			c = new(counter)
+		}
+		s.rules[i] = &ruleState{rule: r, counter: c}
+	}
+	in.state.Store(s)
+	return nil
+}
+
+// SetRules replaces the rules, keeping the header settings; see Reconfigure.
+func (in *Injector) SetRules(rules []Rule) error {
+	cfg := in.Config()
+	cfg.Rules = rules
+	return in.Reconfigure(cfg)
+}
+
+// Config returns the current configuration, rules normalized (names filled
+// in, methods upper case). Its Rand is nil.
+func (in *Injector) Config() Config {
+	s := in.state.Load()
+	cfg := Config{HeaderFaults: s.headerFaults, Header: s.header}
+	cfg.Rules = make([]Rule, len(s.rules))
+	for i, rs := range s.rules {
+		cfg.Rules[i] = rs.rule
+	}
+	return cfg
+}
+
+// Rules returns the current rules, normalized.
+func (in *Injector) Rules() []Rule { return in.Config().Rules }
+
+// Counters returns one Counter per rule, in rule order, followed by one per
+// kind of fault asked for by the X-Fault header (Rule HeaderRule), if any.
+func (in *Injector) Counters() []Counter {
+	s := in.state.Load()
+	out := make([]Counter, 0, len(s.rules))
+	for _, rs := range s.rules {
+		out = append(out, Counter{Rule: rs.rule.Name, Kind: rs.rule.Fault.Kind(),
+			Matched: rs.counter.matched.Load(), Fired: rs.counter.fired.Load()})
+	}
+	for i := range in.header {
+		if n := in.header[i].matched.Load(); n > 0 {
+			out = append(out, Counter{Rule: HeaderRule, Kind: kinds[i], Matched: n,
+				Fired: in.header[i].fired.Load()})
+		}
+	}
+	return out
+}
+
+// ResetCounters sets every counter to zero.
+func (in *Injector) ResetCounters() {
+	for _, rs := range in.state.Load().rules {
+		rs.counter.matched.Store(0)
+		rs.counter.fired.Store(0)
+	}
+	for i := range in.header {
+		in.header[i].matched.Store(0)
+		in.header[i].fired.Store(0)
+	}
+}
+
+// Close releases every request held by a delay, a hang or a stall (their
+// connections are aborted, client-side calls return ErrClosed) and makes the
+// Injector inject nothing from then on. Call it before shutting a server
+// down, or the shutdown waits for the hanging requests' clients. Close is
+// idempotent.
+func (in *Injector) Close() {
+	in.closeOnce.Do(func() { close(in.done) })
+}
+
+func (in *Injector) closed() bool {
+	select {
+	case <-in.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// plan is what happens to one request.
+type plan struct {
+	delay time.Duration
+	fault Fault // nil: pass the request through
+}
+
+// decide evaluates the header fault and the rules for r. When the header was
+// read it returns a copy of r without it, so it is never forwarded.
+func (in *Injector) decide(r *http.Request) (plan, *http.Request, error) {
+	var p plan
+	if in.closed() {
+		return p, r, nil
+	}
+	s := in.state.Load()
+	if s.headerFaults {
+		if values := r.Header.Values(s.header); len(values) > 0 {
+			r2 := r.Clone(r.Context())
+			r2.Header.Del(s.header)
+			r = r2
+			for _, v := range values {
+				rule, err := parseHeaderRule(v)
+				if err != nil {
+					return p, r, err
+				}
+				c := &in.header[kindIndex(rule.Fault.Kind())]
+				c.matched.Add(1)
+				if !in.roll(rule.Probability) {
+					continue
+				}
+				c.fired.Add(1)
+				if in.apply(&p, rule.Fault) {
+					return p, r, nil
+				}
+			}
+		}
+	}
+	for _, rs := range s.rules {
+		if rs.rule.Disabled || !rs.rule.Match.matches(r) {
+			continue
+		}
+		rs.counter.matched.Add(1)
+		if !in.roll(rs.rule.Probability) {
+			continue
+		}
+		rs.counter.fired.Add(1)
+		if in.apply(&p, rs.rule.Fault) {
+			break
+		}
+	}
+	return p, r, nil
+}
+
+// apply adds f to p and reports whether the evaluation ends.
+func (in *Injector) apply(p *plan, f Fault) bool {
+	if l, ok := f.(Latency); ok {
+		in.mu.Lock()
+		d := l.sample(in.rng)
+		in.mu.Unlock()
+		if d > math.MaxInt64-p.delay { // saturate rather than wrap
+			p.delay = math.MaxInt64
+		} else {
+			p.delay += d
+		}
+		return false
+	}
+	p.fault = f
+	return true
+}
+
+// roll reports whether a rule with probability prob fires. prob 0 and 1
+// both mean always and draw nothing, so always-rules do not shift the
+// sequence of the others.
+func (in *Injector) roll(prob float64) bool {
+	if prob == 0 || prob >= 1 {
+		return true
+	}
+	in.mu.Lock()
+	x := in.rng.Float64()
+	in.mu.Unlock()
+	return x < prob
+}
+
+// wait blocks for d (forever when d < 0) and returns nil, or returns early
+// with ctx's error, ErrClosed, or errBodyClosed when stop is closed.
+func (in *Injector) wait(ctx context.Context, d time.Duration, stop <-chan struct{}) error {
+	var tc <-chan time.Time
+	if d >= 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		tc = t.C
+	}
+	select {
+	case <-tc:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-in.done:
+		return ErrClosed
+	case <-stop:
+		return errBodyClosed
+	}
+}
+
+var errBodyClosed = errors.New("fault: read on closed response body")

@@ -1,0 +1,247 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/guardrail-go/guardrail/deadline"
+	"github.com/guardrail-go/guardrail/fallback"
+)
+
+type deadlineParams struct {
+	a, b, c     time.Duration // how long each service works
+	perA, perBC time.Duration // per-call budgets
+	budget      time.Duration // the API's deadline for its calls
+	slo         time.Duration // the user's timeout
+	disconnect  time.Duration // when the second user gives up
+}
+
+func deadlineExp() Experiment {
+	return Experiment{
+		Name:    "deadline",
+		Summary: "a 1.9 s deadline propagated to A, then B and optional C: a partial answer in time, and a disconnect stopping everything (card 037)",
+		Setup: func(fs *flag.FlagSet, quick bool) Run {
+			p := deadlineParams{a: 700 * time.Millisecond, b: 600 * time.Millisecond, c: 3 * time.Second,
+				perA: 800 * time.Millisecond, perBC: 900 * time.Millisecond, budget: 1900 * time.Millisecond,
+				slo: 2 * time.Second, disconnect: 300 * time.Millisecond}
+			fs.DurationVar(&p.a, "a", p.a, "service A's work (required, called first)")
+			fs.DurationVar(&p.b, "b", p.b, "service B's work (required, in parallel with C)")
+			fs.DurationVar(&p.c, "c", p.c, "service C's work (optional)")
+			fs.DurationVar(&p.perA, "per-a", p.perA, "per-call budget for A")
+			fs.DurationVar(&p.perBC, "per-bc", p.perBC, "per-call budget for B and C")
+			fs.DurationVar(&p.budget, "budget", p.budget, "the API's deadline for its downstream calls, propagated in headers")
+			fs.DurationVar(&p.slo, "slo", p.slo, "the user's timeout (the API's SLO)")
+			fs.DurationVar(&p.disconnect, "disconnect", p.disconnect, "when the second user disconnects")
+			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
+		},
+	}
+}
+
+// worker is a downstream service that works for d unless its caller's
+// deadline or disconnect stops it first; it records which.
+type worker struct {
+	name string
+	d    time.Duration
+	mu   sync.Mutex
+	log  []string
+	done chan struct{} // one value per request finished
+}
+
+func (w *worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	t := time.NewTimer(w.d)
+	defer t.Stop()
+	defer func() { w.done <- struct{}{} }()
+	select {
+	case <-t.C:
+		w.record(fmt.Sprintf("%s: done in %dms", w.name, time.Since(start).Milliseconds()))
+		_, _ = rw.Write([]byte(`"ok"`))
+	case <-r.Context().Done():
+		w.record(fmt.Sprintf("%s: aborted after %dms, caller gave up (%v)", w.name, time.Since(start).Milliseconds(), context.Cause(r.Context())))
+		// Answer within the caller's deadline (the middleware kept a
+		// reserve for this) rather than leave it waiting.
+		http.Error(rw, "deadline exceeded", http.StatusGatewayTimeout)
+	}
+}
+
+func (w *worker) record(s string) {
+	w.mu.Lock()
+	w.log = append(w.log, s)
+	w.mu.Unlock()
+}
+
+func (w *worker) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.log
+	w.log = nil
+	return out
+}
+
+// deadlineGet calls url with min(perCall, time left) and the deadline
+// headers, as any guardrail client does.
+func deadlineGet(ctx context.Context, c *http.Client, url string, perCall time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, perCall)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	if left, ok := deadline.Left(ctx, time.Now()); ok {
+		deadline.Set(req.Header, time.Now(), left)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s -> %d", url, resp.StatusCode)
+	}
+	return "ok", nil
+}
+
+func (p deadlineParams) run(ctx context.Context, env *Env) (*Result, error) {
+	r := &Result{Experiment: "deadline", Title: fmt.Sprintf("API with a %v SLO: A, then B || optional C, %v deadline in headers (seed 003, card 037)", p.slo, p.budget)}
+	workers := map[string]*worker{}
+	urls := map[string]string{}
+	for name, d := range map[string]time.Duration{"A": p.a, "B": p.b, "C": p.c} {
+		w := &worker{name: name, d: d, done: make(chan struct{}, 16)}
+		s, err := serve(deadline.Middleware(deadline.Config{Max: p.slo}, w))
+		if err != nil {
+			return nil, err
+		}
+		defer s.Close()
+		workers[name], urls[name] = w, s.URL
+	}
+	client := newHTTPClient(true)
+
+	type outcome struct {
+		took    time.Duration
+		err     error
+		partial bool
+		body    map[string]any
+	}
+	handlerDone := make(chan outcome, 4)
+	api, err := serve(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		t0 := time.Now()
+		dctx, cancel := context.WithDeadline(r.Context(), t0.Add(p.budget))
+		defer cancel()
+		body := map[string]any{}
+		var out outcome
+		defer func() { out.took = time.Since(t0); handlerDone <- out }()
+
+		ga := fallback.NewGroup(dctx)
+		a := fallback.Required(ga, "A", p.perA, func(ctx context.Context) (string, error) { return deadlineGet(ctx, client, urls["A"], p.perA) })
+		if out.err = ga.Wait(); out.err != nil {
+			http.Error(rw, out.err.Error(), http.StatusBadGateway)
+			return
+		}
+		body["A"], _ = a.Value()
+		g := fallback.NewGroup(dctx)
+		b := fallback.Required(g, "B", p.perBC, func(ctx context.Context) (string, error) { return deadlineGet(ctx, client, urls["B"], p.perBC) })
+		c := fallback.Optional(g, "C", p.perBC, func(ctx context.Context) (string, error) { return deadlineGet(ctx, client, urls["C"], p.perBC) })
+		if out.err = g.Wait(); out.err != nil {
+			http.Error(rw, out.err.Error(), http.StatusBadGateway)
+			return
+		}
+		body["B"], _ = b.Value()
+		if v, ok := c.Value(); ok {
+			body["C"] = v
+		} else {
+			body["C"] = nil
+			body["partial"] = true
+			fallback.MarkPartial(rw.Header())
+			out.partial = true
+		}
+		body["took"] = time.Since(t0).Milliseconds()
+		out.body = body
+		rw.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(rw).Encode(body)
+	}))
+	if err != nil {
+		return nil, err
+	}
+	defer api.Close()
+
+	// 1. A user with the SLO as timeout: the answer is partial, in time.
+	env.Progress("deadline: the partial answer")
+	uctx, cancel := context.WithTimeout(ctx, p.slo)
+	start := time.Now()
+	req, _ := http.NewRequestWithContext(uctx, http.MethodGet, api.URL, nil)
+	resp, err := client.Do(req)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("the user's request failed: %w", err)
+	}
+	var body map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	took := time.Since(start)
+	h := <-handlerDone
+	for _, w := range workers { // each served one request; wait for its log
+		select {
+		case <-w.done:
+		case <-time.After(p.slo):
+		}
+	}
+	bj, _ := json.Marshal(body)
+	r.add("partial answer", Ms("took_ms", took).Named("took"), Bool("partial", h.partial), Int("status", resp.StatusCode),
+		Str("result", string(bj)).jsonOnly())
+	r.note("result: %s", bj)
+	var logs []string
+	for _, n := range []string{"A", "B", "C"} {
+		logs = append(logs, workers[n].take()...)
+	}
+	for _, l := range logs {
+		r.note("%s", l)
+	}
+	cAborted := len(logs) == 3 && containsPrefix(logs, "C: aborted")
+	expect := p.a + min(p.perBC, p.budget-p.a)
+	r.check(took < p.slo && h.partial && resp.StatusCode == 200, "partial in time", "answered %v (SLO %v), partial=%v", took.Round(time.Millisecond), p.slo, h.partial)
+	r.check(took >= expect-50*time.Millisecond && took < expect+250*time.Millisecond, "optional C cut at its budget",
+		"answered %v, want about A + min(per-call, time left) = %v (-50ms, +250ms)", took.Round(time.Millisecond), expect)
+	r.check(cAborted, "C stopped, not abandoned", "C's server saw its caller give up: %v", cAborted)
+
+	// 2. A user who disconnects: the handler and A stop.
+	env.Progress("deadline: a user disconnecting at %v", p.disconnect)
+	uctx, cancel = context.WithTimeout(ctx, p.disconnect)
+	start = time.Now()
+	req, _ = http.NewRequestWithContext(uctx, http.MethodGet, api.URL, nil)
+	_, err = client.Do(req)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("the disconnecting user's request: %v, want its own timeout", err)
+	}
+	h = <-handlerDone
+	stopped := time.Since(start)
+	select {
+	case <-workers["A"].done:
+	case <-time.After(p.slo):
+	}
+	aLog := workers["A"].take()
+	r.add("client disconnect", Ms("disconnect_ms", p.disconnect).Named("disconnect"), Ms("stopped_after_ms", stopped).Named("handler_stopped_after"),
+		Bool("downstream_stopped", containsPrefix(aLog, "A: aborted")))
+	r.note("client disconnect -> handler stopped after %dms: %v", stopped.Milliseconds(), h.err)
+	for _, l := range aLog {
+		r.note("%s", l)
+	}
+	r.check(stopped < p.disconnect+200*time.Millisecond, "disconnect stops the handler", "handler stopped %v after the request began (disconnect at %v)", stopped.Round(time.Millisecond), p.disconnect)
+	r.check(containsPrefix(aLog, "A: aborted"), "disconnect stops A", "A's log: %v", aLog)
+	return r, nil
+}
+
+func containsPrefix(list []string, prefix string) bool {
+	for _, s := range list {
+		if len(s) >= len(prefix) && s[:len(prefix)] == prefix {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,142 @@
+package lab
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/guardrail-go/guardrail/sim"
+)
+
+type jitterParams struct {
+	clients, capacity, attempts int
+	slot, base, cap, plus       time.Duration
+	fineSlot                    time.Duration
+	strategies                  string
+	seed                        uint64
+}
+
+func jitter() Experiment {
+	return Experiment{
+		Name:    "jitter",
+		Summary: "1,000 clients failing together: which backoff breaks the herd (seed 003 card 018, simulation)",
+		Setup: func(fs *flag.FlagSet, quick bool) Run {
+			p := jitterParams{clients: sim.DefaultClients, capacity: sim.DefaultCapacity, attempts: sim.DefaultMaxAttempts,
+				slot: sim.DefaultSlot, base: 100 * time.Millisecond, cap: 10 * time.Second, plus: 100 * time.Millisecond,
+				fineSlot: 10 * time.Millisecond, strategies: strings.Join(sim.Strategies(), ",")}
+			fs.IntVar(&p.clients, "clients", p.clients, "clients failing together at t=0")
+			fs.IntVar(&p.capacity, "capacity", p.capacity, "requests the server serves per slot; it answers 503 beyond")
+			fs.DurationVar(&p.slot, "slot", p.slot, "the server's capacity slot")
+			fs.DurationVar(&p.fineSlot, "fine-slot", p.fineSlot, "slot of the second table, at the same rate (0: no second table)")
+			fs.IntVar(&p.attempts, "max-attempts", p.attempts, "attempts per client, counting the first")
+			fs.DurationVar(&p.base, "base", p.base, "backoff base")
+			fs.DurationVar(&p.cap, "cap", p.cap, "backoff cap")
+			fs.DurationVar(&p.plus, "plus-jitter", p.plus, "the additive jitter of the '+0..100ms' helper")
+			fs.StringVar(&p.strategies, "strategies", p.strategies, "comma-separated rows: "+strings.Join(sim.Strategies(), ", "))
+			fs.Uint64Var(&p.seed, "seed", 0, "seed of the draws (0: the lab's --seed)")
+			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
+		},
+	}
+}
+
+func (p jitterParams) run(ctx context.Context, env *Env) (*Result, error) {
+	seed := p.seed
+	if seed == 0 {
+		seed = env.Seed
+	}
+	names := strings.Split(p.strategies, ",")
+	cfg := sim.JitterConfig{
+		Config: sim.Config{Clients: p.clients, Slot: p.slot, Capacity: p.capacity, MaxAttempts: p.attempts, Seed: seed},
+		Base:   p.base, Cap: p.cap, PlusJitter: p.plus, Strategies: names,
+	}
+	r := &Result{Experiment: "jitter", Title: fmt.Sprintf("%d clients failing at t=0, %d requests per %v slot (seed 003, card 018; simulation)", p.clients, p.capacity, p.slot)}
+	env.Progress("jitter: simulating %d strategies", len(names))
+	rows, err := sim.Jitter(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.table(r, rows, "", p.slot)
+	byName := map[string]sim.Result{}
+	for _, row := range rows {
+		byName[row.Strategy] = row.Result
+	}
+
+	if none, ok := byName[sim.StrategyNone]; ok {
+		// Without jitter every wave lands in one slot: calls and finish time
+		// follow from arithmetic, and the simulation must agree.
+		wantCalls, waves, done := 0, 0, time.Duration(0)
+		for n := p.clients; n > 0 && waves < p.attempts; n -= p.capacity {
+			wantCalls += n
+			if waves > 0 {
+				done += min(p.cap, p.base<<(waves-1))
+			}
+			waves++
+		}
+		r.check(none.TotalCalls == wantCalls && none.AllDoneAt == done, "no jitter moves in waves",
+			"%d calls, done at %v; arithmetic says %d and %v", none.TotalCalls, none.AllDoneAt, wantCalls, done)
+		for _, name := range names {
+			res, ok := byName[name]
+			if !ok || name == sim.StrategyNone {
+				continue
+			}
+			r.check(res.TotalCalls < none.TotalCalls && res.AllDoneAt*4 <= none.AllDoneAt, "jitter breaks the waves",
+				"%s: %d calls done at %v, against %d at %v without jitter", name, res.TotalCalls, res.AllDoneAt.Round(100*time.Millisecond), none.TotalCalls, none.AllDoneAt)
+		}
+	}
+	if plus, ok := byName[sim.StrategyPlus]; ok && p.plus <= p.slot && p.base == p.slot {
+		r.check(plus.RetryPeak >= p.clients-p.capacity, "a small additive jitter keeps the herd",
+			"+0..%v: retry peak %d per slot (the whole first wave, %d, lands in one slot)", p.plus, plus.RetryPeak, p.clients-p.capacity)
+	}
+	r.note("Seed for reference: no jitter 5500 calls, peak 900, done 32.7s; +0..100ms 3711/900/3.5s; equal 3591/597/1.4s; full 3395/419/2.5s.")
+	r.note("With base = slot = 100ms the first equal- and full-jitter retries fall inside slot 0, already used by the first calls,")
+	r.note("so their first wave is refused whole; no slotted model reproduces the seed's 597/419 peaks. Decorrelated jitter never")
+	r.note("waits less than base and avoids it. The second table keeps the rate but cuts the slot: full jitter's spread then pays.")
+
+	if p.fineSlot > 0 && p.fineSlot < p.slot && p.slot%p.fineSlot == 0 {
+		fine := cfg
+		fine.Slot = p.fineSlot
+		fine.Capacity = max(1, int(int64(p.capacity)*int64(p.fineSlot)/int64(p.slot)))
+		env.Progress("jitter: the same rate in %v slots", p.fineSlot)
+		frows, err := sim.Jitter(ctx, fine)
+		if err != nil {
+			return nil, err
+		}
+		p.table(r, frows, fmt.Sprintf(" (%v slots)", p.fineSlot), p.fineSlot)
+	}
+	return r, nil
+}
+
+// table adds rows and a retries-per-slot chart.
+func (p jitterParams) table(r *Result, rows []sim.Row, suffix string, slot time.Duration) {
+	chart := Chart{Title: "retries per " + slot.String() + " slot" + suffix, Kind: "line", XLabel: "time (s)", YLabel: "retries in the slot"}
+	horizon := time.Duration(0)
+	for _, row := range rows {
+		if row.Strategy != sim.StrategyNone {
+			horizon = max(horizon, row.Result.AllDoneAt)
+		}
+	}
+	horizon = max(horizon+slot, 5*slot)
+	n := int(horizon / slot)
+	for i := range n {
+		chart.X = append(chart.X, fmt.Sprintf("%.2f", (time.Duration(i)*slot).Seconds()))
+	}
+	for _, row := range rows {
+		res := row.Result
+		r.add(row.Label+suffix,
+			Str("strategy", row.Strategy).jsonOnly(),
+			Int("total_calls", res.TotalCalls).As("total_calls", "%5d"),
+			Int("retry_peak_per_slot", res.RetryPeak).As("retry_peak/slot", "%4d"),
+			Int("gave_up", res.GaveUp).As("gave_up", "%4d"),
+			Ms("all_done_at_ms", res.AllDoneAt).As("all_done_at", "s"))
+		vals := make([]float64, n)
+		for _, s := range res.Slots {
+			if s.Index < int64(n) {
+				vals[s.Index] = float64(s.Retries)
+			}
+		}
+		chart.Series = append(chart.Series, Series{Name: row.Label, Values: vals})
+	}
+	r.Charts = append(r.Charts, chart)
+}

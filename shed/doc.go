@@ -1,0 +1,2 @@
+// Package shed refuses work early, by priority, when a server is overloaded.
+package shed

@@ -1,0 +1,430 @@
+package shed
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/guardrail-go/guardrail"
+)
+
+// Config configures a Shedder. The zero value is safe and useful: an adaptive
+// limit, the default priority shares, a retry ratio of 0.1, no queue, and
+// 503 with Retry-After: 1 from the middleware. New copies what it needs, so
+// changing a Config after New has no effect.
+type Config struct {
+	// Name labels the shedder's events (Event.Dependency), for example the
+	// service or route group it protects. May be empty.
+	Name string
+
+	// Limit fixes the concurrency limit: the most requests in flight at
+	// once, reached only by the priorities whose share is 1 (Critical by
+	// default). Zero means adaptive (see Adaptive); use a fixed limit only
+	// when the capacity is known and stable.
+	Limit int
+	// Adaptive tunes the adaptive limit when Limit is zero. Its zero value is
+	// the recommended configuration.
+	Adaptive Adaptive
+
+	// Shares maps a priority to the share of the limit that its requests may
+	// fill: a request is admitted only while in-flight < limit × share. A
+	// missing or non-positive entry means the default (DefaultShares); values
+	// above 1 are capped at 1, so the limit is never exceeded.
+	Shares map[Priority]float64
+
+	// RetryRatio caps retries admitted under pressure at this many per
+	// original request admitted: a receiver-side retry budget, a token
+	// bucket that each admitted original fills by RetryRatio and each retry
+	// admitted under pressure drains by 1. Zero means 0.1. A negative value
+	// turns retry-awareness off: retries are treated as originals.
+	RetryRatio float64
+	// RetryBurst is the budget's capacity in tokens (it starts full). Zero
+	// means 10.
+	RetryBurst float64
+	// RetryPressure is the utilisation (in-flight / limit) from which the
+	// server is under pressure: retries then need a budget token and are
+	// judged one priority lower than they claim, so they are shed before
+	// originals. Below it, retries are admitted like originals. Zero means
+	// 0.5.
+	RetryPressure float64
+
+	// MaxQueue is how many requests may wait for a slot when their priority's
+	// share is full; beyond, they are shed (ReasonQueueFull). Zero means
+	// none: a request is rejected before queueing, which is the right
+	// default for a server whose callers have timeouts.
+	MaxQueue int
+	// QueueInterval is how long the queue must stay non-empty to count as
+	// standing rather than a burst. Zero means 100 ms.
+	QueueInterval time.Duration
+	// MaxQueueWait is the longest a request waits in a queue that is not
+	// standing, never past its context's deadline. Zero means QueueInterval.
+	MaxQueueWait time.Duration
+	// QueueTarget is the longest a request waits in a standing queue; the
+	// waiters older than this are shed (ReasonQueueTime) so that slots go to
+	// fresh requests. Zero means 5 ms.
+	QueueTarget time.Duration
+
+	// RetryAfter is the delay the middleware puts in Retry-After on a 503,
+	// rounded up to whole seconds. Zero means 1 s.
+	RetryAfter time.Duration
+	// Priority returns a request's priority for the middleware (by route,
+	// by authenticated client...). It is trusted. Nil means the
+	// X-Request-Priority header, capped at MaxHeaderPriority; a request
+	// without a valid header is Normal.
+	Priority func(*http.Request) Priority
+	// MaxHeaderPriority is the highest priority a client may claim with the
+	// X-Request-Priority header, so that no client can escalate itself past
+	// what the server allows. Zero means Normal: by default the header can
+	// only lower a request's priority. Ignored when Priority is set.
+	MaxHeaderPriority Priority
+	// IsRetry reports whether a request is a retry, for the middleware. Nil
+	// means an X-Retry-Attempt header with a number above 0.
+	IsRetry func(*http.Request) bool
+
+	// Observer receives EventAdmit and EventShed. Nil means none.
+	Observer guardrail.Observer
+}
+
+// Wire headers read by the middleware's defaults.
+const (
+	// HeaderPriority carries a request's priority by name: "critical",
+	// "high", "normal", "low" or "sheddable" (ASCII case ignored).
+	HeaderPriority = "X-Request-Priority"
+	// HeaderRetryAttempt carries the attempt number of a retry (1 for the
+	// first retry); absent or 0 on an original request.
+	HeaderRetryAttempt = "X-Retry-Attempt"
+)
+
+// DefaultShares returns the default share of the limit each priority may
+// fill: sheddable 50 %, low 70 %, normal 85 %, high 95 %, critical 100 %.
+// Analytics is refused when the server is half full; checkout keeps the last
+// 5 % to itself. A fixed Limit of N therefore admits 0.85×N Normal requests;
+// set Shares[Normal] = 1 to admit N.
+func DefaultShares() map[Priority]float64 {
+	return map[Priority]float64{
+		Sheddable: 0.50,
+		Low:       0.70,
+		Normal:    0.85,
+		High:      0.95,
+		Critical:  1.00,
+	}
+}
+
+// Shedder admits or refuses requests so that a server under overload keeps
+// serving the ones it admits within their deadline, instead of serving all of
+// them late (seed 003, card 053: rejecting 60 % of a 3× overload more than
+// doubled goodput).
+//
+// A request is admitted while the number in flight is below the limit times
+// its priority's share (see Config.Shares): lower priorities are refused at
+// lower utilisation. Under pressure, retries are judged one priority lower
+// and drain a token bucket fed by admitted originals, so retries are shed
+// before originals and stay a bounded share of the work. By default there
+// is no queue: a request that cannot be admitted is refused at once, which
+// costs microseconds, where one that waits until its caller's timeout costs a
+// connection, memory and thrown-away work. An optional CoDel-style queue
+// absorbs short bursts but does not let a queue stand (see Config.MaxQueue). The limit is fixed or
+// adaptive (see Adaptive).
+//
+// Acquire is the transport-neutral API; Middleware wraps an http.Handler.
+// Admission and rejection allocate nothing. A Shedder is safe for concurrent
+// use by multiple goroutines.
+type Shedder struct {
+	name       string
+	obs        guardrail.Observer
+	share      [numPriorities]float64
+	retryAware bool
+	retryRatio float64
+	retryBurst float64
+	pressure   float64
+	maxQueue   int
+	target     time.Duration
+	interval   time.Duration
+	maxWait    time.Duration
+	retryAfter []string
+	priorityFn func(*http.Request) Priority
+	maxHeader  Priority
+	isRetryFn  func(*http.Request) bool
+
+	mu sync.Mutex // guards everything below
+	// limit is the limit in force: the fixed one, or ctl.effective().
+	limit    float64
+	ctl      *gradient // nil for a fixed limit
+	inFlight int
+	tokens   float64 // retry budget
+	queue    []*waiter
+	// busySince is when the queue last became non-empty (moved back by an
+	// interval when it refills soon after standing); lastStanding is when it
+	// was last seen standing.
+	busySince, lastStanding time.Time
+
+	admitted        [numPriorities]uint64
+	admittedRetries uint64
+	shed            [numPriorities][numReasons]uint64
+	queuedAdmitted  uint64
+	queueTime       time.Duration
+}
+
+// New returns a Shedder configured by c.
+func New(c Config) *Shedder {
+	s := &Shedder{
+		name:       c.Name,
+		obs:        c.Observer,
+		retryAware: c.RetryRatio >= 0,
+		retryRatio: c.RetryRatio,
+		retryBurst: c.RetryBurst,
+		pressure:   c.RetryPressure,
+		maxQueue:   max(c.MaxQueue, 0),
+		target:     orDur(c.QueueTarget, 5*time.Millisecond),
+		interval:   orDur(c.QueueInterval, 100*time.Millisecond),
+		priorityFn: c.Priority,
+		maxHeader:  c.MaxHeaderPriority.normalize(),
+		isRetryFn:  c.IsRetry,
+	}
+	s.maxWait = orDur(c.MaxQueueWait, s.interval)
+	if s.retryRatio == 0 {
+		s.retryRatio = 0.1
+	}
+	if s.retryBurst <= 0 {
+		s.retryBurst = 10
+	}
+	s.tokens = s.retryBurst
+	if s.pressure <= 0 {
+		s.pressure = 0.5
+	}
+	def := DefaultShares()
+	for p := Sheddable; p <= Critical; p++ {
+		v := c.Shares[p]
+		if v <= 0 {
+			v = def[p]
+		}
+		s.share[p] = min(v, 1)
+	}
+	ra := orDur(c.RetryAfter, time.Second)
+	s.retryAfter = []string{strconv.FormatInt(int64((ra+time.Second-1)/time.Second), 10)}
+	if c.Limit > 0 {
+		s.limit = float64(c.Limit)
+	} else {
+		s.ctl = newGradient(c.Adaptive, time.Now())
+		s.limit = s.ctl.effective()
+	}
+	return s
+}
+
+// Token is an admitted request's slot. Call Release (or Ignore) exactly once
+// when the request is done; the zero Token's methods do nothing. A Token is a
+// value: copying it does not copy the slot. It may be released from any
+// goroutine.
+type Token struct {
+	s     *Shedder
+	start time.Time // admission time; zero for a fixed limit (no sample needed)
+	gen   uint32
+}
+
+// Release frees the slot and, with an adaptive limit, feeds the request's
+// latency since admission to it.
+func (t Token) Release() {
+	if t.s != nil {
+		t.s.release(t, true)
+	}
+}
+
+// Ignore frees the slot without feeding the latency to the adaptive limit:
+// use it when the request ended for a reason that says nothing about load,
+// such as the client going away or a request rejected as invalid.
+func (t Token) Ignore() {
+	if t.s != nil {
+		t.s.release(t, false)
+	}
+}
+
+// Acquire admits an original request of priority p, or refuses it with an
+// *Error that Is guardrail.ErrShed. With a queue (Config.MaxQueue) it may
+// wait, never past ctx's deadline; without one it never blocks. A request
+// whose ctx is already done is refused with ReasonExpired.
+func (s *Shedder) Acquire(ctx context.Context, p Priority) (Token, error) {
+	return s.acquire(ctx, p, false)
+}
+
+// AcquireRetry is Acquire for a retry: a request the caller has sent before.
+// Under pressure, retries are shed before originals and kept under
+// Config.RetryRatio of them.
+func (s *Shedder) AcquireRetry(ctx context.Context, p Priority) (Token, error) {
+	return s.acquire(ctx, p, true)
+}
+
+func (s *Shedder) acquire(ctx context.Context, p Priority, retry bool) (Token, error) {
+	p = p.normalize()
+	if err := ctx.Err(); err != nil {
+		r := expiredReason(err)
+		s.mu.Lock()
+		s.shed[p][r]++
+		inFlight, limit := s.inFlight, s.limitInt()
+		s.mu.Unlock()
+		return Token{}, s.rejected(ctx, p, r, inFlight, limit)
+	}
+	var now time.Time
+	if s.ctl != nil || s.maxQueue > 0 {
+		now = time.Now() // read once: latency start, queue arrival
+	}
+	s.mu.Lock()
+	r, ok := s.decideLocked(p, retry)
+	if ok {
+		tok := s.commitLocked(p, retry, now)
+		inFlight, limit := s.inFlight, s.limitInt()
+		s.mu.Unlock()
+		s.admittedEvent(ctx, p, inFlight, limit, 0)
+		return tok, nil
+	}
+	if r == reasonCapacity && s.maxQueue > 0 {
+		return s.wait(ctx, p, retry, now) // unlocks
+	}
+	s.shed[p][r]++
+	inFlight, limit := s.inFlight, s.limitInt()
+	s.mu.Unlock()
+	return Token{}, s.rejected(ctx, p, r, inFlight, limit)
+}
+
+// decideLocked reports whether a request may be admitted now, or why not. It
+// changes nothing. The caller must hold s.mu.
+func (s *Shedder) decideLocked(p Priority, retry bool) (reason, bool) {
+	in := float64(s.inFlight)
+	if retry && s.retryAware && in >= s.pressure*s.limit {
+		if s.tokens < 1 {
+			return reasonRetry, false
+		}
+		if p > Sheddable {
+			p--
+		}
+	}
+	if in >= s.limit*s.share[p] {
+		return reasonCapacity, false
+	}
+	return 0, true
+}
+
+// commitLocked admits a request decideLocked allowed. The caller must hold
+// s.mu.
+func (s *Shedder) commitLocked(p Priority, retry bool, now time.Time) Token {
+	if retry {
+		if s.retryAware && float64(s.inFlight) >= s.pressure*s.limit {
+			s.tokens--
+		}
+		s.admittedRetries++
+	} else if s.retryAware {
+		s.tokens = min(s.retryBurst, s.tokens+s.retryRatio)
+	}
+	s.inFlight++
+	s.admitted[p]++
+	tok := Token{s: s}
+	if s.ctl != nil {
+		s.ctl.admitted(s.inFlight)
+		tok.start, tok.gen = now, s.ctl.gen
+	}
+	return tok
+}
+
+func (s *Shedder) release(t Token, sample bool) {
+	var now time.Time
+	if s.ctl != nil || s.maxQueue > 0 {
+		now = time.Now()
+	}
+	s.mu.Lock()
+	s.inFlight--
+	if s.ctl != nil && sample && s.ctl.observe(now, now.Sub(t.start), t.gen, s.inFlight) {
+		s.limit = s.ctl.effective()
+	}
+	if len(s.queue) > 0 {
+		s.grantLocked(now)
+	}
+	s.mu.Unlock()
+}
+
+// limitInt returns the limit in force, rounded down, for events and stats.
+// The caller must hold s.mu.
+func (s *Shedder) limitInt() int { return int(s.limit) }
+
+func (s *Shedder) rejected(ctx context.Context, p Priority, r reason, inFlight, limit int) error {
+	if s.obs != nil {
+		s.obs.Observe(ctx, guardrail.Event{
+			Kind:       guardrail.EventShed,
+			Dependency: s.name,
+			Operation:  guardrail.Operation(ctx),
+			Priority:   priorityNames[p],
+			Reason:     reasonNames[r],
+			InFlight:   inFlight,
+			Limit:      limit,
+		})
+	}
+	return errTable[r][p]
+}
+
+func (s *Shedder) admittedEvent(ctx context.Context, p Priority, inFlight, limit int, queued time.Duration) {
+	if s.obs != nil {
+		s.obs.Observe(ctx, guardrail.Event{
+			Kind:       guardrail.EventAdmit,
+			Dependency: s.name,
+			Operation:  guardrail.Operation(ctx),
+			Priority:   priorityNames[p],
+			InFlight:   inFlight,
+			Limit:      limit,
+			Duration:   queued,
+		})
+	}
+}
+
+// Stats is a snapshot of a Shedder's counters, for dashboards and tests. It
+// is a plain value, owned by the caller.
+type Stats struct {
+	InFlight int // requests admitted and not yet released
+	Limit    int // the limit in force (for a share of 1), rounded down
+	Queued   int // requests waiting in the queue now
+
+	Admitted           uint64              // requests admitted, retries included
+	AdmittedRetries    uint64              // retries admitted
+	AdmittedByPriority map[Priority]uint64 // admitted, by priority
+
+	Shed           uint64              // requests refused
+	ShedByReason   map[string]uint64   // refused, by guardrail.Reason* value
+	ShedByPriority map[Priority]uint64 // refused, by priority
+
+	QueuedAdmitted uint64        // admitted after waiting in the queue
+	QueueTime      time.Duration // total time those waited
+
+	// MinRTT is the adaptive limit's measured no-load latency: zero for a
+	// fixed limit or before the first measurement.
+	MinRTT time.Duration
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Shedder) Stats() Stats {
+	st := Stats{
+		AdmittedByPriority: make(map[Priority]uint64),
+		ShedByReason:       make(map[string]uint64),
+		ShedByPriority:     make(map[Priority]uint64),
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st.InFlight, st.Limit, st.Queued = s.inFlight, s.limitInt(), len(s.queue)
+	st.AdmittedRetries = s.admittedRetries
+	st.QueuedAdmitted, st.QueueTime = s.queuedAdmitted, s.queueTime
+	if s.ctl != nil {
+		st.MinRTT = s.ctl.minRTT
+	}
+	for p := Sheddable; p <= Critical; p++ {
+		if n := s.admitted[p]; n > 0 {
+			st.Admitted += n
+			st.AdmittedByPriority[p] = n
+		}
+		for r := range numReasons {
+			if n := s.shed[p][r]; n > 0 {
+				st.Shed += n
+				st.ShedByReason[reasonNames[r]] += n
+				st.ShedByPriority[p] += n
+			}
+		}
+	}
+	return st
+}
