@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/bulkhead"
 )
 
 func okOp(context.Context) (int, error) { return 1, nil }
@@ -83,4 +85,36 @@ func BenchmarkTimeNow(b *testing.B) {
 		t = time.Now()
 	}
 	_ = t
+}
+
+// BenchmarkDoNoBreaker is BenchmarkDo without the default breaker: the
+// breaker's share of the success path is the difference.
+func BenchmarkDoNoBreaker(b *testing.B) {
+	p := &guardrail.Policy{Breaker: breaker.New(breaker.Config{Mode: breaker.Disabled})}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = guardrail.Do(ctx, p, okOp)
+	}
+}
+
+// BenchmarkDoBulkhead adds a bulkhead to the default policy.
+func BenchmarkDoBulkhead(b *testing.B) {
+	p := &guardrail.Policy{Bulkhead: bulkhead.New(bulkhead.Config{MaxConcurrent: 64})}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = guardrail.Do(ctx, p, okOp)
+	}
+}
+
+// BenchmarkDoObserved attaches an observer that does nothing: the cost of
+// building and delivering the events.
+func BenchmarkDoObserved(b *testing.B) {
+	p := &guardrail.Policy{Observer: guardrail.ObserverFunc(func(ctx context.Context, _ guardrail.Event) context.Context { return ctx })}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = guardrail.Do(ctx, p, okOp)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/bulkhead"
 )
 
 // Do runs op under p and returns its result. p may be nil (see Policy).
@@ -43,6 +44,11 @@ type Call struct {
 	// Dependency, when not empty, replaces Policy.Name in this call's events
 	// (an HTTP transport reports the host).
 	Dependency string
+	// Breaker, when not nil, replaces the Policy's breaker for this call
+	// (one breaker per host, route or shard, from a breaker.Group).
+	Breaker *breaker.Breaker
+	// Bulkhead, when not nil, replaces Policy.Bulkhead for this call.
+	Bulkhead *bulkhead.Bulkhead
 }
 
 // DoCall is Do with per-call settings c. p may be nil (see Policy).
@@ -55,7 +61,14 @@ func DoCall[T any](ctx context.Context, p *Policy, c Call, op func(context.Conte
 	if s.err != nil {
 		return zero, s.err
 	}
-	cl := call{ctx: ctx, p: p, s: s, obs: p.Observer, idempotent: c.Idempotent, dependency: c.Dependency}
+	cl := call{ctx: ctx, p: p, s: s, obs: p.Observer, idempotent: c.Idempotent, dependency: c.Dependency,
+		breaker: s.breaker, bulkhead: p.Bulkhead}
+	if c.Breaker != nil {
+		cl.breaker = c.Breaker
+	}
+	if c.Bulkhead != nil {
+		cl.bulkhead = c.Bulkhead
+	}
 	return run(&cl, op)
 }
 
@@ -82,13 +95,18 @@ func run[T any](c *call, op func(context.Context) (T, error)) (T, error) {
 	}
 }
 
-// attempt runs op once. The deferred function cancels the attempt's context
-// and, if op panicked, records the failed attempt before the panic goes on.
+// attempt runs op once. The deferred function cancels the attempt's context,
+// frees the bulkhead slot and, if op panicked, records the failed attempt
+// before the panic goes on.
 func attempt[T any](c *call, op func(context.Context) (T, error), actx context.Context, cancel context.CancelFunc) (v T, err error, timedOut bool) {
 	done := false
 	defer func() {
 		if cancel != nil {
 			cancel()
+		}
+		if c.release != nil {
+			c.release()
+			c.release = nil
 		}
 		if !done {
 			c.panicked()
@@ -111,9 +129,14 @@ type call struct {
 	obs        Observer
 	idempotent bool
 	dependency string
-	attempts   int           // attempts started
-	retries    int           // retries granted so far
-	delay      time.Duration // delay waited before the current attempt
+	breaker    *breaker.Breaker   // nil: none
+	bulkhead   *bulkhead.Bulkhead // nil: none
+	permit     breaker.Permit     // the current attempt's
+	release    func()             // frees the current attempt's bulkhead slot
+	timed      bool               // attempt durations are needed
+	attempts   int                // attempts started
+	retries    int                // retries granted so far
+	delay      time.Duration      // delay waited before the current attempt
 	lastErr    error
 	timer      *time.Timer
 	start      time.Time // call start; set only when observed
@@ -123,6 +146,7 @@ type call struct {
 
 func (c *call) begin() {
 	c.s.budget.Deposit()
+	c.timed = c.obs != nil || (c.breaker != nil && c.breaker.Timed())
 	if c.obs == nil {
 		return
 	}
@@ -149,6 +173,32 @@ func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
 			return nil, nil, c.giveUp(ErrDeadline, 0)
 		}
 	}
+	if c.breaker != nil {
+		var err error
+		if now.IsZero() {
+			c.permit, err = c.breaker.Allow()
+		} else {
+			c.permit, err = c.breaker.AllowAt(now)
+		}
+		if err != nil {
+			return nil, nil, c.rejected(err)
+		}
+		if c.obs != nil && c.permit.Probe() {
+			c.obs.Observe(c.ctx, c.event(EventBreakerProbe, time.Time{}))
+		}
+	}
+	if c.bulkhead != nil {
+		var latest time.Time
+		if hasDeadline {
+			latest = dl.Add(-c.s.minAttempt)
+		}
+		release, err := c.bulkhead.AcquireBy(c.ctx, latest)
+		if err != nil {
+			c.permit.Done(breaker.Ignored, 0) // frees a probe slot
+			return nil, nil, c.bulkheadRejected(err)
+		}
+		c.release = release
+	}
 	c.attempts++
 	actx := c.ctx
 	var cancel context.CancelFunc
@@ -161,11 +211,13 @@ func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
 			actx, cancel = context.WithTimeout(c.ctx, at)
 		}
 	}
-	if c.obs != nil {
+	if c.timed {
 		if now.IsZero() {
 			now = time.Now()
 		}
 		c.astart = now
+	}
+	if c.obs != nil {
 		e := c.event(EventAttemptStart, now)
 		e.Delay = c.delay
 		actx = c.obs.Observe(actx, e)
@@ -175,14 +227,16 @@ func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
 
 func (c *call) succeeded() {
 	if c.obs == nil {
+		if c.timed {
+			now := time.Now()
+			c.permit.DoneAt(breaker.Success, now.Sub(c.astart), now)
+		} else {
+			c.permit.Done(breaker.Success, 0)
+		}
 		return
 	}
-	now := time.Now()
-	e := c.event(EventAttemptEnd, now)
-	e.Outcome = OutcomeSuccess
-	e.Duration = now.Sub(c.astart)
-	c.obs.Observe(c.ctx, e)
-	e = c.event(EventCallEnd, now)
+	now := c.recordAttempt(breaker.Success, nil)
+	e := c.event(EventCallEnd, now)
 	e.Outcome = OutcomeOK
 	e.Duration = now.Sub(c.start)
 	c.obs.Observe(c.ctx, e)
@@ -258,6 +312,13 @@ func (c *call) failed(err error, timedOut bool) error {
 			return c.giveUp(ErrDeadline, retryIn)
 		}
 	}
+	if c.breaker != nil {
+		if err := c.breaker.Refusal(); err != nil {
+			// It opened meanwhile: no sleeping toward a certain refusal.
+			c.refuse(ReasonBreakerOpen)
+			return c.rejected(err)
+		}
+	}
 	if !c.s.budget.TryRetry() {
 		if c.obs != nil {
 			e := c.event(EventBudgetExhausted, time.Time{})
@@ -298,16 +359,66 @@ func (c *call) wait(d time.Duration) error {
 	}
 }
 
-func (c *call) recordAttempt(o breaker.Outcome, err error) {
-	if c.obs == nil {
-		return
+// recordAttempt reports the attempt's outcome to the breaker and the
+// observer. It returns the time it read, if it read one.
+func (c *call) recordAttempt(o breaker.Outcome, err error) time.Time {
+	if !c.timed {
+		c.permit.Done(o, 0)
+		return time.Time{}
 	}
 	now := time.Now()
-	e := c.event(EventAttemptEnd, now)
-	e.Outcome = o.String()
-	e.Duration = now.Sub(c.astart)
-	e.Err = err
-	c.obs.Observe(c.ctx, e)
+	d := now.Sub(c.astart)
+	c.permit.DoneAt(o, d, now)
+	c.permit = breaker.Permit{}
+	if c.obs != nil {
+		e := c.event(EventAttemptEnd, now)
+		e.Outcome = o.String()
+		e.Duration = d
+		e.Err = err
+		c.obs.Observe(c.ctx, e)
+	}
+	return now
+}
+
+// rejected turns a breaker's refusal into ErrCircuitOpen.
+func (c *call) rejected(err error) error {
+	var retryIn time.Duration
+	var oe *breaker.OpenError
+	if errors.As(err, &oe) {
+		retryIn = oe.RetryIn()
+	}
+	if c.obs != nil {
+		e := c.event(EventBreakerReject, time.Time{})
+		e.Delay, e.Err = retryIn, err
+		c.obs.Observe(c.ctx, e)
+	}
+	cause := c.lastErr
+	if cause == nil {
+		cause = err
+	}
+	return &Error{Kind: ErrCircuitOpen, Attempts: c.attempts, RetryIn: retryIn, Err: cause}
+}
+
+// bulkheadRejected turns a bulkhead's refusal into ErrBulkheadFull, or the
+// caller's own cancellation into ctx.Err().
+func (c *call) bulkheadRejected(err error) error {
+	if !errors.Is(err, bulkhead.ErrFull) {
+		return err // the caller's context ended while waiting
+	}
+	if c.obs != nil {
+		e := c.event(EventBulkheadReject, time.Time{})
+		e.Reason, e.Err = ReasonBulkheadFull, err
+		if errors.Is(err, bulkhead.ErrNoTime) {
+			e.Reason = ReasonDeadline
+		}
+		e.InFlight, e.Limit = c.bulkhead.InFlight(), c.bulkhead.Limit()
+		c.obs.Observe(c.ctx, e)
+	}
+	cause := c.lastErr
+	if cause == nil {
+		cause = err
+	}
+	return &Error{Kind: ErrBulkheadFull, Attempts: c.attempts, Err: cause}
 }
 
 func (c *call) timeout() {

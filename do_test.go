@@ -14,6 +14,7 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 )
 
@@ -47,8 +48,10 @@ func (c *counter) op(ctx context.Context) (int, error) {
 }
 
 func unlimited() *guardrail.Policy {
-	return &guardrail.Policy{Idempotent: true, Budget: budget.Unlimited(), Backoff: backoff.None()}
+	return &guardrail.Policy{Idempotent: true, Budget: budget.Unlimited(), Backoff: backoff.None(), Breaker: noBreaker()}
 }
+
+func noBreaker() *breaker.Breaker { return breaker.New(breaker.Config{Mode: breaker.Disabled}) }
 
 func TestRetriesOnlyTransientFailures(t *testing.T) {
 	tests := []struct {
@@ -269,7 +272,7 @@ func TestRetryAfterBeyondCapOrDeadlineEndsAtOnce(t *testing.T) {
 // make 3000 attempts without a budget and about 1110 with a 10 % budget.
 func TestBudgetCapsAmplification(t *testing.T) {
 	run := func(b *budget.Budget) (attempts int, exhausted int) {
-		p := &guardrail.Policy{Idempotent: true, Budget: b, Backoff: backoff.None()}
+		p := &guardrail.Policy{Idempotent: true, Budget: b, Backoff: backoff.None(), Breaker: noBreaker()}
 		dep := &counter{errs: []error{errBoom}}
 		for range 1000 {
 			_, err := guardrail.Do(context.Background(), p, dep.op)

@@ -53,8 +53,10 @@ const (
 	EventRetryRefused
 	// EventBudgetExhausted: the retry budget refused a retry; Tokens left.
 	EventBudgetExhausted
-	// EventBreakerTransition: the breaker moved From -> To. Reason is the cause
-	// ("failure rate 0.55 of 20", "probe failed", "forced"...).
+	// EventBreakerTransition: the breaker moved From -> To. Reason is the
+	// cause from a fixed set (breaker.Reason: "failure_rate", "probe_failed",
+	// "forced_open"...), Detail the same in words ("failure rate 0.55 of 20
+	// calls >= 0.5").
 	EventBreakerTransition
 	// EventBreakerReject: the breaker refused a call; Delay is the time until
 	// the next probe.
@@ -122,6 +124,7 @@ type Event struct {
 	Duration   time.Duration // attempt or call duration, queueing time
 	Delay      time.Duration // backoff before an attempt, retry delay, time to next probe
 	Remaining  time.Duration // time left on the deadline; -1 when there is none
+	Detail     string        // free text for logs (a breaker transition's cause); never a label
 	Tokens     float64       // retry budget tokens after the event
 	InFlight   int           // shedder or bulkhead in-flight count
 	Limit      int           // shedder or bulkhead limit

@@ -1,6 +1,7 @@
 package guardrail
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -8,7 +9,9 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
+	"github.com/guardrail-go/guardrail/bulkhead"
 )
 
 // Defaults used for zero Policy fields (DESIGN.md, seeds 000 and 003).
@@ -30,12 +33,13 @@ var ErrInvalidPolicy = errors.New("guardrail: invalid policy")
 // The zero value is valid and safe: 3 attempts, full jitter backoff from
 // 100 ms capped at 10 s, a retry budget of 10 % (10 tokens) owned by the
 // policy, Retry-After honoured up to 30 s, no retry of an operation not
-// marked Idempotent unless the failure says nothing was sent. A nil *Policy
-// means a process-wide zero Policy, whose budget all nil-policy calls share.
+// marked Idempotent unless the failure says nothing was sent, and a circuit
+// breaker of its own. A nil *Policy means a process-wide zero Policy, whose
+// budget all nil-policy calls share, without a breaker.
 //
 // A Policy is safe for concurrent use by any number of calls. Set its fields
 // before the first call and do not change them afterwards; it must not be
-// copied after first use (it holds its budget).
+// copied after first use (it holds its budget and breaker).
 type Policy struct {
 	// Name names the dependency in events and errors ("payments",
 	// "pricing"). It becomes a metric label: keep it from a small fixed set.
@@ -87,7 +91,23 @@ type Policy struct {
 	// use budget.Unlimited() to bound retries only by attempts and deadline.
 	Budget *budget.Budget
 
-	// Observer receives the call's events. Nil costs nothing.
+	// Breaker stops calls to a dependency that is failing, so callers fail
+	// fast instead of waiting on it. Nil means a breaker owned by this
+	// Policy with breaker's defaults (10 s window, at least 20 calls, 50 %
+	// failures, open 30 s plus up to 20 % jitter, one probe), created on
+	// first use; a nil *Policy has none, having no one dependency to watch.
+	// To go without, set breaker.New(breaker.Config{Mode: breaker.Disabled}).
+	// Share one Breaker between policies that call the same failure domain.
+	Breaker *breaker.Breaker
+
+	// Bulkhead bounds the attempts in flight to the dependency, so a slow
+	// one cannot take every goroutine, socket or connection of the process.
+	// Nil means no bound. Do waits for a slot at most until the deadline
+	// minus MinAttempt.
+	Bulkhead *bulkhead.Bulkhead
+
+	// Observer receives the call's events, and the transitions of the
+	// Policy's Breaker. Nil costs nothing.
 	Observer Observer
 
 	// Rand returns uniform draws in [0, 1) for backoff jitter. Nil means
@@ -109,6 +129,7 @@ type settings struct {
 	maxRetryAfter  time.Duration // < 0: ignore hints
 	classify       Classifier
 	budget         *budget.Budget
+	breaker        *breaker.Breaker // nil: none
 	rand           func() float64
 }
 
@@ -120,9 +141,10 @@ func (p *Policy) settings() *settings {
 	}
 	s := p.resolve()
 	if p.resolved.CompareAndSwap(nil, s) {
+		p.observeBreaker(s.breaker)
 		return s
 	}
-	return p.resolved.Load() // another call won; use its budget
+	return p.resolved.Load() // another call won; use its budget and breaker
 }
 
 func (p *Policy) resolve() *settings {
@@ -134,6 +156,7 @@ func (p *Policy) resolve() *settings {
 		maxRetryAfter:  p.MaxRetryAfter,
 		classify:       p.Classify,
 		budget:         p.Budget,
+		breaker:        p.Breaker,
 		rand:           p.Rand,
 	}
 	switch {
@@ -166,7 +189,49 @@ func (p *Policy) resolve() *settings {
 	if s.rand == nil {
 		s.rand = rand.Float64
 	}
+	if s.breaker == nil && p != &defaultPolicy {
+		s.breaker = breaker.New(breaker.Config{Name: p.Name})
+	}
 	return s
+}
+
+// observeBreaker forwards b's transitions to the Policy's Observer.
+func (p *Policy) observeBreaker(b *breaker.Breaker) {
+	obs := p.Observer
+	if obs == nil || b == nil {
+		return
+	}
+	b.Subscribe(func(t breaker.Transition) {
+		obs.Observe(context.Background(), TransitionEvent(p.Name, t))
+	})
+}
+
+// TransitionEvent turns a breaker transition into an Event, for components
+// that own breakers (an HTTP transport's per-host group) and report their
+// transitions to an Observer themselves.
+func TransitionEvent(dependency string, t breaker.Transition) Event {
+	if dependency == "" {
+		dependency = t.Name
+	}
+	return Event{
+		Kind:       EventBreakerTransition,
+		Dependency: dependency,
+		From:       t.From.String(),
+		To:         t.To.String(),
+		Reason:     string(t.Reason),
+		Detail:     t.Cause,
+		Delay:      t.OpenFor,
+		Remaining:  -1,
+	}
+}
+
+// CircuitBreaker returns the breaker the policy uses: Breaker if set, else
+// the one it created, or nil for a nil *Policy.
+func (p *Policy) CircuitBreaker() *breaker.Breaker {
+	if p == nil {
+		return nil
+	}
+	return p.settings().breaker
 }
 
 // RetryBudget returns the budget the policy spends retries from: Budget if

@@ -247,6 +247,7 @@ func Experiments() []Experiment {
 		jitter(),
 		deadlineExp(),
 		retryAfter(),
+		shedding(),
 	}
 }
 

@@ -1,0 +1,640 @@
+package breaker
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// State is a breaker's state.
+type State uint8
+
+// The states of a breaker.
+const (
+	// Closed: calls go through and are recorded in the window.
+	Closed State = iota
+	// Open: calls are rejected at once until the open time ends.
+	Open
+	// HalfOpen: a limited number of probes go through; their results
+	// decide between Closed and Open.
+	HalfOpen
+)
+
+// String returns "closed", "open" or "half_open".
+func (s State) String() string {
+	switch s {
+	case Closed:
+		return "closed"
+	case Open:
+		return "open"
+	case HalfOpen:
+		return "half_open"
+	default:
+		return "unknown"
+	}
+}
+
+// The state word packs the state, two flags and a generation counter that
+// changes on every transition, so a Permit can tell whether the state it
+// was issued in is still current with one atomic load.
+const (
+	stateMask    uint64 = 3
+	flagForced   uint64 = 1 << 2 // no spontaneous transitions: ForceOpen, ForceClosed, MetricsOnly
+	flagNoRecord uint64 = 1 << 3 // Disabled: admit everything, record nothing
+	genUnit      uint64 = 1 << 4
+)
+
+// Breaker is a circuit breaker: it watches the outcomes of calls to one
+// dependency and, when too many of them fail or are slow, rejects calls at
+// once for a while instead of letting them pile up on a dependency that
+// cannot answer.
+//
+// Closed, it admits every call and records outcomes in a sliding window
+// (time-based by default, rotated lazily: no timer, no goroutine). When a
+// failure or slow call is recorded and the window holds at least
+// MinRequests calls, it compares failures/calls with FailureRate and
+// slow/calls with SlowRate; either rate at or above its threshold trips it
+// open. Both comparisons are inclusive. A success never trips the breaker.
+//
+// Open, it rejects every call with an *OpenError (which Is ErrOpen) for
+// OpenFor plus a random jitter. The first call after that turns it
+// half-open.
+//
+// Half-open, it admits exactly HalfOpenProbes concurrent probes and rejects
+// the rest with ErrTooManyProbes. A probe reported as Failure (or slow)
+// opens it again; CloseAfter consecutive successful probes close it with an
+// empty window. A probe reported as Ignored (the caller gave up) frees its
+// slot without counting. If no probe reports for OpenFor while every slot
+// is taken, the probes are presumed lost and the breaker opens again, so a
+// probe whose result never comes cannot wedge it.
+//
+// Every Permit remembers the generation of the state that issued it; a
+// result reported after the state changed (a slow call started while
+// closed that ends after the breaker opened) is dropped.
+//
+// Breaker is safe for concurrent use by multiple goroutines. The closed
+// path is lock-free and allocation-free; rejection is allocation-free.
+type Breaker struct {
+	state   atomic.Uint64             // state word; read by every Allow and Done
+	openErr atomic.Pointer[OpenError] // the current open period's error; set before state
+	_       [48]byte                  // keep the read-mostly words above off mu's cache line
+
+	cfg   normalized
+	epoch time.Time // clock zero; the clock is time.Since(epoch)
+	tw    *timeWindow
+	cw    *countWindow // exactly one of tw and cw is set
+
+	mu sync.Mutex
+	// Guarded by mu:
+	inflight   int             // half-open: probes admitted and not reported
+	passed     int             // half-open: consecutive successful probes
+	lastProbe  int64           // half-open: clock of the last probe admission or report
+	opens      int             // consecutive openings since the last close
+	subs       []*subscription // copied on write
+	pending    []Transition
+	delivering bool
+}
+
+type subscription struct{ fn func(Transition) }
+
+// New returns a closed breaker configured by cfg.
+func New(cfg Config) *Breaker {
+	b := &Breaker{cfg: cfg.normalize(), epoch: time.Now()}
+	if b.cfg.count > 0 {
+		b.cw = newCountWindow(b.cfg.count)
+	} else {
+		b.tw = newTimeWindow(b.cfg)
+	}
+	b.state.Store(b.baseWord(0))
+	return b
+}
+
+// baseWord is the closed state word of the configured mode.
+func (b *Breaker) baseWord(gen uint64) uint64 {
+	w := gen &^ (genUnit - 1)
+	switch b.cfg.mode {
+	case MetricsOnly:
+		w |= flagForced
+	case Disabled:
+		w |= flagForced | flagNoRecord
+	}
+	return w
+}
+
+// clock returns the time since the breaker's epoch. With a monotonic epoch
+// (always, outside testing/synctest bubbles) it reads only the monotonic
+// clock, which costs about half of time.Now.
+func (b *Breaker) clock() int64 { return int64(time.Since(b.epoch)) }
+
+func (b *Breaker) clockAt(t time.Time) int64 { return int64(t.Sub(b.epoch)) }
+
+// Permit is the right to make one call, returned by Allow. Report the call's
+// result with Done exactly once; later calls of Done are not detected and
+// would count the call again. The zero Permit is valid and records nothing.
+// A Permit is a small value: copy it freely, and call Done from any
+// goroutine.
+type Permit struct {
+	b *Breaker
+	w uint64 // state word at Allow
+}
+
+// Probe reports whether this permit is a half-open probe.
+func (p Permit) Probe() bool { return p.b != nil && p.w&stateMask == uint64(HalfOpen) }
+
+// Allow asks to make one call. It returns a Permit to report the call's
+// outcome with, or an error that Is ErrOpen: the breaker's *OpenError while
+// open, ErrTooManyProbes while half-open with every probe slot taken.
+//
+// Closed, Allow reads no clock, takes no lock and allocates nothing.
+func (b *Breaker) Allow() (Permit, error) {
+	w := b.state.Load()
+	if w&stateMask == uint64(Closed) {
+		return Permit{b, w}, nil
+	}
+	return b.allowSlow(w, -1)
+}
+
+// AllowAt is Allow with the current time supplied by the caller, for a
+// caller that has just read the clock.
+func (b *Breaker) AllowAt(now time.Time) (Permit, error) {
+	w := b.state.Load()
+	if w&stateMask == uint64(Closed) {
+		return Permit{b, w}, nil
+	}
+	return b.allowSlow(w, max(b.clockAt(now), 0))
+}
+
+func (b *Breaker) allowSlow(w uint64, now int64) (Permit, error) {
+	if w&stateMask == uint64(Open) {
+		e := b.openErr.Load()
+		if e != nil && e.w == w {
+			if w&flagForced != 0 {
+				return Permit{}, e
+			}
+			if now < 0 {
+				now = b.clock()
+			}
+			if now < e.until {
+				return Permit{}, e
+			}
+		}
+	}
+	if now < 0 {
+		now = b.clock()
+	}
+	b.mu.Lock()
+	w = b.state.Load()
+	switch State(w & stateMask) {
+	case Closed:
+		b.mu.Unlock()
+		return Permit{b, w}, nil
+	case Open:
+		e := b.openErr.Load()
+		if w&flagForced != 0 || now < e.until {
+			b.mu.Unlock()
+			return Permit{}, e
+		}
+		w = b.setLocked(w, HalfOpen, 0, Transition{Reason: ReasonOpenElapsed, Cause: "open time elapsed"}, now)
+		b.inflight, b.passed, b.lastProbe = 1, 0, now
+		b.unlockAndDeliver()
+		return Permit{b, w}, nil
+	default: // HalfOpen
+		if b.inflight < b.cfg.probes {
+			b.inflight++
+			b.lastProbe = now
+			b.mu.Unlock()
+			return Permit{b, w}, nil
+		}
+		if now-b.lastProbe < int64(b.cfg.openFor) {
+			b.mu.Unlock()
+			return Permit{}, ErrTooManyProbes
+		}
+		b.setLocked(w, Open, 0, Transition{Reason: ReasonProbeTimeout, Cause: "no probe reported within " + b.cfg.openFor.String()}, now)
+		e := b.openErr.Load()
+		b.unlockAndDeliver()
+		return Permit{}, e
+	}
+}
+
+// Done reports the outcome of the call and its duration d (used for the
+// slow-call rate; pass 0 if slow-call tracking is off). Ignored releases
+// the permit without counting. A result from a state that has since
+// changed is dropped.
+//
+// Closed, Done reads the clock at most once (never with a count window or
+// for Ignored), takes no lock except once per bucket width, and allocates
+// nothing.
+func (p Permit) Done(o Outcome, d time.Duration) {
+	b := p.b
+	if b == nil {
+		return
+	}
+	if p.w&(stateMask|flagNoRecord) != uint64(Closed) {
+		b.doneSlow(p.w, o, d, -1)
+		return
+	}
+	if o == Ignored || b.state.Load() != p.w {
+		return
+	}
+	if b.cw != nil {
+		b.recordCount(p.w, o, d)
+		return
+	}
+	b.recordTime(p.w, b.clock(), o, d)
+}
+
+// DoneAt is Done with the current time supplied by the caller, for a
+// caller that has just read the clock (to measure d, say).
+func (p Permit) DoneAt(o Outcome, d time.Duration, now time.Time) {
+	b := p.b
+	if b == nil {
+		return
+	}
+	if p.w&(stateMask|flagNoRecord) != uint64(Closed) {
+		b.doneSlow(p.w, o, d, max(b.clockAt(now), 0))
+		return
+	}
+	if o == Ignored || b.state.Load() != p.w {
+		return
+	}
+	if b.cw != nil {
+		b.recordCount(p.w, o, d)
+		return
+	}
+	b.recordTime(p.w, b.clockAt(now), o, d)
+}
+
+func (b *Breaker) isSlow(d time.Duration) bool {
+	return b.cfg.slowCall > 0 && int64(d) >= b.cfg.slowCall
+}
+
+func (b *Breaker) recordTime(w uint64, now int64, o Outcome, d time.Duration) {
+	failure, slow := o == Failure, b.isSlow(d)
+	b.tw.add(&b.mu, now, failure, slow)
+	if (failure || slow) && w&flagForced == 0 {
+		if c := b.tw.sum(now); b.trips(c) {
+			b.mu.Lock()
+			if b.state.Load() != w {
+				b.mu.Unlock()
+				return
+			}
+			b.trip(w, c, now)
+			b.unlockAndDeliver()
+		}
+	}
+}
+
+func (b *Breaker) recordCount(w uint64, o Outcome, d time.Duration) {
+	failure, slow := o == Failure, b.isSlow(d)
+	b.mu.Lock()
+	if b.state.Load() != w {
+		b.mu.Unlock()
+		return
+	}
+	b.cw.add(failure, slow)
+	if (failure || slow) && w&flagForced == 0 && b.trips(b.cw.counts) {
+		b.trip(w, b.cw.counts, b.clock())
+		b.unlockAndDeliver()
+		return
+	}
+	b.mu.Unlock()
+}
+
+// trips applies the thresholds to a window's counts (inclusive).
+func (b *Breaker) trips(c counts) bool {
+	if c.calls < b.cfg.minRequests || c.calls <= 0 {
+		return false
+	}
+	// Division, not multiplication: f/c >= rate is exact for the rates
+	// people write (11/20 >= 0.55), f >= rate*c is not (0.55*20 > 11).
+	return float64(c.failures)/float64(c.calls) >= b.cfg.failureRate ||
+		b.cfg.slowCall > 0 && float64(c.slow)/float64(c.calls) >= b.cfg.slowRate
+}
+
+// trip opens the breaker from closed state word w. The caller holds mu.
+func (b *Breaker) trip(w uint64, c counts, now int64) {
+	t := Transition{
+		Calls: int(c.calls), Failures: int(c.failures), Slow: int(c.slow),
+		FailureRate: float64(c.failures) / float64(c.calls),
+		SlowRate:    float64(c.slow) / float64(c.calls),
+	}
+	if t.FailureRate >= b.cfg.failureRate {
+		t.Reason, t.Cause = ReasonFailureRate, rateCause("failure", c.failures, c.calls, b.cfg.failureRate)
+	} else {
+		t.Reason, t.Cause = ReasonSlowRate, rateCause("slow-call", c.slow, c.calls, b.cfg.slowRate)
+	}
+	b.setLocked(w, Open, 0, t, now)
+}
+
+// doneSlow handles a probe's result (and a disabled breaker's, which it
+// drops). now < 0 means unknown.
+func (b *Breaker) doneSlow(w uint64, o Outcome, d time.Duration, now int64) {
+	if w&stateMask != uint64(HalfOpen) {
+		return
+	}
+	b.mu.Lock()
+	if b.state.Load() != w {
+		b.mu.Unlock()
+		return
+	}
+	if now < 0 {
+		now = b.clock()
+	}
+	b.inflight--
+	b.lastProbe = now
+	switch {
+	case o == Ignored:
+		b.mu.Unlock()
+		return
+	case o == Failure:
+		b.setLocked(w, Open, 0, Transition{Reason: ReasonProbeFailed, Cause: "probe failed"}, now)
+	case b.isSlow(d):
+		b.setLocked(w, Open, 0, Transition{Reason: ReasonProbeSlow, Cause: "probe took " + d.String()}, now)
+	default:
+		if b.passed++; b.passed >= b.cfg.closeAfter {
+			b.setLocked(w, Closed, 0, Transition{Reason: ReasonProbesPassed, Cause: "probes passed", Calls: b.passed}, now)
+		}
+	}
+	b.unlockAndDeliver()
+}
+
+// setLocked moves the breaker from state word w to state to (with flags)
+// and queues the transition for delivery. The caller holds mu and then
+// calls unlockAndDeliver. It returns the new state word.
+func (b *Breaker) setLocked(w uint64, to State, flags uint64, t Transition, now int64) uint64 {
+	nw := (w&^(genUnit-1) + genUnit) | uint64(to) | flags
+	switch to {
+	case Open:
+		e := &OpenError{Name: b.cfg.name, w: nw}
+		if flags&flagForced == 0 {
+			b.opens++
+			d := b.openDuration(b.opens)
+			e.until = now + int64(d)
+			e.Until = b.epoch.Add(time.Duration(e.until))
+			t.OpenFor, t.Opens = d, b.opens
+		}
+		b.openErr.Store(e) // before the state: Allow checks e.w against the state
+	case Closed:
+		b.opens = 0
+		if b.tw != nil {
+			b.tw.reset()
+		} else {
+			b.cw.reset()
+		}
+	case HalfOpen:
+		b.inflight, b.passed = 0, 0
+	}
+	b.state.Store(nw)
+	from := State(w & stateMask)
+	if from == to && (w^nw)&(flagForced|flagNoRecord) == 0 {
+		return nw // same state, same flags (a Reset of a closed breaker): nothing to tell
+	}
+	if b.cfg.onTrans != nil || len(b.subs) > 0 {
+		t.Name, t.From, t.To, t.Forced = b.cfg.name, from, to, nw&flagForced != 0
+		b.pending = append(b.pending, t)
+	}
+	return nw
+}
+
+// openDuration is the open time of the n-th consecutive opening: OpenFor
+// grown by OpenBackoff up to MaxOpenFor, plus jitter.
+func (b *Breaker) openDuration(n int) time.Duration {
+	d := float64(b.cfg.openFor)
+	if b.cfg.backoff > 1 {
+		max := float64(b.cfg.maxOpenFor)
+		for i := 1; i < n && d < max; i++ {
+			d *= b.cfg.backoff
+		}
+		d = math.Min(d, max)
+	}
+	if b.cfg.jitter > 0 {
+		r := b.cfg.rand()
+		if !(r >= 0) { // also NaN
+			r = 0
+		}
+		d += d * b.cfg.jitter * math.Min(r, 1)
+	}
+	if d >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(d)
+}
+
+// unlockAndDeliver releases mu and delivers queued transitions to
+// OnTransition and the subscribers, in order, outside the lock. If another
+// goroutine is already delivering, it hands its transitions over to it and
+// returns.
+func (b *Breaker) unlockAndDeliver() {
+	if len(b.pending) == 0 || b.delivering {
+		b.mu.Unlock()
+		return
+	}
+	b.delivering = true
+	ok := false
+	defer func() {
+		if !ok { // a callback panicked (mu is held again): let the next transition deliver
+			b.delivering = false
+			b.pending = b.pending[:0]
+			b.mu.Unlock()
+		}
+	}()
+	for len(b.pending) > 0 {
+		t := b.pending[0]
+		b.pending = append(b.pending[:0], b.pending[1:]...)
+		subs := b.subs
+		b.mu.Unlock()
+		func() {
+			defer b.mu.Lock()
+			if b.cfg.onTrans != nil {
+				b.cfg.onTrans(t)
+			}
+			for _, s := range subs {
+				s.fn(t)
+			}
+		}()
+	}
+	b.delivering = false
+	ok = true
+	b.mu.Unlock()
+}
+
+// Subscribe registers fn to be called on every transition, like
+// Config.OnTransition (after it) and with the same guarantees: in order,
+// one at a time, outside the lock. It returns a func that unregisters fn; a
+// transition being delivered as it runs may still reach fn. Subscribe is
+// how a component that did not build the breaker (a policy with an
+// observer) listens to it.
+func (b *Breaker) Subscribe(fn func(Transition)) (cancel func()) {
+	s := &subscription{fn}
+	b.mu.Lock()
+	b.subs = append(b.subs[:len(b.subs):len(b.subs)], s)
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for i, x := range b.subs {
+			if x == s {
+				subs := make([]*subscription, 0, len(b.subs)-1)
+				b.subs = append(append(subs, b.subs[:i]...), b.subs[i+1:]...)
+				return
+			}
+		}
+	}
+}
+
+// Execute runs fn if the breaker allows it and records its outcome, as
+// classified by Config.Classify (DefaultClassify if nil). It returns the
+// rejection error without calling fn, or fn's error. If fn panics, the
+// permit is released without counting and the panic goes on.
+func (b *Breaker) Execute(fn func() error) error {
+	p, err := b.Allow()
+	if err != nil {
+		return err
+	}
+	var start int64
+	if b.cfg.slowCall > 0 {
+		start = b.clock()
+	}
+	finished := false
+	defer func() {
+		if !finished {
+			p.Done(Ignored, 0)
+		}
+	}()
+	err = fn()
+	finished = true
+	o := b.cfg.classify(err)
+	if b.cfg.slowCall > 0 && o != Ignored {
+		now := b.clock()
+		p.doneAt(o, time.Duration(now-start), now)
+	} else {
+		p.Done(o, 0)
+	}
+	return err
+}
+
+// doneAt is DoneAt with a clock reading.
+func (p Permit) doneAt(o Outcome, d time.Duration, now int64) {
+	b := p.b
+	if p.w&(stateMask|flagNoRecord) != uint64(Closed) {
+		b.doneSlow(p.w, o, d, now)
+		return
+	}
+	if b.state.Load() != p.w {
+		return
+	}
+	if b.cw != nil {
+		b.recordCount(p.w, o, d)
+		return
+	}
+	b.recordTime(p.w, now, o, d)
+}
+
+// State returns the current state. A breaker whose open time has elapsed
+// reports Open until a call turns it half-open.
+func (b *Breaker) State() State { return State(b.state.Load() & stateMask) }
+
+// ForceOpen opens the breaker until Reset or ForceClosed: every call is
+// rejected with an *OpenError whose Until is zero.
+func (b *Breaker) ForceOpen() { b.force(Open, flagForced, ReasonForcedOpen, "forced open") }
+
+// ForceClosed closes the breaker until Reset or ForceOpen: every call is
+// admitted and recorded (Metrics keeps working) but it never trips.
+func (b *Breaker) ForceClosed() {
+	b.force(Closed, flagForced, ReasonForcedClosed, "forced closed")
+}
+
+// Reset returns the breaker to closed in its configured Mode, with an
+// empty window and no memory of earlier openings. Permits issued before
+// are dropped when they report.
+func (b *Breaker) Reset() {
+	b.mu.Lock()
+	w := b.state.Load()
+	base := b.baseWord(0)
+	b.setLocked(w, Closed, base&(flagForced|flagNoRecord), Transition{Reason: ReasonReset, Cause: "reset"}, b.clock())
+	b.opens = 0
+	b.unlockAndDeliver()
+}
+
+func (b *Breaker) force(to State, flags uint64, r Reason, cause string) {
+	b.mu.Lock()
+	b.setLocked(b.state.Load(), to, flags, Transition{Reason: r, Cause: cause}, b.clock())
+	b.unlockAndDeliver()
+}
+
+// Metrics is a snapshot of a breaker for monitoring: a plain value, owned by
+// its caller.
+type Metrics struct {
+	State State
+	// Forced is true while the state was forced (ForceOpen, ForceClosed) or
+	// the mode is MetricsOnly or Disabled.
+	Forced bool
+	// Calls, Failures and Slow are the counts in the current window
+	// (ignored calls are not counted), and FailureRate and SlowRate their
+	// ratios to Calls (0 when Calls is 0). They are zero while open or
+	// half-open: the window restarts empty when the breaker closes.
+	Calls, Failures, Slow int
+	FailureRate, SlowRate float64
+	// Probes is the number of half-open probes in flight.
+	Probes int
+	// Opens counts consecutive openings since the breaker last closed.
+	Opens int
+	// OpenUntil is when an open breaker admits its next probe (zero when
+	// not open, or forced open).
+	OpenUntil time.Time
+}
+
+// Metrics returns a snapshot of the breaker's state and window.
+func (b *Breaker) Metrics() Metrics {
+	now := b.clock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := b.state.Load()
+	m := Metrics{State: State(w & stateMask), Forced: w&flagForced != 0, Opens: b.opens}
+	switch m.State {
+	case Closed:
+		var c counts
+		if b.tw != nil {
+			c = b.tw.sum(now)
+		} else {
+			c = b.cw.counts
+		}
+		m.Calls, m.Failures, m.Slow = int(c.calls), int(c.failures), int(c.slow)
+		if c.calls > 0 {
+			m.FailureRate = float64(c.failures) / float64(c.calls)
+			m.SlowRate = float64(c.slow) / float64(c.calls)
+		}
+	case Open:
+		m.OpenUntil = b.openErr.Load().Until
+	case HalfOpen:
+		m.Probes = b.inflight
+	}
+	return m
+}
+
+// Name returns the breaker's Config.Name.
+func (b *Breaker) Name() string { return b.cfg.name }
+
+// Timed reports whether the breaker uses call durations (slow-call tracking
+// is on), so a caller knows whether to measure them for Done.
+func (b *Breaker) Timed() bool { return b.cfg.slowCall > 0 }
+
+// Refusal returns the *OpenError Allow would return now because the
+// breaker is open and its open time has not elapsed, or nil. Unlike Allow
+// it changes nothing and takes no permit, so a caller about to wait before
+// a retry can check that the retry would not be refused anyway.
+func (b *Breaker) Refusal() error {
+	w := b.state.Load()
+	if w&stateMask != uint64(Open) {
+		return nil
+	}
+	e := b.openErr.Load()
+	if e == nil || e.w != w {
+		return nil
+	}
+	if w&flagForced != 0 || b.clock() < e.until {
+		return e
+	}
+	return nil
+}

@@ -1,0 +1,63 @@
+package breaker
+
+import (
+	"errors"
+	"strconv"
+	"time"
+)
+
+// ErrOpen is the sentinel every rejection Is: the breaker refused the call
+// without running it. errors.As to *OpenError tells when the next probe is
+// due.
+var ErrOpen = errors.New("breaker: open")
+
+// ErrTooManyProbes is returned while half-open when every probe slot is
+// taken. It Is ErrOpen. The next chance comes when a probe reports, so no
+// retry time is known.
+var ErrTooManyProbes error = &rejectError{"breaker: half-open, all probe slots taken"}
+
+type rejectError struct{ msg string }
+
+func (e *rejectError) Error() string        { return e.msg }
+func (e *rejectError) Is(target error) bool { return target == ErrOpen }
+
+// OpenError is the rejection of an open breaker. It Is ErrOpen.
+//
+// One OpenError is made per open period and shared by every call it
+// rejects, so rejecting allocates nothing; it is immutable and safe for
+// concurrent use.
+type OpenError struct {
+	// Name is the breaker's Config.Name.
+	Name string
+	// Until is when the breaker admits its next probe. It is the zero Time
+	// when the breaker was forced open: no probe comes until it is reset.
+	Until time.Time
+
+	w     uint64 // state word of the open period this error belongs to
+	until int64  // Until as the breaker's clock reading
+}
+
+// Error says the breaker is open and, when known, until when.
+func (e *OpenError) Error() string {
+	msg := "breaker: open"
+	if e.Name != "" {
+		msg = "breaker " + strconv.Quote(e.Name) + ": open"
+	}
+	if e.Until.IsZero() {
+		return msg + " (forced)"
+	}
+	return msg + " until " + e.Until.Format(time.RFC3339Nano)
+}
+
+// Is reports whether target is ErrOpen.
+func (e *OpenError) Is(target error) bool { return target == ErrOpen }
+
+// RetryIn returns how long until the next probe is admitted (never
+// negative), or 0 when unknown (forced open). It reads the clock; a server
+// can turn it into Retry-After.
+func (e *OpenError) RetryIn() time.Duration {
+	if e.Until.IsZero() {
+		return 0
+	}
+	return max(time.Until(e.Until), 0)
+}

@@ -1,0 +1,187 @@
+package breaker_test
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/guardrail-go/guardrail/breaker"
+)
+
+func TestGroupCreatesPerKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &recorder{}
+		g := breaker.NewGroup(breaker.GroupConfig{
+			Config: breaker.Config{MinRequests: 1, OnTransition: r.on},
+			ConfigFor: func(key string) breaker.Config {
+				cfg := breaker.Config{MinRequests: 1, OnTransition: r.on}
+				if key == "eu-west" {
+					cfg.MinRequests = 100 // a busier region
+				}
+				return cfg
+			},
+		})
+		us, eu := g.Get("us-east"), g.Get("eu-west")
+		if us == eu || g.Get("us-east") != us || g.Len() != 2 {
+			t.Fatal("Get must return one breaker per key")
+		}
+		calls(us, breaker.Failure, 1)
+		calls(eu, breaker.Failure, 1)
+		wantState(t, us, breaker.Open)
+		wantState(t, eu, breaker.Closed) // its own config
+		if ts := r.list(); len(ts) != 1 || ts[0].Name != "us-east" {
+			t.Fatalf("transitions %+v, want one for us-east", ts)
+		}
+		if us.Name() != "us-east" {
+			t.Fatalf("Name = %q", us.Name())
+		}
+	})
+}
+
+func TestGroupBoundedWithManyKeys(t *testing.T) {
+	const max = 100
+	g := breaker.NewGroup(breaker.GroupConfig{MaxKeys: max})
+	hot := g.Get("hot")
+	for i := range 10000 {
+		g.Get("user-" + strconv.Itoa(i)) // a high-cardinality key, by mistake
+		if got := g.Len(); got > max {
+			t.Fatalf("after %d keys the group holds %d, want at most %d", i+1, got, max)
+		}
+		if g.Get("hot") != hot {
+			t.Fatalf("the key used all along was dropped after %d new keys", i+1)
+		}
+	}
+	if got := g.Len(); got != max {
+		t.Fatalf("Len = %d, want %d", got, max)
+	}
+}
+
+// Under pressure an open breaker is kept while there are closed ones to
+// drop: forgetting it would send calls to a dependency known to be down.
+func TestGroupPrefersKeepingOpenBreakers(t *testing.T) {
+	g := breaker.NewGroup(breaker.GroupConfig{MaxKeys: 10, Config: breaker.Config{MinRequests: 1}})
+	down := g.Get("down")
+	calls(down, breaker.Failure, 1)
+	wantState(t, down, breaker.Open)
+	forced := g.Get("maintenance")
+	forced.ForceOpen()
+	for i := range 1000 {
+		g.Get(strconv.Itoa(i))
+	}
+	var keys []string
+	g.Range(func(key string, b *breaker.Breaker) bool {
+		if b.State() == breaker.Open {
+			keys = append(keys, key)
+		}
+		return true
+	})
+	if len(keys) != 2 {
+		t.Fatalf("open breakers kept: %v, want down and maintenance", keys)
+	}
+	if g.Get("down") != down || g.Get("maintenance") != forced {
+		t.Fatal("open breakers were replaced")
+	}
+}
+
+func TestGroupIdleTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = time.Minute
+		g := breaker.NewGroup(breaker.GroupConfig{IdleTTL: ttl, Config: breaker.Config{MinRequests: 1, OpenFor: time.Hour}})
+		active, idle, down := g.Get("active"), g.Get("idle"), g.Get("down")
+		calls(down, breaker.Failure, 1)
+
+		time.Sleep(ttl)
+		g.Get("active")
+		g.Get("new-1") // checks: every key was created since the start
+		time.Sleep(ttl)
+		g.Get("active")
+		g.Get("new-2") // checks: idle and down unused since the last check
+		if g.Len() != 4 {
+			var keys []string
+			g.Range(func(k string, _ *breaker.Breaker) bool { keys = append(keys, k); return true })
+			t.Fatalf("group holds %v, want active, down (still open), new-1 and new-2", keys)
+		}
+		if g.Get("active") != active || g.Get("down") != down {
+			t.Fatal("an active or open breaker was dropped")
+		}
+		if g.Get("idle") == idle {
+			t.Fatal("the idle breaker was kept")
+		}
+	})
+}
+
+func TestGroupNeverIdleSweep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := breaker.NewGroup(breaker.GroupConfig{IdleTTL: -1})
+		a := g.Get("a")
+		time.Sleep(24 * time.Hour)
+		g.Get("b")
+		time.Sleep(24 * time.Hour)
+		g.Get("c")
+		if g.Get("a") != a || g.Len() != 3 {
+			t.Fatal("a negative IdleTTL must never drop idle breakers")
+		}
+	})
+}
+
+func TestGroupRemoveAndRange(t *testing.T) {
+	g := breaker.NewGroup(breaker.GroupConfig{})
+	for _, k := range []string{"a", "b", "c"} {
+		g.Get(k)
+	}
+	g.Remove("b")
+	g.Remove("missing")
+	n := 0
+	g.Range(func(key string, b *breaker.Breaker) bool {
+		if key == "b" || b.Name() != key {
+			t.Fatalf("Range gave %q -> %q", key, b.Name())
+		}
+		n++
+		return false // stops
+	})
+	if n != 1 || g.Len() != 2 {
+		t.Fatalf("Range visited %d, Len %d; want 1 and 2", n, g.Len())
+	}
+}
+
+func TestGroupConcurrent(t *testing.T) {
+	const max = 50
+	g := breaker.NewGroup(breaker.GroupConfig{MaxKeys: max, Config: breaker.Config{MinRequests: 5}})
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 1500 {
+				b := g.Get("k" + strconv.Itoa((w*7919+i)%200))
+				if p, err := b.Allow(); err == nil {
+					p.Done(breaker.Outcome(i%3), 0)
+				}
+				if i%100 == 0 {
+					g.Range(func(string, *breaker.Breaker) bool { return true })
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := g.Len(); got > max {
+		t.Fatalf("Len = %d, want at most %d", got, max)
+	}
+}
+
+func TestGroupSubscribe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := breaker.NewGroup(breaker.GroupConfig{Config: breaker.Config{MinRequests: 1}})
+		before := g.Get("before")
+		var got []string
+		cancel := g.Subscribe(func(tr breaker.Transition) { got = append(got, tr.Name+":"+tr.To.String()) })
+		calls(before, breaker.Failure, 1)
+		calls(g.Get("after"), breaker.Failure, 1)
+		cancel()
+		calls(g.Get("later"), breaker.Failure, 1)
+		if s := strings.Join(got, " "); s != "before:open after:open" {
+			t.Fatalf("delivered %q", s)
+		}
+	})
+}

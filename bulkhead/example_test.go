@@ -1,0 +1,45 @@
+package bulkhead_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/guardrail-go/guardrail/bulkhead"
+)
+
+func Example() {
+	// Two calls to the recommendation service at a time, no waiting: a
+	// third caller is refused at once instead of piling up.
+	b := bulkhead.New(bulkhead.Config{MaxConcurrent: 2})
+	ctx := context.Background()
+
+	release1, _ := b.Acquire(ctx)
+	release2, _ := b.Acquire(ctx)
+	if _, err := b.Acquire(ctx); err != nil {
+		fmt.Println("third call:", err, "- in flight:", b.InFlight())
+	}
+	release1()
+	release2()
+	fmt.Println("in flight:", b.InFlight())
+	// Output:
+	// third call: bulkhead: full - in flight: 2
+	// in flight: 0
+}
+
+func Example_deadline() {
+	// One call at a time; up to 10 callers wait, each at most 1 s and never
+	// past its own deadline.
+	b := bulkhead.New(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 10, MaxWait: time.Second})
+	release, _ := b.Acquire(context.Background())
+	defer release()
+
+	// This caller has 20 ms left: it gives up then, not after MaxWait, and
+	// leaves the queue as it found it.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := b.Acquire(ctx)
+	fmt.Println(err, "- waiting:", b.Waiting())
+	// Output:
+	// context deadline exceeded - waiting: 0
+}
