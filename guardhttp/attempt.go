@@ -54,15 +54,16 @@ var epoch = time.Now()
 // for the current due time. On the success path it is armed once and
 // stopped once.
 type attempt struct {
-	t      *Transport
-	dep    string
-	n      int // attempt number, 1-based
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	detach func() bool // stops forwarding the caller's cancellation; nil when inherited
-	trace  httptrace.ClientTrace
-	body   io.ReadCloser // the response body, once handed over
-	handed bool          // the body belongs to the caller; set before it is shared
+	t       *Transport
+	dep     string
+	n       int // attempt number, 1-based
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	detach  func() bool // stops forwarding the caller's cancellation; nil when inherited
+	release func()      // frees the bulkhead slot; nil when none
+	trace   httptrace.ClientTrace
+	body    io.ReadCloser // the response body, once handed over
+	handed  bool          // the body belongs to the caller; set before it is shared
 
 	// reading is the monotonic time (ns since epoch, +1) at which the
 	// current body Read began, 0 between Reads: the body-idle check reads it
@@ -380,6 +381,9 @@ func (a *attempt) finish() {
 	if a.detach != nil {
 		a.detach()
 	}
+	if a.release != nil {
+		a.release()
+	}
 }
 
 // handOver gives resp to the caller with its body guarded by the body-idle
@@ -399,6 +403,9 @@ func (a *attempt) handOver(resp *http.Response) {
 		a.mu.Unlock()
 		if pt != nil {
 			pt.release()
+		}
+		if a.release != nil {
+			a.release() // the connection is the caller's now
 		}
 		return
 	}

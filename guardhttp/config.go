@@ -6,7 +6,9 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
+	"github.com/guardrail-go/guardrail/bulkhead"
 )
 
 // Defaults used for zero Config fields. The phase timeouts are seed 002's
@@ -42,8 +44,8 @@ const maxDrain = 64 << 10
 
 // Config configures a Transport. The zero value is ready to use and safe:
 // 3 attempts with full jitter backoff, a retry budget of 10 %, the phase
-// timeouts above, no retry of a request that is not idempotent unless it
-// was never sent.
+// timeouts above, a circuit breaker per host, no retry of a request that is
+// not idempotent unless it was never sent.
 //
 // The retry settings are those of guardrail.Policy, which the Transport
 // builds and owns: it decides per request what a Policy fixes per call site
@@ -139,17 +141,38 @@ type Config struct {
 	// DefaultClassify.
 	Classify Classifier
 
-	// Key returns a request's failure domain: its breaker key, and its
-	// dependency label when Name is empty. Return a route, a shard or a
-	// region to split one host. Nil means the URL's host. Keep the set of
-	// keys small.
+	// Key returns a request's failure domain: its breaker and bulkhead
+	// key, and its dependency label when Name is empty. Return a route, a
+	// shard or a region to split one host. Nil means the URL's host
+	// (with its port, if the URL has one). Keep the set of keys small.
 	Key func(*http.Request) string
+
+	// Breakers holds one circuit breaker per key, so that one failing host
+	// (or route, or shard) does not stop calls to the others (seed 003:
+	// never one breaker for a whole HTTP client). Nil means a group of this
+	// Transport's own with breaker's defaults: 10 s window, at least 20
+	// calls, 50 % failures, open 30 s plus up to 20 % jitter, one probe,
+	// at most breaker.DefaultMaxKeys keys; its transitions go to Observer.
+	// Pass a group to tune the breakers or share them between transports
+	// (subscribe to its transitions yourself); a group whose Config.Mode is
+	// breaker.Disabled turns breakers off.
+	Breakers *breaker.Group
+
+	// Bulkhead, when not nil, gives each key a concurrency compartment so
+	// configured: at most MaxConcurrent attempts in flight to it, at most
+	// MaxQueue waiting, none past MaxWait or the time left minus
+	// MinAttempt. An attempt holds its slot until its response body is read
+	// or closed: a slow download holds a connection too. A request refused
+	// fails with an error that Is guardrail.ErrBulkheadFull and is not
+	// retried. Nil means no bound.
+	Bulkhead *bulkhead.Config
 }
 
 // settings are a Config with defaults applied.
 type settings struct {
 	name           string
 	attemptTimeout time.Duration
+	minAttempt     time.Duration // time kept for the attempt after a bulkhead wait
 	connect        time.Duration // <= 0: no limit
 	tls            time.Duration
 	write          time.Duration
@@ -167,6 +190,7 @@ func (c *Config) settings() settings {
 	s := settings{
 		name:           c.Name,
 		attemptTimeout: c.AttemptTimeout,
+		minAttempt:     orDefault(c.MinAttempt, guardrail.DefaultMinAttempt),
 		connect:        orDefault(c.ConnectTimeout, DefaultConnectTimeout),
 		tls:            orDefault(c.TLSHandshakeTimeout, DefaultTLSHandshakeTimeout),
 		write:          orDefault(c.WriteTimeout, DefaultWriteTimeout),

@@ -16,6 +16,7 @@ import (
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
+	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/deadline"
 )
 
@@ -67,7 +68,9 @@ type Transport struct {
 	proxied     bool // base may go through a proxy, which may take a TLS handshake
 	s           settings
 	observer    guardrail.Observer // Config.Observer, for events after the engine returned
-	policy      guardrail.Policy   // must not be copied: holds the budget
+	breakers    *breaker.Group
+	bulkheads   *bulkheads       // nil: none
+	policy      guardrail.Policy // must not be copied: holds the budget
 }
 
 // NewTransport returns a Transport that sends requests through base under
@@ -98,8 +101,27 @@ func NewTransport(base http.RoundTripper, cfg Config) *Transport {
 	if cfg.Observer != nil {
 		t.policy.Observer = phaseObserver{cfg.Observer}
 	}
+	// Every request brings the breaker of its key; the Policy's own would
+	// be one breaker for every host, so it is turned off.
+	t.policy.Breaker = breaker.New(breaker.Config{Mode: breaker.Disabled})
+	t.breakers = cfg.Breakers
+	if t.breakers == nil {
+		t.breakers = breaker.NewGroup(breaker.GroupConfig{})
+		if obs, name := cfg.Observer, cfg.Name; obs != nil {
+			t.breakers.Subscribe(func(tr breaker.Transition) {
+				obs.Observe(context.Background(), guardrail.TransitionEvent(name, tr))
+			})
+		}
+	}
+	if cfg.Bulkhead != nil {
+		t.bulkheads = newBulkheads(*cfg.Bulkhead)
+	}
 	return t
 }
+
+// Breakers returns the group holding the breaker of each key, for metrics
+// and manual control.
+func (t *Transport) Breakers() *breaker.Group { return t.breakers }
 
 // NewClient returns an *http.Client whose Transport is a Transport over an
 // *http.Transport of its own: the proxies of the environment as it is when
@@ -148,8 +170,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		c.closeBody()
 		return nil, err
 	}
-	resp, err := guardrail.DoCall(req.Context(), &t.policy,
-		guardrail.Call{Idempotent: c.idempotent, Dependency: c.dep}, c.attempt)
+	resp, err := guardrail.DoCall(req.Context(), &t.policy, guardrail.Call{
+		Idempotent: c.idempotent,
+		Dependency: c.dep,
+		Breaker:    t.breakers.Get(c.key),
+	}, c.attempt)
 	return c.end(resp, err)
 }
 
@@ -166,7 +191,8 @@ type call struct {
 	t          *Transport
 	req        *http.Request
 	dep        string
-	key        string // generated Idempotency-Key, or ""
+	key        string // the failure domain: breaker and bulkhead key
+	idemKey    string // generated Idempotency-Key, or ""
 	idempotent bool
 	bodyMode   int
 	buf        []byte
@@ -182,17 +208,17 @@ func (c *call) prepare() error {
 	if req.URL == nil {
 		return errors.New("guardhttp: nil Request.URL")
 	}
-	key := req.URL.Host
+	c.key = req.URL.Host
 	if t.s.key != nil {
-		key = t.s.key(req)
+		c.key = t.s.key(req)
 	}
 	c.dep = t.s.name
 	if c.dep == "" {
-		c.dep = key
+		c.dep = c.key
 	}
 	c.idempotent = idempotent(req)
 	if !c.idempotent && t.s.generateKeys && (req.Method == http.MethodPost || req.Method == http.MethodPatch) {
-		c.key = newKey()
+		c.idemKey = newKey()
 		c.idempotent = true
 	}
 	return c.prepareBody()
@@ -300,8 +326,18 @@ func (c *call) attempt(actx context.Context) (*http.Response, error) {
 		discard(c.pending)
 		c.pending = nil
 	}
+	var release func()
+	if t.bulkheads != nil {
+		// Here rather than through the engine, which frees the slot when
+		// this function returns: the attempt lasts until its body is read.
+		var err error
+		if release, err = c.acquire(); err != nil {
+			return nil, err
+		}
+	}
 	now := time.Now()
 	a := t.newAttempt(c, actx, now)
+	a.release = release
 	body, getBody, length, err := c.body()
 	if err != nil {
 		a.finish()
@@ -331,6 +367,43 @@ func (c *call) attempt(actx context.Context) (*http.Response, error) {
 	return nil, c.mark(&StatusError{StatusCode: resp.StatusCode, resp: resp}, v)
 }
 
+// acquire takes a slot in the key's bulkhead, waiting at most until the
+// deadline minus MinAttempt.
+func (c *call) acquire() (func(), error) {
+	b := c.t.bulkheads.get(c.key)
+	ctx := c.req.Context()
+	var latest time.Time
+	if dl, ok := ctx.Deadline(); ok {
+		latest = dl.Add(-c.t.s.minAttempt)
+	}
+	release, err := b.AcquireBy(ctx, latest)
+	if err == nil {
+		return release, nil
+	}
+	if !errors.Is(err, bulkhead.ErrFull) {
+		return nil, c.mark(err, guardrail.Verdict{Outcome: breaker.Ignored}) // the caller gave up
+	}
+	if obs := c.t.observer; obs != nil {
+		e := guardrail.Event{
+			Kind:       guardrail.EventBulkheadReject,
+			Dependency: c.dep,
+			Operation:  guardrail.Operation(ctx),
+			Attempt:    c.n,
+			Reason:     guardrail.ReasonBulkheadFull,
+			Err:        err,
+			Remaining:  -1,
+			InFlight:   b.InFlight(),
+			Limit:      b.Limit(),
+		}
+		if errors.Is(err, bulkhead.ErrNoTime) {
+			e.Reason = guardrail.ReasonDeadline
+		}
+		obs.Observe(ctx, e)
+	}
+	full := &guardrail.Error{Kind: guardrail.ErrBulkheadFull, Attempts: c.n - 1, Err: err}
+	return nil, c.mark(full, guardrail.Verdict{Outcome: breaker.Ignored})
+}
+
 // mark attaches the verdict to err for the engine; a request whose body
 // cannot be sent again is never retried.
 func (c *call) mark(err error, v guardrail.Verdict) error {
@@ -348,7 +421,7 @@ func (c *call) header(a *attempt, now time.Time) http.Header {
 	if !a.deadline.IsZero() && (!hasDeadline || a.deadline.Before(dl)) {
 		dl, hasDeadline = a.deadline, true
 	}
-	if !hasDeadline && c.n == 1 && c.key == "" {
+	if !hasDeadline && c.n == 1 && c.idemKey == "" {
 		return nil
 	}
 	// A shallow copy: the caller's value slices are shared, never written
@@ -363,8 +436,8 @@ func (c *call) header(a *attempt, now time.Time) http.Header {
 	if c.n > 1 {
 		h.Set(deadline.HeaderRetryAttempt, strconv.Itoa(c.n-1))
 	}
-	if c.key != "" {
-		h.Set(HeaderIdempotencyKey, c.key)
+	if c.idemKey != "" {
+		h.Set(HeaderIdempotencyKey, c.idemKey)
 	}
 	return h
 }
