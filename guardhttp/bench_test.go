@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -42,6 +43,7 @@ func BenchmarkClient(b *testing.B) {
 		client *http.Client
 	}{
 		{"plain", &http.Client{Transport: plainTransport()}},
+		{"floor", &http.Client{Transport: floor{plainTransport()}}},
 		{"guardhttp", guardhttp.NewClient(guardhttp.Config{})},
 	}
 	for _, deadline := range []bool{false, true} {
@@ -79,6 +81,40 @@ func BenchmarkClient(b *testing.B) {
 		c.client.CloseIdleConnections()
 	}
 }
+
+// floor is the least any transport pays to bound the phases of a request
+// with net/http's own means: a cancellable context per request and two
+// httptrace hooks that read the clock. It enforces nothing.
+type floor struct{ base http.RoundTripper }
+
+func (f floor) RoundTrip(r *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	var last atomic.Int64
+	trace := &httptrace.ClientTrace{
+		GotConn:      func(httptrace.GotConnInfo) { last.Store(time.Now().UnixNano()) },
+		WroteRequest: func(httptrace.WroteRequestInfo) { last.Store(time.Now().UnixNano()) },
+	}
+	resp, err := f.base.RoundTrip(r.WithContext(httptrace.WithClientTrace(ctx, trace)))
+	if err != nil {
+		cancel(err)
+		return nil, err
+	}
+	resp.Body = cancelOnClose{resp.Body, cancel}
+	return resp, nil
+}
+
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelCauseFunc
+}
+
+func (c cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel(nil)
+	return err
+}
+
+func (f floor) CloseIdleConnections() { f.base.(*http.Transport).CloseIdleConnections() }
 
 // cpuTime is the CPU time this process used so far, client and server
 // together. On a shared machine it is steadier than the wall clock, which
