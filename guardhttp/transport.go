@@ -25,13 +25,15 @@ import (
 // announces the request's deadline to the server.
 //
 // Per request, in this order: the time left on the request's context is
-// checked (guardrail's MinAttempt); each attempt runs on a clone of the
-// request, with X-Request-Timeout and X-Request-Deadline set from the time
-// left (minus Config.DeadlineReserve), X-Retry-Attempt: n on the n-th retry,
-// and each phase bounded by its own timeout; its response or error is
-// classified (Config.Classify); a retryable failure is retried while
-// attempts, the deadline and the retry budget allow, after the server's
-// Retry-After or the backoff delay.
+// checked (guardrail's MinAttempt); the circuit breaker of the request's key
+// (its host, or Config.Key's answer) may refuse it; the key's bulkhead, if
+// configured, gives it a slot; each attempt runs on a clone of the request,
+// with X-Request-Timeout and X-Request-Deadline set from the time left
+// (minus Config.DeadlineReserve), X-Retry-Attempt: n on the n-th retry, and
+// each phase bounded by its own timeout; its response or error is
+// classified (Config.Classify) and recorded by the breaker; a retryable
+// failure is retried while attempts, the deadline, the breaker and the
+// retry budget allow, after the server's Retry-After or the backoff delay.
 //
 // Which requests are retried: GET, HEAD, OPTIONS, PUT, DELETE and TRACE,
 // and any request with an Idempotency-Key (or X-Idempotency-Key) header;
@@ -51,8 +53,9 @@ import (
 // An error when no attempt got a response, or the last one failed without
 // one: it wraps the last cause (errors.As to *TimeoutError names the phase)
 // and, when the engine gave up early, Is guardrail.ErrDeadline,
-// ErrBudgetExhausted or ErrOutcomeUnknown (errors.As to *guardrail.Error
-// gives the attempt count and, when known, how long to wait).
+// ErrBudgetExhausted, ErrOutcomeUnknown, ErrCircuitOpen or ErrBulkheadFull
+// (errors.As to *guardrail.Error gives the attempt count and, when known,
+// how long to wait: the time to the breaker's next probe).
 //
 // Phase timeouts rely on the base transport reporting its progress through
 // net/http/httptrace, as *http.Transport does. With a base that reports
