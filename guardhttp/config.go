@@ -51,8 +51,12 @@ const maxDrain = 64 << 10
 // builds and owns: it decides per request what a Policy fixes per call site
 // (which requests are idempotent, how a response is classified), and it
 // names the phase of timeouts in events, so it cannot take a Policy from
-// outside. Share a Budget or an Observer between transports through the
-// fields below.
+// outside. Share a Budget, an Observer or Breakers between transports
+// through the fields below.
+//
+// A Config is a plain value: NewTransport and NewClient read it once, so
+// changing it afterwards has no effect; the values it points to (Budget,
+// Observer, Breakers, Classify, Key) must be safe for concurrent use.
 type Config struct {
 	// Name labels the dependency in events and errors. Empty means each
 	// request's key (see Key): by default the URL's host. It becomes a

@@ -16,6 +16,7 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/deadline"
 	"github.com/guardrail-go/guardrail/guardhttp"
@@ -545,5 +546,39 @@ func TestCallerCancelsDuringBackoff(t *testing.T) {
 	readAll(t, resp)
 	if got := srv.newConns.Load(); got != 1 {
 		t.Errorf("server saw %d connections, want 1 reused", got)
+	}
+}
+
+func TestCustomClassifier(t *testing.T) {
+	sc := &script{statuses: []int{409, 200}}
+	srv := newServer(t, sc.handler)
+	// This API answers 409 while a resource is being created: worth a retry.
+	classify := func(resp *http.Response, err error) guardrail.Verdict {
+		if resp != nil && resp.StatusCode == http.StatusConflict {
+			return guardrail.Verdict{Outcome: breaker.Ignored, Retryable: true}
+		}
+		return guardhttp.DefaultClassify(resp, err)
+	}
+	c := newClient(t, unlimited(guardhttp.Config{Classify: classify}))
+	resp, err := get(t, context.Background(), c, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if readAll(t, resp); resp.StatusCode != 200 || len(sc.requests()) != 2 {
+		t.Errorf("status %d after %d requests, want 200 after 2", resp.StatusCode, len(sc.requests()))
+	}
+}
+
+func TestInvalidConfigFailsEveryRequest(t *testing.T) {
+	sc := &script{statuses: []int{200}}
+	srv := newServer(t, sc.handler)
+	c := newClient(t, guardhttp.Config{MaxAttempts: -1})
+	body := &closeCounter{Reader: strings.NewReader("x")}
+	req, _ := http.NewRequest(http.MethodPut, srv.URL, body)
+	if _, err := c.Do(req); !errors.Is(err, guardrail.ErrInvalidPolicy) {
+		t.Errorf("err = %v, want guardrail.ErrInvalidPolicy", err)
+	}
+	if body.closes.Load() != 1 || len(sc.requests()) != 0 {
+		t.Errorf("body closed %d times, server saw %d requests; want 1 and 0", body.closes.Load(), len(sc.requests()))
 	}
 }
