@@ -27,8 +27,8 @@ func TestLabJSONAndExitCodes(t *testing.T) {
 		}
 		rows++
 	}
-	if rows != 5 {
-		t.Fatalf("%d JSON rows, want 5", rows)
+	if rows != 6 {
+		t.Fatalf("%d JSON rows, want 6", rows)
 	}
 
 	errb.Reset()

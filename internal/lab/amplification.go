@@ -10,6 +10,7 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 )
 
@@ -59,18 +60,22 @@ func (p ampParams) run(ctx context.Context, env *Env) (*Result, error) {
 		ratio float64 // 0: no budget
 		users int
 		over  time.Duration
+		// breaker: the nearest tier keeps guardrail's default breaker.
+		breaker bool
 	}{
-		{fmt.Sprintf("every tier 1+%d retries", p.attempts-1), true, 0, 1, 0},
-		{"retry only at the tier nearest the DB", false, 0, 1, 0},
-		{fmt.Sprintf("nearest tier + retry budget %g%%", p.ratio*100), false, p.ratio, p.users, 0},
-		{fmt.Sprintf("nearest tier + retry budget %g%%", p.ratio*100), false, p.ratio, p.users, p.over},
-		{"nearest tier, no budget", false, 0, p.users, p.over},
+		{fmt.Sprintf("every tier 1+%d retries", p.attempts-1), true, 0, 1, 0, false},
+		{"retry only at the tier nearest the DB", false, 0, 1, 0, false},
+		{fmt.Sprintf("nearest tier + retry budget %g%%", p.ratio*100), false, p.ratio, p.users, 0, false},
+		{fmt.Sprintf("nearest tier + retry budget %g%%", p.ratio*100), false, p.ratio, p.users, p.over, false},
+		{"nearest tier, no budget", false, 0, p.users, p.over, false},
+		{fmt.Sprintf("nearest tier + budget %g%% + default breaker", p.ratio*100), false, p.ratio, p.users, p.over, true},
 	}
 	var labels []string
 	var perUser []float64
+	budgetPer := 0.0
 	for i, row := range rows {
 		env.Progress("amplification: row %d/%d: %s, %d users", i+1, len(rows), row.label, row.users)
-		calls, err := p.scenario(ctx, row.all, row.ratio, row.users, row.over)
+		calls, err := p.scenario(ctx, row.all, row.ratio, row.users, row.over, row.breaker)
 		if err != nil {
 			return nil, err
 		}
@@ -80,18 +85,28 @@ func (p ampParams) run(ctx context.Context, env *Env) (*Result, error) {
 			cols = append(cols, Ms("over_ms", row.over).As("over", "ms"))
 		}
 		cols = append(cols, Int("db_calls", int(calls)), Float("per_user", per, 2))
+		if row.breaker {
+			cols[len(cols)-1] = Float("per_user", per, 3)
+		}
 		r.add(row.label, cols...)
 		labels = append(labels, fmt.Sprintf("%s (%d users)", row.label, row.users))
 		perUser = append(perUser, per)
 
 		want := float64(p.attempts)
 		switch {
+		case row.breaker:
+			// The breaker trips after its minimum volume and refuses the
+			// rest without touching the DB.
+			limit := 2 * breaker.DefaultMinRequests
+			r.check(calls <= int64(limit) && per < budgetPer, "the breaker stops calling a dead DB",
+				"%d DB calls (%.3f per user), want at most %d and fewer than the budget alone (%.2f)", calls, per, limit, budgetPer)
 		case row.all:
 			want = pow(p.attempts, p.tiers)
 			r.check(per == want, "retries at every tier multiply", "%.2f DB calls per user, want %d^%d = %.0f", per, p.attempts, p.tiers, want)
 		case row.ratio == 0:
 			r.check(per == want, "one retrying tier", "%.2f DB calls per user, want %d", per, p.attempts)
 		default:
+			budgetPer = per
 			// The bucket starts with 10 tokens and earns ratio per user.
 			ceiling := 1 + row.ratio + 10/float64(row.users) + 0.2
 			r.check(per <= ceiling && per >= 1, "budget caps retries", "%.2f DB calls per user, want at most %.2f (1 + ratio + initial tokens, +0.2 margin)", per, ceiling)
@@ -117,7 +132,7 @@ func pow(b, e int) float64 {
 
 // scenario builds tiers -> DB on loopback, sends users requests to the top
 // tier and returns the DB calls the DB saw.
-func (p ampParams) scenario(ctx context.Context, allTiers bool, ratio float64, users int, over time.Duration) (int64, error) {
+func (p ampParams) scenario(ctx context.Context, allTiers bool, ratio float64, users int, over time.Duration, withBreaker bool) (int64, error) {
 	var dbURL string
 	var count func() int64
 	var dialer *countingDialer
@@ -153,6 +168,12 @@ func (p ampParams) scenario(ctx context.Context, allTiers bool, ratio float64, u
 			MinAttempt: -1,
 			Backoff:    backoff.FullJitter(p.base, 100*p.base),
 			Budget:     budget.Unlimited(),
+			// The card measures retries alone: breakers off unless the row
+			// asks for guardrail's default one.
+			Breaker: breaker.New(breaker.Config{Mode: breaker.Disabled}),
+		}
+		if withBreaker && i == 0 {
+			pol.Breaker = nil
 		}
 		pol.MaxAttempts = 1
 		if allTiers || i == 0 {

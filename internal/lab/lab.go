@@ -246,7 +246,9 @@ func Experiments() []Experiment {
 		amplification(),
 		jitter(),
 		deadlineExp(),
+		breakerExp(),
 		retryAfter(),
+		idempotencyExp(),
 		shedding(),
 	}
 }

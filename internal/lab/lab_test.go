@@ -52,13 +52,19 @@ func col(t *testing.T, r Row, key string) any {
 
 func TestAmplification(t *testing.T) {
 	res := runExp(t, "amplification", "--users", "200", "--over", "200ms", "--attempts", "3")
-	want := []float64{27, 3, -1, -1, 3} // -1: budgeted, checked below
+	want := []float64{27, 3, -1, -1, 3, -2} // -1: budgeted, -2: breaker, checked below
+	if len(res.Rows) != len(want) {
+		t.Fatalf("%d rows, want %d", len(res.Rows), len(want))
+	}
 	for i, r := range res.Rows {
 		per := col(t, r, "per_user").(float64)
 		if want[i] > 0 && per != want[i] {
 			t.Errorf("%s: per_user %.2f, want %.0f", r.Label, per, want[i])
 		}
-		if want[i] < 0 && (per < 1.05 || per > 1.2) {
+		if want[i] == -2 && per > 0.2 {
+			t.Errorf("%s: per_user %.3f, want the breaker to cut it far below the budget's", r.Label, per)
+		}
+		if want[i] == -1 && (per < 1.05 || per > 1.2) {
 			t.Errorf("%s: per_user %.2f, want within 1.05-1.2 at ratio 0.1", r.Label, per)
 		}
 	}
@@ -148,5 +154,40 @@ func TestDeadline(t *testing.T) {
 	}
 	if !col(t, res.Rows[1], "downstream_stopped").(bool) {
 		t.Error("a disconnect did not stop A")
+	}
+}
+
+func TestBreaker(t *testing.T) {
+	res := runExp(t, "breaker", "--open-for", "200ms", "--attempt-timeout", "300ms", "--hang", "2s")
+	rows := map[string]Row{}
+	for _, r := range res.Rows {
+		rows[r.Label] = r
+	}
+	if !col(t, rows["low traffic, MinRequests 0"], "opened").(bool) || col(t, rows["low traffic, MinRequests 20"], "opened").(bool) {
+		t.Error("the minimum volume did not decide the low-traffic rows")
+	}
+	if got := col(t, rows["30 x 404"], "failures_counted").(int); got != 0 {
+		t.Errorf("404s counted as %d failures", got)
+	}
+	out := rows["outage, 30 requests"]
+	if col(t, out, "stale").(int) != 30 || col(t, out, "calls_reaching_dependency").(int) > 4 {
+		t.Errorf("outage row: %+v", out.Cols)
+	}
+	if d := col(t, rows["slow pricing"], "answered_ms").(time.Duration); d < 300*time.Millisecond || d > 800*time.Millisecond {
+		t.Errorf("a hang answered after %v, want about the 300ms attempt timeout", d)
+	}
+}
+
+func TestIdempotency(t *testing.T) {
+	res := runExp(t, "idempotency", "--payments", "40", "--loss", "0.4")
+	blind, none, keyed := res.Rows[0], res.Rows[1], res.Rows[2]
+	if col(t, blind, "charges").(int) <= 40 {
+		t.Errorf("blind retries did not double charge: %+v", blind.Cols)
+	}
+	if col(t, none, "charges").(int) != 40 || col(t, keyed, "charges").(int) != 40 {
+		t.Errorf("a payment was charged twice: %+v / %+v", none.Cols, keyed.Cols)
+	}
+	if col(t, keyed, "replayed").(int) == 0 {
+		t.Error("no retry got the stored answer")
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 )
 
@@ -120,7 +121,10 @@ func (p retryAfterParams) run(ctx context.Context, env *Env) (*Result, error) {
 		}
 		client := newHTTPClient(true)
 		pol := &guardrail.Policy{Name: "retry-after", Idempotent: true, MaxAttempts: p.maxAttempt, Budget: budget.Unlimited(),
-			Backoff: backoff.Constant(time.Millisecond)}
+			Backoff: backoff.Constant(time.Millisecond),
+			// 429s count against a breaker (they signal overload); this
+			// experiment isolates Retry-After, so the breaker is off.
+			Breaker: breaker.New(breaker.Config{Mode: breaker.Disabled})}
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		var took []time.Duration

@@ -1,0 +1,225 @@
+// Package memstore is an in-memory idempotency.Store for a single instance:
+// the embedded default, bounded in entries and bytes.
+package memstore
+
+import (
+	"container/heap"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/guardrail-go/guardrail/idempotency"
+)
+
+// Defaults used for zero Config fields.
+const (
+	DefaultMaxEntries = 100_000
+	DefaultMaxBytes   = 64 << 20
+)
+
+// Config bounds a Store; New copies it. The zero value is valid.
+type Config struct {
+	// MaxEntries caps the keys held, in flight and completed. Zero means
+	// 100,000.
+	MaxEntries int
+	// MaxBytes caps the approximate memory held by keys and stored
+	// responses. Zero means 64 MiB.
+	MaxBytes int64
+}
+
+// Store is an idempotency.Store in process memory. It is safe for concurrent
+// use. Keys are shared by the handlers of one process only: a fleet of
+// instances needs redisstore or pgstore.
+//
+// Expired leases and responses are evicted as the store is used (every call
+// first drops what has expired, oldest first), so it needs no background
+// goroutine and no Close. When full of live entries it does not evict
+// stored responses early, since that would let a retry run twice: Begin
+// refuses new keys with idempotency.ErrStoreFull (the middleware answers
+// 503) until entries expire, and a response that does not fit is stored
+// without its body (idempotency.Response.BodyOmitted). Size the limits for
+// TTL times the rate of keyed requests.
+type Store struct {
+	maxEntries int
+	maxBytes   int64
+
+	mu      sync.Mutex
+	entries map[string]*entry // guarded by mu
+	expiry  expiryHeap        // guarded by mu; every entry, soonest expiry first
+	bytes   int64             // guarded by mu; sum of entry.size
+}
+
+type entry struct {
+	key     string
+	fp      idempotency.Fingerprint
+	token   string                // lock holder; "" once completed
+	resp    *idempotency.Response // nil while in flight
+	expires time.Time             // lease end, then TTL end
+	size    int64
+	index   int // in expiry
+}
+
+// entryOverhead approximates the map slot, heap slot and struct.
+const entryOverhead = 160
+
+// New returns an empty Store.
+func New(cfg Config) *Store {
+	s := &Store{
+		maxEntries: cfg.MaxEntries,
+		maxBytes:   cfg.MaxBytes,
+		entries:    make(map[string]*entry),
+	}
+	if s.maxEntries <= 0 {
+		s.maxEntries = DefaultMaxEntries
+	}
+	if s.maxBytes <= 0 {
+		s.maxBytes = DefaultMaxBytes
+	}
+	return s
+}
+
+// Begin implements idempotency.Store. A returned Response is shared and must
+// not be modified.
+func (s *Store) Begin(ctx context.Context, key string, fp idempotency.Fingerprint, lease time.Duration) (idempotency.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return idempotency.Result{}, err
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.evict(now)
+	if e, ok := s.entries[key]; ok {
+		switch {
+		case e.fp != fp:
+			return idempotency.Result{State: idempotency.StateMismatch}, nil
+		case e.resp != nil:
+			return idempotency.Result{State: idempotency.StateCompleted, Response: e.resp}, nil
+		}
+		return idempotency.Result{State: idempotency.StateInFlight, RetryIn: e.expires.Sub(now)}, nil
+	}
+	e := &entry{key: key, fp: fp, token: idempotency.NewToken(), expires: now.Add(lease)}
+	e.size = entryOverhead + int64(len(key)+len(e.token))
+	if len(s.entries) >= s.maxEntries || s.bytes+e.size > s.maxBytes {
+		return idempotency.Result{}, idempotency.ErrStoreFull
+	}
+	s.entries[key] = e
+	heap.Push(&s.expiry, e)
+	s.bytes += e.size
+	return idempotency.Result{State: idempotency.StateAcquired, Token: e.token}, nil
+}
+
+// Complete implements idempotency.Store. It keeps its own copy of resp.
+func (s *Store) Complete(ctx context.Context, key, token string, resp *idempotency.Response, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.evict(now)
+	e, ok := s.entries[key]
+	if !ok || e.resp != nil || e.token != token {
+		return idempotency.ErrLockLost
+	}
+	stored := copyResponse(resp)
+	size := entryOverhead + int64(len(key)) + responseSize(stored)
+	if s.bytes-e.size+size > s.maxBytes {
+		// Keep the completion, which is what prevents a second run, and
+		// give up the body rather than the key.
+		stored.Body, stored.BodyOmitted = nil, true
+		size = entryOverhead + int64(len(key)) + responseSize(stored)
+	}
+	s.bytes += size - e.size
+	e.size, e.resp, e.token, e.expires = size, stored, "", now.Add(ttl)
+	heap.Fix(&s.expiry, e.index)
+	return nil
+}
+
+// Release implements idempotency.Store.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.evict(now)
+	e, ok := s.entries[key]
+	if !ok || e.resp != nil || e.token != token {
+		return idempotency.ErrLockLost
+	}
+	s.remove(e)
+	return nil
+}
+
+// Len returns the number of live keys, in flight and completed.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.evict(time.Now())
+	return len(s.entries)
+}
+
+// Bytes returns the approximate memory held by live keys and responses.
+func (s *Store) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.evict(time.Now())
+	return s.bytes
+}
+
+// evict drops every entry expired at now. The caller must hold s.mu.
+func (s *Store) evict(now time.Time) {
+	for len(s.expiry) > 0 && !s.expiry[0].expires.After(now) {
+		s.remove(s.expiry[0])
+	}
+}
+
+// remove drops e. The caller must hold s.mu.
+func (s *Store) remove(e *entry) {
+	heap.Remove(&s.expiry, e.index)
+	delete(s.entries, e.key)
+	s.bytes -= e.size
+}
+
+func copyResponse(r *idempotency.Response) *idempotency.Response {
+	c := &idempotency.Response{Status: r.Status, Header: r.Header.Clone(), BodyOmitted: r.BodyOmitted}
+	if len(r.Body) > 0 {
+		c.Body = append([]byte(nil), r.Body...)
+	}
+	return c
+}
+
+func responseSize(r *idempotency.Response) int64 {
+	n := int64(len(r.Body)) + 32
+	for k, vs := range r.Header {
+		n += int64(len(k)) + 16
+		for _, v := range vs {
+			n += int64(len(v)) + 16
+		}
+	}
+	return n
+}
+
+// expiryHeap orders entries by expiry, soonest first.
+type expiryHeap []*entry
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].expires.Before(h[j].expires) }
+func (h expiryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *expiryHeap) Push(x any) {
+	e := x.(*entry)
+	e.index = len(*h)
+	*h = append(*h, e)
+}
+func (h *expiryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return e
+}

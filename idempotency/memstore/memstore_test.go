@@ -1,0 +1,147 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/guardrail-go/guardrail/idempotency"
+	"github.com/guardrail-go/guardrail/idempotency/memstore"
+	"github.com/guardrail-go/guardrail/idempotency/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// outageStore fails every call while down, as a store cut off from its
+// backend would; memory itself cannot go away.
+type outageStore struct {
+	idempotency.Store
+	down atomic.Bool
+}
+
+var errDown = errors.New("store unreachable")
+
+func (o *outageStore) Begin(ctx context.Context, key string, fp idempotency.Fingerprint, lease time.Duration) (idempotency.Result, error) {
+	if o.down.Load() {
+		return idempotency.Result{}, errDown
+	}
+	return o.Store.Begin(ctx, key, fp, lease)
+}
+
+func (o *outageStore) Complete(ctx context.Context, key, token string, resp *idempotency.Response, ttl time.Duration) error {
+	if o.down.Load() {
+		return errDown
+	}
+	return o.Store.Complete(ctx, key, token, resp, ttl)
+}
+
+func (o *outageStore) Release(ctx context.Context, key, token string) error {
+	if o.down.Load() {
+		return errDown
+	}
+	return o.Store.Release(ctx, key, token)
+}
+
+func harness() storetest.Harness {
+	return storetest.Harness{
+		New: func(t *testing.T) storetest.Subject {
+			o := &outageStore{Store: memstore.New(memstore.Config{})}
+			return storetest.Subject{
+				Store:   o,
+				Advance: time.Sleep, // inside the bubble: fake time, instant
+				Down:    func() { o.down.Store(true) },
+				Up:      func() { o.down.Store(false) },
+			}
+		},
+		Bubble: synctest.Test,
+	}
+}
+
+func TestConformance(t *testing.T) { storetest.Run(t, harness()) }
+
+func TestHTTP(t *testing.T) { storetest.RunHTTP(t, harness()) }
+
+func fp(b byte) idempotency.Fingerprint { return idempotency.Fingerprint{b} }
+
+func TestMaxEntriesRefusesNewKeysUntilExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memstore.New(memstore.Config{MaxEntries: 2})
+		ctx := t.Context()
+		for _, k := range []string{"a", "b"} {
+			res, err := s.Begin(ctx, k, fp(1), time.Minute)
+			if err != nil || res.State != idempotency.StateAcquired {
+				t.Fatalf("Begin(%s) = %v, %v", k, res.State, err)
+			}
+		}
+		if _, err := s.Begin(ctx, "c", fp(1), time.Minute); !errors.Is(err, idempotency.ErrStoreFull) {
+			t.Fatalf("third key: %v, want ErrStoreFull", err)
+		}
+		// Known keys still answer while full.
+		if res, err := s.Begin(ctx, "a", fp(1), time.Minute); err != nil || res.State != idempotency.StateInFlight {
+			t.Fatalf("known key while full: %v, %v", res.State, err)
+		}
+		time.Sleep(time.Minute)
+		if got := s.Len(); got != 0 {
+			t.Fatalf("Len after the leases ended = %d, want 0", got)
+		}
+		if res, err := s.Begin(ctx, "c", fp(1), time.Minute); err != nil || res.State != idempotency.StateAcquired {
+			t.Fatalf("after expiry: %v, %v", res.State, err)
+		}
+	})
+}
+
+func TestMaxBytesKeepsCompletionWithoutBody(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memstore.New(memstore.Config{MaxBytes: 4096})
+		ctx := t.Context()
+		res, _ := s.Begin(ctx, "k", fp(1), time.Minute)
+		big := &idempotency.Response{Status: http.StatusCreated, Header: http.Header{"Location": {"/x/1"}}, Body: make([]byte, 8192)}
+		if err := s.Complete(ctx, "k", res.Token, big, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := s.Begin(ctx, "k", fp(1), time.Minute)
+		if got.State != idempotency.StateCompleted || !got.Response.BodyOmitted || len(got.Response.Body) != 0 ||
+			got.Response.Status != http.StatusCreated || got.Response.Header.Get("Location") != "/x/1" {
+			t.Fatalf("got %+v, want the completion kept without its body", got)
+		}
+		if b := s.Bytes(); b > 4096 {
+			t.Errorf("Bytes = %d, over MaxBytes 4096", b)
+		}
+	})
+}
+
+func TestBytesAccounting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memstore.New(memstore.Config{})
+		ctx := t.Context()
+		res, _ := s.Begin(ctx, "k", fp(1), time.Minute)
+		locked := s.Bytes()
+		if locked <= 0 {
+			t.Fatalf("Bytes with one lock = %d", locked)
+		}
+		s.Complete(ctx, "k", res.Token, &idempotency.Response{Status: 200, Body: make([]byte, 10000)}, time.Hour)
+		if got := s.Bytes(); got < locked+10000 {
+			t.Errorf("Bytes after storing 10000 bytes = %d, want >= %d", got, locked+10000)
+		}
+		res2, _ := s.Begin(ctx, "k2", fp(1), time.Minute)
+		s.Release(ctx, "k2", res2.Token)
+		time.Sleep(time.Hour)
+		if got := s.Bytes(); got != 0 {
+			t.Errorf("Bytes after everything expired = %d, want 0", got)
+		}
+	})
+}
+
+func BenchmarkMiddleware(b *testing.B) {
+	storetest.BenchmarkMiddleware(b, memstore.New(memstore.Config{MaxEntries: 1 << 24, MaxBytes: 1 << 33}))
+}
+
+func BenchmarkMiddlewareParallel(b *testing.B) {
+	storetest.BenchmarkMiddlewareParallel(b, memstore.New(memstore.Config{MaxEntries: 1 << 24, MaxBytes: 1 << 33}))
+}

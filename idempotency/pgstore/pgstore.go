@@ -1,0 +1,229 @@
+// Package pgstore is an idempotency.Store on PostgreSQL, shared by every
+// instance that points at the same database.
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/guardrail-go/guardrail/idempotency"
+)
+
+// DefaultTable is the table used when Config.Table is empty.
+const DefaultTable = "guardrail_idempotency"
+
+// DB is what the store needs from a connection: *pgxpool.Pool is the usual
+// choice and is safe for concurrent use; a *pgx.Conn is not, so a Store on
+// one is not either.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Config configures a Store; New copies it. The zero value is valid.
+type Config struct {
+	// Table is the table's name, optionally schema-qualified
+	// ("billing.idempotency"). Empty means "guardrail_idempotency".
+	Table string
+}
+
+// Store is an idempotency.Store on PostgreSQL. It is safe for concurrent use
+// when its DB is (a *pgxpool.Pool is).
+//
+// One row per key. The lock is an INSERT ... ON CONFLICT that only takes an
+// existing row over when its lease or TTL has ended, so taking a free key
+// and taking over a dead holder's key are the same atomic statement.
+// Completion and release are one UPDATE or DELETE that checks the lock
+// token and the lease. Expiry is decided by the database's clock, never the
+// callers', so instances with skewed clocks agree. Stored responses are
+// committed rows: they survive a database restart or failover.
+//
+// Expired rows are ignored by every call but stay on disk until Sweep
+// deletes them: call Sweep periodically.
+type Store struct {
+	db    DB
+	table string // quoted
+	index string // quoted, unqualified
+
+	beginSQL, completeSQL, releaseSQL, sweepSQL string
+}
+
+// New returns a Store on db. Create its table with Migrate, or run the SQL
+// that Schema returns with your migration tool. New panics if db is nil.
+func New(db DB, cfg Config) *Store {
+	if db == nil {
+		panic("pgstore: nil DB")
+	}
+	name := cfg.Table
+	if name == "" {
+		name = DefaultTable
+	}
+	parts := strings.Split(name, ".")
+	s := &Store{
+		db:    db,
+		table: pgx.Identifier(parts).Sanitize(),
+		index: pgx.Identifier{parts[len(parts)-1] + "_expires_at_idx"}.Sanitize(),
+	}
+	t := s.table
+	// One round trip whatever the key's state: the INSERT takes a free or
+	// expired key; when it did not, the SELECT reads the live row. The
+	// SELECT sees the statement's snapshot, so a row inserted concurrently
+	// after it began is seen by neither part; Begin then runs it again.
+	s.beginSQL = `WITH ins AS (
+  INSERT INTO ` + t + ` AS e (key, fingerprint, token, expires_at)
+  VALUES ($1, $2, $3, now() + $4::float8 * interval '1 millisecond')
+  ON CONFLICT (key) DO UPDATE SET
+    fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token, status = NULL,
+    header = NULL, body = NULL, body_omitted = false, expires_at = EXCLUDED.expires_at
+  WHERE e.expires_at <= now()
+  RETURNING true
+)
+SELECT true, NULL::bytea, false, NULL::integer, NULL::jsonb, NULL::bytea, false, 0::bigint FROM ins
+UNION ALL
+SELECT false, fingerprint, token IS NOT NULL, status, header, body, body_omitted,
+  greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint
+FROM ` + t + ` WHERE key = $1 AND expires_at > now() AND NOT EXISTS (SELECT 1 FROM ins)`
+	s.completeSQL = `UPDATE ` + t + ` SET token = NULL, status = $3, header = $4, body = $5,
+  body_omitted = $6, expires_at = now() + $7::float8 * interval '1 millisecond'
+WHERE key = $1 AND token = $2 AND expires_at > now()`
+	s.releaseSQL = `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND expires_at > now()`
+	s.sweepSQL = `DELETE FROM ` + t + ` WHERE key IN (
+  SELECT key FROM ` + t + ` WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)`
+	return s
+}
+
+// Migrate creates the store's table and index if they do not exist. It is
+// safe to run from every instance at start-up: an advisory lock serialises
+// concurrent runs.
+func (s *Store) Migrate(ctx context.Context) error {
+	if _, err := s.db.Exec(ctx, s.Schema()); err != nil {
+		return fmt.Errorf("pgstore: migrate: %w", err)
+	}
+	return nil
+}
+
+// Schema returns the SQL Migrate runs, for those who manage migrations
+// with their own tools.
+func (s *Store) Schema() string {
+	return `SELECT pg_advisory_xact_lock(hashtext('guardrail_idempotency_migrate')); -- serialises concurrent runs
+CREATE TABLE IF NOT EXISTS ` + s.table + ` (
+  key          text        PRIMARY KEY, -- scoped, hashed key (64 hex chars)
+  fingerprint  bytea       NOT NULL,    -- SHA-256 of method, path, query, body
+  token        text,                    -- lock holder; NULL once completed
+  status       integer,                 -- NULL while in flight
+  header       jsonb,
+  body         bytea,
+  body_omitted boolean     NOT NULL DEFAULT false,
+  expires_at   timestamptz NOT NULL     -- lease end while in flight, then TTL end
+);
+CREATE INDEX IF NOT EXISTS ` + s.index + ` ON ` + s.table + ` (expires_at);`
+}
+
+// sweepBatch bounds the rows one Sweep statement deletes, so a sweep after
+// a long pause never holds many row locks at once.
+const sweepBatch = 1000
+
+// Sweep deletes expired rows, in batches, and returns how many. Run it
+// periodically (every few minutes from one instance is plenty, a ticker or
+// pg_cron); rows it has not reached yet are already ignored.
+func (s *Store) Sweep(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.db.Exec(ctx, s.sweepSQL, sweepBatch)
+		if err != nil {
+			return total, fmt.Errorf("pgstore: sweep: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < sweepBatch {
+			return total, nil
+		}
+	}
+}
+
+// maxBeginTries bounds Begin's loop, which runs again only when a
+// concurrent change hid the key from both parts of its statement.
+const maxBeginTries = 5
+
+// Begin implements idempotency.Store in one statement.
+func (s *Store) Begin(ctx context.Context, key string, fp idempotency.Fingerprint, lease time.Duration) (idempotency.Result, error) {
+	for range maxBeginTries {
+		token := idempotency.NewToken()
+		var (
+			acquired    bool
+			rowFP       []byte
+			locked      bool
+			status      *int32
+			header      http.Header
+			body        []byte
+			bodyOmitted bool
+			leftMillis  int64
+		)
+		err := s.db.QueryRow(ctx, s.beginSQL, key, fp[:], token, millis(lease)).
+			Scan(&acquired, &rowFP, &locked, &status, &header, &body, &bodyOmitted, &leftMillis)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // changed under the statement: try again
+		}
+		if err != nil {
+			return idempotency.Result{}, fmt.Errorf("pgstore: begin: %w", err)
+		}
+		if acquired {
+			return idempotency.Result{State: idempotency.StateAcquired, Token: token}, nil
+		}
+		switch {
+		case string(rowFP) != string(fp[:]):
+			return idempotency.Result{State: idempotency.StateMismatch}, nil
+		case locked:
+			return idempotency.Result{State: idempotency.StateInFlight, RetryIn: time.Duration(leftMillis) * time.Millisecond}, nil
+		case status == nil:
+			return idempotency.Result{}, fmt.Errorf("pgstore: begin: completed row without a status (key %s)", key)
+		}
+		if len(header) == 0 {
+			header = nil
+		}
+		if len(body) == 0 {
+			body = nil
+		}
+		return idempotency.Result{State: idempotency.StateCompleted, Response: &idempotency.Response{
+			Status: int(*status), Header: header, Body: body, BodyOmitted: bodyOmitted,
+		}}, nil
+	}
+	return idempotency.Result{}, fmt.Errorf("pgstore: begin: key %s changed under %d tries", key, maxBeginTries)
+}
+
+// Complete implements idempotency.Store.
+func (s *Store) Complete(ctx context.Context, key, token string, resp *idempotency.Response, ttl time.Duration) error {
+	header := resp.Header
+	if header == nil {
+		header = http.Header{}
+	}
+	tag, err := s.db.Exec(ctx, s.completeSQL, key, token, resp.Status, header, resp.Body, resp.BodyOmitted, millis(ttl))
+	if err != nil {
+		return fmt.Errorf("pgstore: complete: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return idempotency.ErrLockLost
+	}
+	return nil
+}
+
+// Release implements idempotency.Store.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	tag, err := s.db.Exec(ctx, s.releaseSQL, key, token)
+	if err != nil {
+		return fmt.Errorf("pgstore: release: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return idempotency.ErrLockLost
+	}
+	return nil
+}
+
+// millis is d in whole milliseconds, at least 1.
+func millis(d time.Duration) int64 { return max(d.Milliseconds(), 1) }

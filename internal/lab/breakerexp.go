@@ -1,0 +1,265 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/fallback"
+	"github.com/guardrail-go/guardrail/fault"
+)
+
+type breakerParams struct {
+	openFor        time.Duration
+	attemptTimeout time.Duration
+	hang           time.Duration
+	outageMin      int
+	requests       int
+}
+
+func breakerExp() Experiment {
+	return Experiment{
+		Name:    "breaker",
+		Summary: "a pricing service that fails, 404s and hangs, behind a breaker with a stale-price fallback (card 019)",
+		Setup: func(fs *flag.FlagSet, quick bool) Run {
+			p := breakerParams{openFor: time.Second, attemptTimeout: 1200 * time.Millisecond, hang: 5 * time.Second, outageMin: 4, requests: 30}
+			fs.DurationVar(&p.openFor, "open-for", p.openFor, "how long the breaker stays open (the card's demo uses 1s; the default is 30s)")
+			fs.DurationVar(&p.attemptTimeout, "attempt-timeout", p.attemptTimeout, "per-attempt timeout, a little above pricing's p99 (800ms)")
+			fs.DurationVar(&p.hang, "hang", p.hang, "how long the slow pricing service takes")
+			fs.IntVar(&p.outageMin, "outage-min-requests", p.outageMin, "the outage rows' breaker minimum volume")
+			fs.IntVar(&p.requests, "requests", p.requests, "requests in the 404 and outage rows")
+			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
+		},
+	}
+}
+
+// pricing is the dependency: a price for any SKU, with faults injected in
+// front of it; it counts the calls that reach it.
+type pricing struct {
+	inj   *fault.Injector
+	calls atomic.Int64
+	srv   *server
+}
+
+func newPricing() (*pricing, error) {
+	inj, err := fault.New(fault.Config{})
+	if err != nil {
+		return nil, err
+	}
+	p := &pricing{inj: inj}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"sku":%q,"price":100}`, r.URL.Query().Get("sku"))
+	})
+	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.calls.Add(1)
+		inj.Middleware(h).ServeHTTP(w, r)
+	})
+	if p.srv, err = serve(counted); err != nil {
+		inj.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *pricing) set(f fault.Fault) {
+	if f == nil {
+		_ = p.inj.SetRules(nil)
+		return
+	}
+	_ = p.inj.SetRules([]fault.Rule{{Name: "pricing", Fault: f}})
+}
+
+func (p *pricing) Close() {
+	p.inj.Close()
+	p.srv.Close()
+}
+
+type price struct {
+	SKU   string `json:"sku"`
+	Price int    `json:"price"`
+}
+
+// shop is the caller: pricing calls under a policy, answered from the
+// last-good cache when they fail.
+type shop struct {
+	pricing *pricing
+	client  *http.Client
+	pol     *guardrail.Policy
+	cache   *fallback.Cache[string, price]
+}
+
+func newShop(p *pricing, br *breaker.Breaker, attemptTimeout time.Duration) *shop {
+	return &shop{
+		pricing: p,
+		client:  newHTTPClient(true),
+		pol:     &guardrail.Policy{Name: "pricing", MaxAttempts: 1, Idempotent: true, AttemptTimeout: attemptTimeout, Breaker: br},
+		cache: fallback.NewCache[string, price](fallback.CacheConfig{TTL: time.Hour,
+			// A 404 says the price is gone: serving the old one would lie.
+			ShouldFallback: func(err error) bool { var se statusError; return !errors.As(err, &se) || se.code != 404 }}),
+	}
+}
+
+func (s *shop) price(ctx context.Context, sku string) (fallback.Result[price], error) {
+	return s.cache.Do(ctx, sku, func(ctx context.Context) (price, error) {
+		return guardrail.Do(ctx, s.pol, func(ctx context.Context) (price, error) {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.pricing.srv.URL+"/price?sku="+sku, nil)
+			resp, err := s.client.Do(req)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				_, err = classifyResponse(resp, err)
+				return price{}, err
+			}
+			defer resp.Body.Close()
+			var p price
+			return p, json.NewDecoder(resp.Body).Decode(&p)
+		})
+	})
+}
+
+func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
+	r := &Result{Experiment: "breaker", Title: "pricing behind a breaker and a last-good fallback (seed 003, card 019)"}
+	pr, err := newPricing()
+	if err != nil {
+		return nil, err
+	}
+	defer pr.Close()
+	def := breaker.DefaultConfig()
+	r.note("guardrail defaults: window %v, min requests %d, failure rate %.0f%%, open %v + up to %.0f%% jitter, %d probe; opossum's: timeout 10s, volumeThreshold 0",
+		def.Window, def.MinRequests, def.FailureRate*100, def.OpenFor, def.OpenJitter*100, def.HalfOpenProbes)
+
+	type rowOut struct {
+		opened                 bool
+		failures, calls, stale int
+		answered               time.Duration
+	}
+	add := func(label string, o rowOut) {
+		r.add(label, Bool("opened", o.opened), Int("failures_counted", o.failures), Int("calls_reaching_dependency", o.calls),
+			Ms("answered_ms", o.answered).Named("slowest_answer"), Int("stale", o.stale))
+	}
+	// ask sends n requests and measures them.
+	ask := func(s *shop, n int) (o rowOut) {
+		before := pr.calls.Load()
+		for range n {
+			t0 := time.Now()
+			res, _ := s.price(ctx, "p1")
+			o.answered = max(o.answered, time.Since(t0))
+			if res.Stale {
+				o.stale++
+			}
+		}
+		o.calls = int(pr.calls.Load() - before)
+		return o
+	}
+
+	// 1-2. Low traffic: 1 success and 2 failures, without and with a minimum volume.
+	for _, min := range []int{-1, def.MinRequests} {
+		env.Progress("breaker: low traffic, min requests %d", max(min, 0))
+		br := breaker.New(breaker.Config{MinRequests: min, OpenFor: p.openFor})
+		tripped := -1 // failures counted when it tripped
+		br.Subscribe(func(t breaker.Transition) { tripped = t.Failures })
+		s := newShop(pr, br, p.attemptTimeout)
+		pr.set(nil)
+		o := ask(s, 1)
+		pr.set(fault.Status{Code: 503})
+		o2 := ask(s, 2)
+		o.calls += o2.calls
+		o.opened = br.State() != breaker.Closed
+		o.failures = br.Metrics().Failures
+		if tripped >= 0 {
+			o.failures = tripped
+		}
+		add(fmt.Sprintf("low traffic, MinRequests %d", max(min, 0)), o)
+		if min < 0 {
+			r.check(o.opened, "no minimum volume trips at low traffic", "1 success, then failures: opened after %d call(s): %v", o.calls, o.opened)
+		} else {
+			r.check(!o.opened, "a minimum volume holds at low traffic", "1 success + 2 failures opened the breaker: %v", o.opened)
+		}
+	}
+
+	// 3. 404s are the request's fault: never counted.
+	env.Progress("breaker: %d x 404", p.requests)
+	br := breaker.New(breaker.Config{MinRequests: p.outageMin, OpenFor: p.openFor})
+	s := newShop(pr, br, p.attemptTimeout)
+	pr.set(fault.Status{Code: 404})
+	o := ask(s, p.requests)
+	o.opened, o.failures = br.State() != breaker.Closed, br.Metrics().Failures
+	add(fmt.Sprintf("%d x 404", p.requests), o)
+	r.check(!o.opened && o.failures == 0, "4xx never counts", "%d 404s: opened %v, failures counted %d", p.requests, o.opened, o.failures)
+
+	// 4. Outage: the breaker trips after the minimum volume, the rest is
+	// answered stale at once. Its transitions make the state timeline.
+	env.Progress("breaker: outage, %d requests", p.requests)
+	br = breaker.New(breaker.Config{MinRequests: p.outageMin, OpenFor: p.openFor, OpenJitter: -1})
+	var mu sync.Mutex
+	t0 := time.Now()
+	type point struct {
+		at    time.Duration
+		state breaker.State
+	}
+	timeline := []point{{0, breaker.Closed}}
+	br.Subscribe(func(t breaker.Transition) {
+		mu.Lock()
+		timeline = append(timeline, point{time.Since(t0), t.To})
+		mu.Unlock()
+	})
+	s = newShop(pr, br, p.attemptTimeout)
+	pr.set(nil)
+	if _, err := s.price(ctx, "p1"); err != nil { // a last-good price
+		return nil, fmt.Errorf("warming the cache: %w", err)
+	}
+	pr.set(fault.Status{Code: 503})
+	o = ask(s, p.requests)
+	o.opened = br.State() == breaker.Open
+	o.failures = o.calls
+	add(fmt.Sprintf("outage, %d requests", p.requests), o)
+	r.check(o.stale == p.requests && o.calls <= p.outageMin, "outage answered from the fallback",
+		"%d of %d answered stale, %d calls reached pricing (min requests %d, the warm-up success among them)", o.stale, p.requests, o.calls, p.outageMin)
+
+	// 5. After OpenFor, one probe; pricing is back, so it closes.
+	env.Progress("breaker: waiting %v for the probe", p.openFor)
+	pr.set(nil)
+	if err := sleepUntil(ctx, time.Now().Add(p.openFor)); err != nil {
+		return nil, err
+	}
+	o = ask(s, 1)
+	o.opened, o.failures = br.State() != breaker.Closed, br.Metrics().Failures
+	add("after OpenFor, probe", o)
+	r.check(!o.opened && o.stale == 0 && o.calls == 1, "probe closes the breaker", "state %v, fresh answer %v, %d call", br.State(), o.stale == 0, o.calls)
+
+	// 6. Pricing hangs: answered stale at the attempt timeout.
+	env.Progress("breaker: pricing hangs")
+	pr.set(fault.Latency{Delay: p.hang})
+	o = ask(s, 1)
+	o.opened, o.failures = br.State() != breaker.Closed, br.Metrics().Failures
+	add("slow pricing", o)
+	r.check(o.stale == 1 && o.answered >= p.attemptTimeout && o.answered < p.attemptTimeout+300*time.Millisecond,
+		"a hang is answered at the attempt timeout", "answered in %v (stale %v), attempt timeout %v, pricing takes %v",
+		o.answered.Round(time.Millisecond), o.stale == 1, p.attemptTimeout, p.hang)
+
+	mu.Lock()
+	events := timeline[1:]
+	timeline = append(timeline, point{time.Since(t0), br.State()})
+	var xs []string
+	var ys []float64
+	level := map[breaker.State]float64{breaker.Closed: 0, breaker.HalfOpen: 1, breaker.Open: 2}
+	for _, pt := range timeline {
+		xs = append(xs, fmt.Sprintf("%.0f", float64(pt.at.Milliseconds())))
+		ys = append(ys, level[pt.state])
+	}
+	mu.Unlock()
+	r.Charts = append(r.Charts, Chart{Title: "breaker state during the outage, the probe and the slow call", Kind: "stepped",
+		XLabel: "ms since the outage began", YLabel: "state", X: xs, Series: []Series{{Name: "state", Values: ys}},
+		YCategories: []string{"closed", "half-open", "open"}})
+	for _, pt := range events {
+		r.note("[event] %v at %dms", pt.state, pt.at.Milliseconds())
+	}
+	return r, nil
+}

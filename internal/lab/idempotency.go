@@ -1,0 +1,220 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/budget"
+	"github.com/guardrail-go/guardrail/fault"
+	"github.com/guardrail-go/guardrail/idempotency"
+	"github.com/guardrail-go/guardrail/idempotency/memstore"
+	"github.com/guardrail-go/guardrail/idempotency/pgstore"
+	"github.com/guardrail-go/guardrail/idempotency/redisstore"
+)
+
+type idemParams struct {
+	payments int
+	loss     float64
+	store    string
+	redis    string
+	postgres string
+}
+
+func idempotencyExp() Experiment {
+	return Experiment{
+		Name:    "idempotency",
+		Summary: "POST /payments whose response is lost after commit, retried with and without an Idempotency-Key: count the charges",
+		Setup: func(fs *flag.FlagSet, quick bool) Run {
+			p := idemParams{payments: 200, loss: 0.3, store: "memory", redis: "127.0.0.1:6379",
+				postgres: "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"}
+			if quick {
+				p.payments = 60
+			}
+			fs.IntVar(&p.payments, "payments", p.payments, "payments each row makes")
+			fs.Float64Var(&p.loss, "loss", p.loss, "probability that the server commits and then loses the response")
+			fs.StringVar(&p.store, "store", p.store, "where keys live: memory, redis or postgres")
+			fs.StringVar(&p.redis, "redis", p.redis, "Redis address for --store redis")
+			fs.StringVar(&p.postgres, "postgres", p.postgres, "PostgreSQL DSN for --store postgres")
+			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
+		},
+	}
+}
+
+func (p idemParams) newStore(ctx context.Context) (idempotency.Store, func(), error) {
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	tag := hex.EncodeToString(suffix)
+	switch p.store {
+	case "memory":
+		return memstore.New(memstore.Config{}), func() {}, nil
+	case "redis":
+		c := redis.NewClient(&redis.Options{Addr: p.redis, MaxRetries: 1, DialTimeout: time.Second})
+		if err := c.Ping(ctx).Err(); err != nil {
+			c.Close()
+			return nil, nil, fmt.Errorf("redis at %s: %w", p.redis, err)
+		}
+		return redisstore.New(c, redisstore.Config{Prefix: "guardrail-lab:" + tag + ":"}), func() { c.Close() }, nil
+	case "postgres":
+		pool, err := pgxpool.New(ctx, p.postgres)
+		if err == nil {
+			err = pool.Ping(ctx)
+		}
+		if err != nil {
+			if pool != nil {
+				pool.Close()
+			}
+			return nil, nil, fmt.Errorf("postgres at %s: %w", p.postgres, err)
+		}
+		table := "guardrail_lab_" + tag
+		s := pgstore.New(pool, pgstore.Config{Table: table})
+		if err := s.Migrate(ctx); err != nil {
+			pool.Close()
+			return nil, nil, err
+		}
+		return s, func() {
+			_, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+table)
+			pool.Close()
+		}, nil
+	}
+	return nil, nil, fmt.Errorf("idempotency: --store must be memory, redis or postgres, not %q", p.store)
+}
+
+func (p idemParams) run(ctx context.Context, env *Env) (*Result, error) {
+	if p.loss < 0 || p.loss >= 1 {
+		return nil, fmt.Errorf("idempotency: --loss must be in [0, 1)")
+	}
+	r := &Result{Experiment: "idempotency", Title: fmt.Sprintf("POST /payments, %.0f%% of responses lost after commit (seeds 000, 002, 003), keys in %s", p.loss*100, p.store)}
+	rows := []struct {
+		label string
+		key   bool
+		retry bool
+	}{
+		{"no key, a helper that retries anyway", false, true},
+		{"no key, guardrail (POST is not idempotent)", false, false},
+		{"Idempotency-Key, retried by guardrail", true, true},
+	}
+	for i, row := range rows {
+		env.Progress("idempotency: row %d/%d", i+1, len(rows))
+		store, closeStore, err := p.newStore(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res, err := p.row(ctx, env, store, row.key, row.retry)
+		closeStore()
+		if err != nil {
+			return nil, err
+		}
+		r.add(row.label, Int("payments", p.payments), Int("charges", res.charges), Int("lost_responses", res.lost),
+			Int("client_errors", res.errors), Int("replayed", res.replayed))
+		switch {
+		case row.key:
+			// A caller errs only when all its attempts lost their answer.
+			allLost := float64(p.payments) * math.Pow(p.loss, attempts)
+			r.check(res.charges == p.payments && float64(res.errors) <= 3*allLost+2, "a key makes retries safe",
+				"%d charges for %d payments; %d answers replayed; %d callers lost all %d answers (expected about %.1f)",
+				res.charges, p.payments, res.replayed, res.errors, attempts, allLost)
+		case row.retry:
+			r.check(res.charges > p.payments || res.lost == 0, "blind retries charge twice",
+				"%d charges for %d payments (%d responses lost)", res.charges, p.payments, res.lost)
+		default:
+			r.check(res.charges == p.payments && res.errors == res.lost, "no key, no retry",
+				"%d charges for %d payments; %d callers left not knowing (lost %d)", res.charges, p.payments, res.errors, res.lost)
+		}
+	}
+	r.note("The server commits the charge, then the connection is cut before the answer (fault: lose_response).")
+	r.note("Without a key the caller cannot tell a lost answer from a failed charge: guardrail does not retry it")
+	r.note("(ErrOutcomeUnknown for a timeout, the reset error here); with a key the retry gets the stored answer.")
+	return r, nil
+}
+
+// attempts is the client's MaxAttempts in every row.
+const attempts = 4
+
+type idemOut struct{ charges, lost, errors, replayed int }
+
+func (p idemParams) row(ctx context.Context, env *Env, store idempotency.Store, withKey, retry bool) (idemOut, error) {
+	var charges atomic.Int64
+	pay := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		n := charges.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = fmt.Fprintf(w, `{"charge":%d,"for":%s}`, n, body)
+	})
+	inj, err := fault.New(fault.Config{Rand: fault.NewRand(env.Seed),
+		Rules: []fault.Rule{{Name: "lost-after-commit", Probability: p.loss, Fault: fault.LoseResponse{}}}})
+	if err != nil {
+		return idemOut{}, err
+	}
+	defer inj.Close()
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", idempotency.Middleware(store, idempotency.Config{})(pay))
+	srv, err := serve(inj.Middleware(mux))
+	if err != nil {
+		return idemOut{}, err
+	}
+	defer srv.Close()
+
+	client := newHTTPClient(true)
+	pol := &guardrail.Policy{Name: "payments", MaxAttempts: attempts, Idempotent: retry, Budget: budget.Unlimited(),
+		Backoff: backoff.FullJitter(time.Millisecond, 20*time.Millisecond), Breaker: breaker.New(breaker.Config{Mode: breaker.Disabled})}
+	var out idemOut
+	for i := range p.payments {
+		key := ""
+		if withKey {
+			b := make([]byte, 16)
+			_, _ = rand.Read(b)
+			key = hex.EncodeToString(b) // one key per intent, the same on every attempt
+		}
+		body := []byte(`{"order":` + strconv.Itoa(i) + `,"amount":100}`)
+		replayed, err := guardrail.Do(ctx, pol, func(ctx context.Context) (bool, error) {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/payments", bytes.NewReader(body))
+			if key != "" {
+				req.Header.Set("Idempotency-Key", key)
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				return false, err
+			}
+			defer resp.Body.Close()
+			_, _ = io.Copy(io.Discard, resp.Body)
+			if resp.StatusCode != http.StatusCreated {
+				return false, guardrail.Transient(statusError{resp.StatusCode})
+			}
+			return resp.Header.Get("Idempotent-Replayed") == "true", nil
+		})
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return out, ctx.Err()
+		case err != nil:
+			out.errors++
+		case replayed:
+			out.replayed++
+		}
+	}
+	for _, c := range inj.Counters() {
+		out.lost += int(c.Fired)
+	}
+	out.charges = int(charges.Load())
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return out, ctx.Err()
+	}
+	return out, nil
+}
