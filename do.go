@@ -47,7 +47,9 @@ type Call struct {
 	// Breaker, when not nil, replaces the Policy's breaker for this call
 	// (one breaker per host, route or shard, from a breaker.Group).
 	Breaker *breaker.Breaker
-	// Bulkhead, when not nil, replaces Policy.Bulkhead for this call.
+	// Bulkhead, when not nil, replaces Policy.Bulkhead for this call. Do
+	// frees the slot when op returns, so work that outlives op (an HTTP
+	// response body read later) is not covered: hold a slot yourself for it.
 	Bulkhead *bulkhead.Bulkhead
 }
 
@@ -334,7 +336,7 @@ func (c *call) failed(err error, timedOut bool) error {
 			c.obs.Observe(c.ctx, e)
 		}
 		c.refuse(ReasonBudget)
-		return c.giveUp(ErrBudgetExhausted, 0)
+		return c.giveUp(ErrBudgetExhausted, delay) // the wait it would have had
 	}
 	if c.obs != nil {
 		e := c.event(EventRetry, time.Time{})

@@ -496,3 +496,22 @@ func TestDoCallDecidesIdempotencyPerCall(t *testing.T) {
 		t.Fatalf("dependencies in events = %v", deps)
 	}
 }
+
+func TestErrorTimeoutAndBudgetRetryIn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &guardrail.Policy{AttemptTimeout: time.Second, Breaker: noBreaker()}
+		_, err := guardrail.Do(context.Background(), p, func(ctx context.Context) (int, error) { <-ctx.Done(); return 0, ctx.Err() })
+		var te interface{ Timeout() bool }
+		if !errors.As(err, &te) || !te.Timeout() {
+			t.Fatalf("ErrOutcomeUnknown from a timeout: Timeout() false (%v)", err)
+		}
+	})
+	b := budget.New(budget.Config{Max: 1})
+	b.TryRetry()
+	p := &guardrail.Policy{Idempotent: true, Budget: b, Backoff: backoff.Constant(300 * time.Millisecond), Breaker: noBreaker()}
+	_, err := guardrail.Do(context.Background(), p, func(context.Context) (int, error) { return 0, errBoom })
+	var ge *guardrail.Error
+	if !errors.As(err, &ge) || ge.Kind != guardrail.ErrBudgetExhausted || ge.RetryIn != 300*time.Millisecond || ge.Timeout() {
+		t.Fatalf("err = %#v, want ErrBudgetExhausted with RetryIn 300ms and no timeout", err)
+	}
+}
