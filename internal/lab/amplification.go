@@ -118,7 +118,7 @@ func (p ampParams) run(ctx context.Context, env *Env) (*Result, error) {
 	} else {
 		r.note("db_calls are refused connections, counted at the data-service's dialer (nothing listens); per_user = db_calls / users.")
 	}
-	r.Charts = append(r.Charts, Chart{Title: "DB calls per user request", Kind: "bar", X: labels, YLabel: "DB calls per user",
+	r.Charts = append(r.Charts, Chart{Title: "DB calls per user request (log scale)", Kind: "bar", X: labels, YLabel: "DB calls per user", LogY: true,
 		Series: []Series{{Name: "per user", Values: perUser}}})
 	return r, nil
 }
