@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,4 +65,32 @@ func TestCardinalityThroughGuardHTTP(t *testing.T) {
 		t.Fatalf("%d series for one host", after10k)
 	}
 	t.Logf("%d series after 10,000 distinct paths", after10k)
+}
+
+func TestGuardHTTPEventsAreCounted(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	defer srv.Close()
+	reg := prometheus.NewPedanticRegistry()
+	c := prom.New(prom.Config{})
+	reg.MustRegister(c)
+	tr := guardhttp.NewTransport(srv.Client().Transport, guardhttp.Config{Name: "users", Observer: c})
+	defer tr.CloseIdleConnections()
+	for i := range 5 {
+		resp, err := (&http.Client{Transport: tr}).Get(fmt.Sprintf("%s/u/%d", srv.URL, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	calls := only(samples(t, reg), "guardrail_calls_total")
+	total := 0.0
+	for k, v := range calls {
+		total += v
+		if !strings.Contains(k, `dependency="users"`) {
+			t.Errorf("series %s: want Config.Name as the dependency", k)
+		}
+	}
+	if total != 5 {
+		t.Fatalf("calls counted %v (%v), want 5", total, calls)
+	}
 }
