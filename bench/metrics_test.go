@@ -3,6 +3,7 @@ package bench
 import (
 	"runtime"
 	"runtime/metrics"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -30,22 +31,44 @@ func createdSoFar() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// counter measures the goroutines a benchmark creates per operation. Start
-// it after the setup, just before the timed loop, and report after it.
-type counter struct{ start uint64 }
+// cpuTime is the CPU time this process has used, user and system, on all
+// threads: the benchmark's goroutines, the garbage collector it causes and,
+// in the HTTP rows, the loopback server.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
-func startCounting() counter { return counter{createdSoFar()} }
+// counter measures the goroutines a benchmark creates and the CPU time it
+// uses per operation. Start it after the setup, just before the timed loop,
+// and report after it.
+//
+// cpu-ns/op complements ns/op on a shared machine: wall time also counts
+// the moments another process held the core, CPU time does not. Under
+// RunParallel it adds up the CPU time of every core, so it is about
+// GOMAXPROCS times ns/op when the cores are kept busy.
+type counter struct {
+	goroutines uint64
+	cpu        time.Duration
+}
 
-// report adds goroutines/op to b's results. harness is the number of
-// goroutines the testing package itself started in between (RunParallel
-// starts one per GOMAXPROCS); they are not the library's.
+func startCounting() counter { return counter{createdSoFar(), cpuTime()} }
+
+// report adds goroutines/op and cpu-ns/op to b's results. harness is the
+// number of goroutines the testing package itself started in between
+// (RunParallel starts one per GOMAXPROCS); they are not the library's.
 func (c counter) report(b *testing.B, harness uint64) {
 	if b.N == 0 {
 		return
 	}
-	n := createdSoFar() - c.start
+	cpu := cpuTime() - c.cpu
+	n := createdSoFar() - c.goroutines
 	n -= min(n, harness)
 	b.ReportMetric(float64(n)/float64(b.N), "goroutines/op")
+	b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
 }
 
 // loop runs op b.N times (through b.Loop) with allocation and goroutine
