@@ -47,7 +47,9 @@ type Call struct {
 	// Breaker, when not nil, replaces the Policy's breaker for this call
 	// (one breaker per host, route or shard, from a breaker.Group).
 	Breaker *breaker.Breaker
-	// Bulkhead, when not nil, replaces Policy.Bulkhead for this call.
+	// Bulkhead, when not nil, replaces Policy.Bulkhead for this call. Do
+	// frees the slot when op returns, so work that outlives op (an HTTP
+	// response body read later) is not covered: hold a slot yourself for it.
 	Bulkhead *bulkhead.Bulkhead
 }
 
@@ -133,6 +135,7 @@ type call struct {
 	bulkhead   *bulkhead.Bulkhead // nil: none
 	permit     breaker.Permit     // the current attempt's
 	release    func()             // frees the current attempt's bulkhead slot
+	actx       context.Context    // the current attempt's context, as the observer returned it
 	timed      bool               // attempt durations are needed
 	attempts   int                // attempts started
 	retries    int                // retries granted so far
@@ -165,9 +168,14 @@ func (c *call) cleanup() {
 func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
 	dl, hasDeadline := c.ctx.Deadline()
 	var now time.Time
+	if c.attempts == 0 {
+		now = c.start // read by begin when observed; zero otherwise
+	}
 	c.remain = -1
 	if hasDeadline {
-		now = time.Now()
+		if now.IsZero() {
+			now = time.Now()
+		}
 		c.remain = dl.Sub(now)
 		if c.remain < c.s.minAttempt {
 			return nil, nil, c.giveUp(ErrDeadline, 0)
@@ -221,6 +229,7 @@ func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
 		e := c.event(EventAttemptStart, now)
 		e.Delay = c.delay
 		actx = c.obs.Observe(actx, e)
+		c.actx = actx
 	}
 	return actx, cancel, nil
 }
@@ -244,6 +253,7 @@ func (c *call) succeeded() {
 
 func (c *call) panicked() {
 	c.recordAttempt(breaker.Failure, errPanicked)
+	c.end(errPanicked) // the call ends here too: observers close what they opened
 }
 
 var errPanicked = errors.New("guardrail: operation panicked")
@@ -326,7 +336,7 @@ func (c *call) failed(err error, timedOut bool) error {
 			c.obs.Observe(c.ctx, e)
 		}
 		c.refuse(ReasonBudget)
-		return c.giveUp(ErrBudgetExhausted, 0)
+		return c.giveUp(ErrBudgetExhausted, delay) // the wait it would have had
 	}
 	if c.obs != nil {
 		e := c.event(EventRetry, time.Time{})
@@ -375,7 +385,7 @@ func (c *call) recordAttempt(o breaker.Outcome, err error) time.Time {
 		e.Outcome = o.String()
 		e.Duration = d
 		e.Err = err
-		c.obs.Observe(c.ctx, e)
+		c.obs.Observe(c.actx, e)
 	}
 	return now
 }
@@ -428,7 +438,7 @@ func (c *call) timeout() {
 	e := c.event(EventTimeout, time.Time{})
 	e.Phase = PhaseAttempt
 	e.Err = c.lastErr
-	c.obs.Observe(c.ctx, e)
+	c.obs.Observe(c.actx, e)
 }
 
 func (c *call) refuse(reason string) {

@@ -355,9 +355,15 @@ func TestPanicIsRecordedAndPropagates(t *testing.T) {
 		}()
 		_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) { panic("kaboom") })
 	}()
-	last := events[len(events)-1]
-	if last.Kind != guardrail.EventAttemptEnd || last.Outcome != guardrail.OutcomeFailure {
-		t.Fatalf("last event = %+v, want a failed attempt end", last)
+	if len(events) < 2 {
+		t.Fatalf("events = %+v", events)
+	}
+	end, last := events[len(events)-2], events[len(events)-1]
+	if end.Kind != guardrail.EventAttemptEnd || end.Outcome != guardrail.OutcomeFailure {
+		t.Fatalf("attempt end = %+v, want a failed attempt", end)
+	}
+	if last.Kind != guardrail.EventCallEnd || last.Outcome != guardrail.OutcomeError {
+		t.Fatalf("last event = %+v, want the call's end, so observers close what they opened", last)
 	}
 }
 
@@ -488,5 +494,24 @@ func TestDoCallDecidesIdempotencyPerCall(t *testing.T) {
 	}
 	if fmt.Sprint(deps) != "[api.example:443 api]" {
 		t.Fatalf("dependencies in events = %v", deps)
+	}
+}
+
+func TestErrorTimeoutAndBudgetRetryIn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &guardrail.Policy{AttemptTimeout: time.Second, Breaker: noBreaker()}
+		_, err := guardrail.Do(context.Background(), p, func(ctx context.Context) (int, error) { <-ctx.Done(); return 0, ctx.Err() })
+		var te interface{ Timeout() bool }
+		if !errors.As(err, &te) || !te.Timeout() {
+			t.Fatalf("ErrOutcomeUnknown from a timeout: Timeout() false (%v)", err)
+		}
+	})
+	b := budget.New(budget.Config{Max: 1})
+	b.TryRetry()
+	p := &guardrail.Policy{Idempotent: true, Budget: b, Backoff: backoff.Constant(300 * time.Millisecond), Breaker: noBreaker()}
+	_, err := guardrail.Do(context.Background(), p, func(context.Context) (int, error) { return 0, errBoom })
+	var ge *guardrail.Error
+	if !errors.As(err, &ge) || ge.Kind != guardrail.ErrBudgetExhausted || ge.RetryIn != 300*time.Millisecond || ge.Timeout() {
+		t.Fatalf("err = %#v, want ErrBudgetExhausted with RetryIn 300ms and no timeout", err)
 	}
 }

@@ -66,3 +66,8 @@ func (e *Error) Is(target error) bool { return target == e.Kind }
 
 // Unwrap returns the last cause.
 func (e *Error) Unwrap() error { return e.Err }
+
+// Timeout reports whether the last cause was a timeout, so code that asks
+// net.Error-style (url.Error.Timeout) still sees a timed-out attempt behind
+// ErrOutcomeUnknown or ErrDeadline.
+func (e *Error) Timeout() bool { return e.Err != nil && isTimeout(e.Err) }

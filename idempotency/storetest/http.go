@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/guardhttp"
 	"github.com/guardrail-go/guardrail/idempotency"
 )
 
@@ -127,9 +129,27 @@ func testResponseLost(t *testing.T, s Subject) {
 	client := srv.Client()
 	defer client.CloseIdleConnections()
 
+	// The client is guardhttp: it retries the POST because it carries a
+	// key, and sends the same key on every attempt.
+	gclient := &http.Client{Transport: guardhttp.NewTransport(client.Transport, guardhttp.Config{
+		Name: "payments", MaxAttempts: 3, Backoff: backoff.None()})}
 	key := idempotency.NewToken()
 	body := `{"order":"o-1","amount":4200}`
-	resp, got := postWithRetries(t, t.Context(), client, srv.URL+"/payments", key, body, 3, nil)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/payments", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(idempotency.HeaderKey, `"`+key+`"`)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := gclient.Do(req)
+	if err != nil {
+		t.Fatalf("guardhttp POST with a key: %v", err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	if n := pay.charges.Load(); n != 1 {
 		t.Fatalf("charged %d times, want exactly once", n)

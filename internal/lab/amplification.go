@@ -8,10 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
+	"github.com/guardrail-go/guardrail/guardhttp"
 )
 
 // ampParams are the amplification experiment's flags.
@@ -96,8 +96,9 @@ func (p ampParams) run(ctx context.Context, env *Env) (*Result, error) {
 		switch {
 		case row.breaker:
 			// The breaker trips after its minimum volume and refuses the
-			// rest without touching the DB.
-			limit := 2 * breaker.DefaultMinRequests
+			// rest without touching the DB; calls already in flight when it
+			// trips (and their budgeted retries) still land.
+			limit := 4 * breaker.DefaultMinRequests
 			r.check(calls <= int64(limit) && per < budgetPer, "the breaker stops calling a dead DB",
 				"%d DB calls (%.3f per user), want at most %d and fewer than the budget alone (%.2f)", calls, per, limit, budgetPer)
 		case row.all:
@@ -117,7 +118,7 @@ func (p ampParams) run(ctx context.Context, env *Env) (*Result, error) {
 	} else {
 		r.note("db_calls are refused connections, counted at the data-service's dialer (nothing listens); per_user = db_calls / users.")
 	}
-	r.Charts = append(r.Charts, Chart{Title: "DB calls per user request", Kind: "bar", X: labels, YLabel: "DB calls per user",
+	r.Charts = append(r.Charts, Chart{Title: "DB calls per user request (log scale)", Kind: "bar", X: labels, YLabel: "DB calls per user", LogY: true,
 		Series: []Series{{Name: "per user", Values: perUser}}})
 	return r, nil
 }
@@ -162,33 +163,33 @@ func (p ampParams) scenario(ctx context.Context, allTiers bool, ratio float64, u
 	}()
 	// Build from the DB up: tier 0 is the data-service, nearest the DB.
 	for i := 0; i < p.tiers; i++ {
-		pol := &guardrail.Policy{
-			Name:       fmt.Sprintf("tier%d", i),
-			Idempotent: true,
-			MinAttempt: -1,
-			Backoff:    backoff.FullJitter(p.base, 100*p.base),
-			Budget:     budget.Unlimited(),
+		cfg := guardhttp.Config{
+			Name:        fmt.Sprintf("tier%d", i),
+			MaxAttempts: 1,
+			MinAttempt:  -1,
+			Backoff:     backoff.FullJitter(p.base, 100*p.base),
+			Budget:      budget.Unlimited(),
 			// The card measures retries alone: breakers off unless the row
 			// asks for guardrail's default one.
-			Breaker: breaker.New(breaker.Config{Mode: breaker.Disabled}),
+			Breakers: noBreakers(),
 		}
-		if withBreaker && i == 0 {
-			pol.Breaker = nil
-		}
-		pol.MaxAttempts = 1
 		if allTiers || i == 0 {
-			pol.MaxAttempts = p.attempts
+			cfg.MaxAttempts = p.attempts
 		}
 		if ratio > 0 && i == 0 {
-			pol.Budget = budget.New(budget.Config{Ratio: ratio})
+			cfg.Budget = budget.New(budget.Config{Ratio: ratio})
 		}
-		client := newHTTPClient(i != 0) // the DB gets a fresh connection per call
+		if withBreaker && i == 0 {
+			cfg.Breakers = nil // guardhttp's default: one breaker per host
+		}
+		base := newBaseTransport(i != 0) // the DB gets a fresh connection per call
 		if i == 0 && dialer != nil {
-			client.Transport.(*http.Transport).DialContext = dialer.DialContext
+			base.DialContext = dialer.DialContext
 		}
+		client := &http.Client{Transport: guardhttp.NewTransport(base, cfg)}
 		target := next
 		s, err := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if _, err := guardedGet(r.Context(), client, pol, target); err != nil {
+			if _, err := get(r.Context(), client, target); err != nil {
 				w.WriteHeader(http.StatusBadGateway)
 				return
 			}

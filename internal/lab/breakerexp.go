@@ -7,14 +7,15 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/fallback"
 	"github.com/guardrail-go/guardrail/fault"
+	"github.com/guardrail-go/guardrail/guardhttp"
 )
 
 type breakerParams struct {
@@ -88,39 +89,41 @@ type price struct {
 	Price int    `json:"price"`
 }
 
-// shop is the caller: pricing calls under a policy, answered from the
-// last-good cache when they fail.
+// shop is the caller: pricing calls through guardhttp (one attempt, a
+// breaker for pricing's host), answered from the last-good cache when they
+// fail.
 type shop struct {
 	pricing *pricing
 	client  *http.Client
-	pol     *guardrail.Policy
 	cache   *fallback.Cache[string, price]
 }
 
-func newShop(p *pricing, br *breaker.Breaker, attemptTimeout time.Duration) *shop {
-	return &shop{
+func newShop(p *pricing, cfg breaker.Config, attemptTimeout time.Duration) (*shop, *breaker.Breaker) {
+	group := breaker.NewGroup(breaker.GroupConfig{Config: cfg})
+	s := &shop{
 		pricing: p,
-		client:  newHTTPClient(true),
-		pol:     &guardrail.Policy{Name: "pricing", MaxAttempts: 1, Idempotent: true, AttemptTimeout: attemptTimeout, Breaker: br},
+		client:  guarded(true, guardhttp.Config{Name: "pricing", MaxAttempts: 1, AttemptTimeout: attemptTimeout, Breakers: group}),
 		cache: fallback.NewCache[string, price](fallback.CacheConfig{TTL: time.Hour,
 			// A 404 says the price is gone: serving the old one would lie.
 			ShouldFallback: func(err error) bool { var se statusError; return !errors.As(err, &se) || se.code != 404 }}),
 	}
+	// guardhttp keys breakers by host: this is the one pricing's calls use.
+	return s, group.Get(strings.TrimPrefix(p.srv.URL, "http://"))
 }
 
 func (s *shop) price(ctx context.Context, sku string) (fallback.Result[price], error) {
 	return s.cache.Do(ctx, sku, func(ctx context.Context) (price, error) {
-		return guardrail.Do(ctx, s.pol, func(ctx context.Context) (price, error) {
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.pricing.srv.URL+"/price?sku="+sku, nil)
-			resp, err := s.client.Do(req)
-			if err != nil || resp.StatusCode != http.StatusOK {
-				_, err = classifyResponse(resp, err)
-				return price{}, err
-			}
-			defer resp.Body.Close()
-			var p price
-			return p, json.NewDecoder(resp.Body).Decode(&p)
-		})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.pricing.srv.URL+"/price?sku="+sku, nil)
+		resp, err := s.client.Do(req)
+		if err != nil {
+			return price{}, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return price{}, statusError{resp.StatusCode}
+		}
+		var p price
+		return p, json.NewDecoder(resp.Body).Decode(&p)
 	})
 }
 
@@ -162,10 +165,9 @@ func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
 	// 1-2. Low traffic: 1 success and 2 failures, without and with a minimum volume.
 	for _, min := range []int{-1, def.MinRequests} {
 		env.Progress("breaker: low traffic, min requests %d", max(min, 0))
-		br := breaker.New(breaker.Config{MinRequests: min, OpenFor: p.openFor})
+		s, br := newShop(pr, breaker.Config{MinRequests: min, OpenFor: p.openFor}, p.attemptTimeout)
 		tripped := -1 // failures counted when it tripped
 		br.Subscribe(func(t breaker.Transition) { tripped = t.Failures })
-		s := newShop(pr, br, p.attemptTimeout)
 		pr.set(nil)
 		o := ask(s, 1)
 		pr.set(fault.Status{Code: 503})
@@ -186,8 +188,7 @@ func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
 
 	// 3. 404s are the request's fault: never counted.
 	env.Progress("breaker: %d x 404", p.requests)
-	br := breaker.New(breaker.Config{MinRequests: p.outageMin, OpenFor: p.openFor})
-	s := newShop(pr, br, p.attemptTimeout)
+	s, br := newShop(pr, breaker.Config{MinRequests: p.outageMin, OpenFor: p.openFor}, p.attemptTimeout)
 	pr.set(fault.Status{Code: 404})
 	o := ask(s, p.requests)
 	o.opened, o.failures = br.State() != breaker.Closed, br.Metrics().Failures
@@ -197,7 +198,7 @@ func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
 	// 4. Outage: the breaker trips after the minimum volume, the rest is
 	// answered stale at once. Its transitions make the state timeline.
 	env.Progress("breaker: outage, %d requests", p.requests)
-	br = breaker.New(breaker.Config{MinRequests: p.outageMin, OpenFor: p.openFor, OpenJitter: -1})
+	s, br = newShop(pr, breaker.Config{MinRequests: p.outageMin, OpenFor: p.openFor, OpenJitter: -1}, p.attemptTimeout)
 	var mu sync.Mutex
 	t0 := time.Now()
 	type point struct {
@@ -210,7 +211,6 @@ func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
 		timeline = append(timeline, point{time.Since(t0), t.To})
 		mu.Unlock()
 	})
-	s = newShop(pr, br, p.attemptTimeout)
 	pr.set(nil)
 	if _, err := s.price(ctx, "p1"); err != nil { // a last-good price
 		return nil, fmt.Errorf("warming the cache: %w", err)

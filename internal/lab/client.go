@@ -5,52 +5,55 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"time"
 
-	"github.com/guardrail-go/guardrail"
-	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/guardhttp"
 )
 
-// statusError is a non-2xx answer turned into an error so Do can classify it.
+// statusError is a non-2xx answer turned into an error.
 type statusError struct{ code int }
 
 func (e statusError) Error() string { return fmt.Sprintf("HTTP %d", e.code) }
 
-// guardedGet issues GET url under p with client, reading and closing the
-// body. 5xx and 429 are transient (with the server's Retry-After), other
-// non-2xx permanent.
-func guardedGet(ctx context.Context, client *http.Client, p *guardrail.Policy, url string) (int, error) {
-	return guardrail.Do(ctx, p, func(ctx context.Context) (int, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return 0, guardrail.Permanent(err)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
-		switch code := resp.StatusCode; {
-		case code < 400:
-			return code, nil
-		case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-			if d, ok := backoff.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
-				return code, guardrail.RetryAfterError(statusError{code}, d)
-			}
-			return code, guardrail.Transient(statusError{code})
-		case code >= 500:
-			return code, guardrail.Transient(statusError{code})
-		default:
-			return code, guardrail.Permanent(statusError{code})
-		}
-	})
+// newHTTPClient returns a plain client with its own connection pool: the
+// load generators' and the users' client, which guard nothing.
+func newHTTPClient(keepAlive bool) *http.Client {
+	return &http.Client{Transport: newBaseTransport(keepAlive)}
 }
 
-// newHTTPClient returns a client with its own connection pool.
-func newHTTPClient(keepAlive bool) *http.Client {
+func newBaseTransport(keepAlive bool) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DisableKeepAlives = !keepAlive
 	t.MaxIdleConnsPerHost = 256
-	return &http.Client{Transport: t}
+	return t
+}
+
+// guarded returns a guardhttp client over a pool of its own.
+func guarded(keepAlive bool, cfg guardhttp.Config) *http.Client {
+	return &http.Client{Transport: guardhttp.NewTransport(newBaseTransport(keepAlive), cfg)}
+}
+
+// noBreakers is a breaker group whose breakers never trip, for experiments
+// that measure something else.
+func noBreakers() *breaker.Group {
+	return breaker.NewGroup(breaker.GroupConfig{Config: breaker.Config{Mode: breaker.Disabled}})
+}
+
+// get issues GET url, reads and closes the body, and returns the status; a
+// status of 400 or more is also returned as a statusError.
+func get(ctx context.Context, c *http.Client, url string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return resp.StatusCode, statusError{resp.StatusCode}
+	}
+	return resp.StatusCode, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/guardrail-go/guardrail/deadline"
 	"github.com/guardrail-go/guardrail/fallback"
+	"github.com/guardrail-go/guardrail/guardhttp"
 )
 
 type deadlineParams struct {
@@ -84,29 +85,6 @@ func (w *worker) take() []string {
 	return out
 }
 
-// deadlineGet calls url with min(perCall, time left) and the deadline
-// headers, as any guardrail client does.
-func deadlineGet(ctx context.Context, c *http.Client, url string, perCall time.Duration) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, perCall)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
-	}
-	if left, ok := deadline.Left(ctx, time.Now()); ok {
-		deadline.Set(req.Header, time.Now(), left)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s -> %d", url, resp.StatusCode)
-	}
-	return "ok", nil
-}
-
 func (p deadlineParams) run(ctx context.Context, env *Env) (*Result, error) {
 	r := &Result{Experiment: "deadline", Title: fmt.Sprintf("API with a %v SLO: A, then B || optional C, %v deadline in headers (seed 003, card 037)", p.slo, p.budget)}
 	workers := map[string]*worker{}
@@ -120,7 +98,19 @@ func (p deadlineParams) run(ctx context.Context, env *Env) (*Result, error) {
 		defer s.Close()
 		workers[name], urls[name] = w, s.URL
 	}
-	client := newHTTPClient(true)
+	// guardhttp gives each call min(per-call budget, time left) and sends
+	// what is left in X-Request-Timeout and X-Request-Deadline.
+	clientA := guarded(true, guardhttp.Config{Name: "A", MaxAttempts: 1, AttemptTimeout: p.perA})
+	clientBC := guarded(true, guardhttp.Config{Name: "B-C", MaxAttempts: 1, AttemptTimeout: p.perBC})
+	call := func(c *http.Client, url string) func(context.Context) (string, error) {
+		return func(ctx context.Context) (string, error) {
+			if _, err := get(ctx, c, url); err != nil {
+				return "", err
+			}
+			return "ok", nil
+		}
+	}
+	client := newHTTPClient(true) // the users'
 
 	type outcome struct {
 		took    time.Duration
@@ -138,15 +128,15 @@ func (p deadlineParams) run(ctx context.Context, env *Env) (*Result, error) {
 		defer func() { out.took = time.Since(t0); handlerDone <- out }()
 
 		ga := fallback.NewGroup(dctx)
-		a := fallback.Required(ga, "A", p.perA, func(ctx context.Context) (string, error) { return deadlineGet(ctx, client, urls["A"], p.perA) })
+		a := fallback.Required(ga, "A", p.perA, call(clientA, urls["A"]))
 		if out.err = ga.Wait(); out.err != nil {
 			http.Error(rw, out.err.Error(), http.StatusBadGateway)
 			return
 		}
 		body["A"], _ = a.Value()
 		g := fallback.NewGroup(dctx)
-		b := fallback.Required(g, "B", p.perBC, func(ctx context.Context) (string, error) { return deadlineGet(ctx, client, urls["B"], p.perBC) })
-		c := fallback.Optional(g, "C", p.perBC, func(ctx context.Context) (string, error) { return deadlineGet(ctx, client, urls["C"], p.perBC) })
+		b := fallback.Required(g, "B", p.perBC, call(clientBC, urls["B"]))
+		c := fallback.Optional(g, "C", p.perBC, call(clientBC, urls["C"]))
 		if out.err = g.Wait(); out.err != nil {
 			http.Error(rw, out.err.Error(), http.StatusBadGateway)
 			return

@@ -23,6 +23,7 @@ import (
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/fault"
+	"github.com/guardrail-go/guardrail/guardhttp"
 	"github.com/guardrail-go/guardrail/idempotency"
 	"github.com/guardrail-go/guardrail/idempotency/memstore"
 	"github.com/guardrail-go/guardrail/idempotency/pgstore"
@@ -107,8 +108,8 @@ func (p idemParams) run(ctx context.Context, env *Env) (*Result, error) {
 		retry bool
 	}{
 		{"no key, a helper that retries anyway", false, true},
-		{"no key, guardrail (POST is not idempotent)", false, false},
-		{"Idempotency-Key, retried by guardrail", true, true},
+		{"no key, guardhttp (POST is not idempotent)", false, false},
+		{"guardhttp attaching an Idempotency-Key", true, true},
 	}
 	for i, row := range rows {
 		env.Progress("idempotency: row %d/%d", i+1, len(rows))
@@ -172,34 +173,37 @@ func (p idemParams) row(ctx context.Context, env *Env, store idempotency.Store, 
 	}
 	defer srv.Close()
 
-	client := newHTTPClient(true)
-	pol := &guardrail.Policy{Name: "payments", MaxAttempts: attempts, Idempotent: retry, Budget: budget.Unlimited(),
+	// Row 1 is the blind helper of the seeds: any error, any method, retry.
+	naive := newHTTPClient(true)
+	naivePol := &guardrail.Policy{Name: "payments", MaxAttempts: attempts, Idempotent: true, Budget: budget.Unlimited(),
 		Backoff: backoff.FullJitter(time.Millisecond, 20*time.Millisecond), Breaker: breaker.New(breaker.Config{Mode: breaker.Disabled})}
+	// Rows 2 and 3 are guardhttp, which retries a POST only with a key; in
+	// row 3 it attaches one per payment (the same on every attempt).
+	client := guarded(true, guardhttp.Config{Name: "payments", MaxAttempts: attempts, IdempotencyKeys: withKey,
+		Budget: budget.Unlimited(), Backoff: backoff.FullJitter(time.Millisecond, 20*time.Millisecond), Breakers: noBreakers()})
+	send := func(ctx context.Context, c *http.Client, body []byte) (bool, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/payments", bytes.NewReader(body))
+		resp, err := c.Do(req)
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != http.StatusCreated {
+			return false, guardrail.Transient(statusError{resp.StatusCode})
+		}
+		return resp.Header.Get("Idempotent-Replayed") == "true", nil
+	}
 	var out idemOut
 	for i := range p.payments {
-		key := ""
-		if withKey {
-			b := make([]byte, 16)
-			_, _ = rand.Read(b)
-			key = hex.EncodeToString(b) // one key per intent, the same on every attempt
-		}
 		body := []byte(`{"order":` + strconv.Itoa(i) + `,"amount":100}`)
-		replayed, err := guardrail.Do(ctx, pol, func(ctx context.Context) (bool, error) {
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/payments", bytes.NewReader(body))
-			if key != "" {
-				req.Header.Set("Idempotency-Key", key)
-			}
-			resp, err := client.Do(req)
-			if err != nil {
-				return false, err
-			}
-			defer resp.Body.Close()
-			_, _ = io.Copy(io.Discard, resp.Body)
-			if resp.StatusCode != http.StatusCreated {
-				return false, guardrail.Transient(statusError{resp.StatusCode})
-			}
-			return resp.Header.Get("Idempotent-Replayed") == "true", nil
-		})
+		var replayed bool
+		var err error
+		if retry && !withKey {
+			replayed, err = guardrail.Do(ctx, naivePol, func(ctx context.Context) (bool, error) { return send(ctx, naive, body) })
+		} else {
+			replayed, err = send(ctx, client, body)
+		}
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return out, ctx.Err()

@@ -118,6 +118,8 @@ type Chart struct {
 	// YCategories, when set, names the integer levels of a stepped chart
 	// (0 closed, 1 half-open, 2 open).
 	YCategories []string
+	// LogY draws the y axis on a log scale, for values spanning decades.
+	LogY bool
 }
 
 // Series is one line or set of bars.

@@ -56,7 +56,7 @@ for (const c of charts) {
     options: {responsive: true, maintainAspectRatio: false, animation: false,
       plugins: {title: {display: true, text: c.title}},
       scales: {x: {title: {display: !!c.xlabel, text: c.xlabel}},
-               y: {title: {display: !!c.ylabel, text: c.ylabel}, beginAtZero: true,
+               y: {type: c.logy ? 'logarithmic' : 'linear', title: {display: !!c.ylabel, text: c.ylabel}, beginAtZero: !c.logy,
                    ticks: c.ycat ? {stepSize: 1, callback: v => c.ycat[v] ?? v} : {}}}}
   });
 }
@@ -73,6 +73,7 @@ type reportChart struct {
 	X      []string  `json:"x"`
 	Series []jSeries `json:"series"`
 	YCat   []string  `json:"ycat,omitempty"`
+	LogY   bool      `json:"logy,omitempty"`
 }
 
 type jSeries struct {
@@ -121,7 +122,7 @@ func WriteReport(w io.Writer, results []*Result, took time.Duration) error {
 		}
 		rs = append(rs, rr)
 		for j, c := range r.Charts {
-			rc := reportChart{ID: chartID(i, j), Title: c.Title, Kind: c.Kind, XLabel: c.XLabel, YLabel: c.YLabel, X: c.X, YCat: c.YCategories}
+			rc := reportChart{ID: chartID(i, j), Title: c.Title, Kind: c.Kind, XLabel: c.XLabel, YLabel: c.YLabel, X: c.X, YCat: c.YCategories, LogY: c.LogY}
 			for _, s := range c.Series {
 				rc.Series = append(rc.Series, jSeries{s.Name, s.Values})
 			}

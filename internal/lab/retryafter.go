@@ -2,7 +2,6 @@ package lab
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -10,10 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
-	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
+	"github.com/guardrail-go/guardrail/guardhttp"
 )
 
 type retryAfterParams struct {
@@ -119,36 +117,40 @@ func (p retryAfterParams) run(ctx context.Context, env *Env) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		client := newHTTPClient(true)
-		pol := &guardrail.Policy{Name: "retry-after", Idempotent: true, MaxAttempts: p.maxAttempt, Budget: budget.Unlimited(),
+		client := guarded(true, guardhttp.Config{Name: "retry-after", MaxAttempts: p.maxAttempt, Budget: budget.Unlimited(),
 			Backoff: backoff.Constant(time.Millisecond),
 			// 429s count against a breaker (they signal overload); this
 			// experiment isolates Retry-After, so the breaker is off.
-			Breaker: breaker.New(breaker.Config{Mode: breaker.Disabled})}
+			Breakers: noBreakers()})
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		var took []time.Duration
-		var ok, deadlineErrs int
+		var ok, refusedAtOnce int
 		for c := range p.clients {
 			wg.Go(func() {
 				cctx, cancel := context.WithTimeout(ctx, row.deadline)
 				defer cancel()
 				dl, _ := cctx.Deadline()
 				start := time.Now()
-				_, err := guardrail.Do(cctx, pol, func(actx context.Context) (int, error) {
-					req, _ := http.NewRequestWithContext(actx, http.MethodGet, s.URL, nil)
-					req.Header.Set("X-Call", strconv.Itoa(c))
-					req.Header.Set("X-Test-Deadline", strconv.FormatInt(dl.UnixNano(), 10))
-					return classifyResponse(client.Do(req))
-				})
+				req, _ := http.NewRequestWithContext(cctx, http.MethodGet, s.URL, nil)
+				req.Header.Set("X-Call", strconv.Itoa(c))
+				req.Header.Set("X-Test-Deadline", strconv.FormatInt(dl.UnixNano(), 10))
+				resp, err := client.Do(req)
+				code := 0
+				if err == nil {
+					code = resp.StatusCode
+					resp.Body.Close()
+				}
 				mu.Lock()
 				defer mu.Unlock()
 				took = append(took, time.Since(start))
-				switch {
-				case err == nil:
+				switch code {
+				case http.StatusOK:
 					ok++
-				case errors.Is(err, guardrail.ErrDeadline):
-					deadlineErrs++
+				case p.status:
+					// guardhttp hands back the server's refusal itself when it
+					// will not wait: a status is not an error.
+					refusedAtOnce++
 				}
 			})
 		}
@@ -187,33 +189,11 @@ func (p retryAfterParams) run(ctx context.Context, env *Env) (*Result, error) {
 				"%d of %d calls retried, %d before the server allowed, earliest %v after the refusal (asked %v)", retries, p.clients, early, earliest.Round(time.Millisecond), row.asked)
 			r.check(ok == p.clients, "retry succeeds in time", "%d of %d calls succeeded", ok, p.clients)
 		} else {
-			r.check(retries == 0 && deadlineErrs == p.clients && maxTook < 200*time.Millisecond, "no retry past the deadline",
-				"%d retries, %d ErrDeadline, slowest call %v: asked %v with %v left ends the call at once", retries, deadlineErrs, maxTook.Round(time.Millisecond), row.asked, row.deadline)
+			r.check(retries == 0 && refusedAtOnce == p.clients && maxTook < 200*time.Millisecond, "no retry past the deadline",
+				"%d retries, %d callers handed the %d at once, slowest call %v: asked %v with %v left", retries, refusedAtOnce, p.status, maxTook.Round(time.Millisecond), row.asked, row.deadline)
 		}
 		r.check(late == 0, "nothing after the deadline", "%d attempts reached the server after their caller's deadline", late)
 	}
 	r.note("earliest_retry is measured by the server: from writing the refusal to the retry's arrival.")
 	return r, nil
-}
-
-// classifyResponse turns an HTTP answer into Do's terms; see guardedGet.
-func classifyResponse(resp *http.Response, err error) (int, error) {
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	code := resp.StatusCode
-	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
-		if d, ok := backoff.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
-			return code, guardrail.RetryAfterError(statusError{code}, d)
-		}
-		return code, guardrail.Transient(statusError{code})
-	}
-	if code >= 500 {
-		return code, guardrail.Transient(statusError{code})
-	}
-	if code >= 400 {
-		return code, guardrail.Permanent(statusError{code})
-	}
-	return code, nil
 }

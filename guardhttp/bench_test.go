@@ -1,0 +1,181 @@
+package guardhttp_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/guardrail-go/guardrail/guardhttp"
+)
+
+// plainTransport is the pool NewClient builds, without the guard, so that
+// the comparison measures the guard alone.
+func plainTransport() *http.Transport {
+	d := &net.Dialer{Timeout: guardhttp.DefaultConnectTimeout, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           d.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          4 * guardhttp.DefaultMaxIdleConnsPerHost,
+		MaxIdleConnsPerHost:   guardhttp.DefaultMaxIdleConnsPerHost,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   guardhttp.DefaultTLSHandshakeTimeout,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// BenchmarkClient compares a plain http.Client with guardhttp.NewClient on
+// the same loopback server, in one run: the success path of a GET.
+func BenchmarkClient(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	clients := []struct {
+		name   string
+		client *http.Client
+	}{
+		{"plain", &http.Client{Transport: plainTransport()}},
+		{"floor", &http.Client{Transport: floor{plainTransport()}}},
+		{"guardhttp", guardhttp.NewClient(guardhttp.Config{})},
+	}
+	for _, deadline := range []bool{false, true} {
+		for _, c := range clients {
+			name := "deadline=none/client=" + c.name
+			if deadline {
+				name = "deadline=1h/client=" + c.name
+			}
+			b.Run(name, func(b *testing.B) {
+				ctx := context.Background()
+				if deadline {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, time.Hour)
+					defer cancel()
+				}
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				cpu := cpuTime()
+				for b.Loop() {
+					resp, err := c.client.Do(req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				reportCPU(b, cpu)
+			})
+		}
+	}
+	for _, c := range clients {
+		c.client.CloseIdleConnections()
+	}
+}
+
+// floor is the least any transport pays to bound the phases of a request
+// with net/http's own means: a cancellable context per request and two
+// httptrace hooks that read the clock. It enforces nothing.
+type floor struct{ base http.RoundTripper }
+
+func (f floor) RoundTrip(r *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	var last atomic.Int64
+	trace := &httptrace.ClientTrace{
+		GotConn:      func(httptrace.GotConnInfo) { last.Store(time.Now().UnixNano()) },
+		WroteRequest: func(httptrace.WroteRequestInfo) { last.Store(time.Now().UnixNano()) },
+	}
+	resp, err := f.base.RoundTrip(r.WithContext(httptrace.WithClientTrace(ctx, trace)))
+	if err != nil {
+		cancel(err)
+		return nil, err
+	}
+	resp.Body = cancelOnClose{resp.Body, cancel}
+	return resp, nil
+}
+
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelCauseFunc
+}
+
+func (c cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel(nil)
+	return err
+}
+
+func (f floor) CloseIdleConnections() { f.base.(*http.Transport).CloseIdleConnections() }
+
+// cpuTime is the CPU time this process used so far, client and server
+// together. On a shared machine it is steadier than the wall clock, which
+// also counts the time other processes held the cores.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the CPU time per operation since start.
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+}
+
+// fakeTransport answers at once, reporting its phases through httptrace as
+// *http.Transport does, so BenchmarkOverhead measures the guard alone.
+type fakeTransport struct{}
+
+func (fakeTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if tr := httptrace.ContextClientTrace(r.Context()); tr != nil {
+		if tr.GetConn != nil {
+			tr.GetConn(r.URL.Host)
+		}
+		if tr.GotConn != nil {
+			tr.GotConn(httptrace.GotConnInfo{Reused: true})
+		}
+		if tr.WroteRequest != nil {
+			tr.WroteRequest(httptrace.WroteRequestInfo{})
+		}
+	}
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+}
+
+// BenchmarkOverhead is the guard's own cost per request: a Transport over a
+// transport that answers at once, against that transport alone.
+func BenchmarkOverhead(b *testing.B) {
+	req, err := http.NewRequest(http.MethodGet, "http://example.invalid/", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{
+		{"bare", fakeTransport{}},
+		{"guardhttp", guardhttp.NewTransport(fakeTransport{}, guardhttp.Config{})},
+	} {
+		b.Run("rt="+c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			cpu := cpuTime()
+			for b.Loop() {
+				resp, err := c.rt.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				resp.Body.Close()
+			}
+			reportCPU(b, cpu)
+		})
+	}
+}

@@ -1,0 +1,96 @@
+package guardhttp
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
+)
+
+// Classifier decides what one attempt's result means: exactly one of resp
+// and err is non-nil. A response whose verdict has Outcome breaker.Success
+// is a success; any other verdict makes the attempt a failure that the
+// retry engine may retry, and the caller still receives the response if it
+// is the last one. Whether a retryable verdict is retried also depends on
+// the request: see Transport. A Classifier must be safe for concurrent use
+// and must not read or close resp.Body.
+type Classifier func(resp *http.Response, err error) guardrail.Verdict
+
+// DefaultClassify is the Classifier used when Config.Classify is nil.
+//
+// Responses:
+//   - 1xx, 2xx, 3xx: success.
+//   - 502, 503, 504: failure, retryable; a 503's Retry-After is honoured.
+//   - 429: failure; retryable only when it carries a valid Retry-After, as
+//     the server then said when to come back (seed 003: a 429 is retried on
+//     the server's schedule, never on our own).
+//   - 500: failure, retryable. The retry engine retries it only for an
+//     idempotent request, since a 500 may come after the side effect ran.
+//   - other 5xx: failure, not retryable.
+//   - other 4xx: ignored by the breaker (the request was wrong, not the
+//     dependency), not retryable.
+//
+// Errors:
+//   - a connect or TLS *TimeoutError: failure, retryable, unsent (safe to
+//     retry for any method), timeout;
+//   - any other *TimeoutError: failure, retryable, timeout: for a request
+//     that is not idempotent the outcome is unknown;
+//   - anything else: guardrail.DefaultClassify (connection refused and DNS
+//     failures are unsent, resets are retryable, cancellation is ignored).
+func DefaultClassify(resp *http.Response, err error) guardrail.Verdict {
+	if err != nil {
+		var te *TimeoutError
+		if errors.As(err, &te) {
+			return guardrail.Verdict{Outcome: breaker.Failure, Retryable: true, Timeout: true, Unsent: te.unsent()}
+		}
+		return guardrail.DefaultClassify(err)
+	}
+	code := resp.StatusCode
+	switch {
+	case code < 400:
+		return guardrail.Verdict{Outcome: breaker.Success}
+	case code == http.StatusTooManyRequests:
+		d, ok := retryAfter(resp)
+		return guardrail.Verdict{Outcome: breaker.Failure, Retryable: ok, RetryAfter: d}
+	case code == http.StatusServiceUnavailable:
+		d, _ := retryAfter(resp)
+		return guardrail.Verdict{Outcome: breaker.Failure, Retryable: true, RetryAfter: d}
+	case code == http.StatusBadGateway, code == http.StatusGatewayTimeout, code == http.StatusInternalServerError:
+		return guardrail.Verdict{Outcome: breaker.Failure, Retryable: true}
+	case code >= 500:
+		return guardrail.Verdict{Outcome: breaker.Failure}
+	}
+	return guardrail.Verdict{Outcome: breaker.Ignored}
+}
+
+// retryAfter reads the response's Retry-After (RFC 9110: seconds or an
+// HTTP-date). Garbage, negative and fractional values are ignored.
+func retryAfter(resp *http.Response) (time.Duration, bool) {
+	v := resp.Header.Get("Retry-After")
+	if v == "" {
+		return 0, false
+	}
+	return backoff.ParseRetryAfter(v, time.Now())
+}
+
+// HeaderIdempotencyKey is the header that makes a POST or PATCH safe to
+// retry (draft-ietf-httpapi-idempotency-key-header).
+const HeaderIdempotencyKey = "Idempotency-Key"
+
+// idempotent reports whether repeating req is harmless: its method is
+// idempotent in RFC 9110 terms, or it carries an idempotency key (the
+// X-Idempotency-Key spelling too, as net/http's own transport accepts).
+func idempotent(req *http.Request) bool {
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete, http.MethodTrace:
+		return true
+	}
+	return hasKey(req.Header)
+}
+
+func hasKey(h http.Header) bool {
+	return h.Get(HeaderIdempotencyKey) != "" || h.Get("X-Idempotency-Key") != ""
+}

@@ -1,0 +1,234 @@
+package guardhttp
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/budget"
+	"github.com/guardrail-go/guardrail/bulkhead"
+)
+
+// Defaults used for zero Config fields. The phase timeouts are seed 002's
+// (connect 1.5 s, send 3 s, response 5 s; TLS 3 s from DESIGN.md).
+const (
+	DefaultConnectTimeout        = 1500 * time.Millisecond
+	DefaultTLSHandshakeTimeout   = 3 * time.Second
+	DefaultWriteTimeout          = 3 * time.Second
+	DefaultResponseHeaderTimeout = 5 * time.Second
+	// DefaultBodyIdleTimeout is twice the response-header timeout: a server
+	// that has started to answer and then sends nothing for longer than we
+	// let it think before answering has stalled, yet a body produced on the
+	// fly (rows streamed from a cursor) has room to breathe. A stalled body
+	// then holds a connection for seconds, not for as long as the server
+	// cares to hang (seed 002: 28 s, then forever).
+	DefaultBodyIdleTimeout = 10 * time.Second
+	// DefaultMaxBufferedBody bounds the request body kept in memory so it
+	// can be sent again.
+	DefaultMaxBufferedBody = 1 << 20
+	// DefaultDeadlineReserve is kept back from the time left when it is
+	// announced to the server, for the answer's trip back.
+	DefaultDeadlineReserve = 5 * time.Millisecond
+	// DefaultMaxIdleConnsPerHost is the idle pool per host of the transport
+	// NewClient builds: net/http's default of 2 makes a busy client close
+	// and reopen connections all the time.
+	DefaultMaxIdleConnsPerHost = 64
+)
+
+// maxDrain bounds what is read from a response thrown away for a retry so
+// its connection can go back to the pool; a longer body costs the
+// connection instead.
+const maxDrain = 64 << 10
+
+// Config configures a Transport. The zero value is ready to use and safe:
+// 3 attempts with full jitter backoff, a retry budget of 10 %, the phase
+// timeouts above, a circuit breaker per host, no retry of a request that is
+// not idempotent unless it was never sent.
+//
+// The retry settings are those of guardrail.Policy, which the Transport
+// builds and owns: it decides per request what a Policy fixes per call site
+// (which requests are idempotent, how a response is classified), and it
+// names the phase of timeouts in events, so it cannot take a Policy from
+// outside. Share a Budget, an Observer or Breakers between transports
+// through the fields below.
+//
+// A Config is a plain value: NewTransport and NewClient read it once, so
+// changing it afterwards has no effect; the values it points to (Budget,
+// Observer, Breakers, Classify, Key) must be safe for concurrent use.
+type Config struct {
+	// Name labels the dependency in events and errors. Empty means each
+	// request's key (see Key): by default the URL's host. It becomes a
+	// metric label: keep it to a small fixed set.
+	Name string
+
+	// MaxAttempts bounds the attempts of one request, counting the first.
+	// Zero means guardrail.DefaultMaxAttempts (3); 1 never retries; a
+	// negative value makes every request fail with guardrail.ErrInvalidPolicy.
+	MaxAttempts int
+
+	// AttemptTimeout bounds each attempt as a whole, from the start of the
+	// attempt until its response body is read or closed, on top of the
+	// phase timeouts. The effective bound is min(AttemptTimeout, time left on
+	// the request's context). Zero means none (each phase is still bounded);
+	// a negative value is invalid.
+	AttemptTimeout time.Duration
+
+	// MinAttempt is the least time left on the request's context worth
+	// starting an attempt with (see guardrail.Policy.MinAttempt). Zero means
+	// guardrail.DefaultMinAttempt (50 ms); negative means no minimum.
+	MinAttempt time.Duration
+
+	// Backoff computes the delay before a retry that the server gave no
+	// Retry-After for. Nil means full jitter from 100 ms, capped at 10 s.
+	Backoff backoff.Strategy
+
+	// MaxRetryAfter caps the Retry-After the client honours: a longer one
+	// ends the request with the response rather than retrying sooner than
+	// asked. Zero means guardrail.DefaultMaxRetryAfter (30 s); negative means
+	// server hints are ignored.
+	MaxRetryAfter time.Duration
+
+	// Budget caps retries at a fraction of requests. Nil means a budget of
+	// this Transport alone, ratio 0.1 and 10 tokens.
+	Budget *budget.Budget
+
+	// Observer receives the events of every request; EventTimeout names the
+	// phase that expired. Nil costs nothing.
+	Observer guardrail.Observer
+
+	// ConnectTimeout bounds getting a connection: DNS, waiting for the pool,
+	// dialing. Zero means DefaultConnectTimeout; negative means no limit.
+	ConnectTimeout time.Duration
+
+	// TLSHandshakeTimeout bounds the TLS handshake. Zero means
+	// DefaultTLSHandshakeTimeout; negative means no limit.
+	TLSHandshakeTimeout time.Duration
+
+	// WriteTimeout bounds sending the request, headers and body, once a
+	// connection is in hand. Zero means DefaultWriteTimeout; negative means
+	// no limit.
+	WriteTimeout time.Duration
+
+	// ResponseHeaderTimeout bounds the wait for the response headers after
+	// the request was written. Zero means DefaultResponseHeaderTimeout;
+	// negative means no limit.
+	ResponseHeaderTimeout time.Duration
+
+	// BodyIdleTimeout bounds each wait for response body data: a Read of
+	// the body that gets nothing for that long fails with a TimeoutError.
+	// Time the caller spends between Reads does not count. Zero means
+	// DefaultBodyIdleTimeout; negative means no limit (streams that may be
+	// silent for long, such as server-sent events).
+	BodyIdleTimeout time.Duration
+
+	// MaxBufferedBody is the largest request body without GetBody that is
+	// kept in memory to be sent again on a retry. A larger body is sent once
+	// and its request is never retried. Zero means DefaultMaxBufferedBody;
+	// negative means never buffer.
+	MaxBufferedBody int64
+
+	// IdempotencyKeys, when true, gives a POST or PATCH that has no
+	// Idempotency-Key header a random one (128 bits from crypto/rand), the
+	// same on every attempt of the request, which makes it retryable. The
+	// server must honour the key (deduplicate by it), or a retry may run the
+	// operation twice.
+	IdempotencyKeys bool
+
+	// DeadlineReserve is subtracted from the time left before it is
+	// announced to the server in X-Request-Timeout and X-Request-Deadline.
+	// Zero means DefaultDeadlineReserve; negative means none.
+	DeadlineReserve time.Duration
+
+	// Classify decides what an attempt's response or error means. Nil means
+	// DefaultClassify.
+	Classify Classifier
+
+	// Key returns a request's failure domain: its breaker and bulkhead
+	// key, and its dependency label when Name is empty. Return a route, a
+	// shard or a region to split one host. Nil means the URL's host
+	// (with its port, if the URL has one). Keep the set of keys small.
+	Key func(*http.Request) string
+
+	// Breakers holds one circuit breaker per key, so that one failing host
+	// (or route, or shard) does not stop calls to the others (seed 003:
+	// never one breaker for a whole HTTP client). Nil means a group of this
+	// Transport's own with breaker's defaults: 10 s window, at least 20
+	// calls, 50 % failures, open 30 s plus up to 20 % jitter, one probe,
+	// at most breaker.DefaultMaxKeys keys; its transitions go to Observer.
+	// Pass a group to tune the breakers or share them between transports
+	// (subscribe to its transitions yourself); a group whose Config.Mode is
+	// breaker.Disabled turns breakers off.
+	Breakers *breaker.Group
+
+	// Bulkhead, when not nil, gives each key a concurrency compartment so
+	// configured: at most MaxConcurrent attempts in flight to it, at most
+	// MaxQueue waiting, none past MaxWait or the time left minus
+	// MinAttempt. An attempt holds its slot until its response body is read
+	// or closed: a slow download holds a connection too. A request refused
+	// fails with an error that Is guardrail.ErrBulkheadFull and is not
+	// retried. Nil means no bound.
+	Bulkhead *bulkhead.Config
+}
+
+// settings are a Config with defaults applied.
+type settings struct {
+	name           string
+	attemptTimeout time.Duration
+	minAttempt     time.Duration // time kept for the attempt after a bulkhead wait
+	connect        time.Duration // <= 0: no limit
+	tls            time.Duration
+	write          time.Duration
+	header         time.Duration
+	bodyIdle       time.Duration
+	maxBuffered    int64 // < 0: never
+	maxAttempts    int
+	generateKeys   bool
+	reserve        time.Duration
+	classify       Classifier
+	key            func(*http.Request) string
+}
+
+func (c *Config) settings() settings {
+	s := settings{
+		name:           c.Name,
+		attemptTimeout: c.AttemptTimeout,
+		minAttempt:     orDefault(c.MinAttempt, guardrail.DefaultMinAttempt),
+		connect:        orDefault(c.ConnectTimeout, DefaultConnectTimeout),
+		tls:            orDefault(c.TLSHandshakeTimeout, DefaultTLSHandshakeTimeout),
+		write:          orDefault(c.WriteTimeout, DefaultWriteTimeout),
+		header:         orDefault(c.ResponseHeaderTimeout, DefaultResponseHeaderTimeout),
+		bodyIdle:       orDefault(c.BodyIdleTimeout, DefaultBodyIdleTimeout),
+		maxBuffered:    c.MaxBufferedBody,
+		maxAttempts:    c.MaxAttempts,
+		generateKeys:   c.IdempotencyKeys,
+		reserve:        orDefault(c.DeadlineReserve, DefaultDeadlineReserve),
+		classify:       c.Classify,
+		key:            c.Key,
+	}
+	if s.maxBuffered == 0 {
+		s.maxBuffered = DefaultMaxBufferedBody
+	}
+	if s.maxAttempts == 0 {
+		s.maxAttempts = guardrail.DefaultMaxAttempts
+	}
+	if s.reserve < 0 {
+		s.reserve = 0
+	}
+	if s.classify == nil {
+		s.classify = DefaultClassify
+	}
+	return s
+}
+
+// orDefault maps zero to def and a negative d to 0, "no limit".
+func orDefault(d, def time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return def
+	case d < 0:
+		return 0
+	}
+	return d
+}

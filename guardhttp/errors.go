@@ -1,0 +1,84 @@
+package guardhttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// ErrTimeout is the sentinel every *TimeoutError Is: one phase of one
+// attempt ran out of time.
+var ErrTimeout = errors.New("guardhttp: timeout")
+
+// TimeoutError says which phase of an attempt ran out of time and against
+// which dependency. Connect and TLS timeouts point at the network (the
+// request was not sent); write, response-header and body timeouts point at
+// a slow server (seed 002), and for a request that is not idempotent they
+// leave its outcome unknown.
+//
+// It Is ErrTimeout and, like the timeouts of http.Client, also
+// context.DeadlineExceeded, so code that tests for a deadline keeps working;
+// use errors.As to tell a phase timeout from the caller's own deadline,
+// which surfaces as context.DeadlineExceeded itself. Timeout reports true,
+// as for net.Error.
+//
+// A TimeoutError is not modified after it is returned and is safe for
+// concurrent use.
+type TimeoutError struct {
+	// Phase is one of guardrail.PhaseConnect, PhaseTLS, PhaseWrite,
+	// PhaseResponseHeader, PhaseBodyIdle, or PhaseAttempt when
+	// Config.AttemptTimeout expired first.
+	Phase string
+	// Dependency is the request's dependency label: Config.Name, or its
+	// key (the URL's host by default).
+	Dependency string
+	// After is the limit that expired. When the base transport reported the
+	// timeout itself (its dialer's timeout, say) it is how long the phase had
+	// run.
+	After time.Duration
+
+	notSent bool // the request had not left: retrying it is safe
+}
+
+// Error describes the phase, the limit and the dependency.
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("guardhttp: %s timeout after %v (%s)", e.Phase, e.After, e.Dependency)
+}
+
+// Timeout reports true.
+func (e *TimeoutError) Timeout() bool { return true }
+
+// Temporary reports true, as net's timeouts do, so that a *TimeoutError is
+// a net.Error.
+//
+// Deprecated: as net.Error's Temporary, the notion is ill-defined; use
+// Timeout or errors.As.
+func (e *TimeoutError) Temporary() bool { return true }
+
+// Is reports whether target is ErrTimeout or context.DeadlineExceeded.
+func (e *TimeoutError) Is(target error) bool {
+	return target == ErrTimeout || target == context.DeadlineExceeded
+}
+
+// unsent reports that the request had not left when the attempt timed out.
+func (e *TimeoutError) unsent() bool { return e.notSent }
+
+// StatusError is how a response that is not a success reaches the retry
+// engine: an attempt that got it fails with a StatusError, which Observer
+// events carry. It never reaches the caller of RoundTrip, who gets the
+// response itself.
+//
+// A StatusError is safe for concurrent use.
+type StatusError struct {
+	// StatusCode is the response's status code.
+	StatusCode int
+
+	resp *http.Response // the response, returned to the caller if it is the last
+}
+
+// Error returns the status, such as "guardhttp: status 503 Service Unavailable".
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("guardhttp: status %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+}

@@ -1,0 +1,487 @@
+package guardhttp
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/budget"
+	"github.com/guardrail-go/guardrail/bulkhead"
+	"github.com/guardrail-go/guardrail/deadline"
+)
+
+// Transport is an http.RoundTripper that runs every request under the
+// guardrail retry engine (guardrail.DoCall) with phase timeouts, and
+// announces the request's deadline to the server.
+//
+// Per request, in this order: the time left on the request's context is
+// checked (guardrail's MinAttempt); the circuit breaker of the request's key
+// (its host, or Config.Key's answer) may refuse it; the key's bulkhead, if
+// configured, gives it a slot; each attempt runs on a clone of the request,
+// with X-Request-Timeout and X-Request-Deadline set from the time left
+// (minus Config.DeadlineReserve), X-Retry-Attempt: n on the n-th retry, and
+// each phase bounded by its own timeout; its response or error is
+// classified (Config.Classify) and recorded by the breaker; a retryable
+// failure is retried while attempts, the deadline, the breaker and the
+// retry budget allow, after the server's Retry-After or the backoff delay.
+//
+// Which requests are retried: GET, HEAD, OPTIONS, PUT, DELETE and TRACE,
+// and any request with an Idempotency-Key (or X-Idempotency-Key) header;
+// Config.IdempotencyKeys gives POST and PATCH one. Any request is retried
+// after a failure that says it was never sent (connection refused, connect
+// or TLS timeout). A timeout after a request that is not idempotent was
+// sent ends with guardrail.ErrOutcomeUnknown: it may have taken effect.
+// A request body is sent again through GetBody, or else from a copy kept in
+// memory up to Config.MaxBufferedBody; a larger body without GetBody is sent
+// once and its request is never retried.
+//
+// What the caller gets: the last attempt's response, whenever the last
+// attempt got one, even if it is a 503 that was not retried because the
+// budget, the deadline or the attempts ran out (a status is not an error
+// for a RoundTripper), with its body readable; a response thrown away for a
+// retry is drained (up to 64 KiB) and closed so its connection is reused.
+// An error when no attempt got a response, or the last one failed without
+// one: it wraps the last cause (errors.As to *TimeoutError names the phase)
+// and, when the engine gave up early, Is guardrail.ErrDeadline,
+// ErrBudgetExhausted, ErrOutcomeUnknown, ErrCircuitOpen or ErrBulkheadFull
+// (errors.As to *guardrail.Error gives the attempt count and, when known,
+// how long to wait: the time to the breaker's next probe).
+//
+// Phase timeouts rely on the base transport reporting its progress through
+// net/http/httptrace, as *http.Transport does. With a base that reports
+// nothing, only the attempt timeout and the body-idle timeout apply. The
+// response-header and body-idle phases end the attempt by cancelling its
+// context, and *http.Transport then closes the connection.
+//
+// A Transport is safe for concurrent use by multiple goroutines. It does
+// not modify the caller's request, and starts no goroutine of its own.
+type Transport struct {
+	base        http.RoundTripper
+	reportsConn bool // base is an *http.Transport: it asks for a connection first thing
+	proxied     bool // base may go through a proxy, which may take a TLS handshake
+	s           settings
+	observer    guardrail.Observer // Config.Observer, for events after the engine returned
+	breakers    *breaker.Group
+	bulkheads   *bulkheads       // nil: none
+	policy      guardrail.Policy // must not be copied: holds the budget
+}
+
+// NewTransport returns a Transport that sends requests through base under
+// cfg. A nil base means http.DefaultTransport. Timeouts that the base
+// enforces itself still apply and are reported as such; for connect and TLS
+// ones reported while the attempt is connecting, the *TimeoutError names the
+// phase.
+func NewTransport(base http.RoundTripper, cfg Config) *Transport {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	t := &Transport{base: base, s: cfg.settings(), observer: cfg.Observer}
+	if ht, ok := base.(*http.Transport); ok {
+		t.reportsConn, t.proxied = true, ht.Proxy != nil
+	}
+	t.policy = guardrail.Policy{
+		Name:        cfg.Name,
+		MaxAttempts: cfg.MaxAttempts,
+		// The Transport bounds attempts itself: the engine's attempt context
+		// ends when the attempt returns, before the body is read. A negative
+		// value still reaches the engine to be rejected.
+		AttemptTimeout: min(cfg.AttemptTimeout, 0),
+		MinAttempt:     cfg.MinAttempt,
+		Backoff:        cfg.Backoff,
+		MaxRetryAfter:  cfg.MaxRetryAfter,
+		Budget:         cfg.Budget,
+	}
+	if cfg.Observer != nil {
+		t.policy.Observer = phaseObserver{cfg.Observer}
+	}
+	// Every request brings the breaker of its key; the Policy's own would
+	// be one breaker for every host, so it is turned off.
+	t.policy.Breaker = breaker.New(breaker.Config{Mode: breaker.Disabled})
+	t.breakers = cfg.Breakers
+	if t.breakers == nil {
+		t.breakers = breaker.NewGroup(breaker.GroupConfig{})
+		if obs, name := cfg.Observer, cfg.Name; obs != nil {
+			t.breakers.Subscribe(func(tr breaker.Transition) {
+				obs.Observe(context.Background(), guardrail.TransitionEvent(name, tr))
+			})
+		}
+	}
+	if cfg.Bulkhead != nil {
+		t.bulkheads = newBulkheads(*cfg.Bulkhead)
+	}
+	return t
+}
+
+// Breakers returns the group holding the breaker of each key, for metrics
+// and manual control.
+func (t *Transport) Breakers() *breaker.Group { return t.breakers }
+
+// NewClient returns an *http.Client whose Transport is a Transport over an
+// *http.Transport of its own: the proxies of the environment as it is when
+// NewClient is called (as net/http, which reads it once), HTTP/2 when the
+// server offers it, up to DefaultMaxIdleConnsPerHost idle connections per
+// host kept 90 s, a dialer bounded by the connect timeout and a TLS
+// handshake bounded by the TLS timeout (so a dial the request gave up on
+// does not linger either). The client has no Timeout: the request's
+// context, the attempt and the phase timeouts bound it.
+func NewClient(cfg Config) *http.Client {
+	s := cfg.settings()
+	dialer := &net.Dialer{Timeout: s.connect, KeepAlive: 30 * time.Second}
+	base := &http.Transport{
+		DialContext:           dialer.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          4 * DefaultMaxIdleConnsPerHost,
+		MaxIdleConnsPerHost:   DefaultMaxIdleConnsPerHost,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   s.tls,
+		ExpectContinueTimeout: time.Second,
+	}
+	for _, v := range [...]string{"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"} {
+		if os.Getenv(v) != "" {
+			base.Proxy = http.ProxyFromEnvironment
+		}
+	}
+	return &http.Client{Transport: NewTransport(base, cfg)}
+}
+
+// RetryBudget returns the budget retries are spent from, for metrics.
+func (t *Transport) RetryBudget() *budget.Budget { return t.policy.RetryBudget() }
+
+// CloseIdleConnections closes the idle connections of the base transport,
+// if it has such a method.
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// RoundTrip sends req under the Transport's policy. See Transport for what
+// it returns.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	c := call{t: t, req: req}
+	if err := c.prepare(); err != nil {
+		c.closeBody()
+		return nil, err
+	}
+	resp, err := guardrail.DoCall(req.Context(), &t.policy, guardrail.Call{
+		Idempotent: c.idempotent,
+		Dependency: c.dep,
+		Breaker:    t.breakers.Get(c.key),
+	}, c.attempt)
+	return c.end(resp, err)
+}
+
+// body modes of a request.
+const (
+	bodyNone     = iota // no body: nothing to replay
+	bodyGetBody         // req.Body first, then req.GetBody
+	bodyBuffered        // all of it in buf
+	bodyOnce            // too large to keep: buf, then the rest of req.Body, once
+)
+
+// call is one RoundTrip: one logical request and its attempts.
+type call struct {
+	t          *Transport
+	req        *http.Request
+	dep        string
+	key        string // the failure domain: breaker and bulkhead key
+	idemKey    string // generated Idempotency-Key, or ""
+	idempotent bool
+	bodyMode   int
+	buf        []byte
+	bodySent   bool           // req.Body was handed to the base transport, which closes it
+	n          int            // attempts started
+	pending    *http.Response // the last attempt's failed response, until retried or returned
+	raw        error          // the last attempt's error, as returned to the engine
+	marked     error          // the same, marked with its verdict
+}
+
+func (c *call) prepare() error {
+	t, req := c.t, c.req
+	if req.URL == nil {
+		return errors.New("guardhttp: nil Request.URL")
+	}
+	c.key = req.URL.Host
+	if t.s.key != nil {
+		c.key = t.s.key(req)
+	}
+	c.dep = t.s.name
+	if c.dep == "" {
+		c.dep = c.key
+	}
+	c.idempotent = idempotent(req)
+	if !c.idempotent && t.s.generateKeys && (req.Method == http.MethodPost || req.Method == http.MethodPatch) {
+		c.idemKey = newKey()
+		c.idempotent = true
+	}
+	return c.prepareBody()
+}
+
+// newKey returns 128 random bits in hex.
+func newKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails: crypto/rand crashes the program instead
+	return hex.EncodeToString(b[:])
+}
+
+// prepareBody decides how the body is sent again, buffering it if needed.
+func (c *call) prepareBody() error {
+	req, s := c.req, &c.t.s
+	switch {
+	case req.Body == nil || req.Body == http.NoBody:
+		c.bodyMode = bodyNone
+		return nil
+	case req.GetBody != nil:
+		c.bodyMode = bodyGetBody
+		return nil
+	case s.maxAttempts <= 1 || s.maxBuffered < 0 || req.ContentLength > s.maxBuffered:
+		c.bodyMode = bodyOnce
+		return nil
+	}
+	var b bytes.Buffer
+	if req.ContentLength > 0 {
+		b.Grow(int(req.ContentLength) + 1)
+	}
+	_, err := b.ReadFrom(io.LimitReader(req.Body, s.maxBuffered+1))
+	c.buf = b.Bytes()
+	if err != nil {
+		return err
+	}
+	if int64(len(c.buf)) > s.maxBuffered {
+		c.bodyMode = bodyOnce
+		return nil
+	}
+	c.bodyMode = bodyBuffered
+	c.bodySent = true
+	return req.Body.Close()
+}
+
+// replayable reports whether the body can be sent again.
+func (c *call) replayable() bool { return c.bodyMode != bodyOnce }
+
+// closeBody closes the caller's body if no attempt handed it to the base
+// transport: a RoundTripper must always close it.
+func (c *call) closeBody() {
+	if !c.bodySent && c.req.Body != nil {
+		c.bodySent = true
+		c.req.Body.Close()
+	}
+}
+
+// body returns the body of attempt c.n, its GetBody and its length.
+func (c *call) body() (io.ReadCloser, func() (io.ReadCloser, error), int64, error) {
+	req := c.req
+	switch c.bodyMode {
+	case bodyGetBody:
+		if !c.bodySent {
+			c.bodySent = true
+			return req.Body, req.GetBody, req.ContentLength, nil
+		}
+		b, err := req.GetBody()
+		return b, req.GetBody, req.ContentLength, err
+	case bodyBuffered:
+		buf := c.buf
+		if len(buf) == 0 && req.ContentLength <= 0 {
+			return http.NoBody, nil, 0, nil
+		}
+		// A declared length the body did not match is kept, for the base
+		// transport to refuse as it would have without us.
+		length := req.ContentLength
+		if length <= 0 {
+			length = int64(len(buf))
+		}
+		get := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
+		return io.NopCloser(bytes.NewReader(buf)), get, length, nil
+	case bodyOnce:
+		if c.bodySent {
+			return nil, nil, 0, errors.New("guardhttp: request body already sent and not replayable")
+		}
+		c.bodySent = true
+		if len(c.buf) == 0 {
+			return req.Body, nil, req.ContentLength, nil
+		}
+		return onceBody{io.MultiReader(bytes.NewReader(c.buf), req.Body), req.Body}, nil, req.ContentLength, nil
+	}
+	return req.Body, nil, req.ContentLength, nil
+}
+
+// onceBody is a body partly read ahead: the prefix then the rest.
+type onceBody struct {
+	io.Reader
+	io.Closer
+}
+
+// attempt is the operation the retry engine runs: one try of the request.
+func (c *call) attempt(actx context.Context) (*http.Response, error) {
+	t := c.t
+	c.n++
+	if c.pending != nil {
+		discard(c.pending)
+		c.pending = nil
+	}
+	var release func()
+	if t.bulkheads != nil {
+		// Here rather than through the engine, which frees the slot when
+		// this function returns: the attempt lasts until its body is read.
+		var err error
+		if release, err = c.acquire(); err != nil {
+			return nil, err
+		}
+	}
+	now := time.Now()
+	a := t.newAttempt(c, actx, now)
+	a.release = release
+	body, getBody, length, err := c.body()
+	if err != nil {
+		a.finish()
+		return nil, c.mark(err, guardrail.Verdict{Outcome: breaker.Ignored})
+	}
+	r := c.req.WithContext(a.ctx)
+	r.Body, r.GetBody, r.ContentLength = body, getBody, length
+	if h := c.header(a, now); h != nil {
+		r.Header = h
+	}
+	resp, err := t.base.RoundTrip(r)
+	if err != nil {
+		err = a.failed(err)
+		return nil, c.mark(err, t.s.classify(nil, err))
+	}
+	v := t.s.classify(resp, nil)
+	if v.Outcome == breaker.Success {
+		a.handOver(resp)
+		return resp, nil
+	}
+	if v.Retryable && (c.idempotent || v.Unsent) && c.replayable() && c.n < t.s.maxAttempts {
+		a.buffer(resp) // may be thrown away: free its connection now
+	} else {
+		a.handOver(resp) // the engine will give up: it goes to the caller as is
+	}
+	c.pending = resp
+	return nil, c.mark(&StatusError{StatusCode: resp.StatusCode, resp: resp}, v)
+}
+
+// acquire takes a slot in the key's bulkhead, waiting at most until the
+// deadline minus MinAttempt.
+func (c *call) acquire() (func(), error) {
+	b := c.t.bulkheads.get(c.key)
+	ctx := c.req.Context()
+	var latest time.Time
+	if dl, ok := ctx.Deadline(); ok {
+		latest = dl.Add(-c.t.s.minAttempt)
+	}
+	release, err := b.AcquireBy(ctx, latest)
+	if err == nil {
+		return release, nil
+	}
+	if !errors.Is(err, bulkhead.ErrFull) {
+		return nil, c.mark(err, guardrail.Verdict{Outcome: breaker.Ignored}) // the caller gave up
+	}
+	if obs := c.t.observer; obs != nil {
+		e := guardrail.Event{
+			Kind:       guardrail.EventBulkheadReject,
+			Dependency: c.dep,
+			Operation:  guardrail.Operation(ctx),
+			Attempt:    c.n,
+			Reason:     guardrail.ReasonBulkheadFull,
+			Err:        err,
+			Remaining:  -1,
+			InFlight:   b.InFlight(),
+			Limit:      b.Limit(),
+		}
+		if errors.Is(err, bulkhead.ErrNoTime) {
+			e.Reason = guardrail.ReasonDeadline
+		}
+		obs.Observe(ctx, e)
+	}
+	full := &guardrail.Error{Kind: guardrail.ErrBulkheadFull, Attempts: c.n - 1, Err: err}
+	return nil, c.mark(full, guardrail.Verdict{Outcome: breaker.Ignored})
+}
+
+// mark attaches the verdict to err for the engine; a request whose body
+// cannot be sent again is never retried.
+func (c *call) mark(err error, v guardrail.Verdict) error {
+	if !c.replayable() {
+		v.Retryable = false
+	}
+	c.raw, c.marked = err, guardrail.WithVerdict(err, v)
+	return c.marked
+}
+
+// header returns the headers of attempt c.n, or nil when the caller's
+// serve unchanged.
+func (c *call) header(a *attempt, now time.Time) http.Header {
+	dl, hasDeadline := c.req.Context().Deadline()
+	if !a.deadline.IsZero() && (!hasDeadline || a.deadline.Before(dl)) {
+		dl, hasDeadline = a.deadline, true
+	}
+	if !hasDeadline && c.n == 1 && c.idemKey == "" {
+		return nil
+	}
+	// A shallow copy: the caller's value slices are shared, never written
+	// (Set replaces a key's slice), and the base transport only reads them.
+	h := make(http.Header, len(c.req.Header)+3)
+	for k, v := range c.req.Header {
+		h[k] = v
+	}
+	if hasDeadline {
+		deadline.Set(h, now, dl.Sub(now)-c.t.s.reserve)
+	}
+	if c.n > 1 {
+		h.Set(deadline.HeaderRetryAttempt, strconv.Itoa(c.n-1))
+	}
+	if c.idemKey != "" {
+		h.Set(HeaderIdempotencyKey, c.idemKey)
+	}
+	return h
+}
+
+// end turns the engine's result into RoundTrip's.
+func (c *call) end(resp *http.Response, err error) (*http.Response, error) {
+	c.closeBody()
+	if err == nil {
+		return resp, nil
+	}
+	var se *StatusError
+	if errors.As(err, &se) && se.resp != nil && se.resp == c.pending {
+		c.pending = nil
+		return se.resp, nil
+	}
+	if c.pending != nil {
+		discard(c.pending)
+		c.pending = nil
+	}
+	// The verdict was for the engine: the caller gets the error itself, so
+	// that checks such as net.Error's Timeout see it.
+	var ge *guardrail.Error
+	switch {
+	case err == c.marked:
+		err = c.raw
+	case errors.As(err, &ge) && ge.Err == c.marked:
+		ge.Err = c.raw
+	}
+	return nil, err
+}
+
+// phaseObserver names the phase of the timeouts the engine reports: it
+// sees an attempt that timed out, the attempt's error says in which phase.
+type phaseObserver struct{ next guardrail.Observer }
+
+func (o phaseObserver) Observe(ctx context.Context, e guardrail.Event) context.Context {
+	if e.Kind == guardrail.EventTimeout && e.Phase == guardrail.PhaseAttempt {
+		var te *TimeoutError
+		if errors.As(e.Err, &te) {
+			e.Phase = te.Phase
+		}
+	}
+	return o.next.Observe(ctx, e)
+}

@@ -1,0 +1,234 @@
+package series
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+
+	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/budget"
+)
+
+// Gauges holds the state that events report only when it changes (breaker
+// state, retry budget tokens, shedder load) so that an adapter can export
+// it at collection time. Watched components are read at collection time
+// and win over what events last said about the same dependency; several
+// watched components under one dependency value (a group, or values folded
+// to Other) add up. Gauges is safe for concurrent use.
+type Gauges struct {
+	dep, state *Folder
+
+	states *Cache[*stateGauge]
+	tokens *Cache[*floatGauge]
+	loads  *Cache[*loadGauge]
+
+	mu       sync.Mutex // guards the watch lists and watched
+	wStates  []stateWatch
+	wBudgets []budgetWatch
+	wLoads   []loadWatch
+	watched  map[watchKey]bool
+}
+
+type stateGauge struct{ state atomic.Pointer[string] }
+
+type floatGauge struct{ bits atomic.Uint64 }
+
+type loadGauge struct{ inFlight, limit atomic.Int64 }
+
+// stateWatch reports breaker states at collection time: either the one
+// breaker of dep, or (each != nil) a changing set of breakers, each under
+// its own dependency value.
+type stateWatch struct {
+	dep   string
+	state func() string
+	each  func(report func(dependency, state string))
+}
+
+type budgetWatch struct {
+	dep string
+	b   *budget.Budget
+}
+
+type loadWatch struct {
+	dep  string
+	load func() (inFlight, limit int)
+}
+
+// byDependency keys the gauges' caches: the value an event last reported,
+// by dependency alone.
+var byDependency = &Def{Name: "by_dependency", Labels: []string{LDependency}}
+
+// NewGauges returns empty Gauges whose labels are folded by fs.
+func NewGauges(fs *Folders) *Gauges {
+	return &Gauges{
+		dep:    fs.For(LDependency),
+		state:  fs.For(LState),
+		states: NewCache(byDependency, fs, func([]string) *stateGauge { return new(stateGauge) }),
+		tokens: NewCache(byDependency, fs, func([]string) *floatGauge { return new(floatGauge) }),
+		loads:  NewCache(byDependency, fs, func([]string) *loadGauge { return new(loadGauge) }),
+	}
+}
+
+// Observe records what e says about a gauge, if anything.
+func (g *Gauges) Observe(e *guardrail.Event) {
+	switch e.Kind {
+	case guardrail.EventBreakerTransition:
+		to := g.state.Fold(e.To)
+		g.states.Get(e.Dependency, "", "", "").state.Store(&to)
+	case guardrail.EventBudgetExhausted:
+		g.tokens.Get(e.Dependency, "", "", "").bits.Store(math.Float64bits(e.Tokens))
+	case guardrail.EventShed, guardrail.EventAdmit:
+		l := g.loads.Get(e.Dependency, "", "", "")
+		l.inFlight.Store(int64(e.InFlight))
+		l.limit.Store(int64(e.Limit))
+	}
+}
+
+// WatchBreakerState adds a breaker of dependency whose state (a
+// breaker.State's String) is read at collection time. A non-nil id (the
+// breaker) makes watching the same one again under the same dependency a
+// no-op; the other Watch methods take one too.
+func (g *Gauges) WatchBreakerState(dependency string, state func() string, id any) {
+	w := stateWatch{dep: g.dep.Fold(dependency), state: state}
+	g.mu.Lock()
+	if g.first(watchKey{'s', w.dep, id}) {
+		g.wStates = append(g.wStates, w)
+	}
+	g.mu.Unlock()
+}
+
+// watchKey identifies a watched component, so that watching it twice (a
+// policy's breaker through the policy and on its own) does not count it
+// twice.
+type watchKey struct {
+	kind byte
+	dep  string
+	id   any // the component; nil for a function, which is never deduplicated
+}
+
+// first reports whether k was not watched yet, and notes it; the caller
+// holds g.mu.
+func (g *Gauges) first(k watchKey) bool {
+	if k.id == nil {
+		return true
+	}
+	if g.watched == nil {
+		g.watched = make(map[watchKey]bool)
+	}
+	if g.watched[k] {
+		return false
+	}
+	g.watched[k] = true
+	return true
+}
+
+// WatchBudget adds a retry budget of dependency read at collection time.
+func (g *Gauges) WatchBudget(dependency string, b *budget.Budget) {
+	w := budgetWatch{dep: g.dep.Fold(dependency), b: b}
+	g.mu.Lock()
+	if g.first(watchKey{'b', w.dep, b}) {
+		g.wBudgets = append(g.wBudgets, w)
+	}
+	g.mu.Unlock()
+}
+
+// WatchLoad adds a load shedder of dependency read at collection time.
+func (g *Gauges) WatchLoad(dependency string, load func() (inFlight, limit int), id any) {
+	w := loadWatch{dep: g.dep.Fold(dependency), load: load}
+	g.mu.Lock()
+	if g.first(watchKey{'l', w.dep, id}) {
+		g.wLoads = append(g.wLoads, w)
+	}
+	g.mu.Unlock()
+}
+
+// WatchStates adds a changing set of breakers (a keyed group): at
+// collection time each calls report once per breaker with its dependency
+// value (the key) and state.
+func (g *Gauges) WatchStates(each func(report func(dependency, state string)), id any) {
+	g.mu.Lock()
+	if g.first(watchKey{'g', "", id}) {
+		g.wStates = append(g.wStates, stateWatch{each: each})
+	}
+	g.mu.Unlock()
+}
+
+func (g *Gauges) watches() ([]stateWatch, []budgetWatch, []loadWatch) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.wStates[:len(g.wStates):len(g.wStates)],
+		g.wBudgets[:len(g.wBudgets):len(g.wBudgets)],
+		g.wLoads[:len(g.wLoads):len(g.wLoads)]
+}
+
+// Collect reports every gauge value: for each dependency with a known
+// breaker, the number of its breakers in each of States (and in any other
+// state seen); the tokens of each dependency's budgets; the in-flight
+// count and limit of each dependency's shedders. Watched components are
+// called without any lock held.
+func (g *Gauges) Collect(state func(dep, state string, n float64), tokens func(dep string, n float64), load func(dep string, inFlight, limit float64)) {
+	ws, wb, wl := g.watches()
+
+	type depState struct{ dep, state string }
+	counts := make(map[depState]float64)
+	deps := make(map[string]bool) // true when watched
+	for _, w := range ws {
+		if w.each == nil {
+			deps[w.dep] = true
+			counts[depState{w.dep, g.state.Fold(w.state())}]++
+			continue
+		}
+		w.each(func(dependency, state string) {
+			d := g.dep.Fold(dependency)
+			deps[d] = true
+			counts[depState{d, g.state.Fold(state)}]++
+		})
+	}
+	g.states.Range(func(lv []string, sg *stateGauge) {
+		s := sg.state.Load()
+		if s == nil || deps[lv[0]] {
+			return
+		}
+		deps[lv[0]] = false
+		counts[depState{lv[0], *s}]++
+	})
+	for dep := range deps {
+		for _, s := range States {
+			k := depState{dep, s}
+			state(dep, s, counts[k])
+			delete(counts, k)
+		}
+	}
+	for k, n := range counts { // states other than the three known ones
+		state(k.dep, k.state, n)
+	}
+
+	toks := make(map[string]float64)
+	for _, w := range wb {
+		toks[w.dep] += w.b.Tokens()
+	}
+	g.tokens.Range(func(lv []string, fg *floatGauge) {
+		if _, ok := toks[lv[0]]; !ok {
+			toks[lv[0]] = math.Float64frombits(fg.bits.Load())
+		}
+	})
+	for dep, n := range toks {
+		tokens(dep, n)
+	}
+
+	type inLim struct{ in, lim float64 }
+	loads := make(map[string]inLim)
+	for _, w := range wl {
+		in, lim := w.load()
+		l := loads[w.dep]
+		loads[w.dep] = inLim{l.in + float64(in), l.lim + float64(lim)}
+	}
+	g.loads.Range(func(lv []string, lg *loadGauge) {
+		if _, ok := loads[lv[0]]; !ok {
+			loads[lv[0]] = inLim{float64(lg.inFlight.Load()), float64(lg.limit.Load())}
+		}
+	})
+	for dep, l := range loads {
+		load(dep, l.in, l.lim)
+	}
+}

@@ -1,0 +1,58 @@
+package prom_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/observe/prom"
+)
+
+func Example() {
+	metrics := prom.New(prom.Config{})
+	reg := prometheus.NewRegistry() // or prometheus.DefaultRegisterer
+	reg.MustRegister(metrics)
+
+	p := &guardrail.Policy{Name: "pricing", Idempotent: true, Backoff: backoff.None(), Observer: metrics}
+	metrics.WatchPolicy(p) // export its breaker and retry budget from the first scrape
+
+	ctx := guardrail.WithOperation(context.Background(), "GetPrice")
+	calls := 0
+	_, _ = guardrail.Do(ctx, p, func(context.Context) (int, error) {
+		calls++
+		if calls == 1 {
+			return 0, guardrail.Transient(errors.New("503 from pricing"))
+		}
+		return 100, nil
+	})
+
+	families, _ := reg.Gather()
+	for _, f := range families {
+		if f.GetType() == dto.MetricType_HISTOGRAM { // not shown in this example
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			fmt.Printf("%s{%s} %v\n", f.GetName(), strings.Join(labels, ","), m.GetCounter().GetValue()+m.GetGauge().GetValue())
+		}
+	}
+	// Output:
+	// guardrail_attempts_total{dependency=pricing,operation=GetPrice,outcome=failure} 1
+	// guardrail_attempts_total{dependency=pricing,operation=GetPrice,outcome=success} 1
+	// guardrail_breaker_state{dependency=pricing,state=closed} 1
+	// guardrail_breaker_state{dependency=pricing,state=half_open} 0
+	// guardrail_breaker_state{dependency=pricing,state=open} 0
+	// guardrail_calls_total{dependency=pricing,operation=GetPrice,outcome=ok} 1
+	// guardrail_retries_total{dependency=pricing,operation=GetPrice,reason=backoff} 1
+	// guardrail_retry_budget_tokens{dependency=pricing} 9
+	// guardrail_retry_success_total{dependency=pricing,operation=GetPrice} 1
+}
