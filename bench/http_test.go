@@ -11,22 +11,22 @@ import (
 
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/failsafe-go/failsafe-go/failsafehttp"
+	"github.com/guardrail-go/guardrail/guardhttp"
 	"github.com/hashicorp/go-retryablehttp"
 )
 
-// plainTransport is the connection pool every client below is given (or,
-// for guardhttp, builds itself with the same settings), so the rows differ
-// only by what each library wraps around it.
+// plainTransport is the connection pool every client below is given: the
+// one guardhttp.NewClient builds for itself, without its guard, so the rows
+// differ only by what each library wraps around it.
 func plainTransport() *http.Transport {
-	d := &net.Dialer{Timeout: 1500 * time.Millisecond, KeepAlive: 30 * time.Second}
+	d := &net.Dialer{Timeout: guardhttp.DefaultConnectTimeout, KeepAlive: 30 * time.Second}
 	return &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           d.DialContext,
 		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          256,
-		MaxIdleConnsPerHost:   64,
+		MaxIdleConns:          4 * guardhttp.DefaultMaxIdleConnsPerHost,
+		MaxIdleConnsPerHost:   guardhttp.DefaultMaxIdleConnsPerHost,
 		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   3 * time.Second,
+		TLSHandshakeTimeout:   guardhttp.DefaultTLSHandshakeTimeout,
 		ExpectContinueTimeout: time.Second,
 	}
 }
@@ -84,23 +84,44 @@ func BenchmarkHTTP(b *testing.B) {
 	clients := []httpClient{{"plain", &http.Client{Transport: plainTransport()}}}
 	clients = append(clients, guardhttpClients()...)
 	clients = append(clients, peerHTTPClients()...)
+	for _, deadline := range []string{"none", "1h"} {
+		for _, c := range clients {
+			benchGet(b, srv.URL, c, deadline)
+		}
+	}
 	for _, c := range clients {
-		b.Run("impl="+c.name, func(b *testing.B) {
-			req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, srv.URL, nil)
+		c.client.CloseIdleConnections()
+	}
+}
+
+// benchGet measures GETs of url through c. With a deadline ("1h") the
+// request's context has one, as a caller's usually does: guardhttp then
+// announces the time left to the server in headers.
+func benchGet(b *testing.B, url string, c httpClient, deadline string) {
+	b.Run("deadline="+deadline+"/impl="+c.name, func(b *testing.B) {
+		ctx := context.Background()
+		if deadline != "none" {
+			d, err := time.ParseDuration(deadline)
 			if err != nil {
 				b.Fatal(err)
 			}
-			get := func() {
-				resp, err := c.client.Do(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				_ = resp.Body.Close()
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, d)
+			defer cancel()
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		get := func() {
+			resp, err := c.client.Do(req)
+			if err != nil {
+				b.Fatal(err)
 			}
-			get() // open the connection outside the measurement
-			loop(b, get)
-		})
-		c.client.CloseIdleConnections()
-	}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
+		get() // open the connection outside the measurement
+		loop(b, get)
+	})
 }
