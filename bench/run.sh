@@ -36,6 +36,7 @@ fi
 	echo "cores: $(nproc 2>/dev/null || echo unknown)"
 	echo "go: $(go env GOVERSION) $(go env GOOS)/$(go env GOARCH)"
 	echo "os: $(uname -srm)"
+	echo "guardrail: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- .. 2>/dev/null || echo ' (with uncommitted changes)')"
 	echo "rounds: $count, -benchtime $benchtime each"
 	echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
 	echo "modules:"
