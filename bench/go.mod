@@ -1,0 +1,23 @@
+module github.com/guardrail-go/guardrail/bench
+
+go 1.26.0
+
+require (
+	github.com/cenkalti/backoff/v5 v5.0.3
+	github.com/eapache/go-resiliency v1.7.0
+	github.com/failsafe-go/failsafe-go v0.9.8
+	github.com/guardrail-go/guardrail v0.0.0-00010101000000-000000000000
+	github.com/hashicorp/go-retryablehttp v0.7.8
+	github.com/sony/gobreaker/v2 v2.4.0
+	golang.org/x/perf v0.0.0-20260908200009-22c9c6c9d4da
+	golang.org/x/sync v0.23.0
+)
+
+require (
+	github.com/aclements/go-moremath v0.0.0-20210112150236-f10218a38794 // indirect
+	github.com/bits-and-blooms/bitset v1.24.4 // indirect
+	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
+	github.com/influxdata/tdigest v0.0.1 // indirect
+)
+
+replace github.com/guardrail-go/guardrail => ../
