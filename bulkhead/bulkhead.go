@@ -125,9 +125,13 @@ func (b *Bulkhead) AcquireBy(ctx context.Context, latest time.Time) (release fun
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s := b.state.Load()
-	if s < b.limit && b.state.CompareAndSwap(s, s+1) { // s < limit: nobody queued, a slot free
-		return b.release, nil
+	// s < limit: nobody queued and a slot free. A CAS lost to another
+	// acquire or release is retried here rather than in the slow path,
+	// which would take the mutex: under contention that doubled the cost.
+	for s := b.state.Load(); s < b.limit; s = b.state.Load() {
+		if b.state.CompareAndSwap(s, s+1) {
+			return b.release, nil
+		}
 	}
 	return b.acquireSlow(ctx, latest)
 }
