@@ -67,16 +67,30 @@ type Col struct {
 	JSONOnly bool
 }
 
-// Int, Float, Ms, Bool and Str build columns.
+// Int is an integer column.
 func Int(key string, v int) Col { return Col{Key: key, Value: v, Format: "%d"} }
+
+// Float is a float column printed with prec decimals.
 func Float(key string, v float64, prec int) Col {
 	return Col{Key: key, Value: v, Format: fmt.Sprintf("%%.%df", prec)}
 }
-func Ms(key string, d time.Duration) Col        { return Col{Key: key, Value: d, Format: "ms"} }
-func Bool(key string, v bool) Col               { return Col{Key: key, Value: v, Format: "%v"} }
-func Str(key string, v string) Col              { return Col{Key: key, Value: v, Format: "%s"} }
-func (c Col) As(name, format string) Col        { c.Name, c.Format = name, format; return c }
-func (c Col) Named(name string) Col             { c.Name = name; return c }
+
+// Ms is a duration column: milliseconds in the table and in JSON.
+func Ms(key string, d time.Duration) Col { return Col{Key: key, Value: d, Format: "ms"} }
+
+// Bool is a boolean column.
+func Bool(key string, v bool) Col { return Col{Key: key, Value: v, Format: "%v"} }
+
+// Str is a string column.
+func Str(key string, v string) Col { return Col{Key: key, Value: v, Format: "%s"} }
+
+// As sets the column's name in the table and its format ("ms" or "s" for
+// durations, a fmt verb otherwise).
+func (c Col) As(name, format string) Col { c.Name, c.Format = name, format; return c }
+
+// Named sets the column's name in the table.
+func (c Col) Named(name string) Col { c.Name = name; return c }
+
 func (c Col) jsonOnly() Col                     { c.JSONOnly = true; return c }
 func row(label string, cols ...Col) Row         { return Row{Label: label, Cols: cols} }
 func (r *Result) add(label string, cols ...Col) { r.Rows = append(r.Rows, row(label, cols...)) }

@@ -12,6 +12,7 @@ const (
 	Histogram
 )
 
+// String returns the kind's name in Prometheus' exposition format.
 func (k Kind) String() string {
 	switch k {
 	case Counter:
