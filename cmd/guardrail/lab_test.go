@@ -7,9 +7,12 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 func TestLabJSONAndExitCodes(t *testing.T) {
+	defer goleak.VerifyNone(t)
 	var out, errb bytes.Buffer
 	code := run(context.Background(), []string{"lab", "--quick", "--json", "amplification", "--users", "50", "--over", "100ms"}, &out, &errb)
 	if code != 0 {
