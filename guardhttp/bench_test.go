@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -32,19 +33,21 @@ func plainTransport() *http.Transport {
 }
 
 // BenchmarkClient compares a plain http.Client with guardhttp.NewClient on
-// the same loopback server, in one run: the success path of a GET.
+// a loopback server, in one run: the success path of a GET. Each client
+// gets a server of its own, warmed up, and leaves nothing behind (idle
+// connections, their goroutines and timers) for the next to pay for, so
+// the order in which they run does not matter. Run the binary several
+// times with -count 1 rather than once with -count n, which runs each
+// sub-benchmark n times in a row and so compares clients measured minutes
+// apart on a machine whose load moves (see docs/http-client.md).
 func BenchmarkClient(b *testing.B) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, "ok")
-	}))
-	defer srv.Close()
 	clients := []struct {
-		name   string
-		client *http.Client
+		name      string
+		newClient func() *http.Client
 	}{
-		{"plain", &http.Client{Transport: plainTransport()}},
-		{"floor", &http.Client{Transport: floor{plainTransport()}}},
-		{"guardhttp", guardhttp.NewClient(guardhttp.Config{})},
+		{"plain", func() *http.Client { return &http.Client{Transport: plainTransport()} }},
+		{"floor", func() *http.Client { return &http.Client{Transport: floor{plainTransport()}} }},
+		{"guardhttp", func() *http.Client { return guardhttp.NewClient(guardhttp.Config{}) }},
 	}
 	for _, deadline := range []bool{false, true} {
 		for _, c := range clients {
@@ -53,6 +56,12 @@ func BenchmarkClient(b *testing.B) {
 				name = "deadline=1h/client=" + c.name
 			}
 			b.Run(name, func(b *testing.B) {
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					_, _ = io.WriteString(w, "ok")
+				}))
+				defer srv.Close()
+				client := c.newClient()
+				defer client.CloseIdleConnections()
 				ctx := context.Background()
 				if deadline {
 					var cancel context.CancelFunc
@@ -63,22 +72,26 @@ func BenchmarkClient(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				b.ReportAllocs()
-				cpu := cpuTime()
-				for b.Loop() {
-					resp, err := c.client.Do(req)
+				do := func() {
+					resp, err := client.Do(req)
 					if err != nil {
 						b.Fatal(err)
 					}
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 				}
+				for range 1000 { // connection, pools and caches warm
+					do()
+				}
+				runtime.GC()
+				b.ReportAllocs()
+				cpu := cpuTime()
+				for b.Loop() {
+					do()
+				}
 				reportCPU(b, cpu)
 			})
 		}
-	}
-	for _, c := range clients {
-		c.client.CloseIdleConnections()
 	}
 }
 

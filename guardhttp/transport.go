@@ -69,11 +69,15 @@ type Transport struct {
 	base        http.RoundTripper
 	reportsConn bool // base is an *http.Transport: it asks for a connection first thing
 	proxied     bool // base may go through a proxy, which may take a TLS handshake
-	s           settings
-	observer    guardrail.Observer // Config.Observer, for events after the engine returned
-	breakers    *breaker.Group
-	bulkheads   *bulkheads       // nil: none
-	policy      guardrail.Policy // must not be copied: holds the budget
+	// native: base is NewClient's own, which bounds connect, TLS and
+	// response header itself with our limits; cleartext requests take the
+	// native path (see native.go).
+	native    bool
+	s         settings
+	observer  guardrail.Observer // Config.Observer, for events after the engine returned
+	breakers  *breaker.Group
+	bulkheads *bulkheads       // nil: none
+	policy    guardrail.Policy // must not be copied: holds the budget
 }
 
 // NewTransport returns a Transport that sends requests through base under
@@ -144,6 +148,7 @@ func NewClient(cfg Config) *http.Client {
 		MaxIdleConnsPerHost:   DefaultMaxIdleConnsPerHost,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   s.tls,
+		ResponseHeaderTimeout: s.header,
 		ExpectContinueTimeout: time.Second,
 	}
 	for _, v := range [...]string{"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"} {
@@ -151,7 +156,15 @@ func NewClient(cfg Config) *http.Client {
 			base.Proxy = http.ProxyFromEnvironment
 		}
 	}
-	return &http.Client{Transport: NewTransport(base, cfg)}
+	t := NewTransport(base, cfg)
+	// An attempt timeout spans every phase: it needs the traced path.
+	if base.Proxy == nil && cfg.AttemptTimeout == 0 {
+		t.native = true
+		if s.write > 0 {
+			base.DialContext = guardDialer(dialer, s.write)
+		}
+	}
+	return &http.Client{Transport: t}
 }
 
 // RetryBudget returns the budget retries are spent from, for metrics.
@@ -278,21 +291,22 @@ func (c *call) closeBody() {
 	}
 }
 
-// body returns the body of attempt c.n, its GetBody and its length.
-func (c *call) body() (io.ReadCloser, func() (io.ReadCloser, error), int64, error) {
+// body returns the body of attempt c.n, its GetBody and its length, and
+// whether they are the caller's request's own.
+func (c *call) body() (_ io.ReadCloser, _ func() (io.ReadCloser, error), _ int64, same bool, _ error) {
 	req := c.req
 	switch c.bodyMode {
 	case bodyGetBody:
 		if !c.bodySent {
 			c.bodySent = true
-			return req.Body, req.GetBody, req.ContentLength, nil
+			return req.Body, req.GetBody, req.ContentLength, true, nil
 		}
 		b, err := req.GetBody()
-		return b, req.GetBody, req.ContentLength, err
+		return b, req.GetBody, req.ContentLength, false, err
 	case bodyBuffered:
 		buf := c.buf
 		if len(buf) == 0 && req.ContentLength <= 0 {
-			return http.NoBody, nil, 0, nil
+			return http.NoBody, nil, 0, false, nil
 		}
 		// A declared length the body did not match is kept, for the base
 		// transport to refuse as it would have without us.
@@ -301,18 +315,18 @@ func (c *call) body() (io.ReadCloser, func() (io.ReadCloser, error), int64, erro
 			length = int64(len(buf))
 		}
 		get := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
-		return io.NopCloser(bytes.NewReader(buf)), get, length, nil
+		return io.NopCloser(bytes.NewReader(buf)), get, length, false, nil
 	case bodyOnce:
 		if c.bodySent {
-			return nil, nil, 0, errors.New("guardhttp: request body already sent and not replayable")
+			return nil, nil, 0, false, errors.New("guardhttp: request body already sent and not replayable")
 		}
 		c.bodySent = true
 		if len(c.buf) == 0 {
-			return req.Body, nil, req.ContentLength, nil
+			return req.Body, nil, req.ContentLength, false, nil
 		}
-		return onceBody{io.MultiReader(bytes.NewReader(c.buf), req.Body), req.Body}, nil, req.ContentLength, nil
+		return onceBody{io.MultiReader(bytes.NewReader(c.buf), req.Body), req.Body}, nil, req.ContentLength, false, nil
 	}
-	return req.Body, nil, req.ContentLength, nil
+	return req.Body, req.GetBody, req.ContentLength, true, nil
 }
 
 // onceBody is a body partly read ahead: the prefix then the rest.
@@ -338,18 +352,28 @@ func (c *call) attempt(actx context.Context) (*http.Response, error) {
 			return nil, err
 		}
 	}
-	now := time.Now()
-	a := t.newAttempt(c, actx, now)
+	var a *attempt
+	var now time.Time // read when needed
+	if t.native && c.req.URL.Scheme == "http" {
+		a = t.newNativeAttempt(c, actx)
+	} else {
+		now = time.Now()
+		a = t.newAttempt(c, actx, now)
+	}
 	a.release = release
-	body, getBody, length, err := c.body()
+	body, getBody, length, same, err := c.body()
 	if err != nil {
 		a.finish()
 		return nil, c.mark(err, guardrail.Verdict{Outcome: breaker.Ignored})
 	}
-	r := c.req.WithContext(a.ctx)
-	r.Body, r.GetBody, r.ContentLength = body, getBody, length
-	if h := c.header(a, now); h != nil {
-		r.Header = h
+	r := c.req
+	h := c.header(a, now)
+	if h != nil || !same || a.ctx != r.Context() {
+		r = r.WithContext(a.ctx)
+		r.Body, r.GetBody, r.ContentLength = body, getBody, length
+		if h != nil {
+			r.Header = h
+		}
 	}
 	resp, err := t.base.RoundTrip(r)
 	if err != nil {
@@ -418,14 +442,17 @@ func (c *call) mark(err error, v guardrail.Verdict) error {
 }
 
 // header returns the headers of attempt c.n, or nil when the caller's
-// serve unchanged.
+// serve unchanged. now is the attempt's start, or zero if not read yet.
 func (c *call) header(a *attempt, now time.Time) http.Header {
 	dl, hasDeadline := c.req.Context().Deadline()
-	if !a.deadline.IsZero() && (!hasDeadline || a.deadline.Before(dl)) {
-		dl, hasDeadline = a.deadline, true
+	if adl := a.deadlineTime(); !adl.IsZero() && (!hasDeadline || adl.Before(dl)) {
+		dl, hasDeadline = adl, true
 	}
 	if !hasDeadline && c.n == 1 && c.idemKey == "" {
 		return nil
+	}
+	if hasDeadline && now.IsZero() {
+		now = time.Now()
 	}
 	// A shallow copy: the caller's value slices are shared, never written
 	// (Set replaces a key's slice), and the base transport only reads them.
