@@ -239,15 +239,16 @@ func (a *attempt) enter(p phase) {
 
 // startBody moves the attempt to the body phase. Body-idle time is
 // counted from the start of each Read, so the timer only needs to look no
-// later than one limit after any Read could have begun: from is a time no
-// later than the first Read (the previous phase's start, or a native
-// attempt's first Read), and the check re-arms if it comes too soon.
-func (a *attempt) startBody(from int64) {
+// later than one limit after any Read could have begun: from the previous
+// phase's start, or from now, the start of a native attempt's first Read
+// (0: not read). The check re-arms if it comes too soon.
+func (a *attempt) startBody(now int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.cause != nil || a.phase >= phaseBody {
 		return
 	}
+	from := now
 	if from == 0 {
 		from = a.started
 	}
@@ -257,7 +258,7 @@ func (a *attempt) startBody(from int64) {
 	if a.limit > 0 {
 		due = from + int64(a.limit)
 	}
-	a.schedule(due)
+	a.schedule(now, due)
 }
 
 // arm starts the limit of the current phase at now, bounded by the
@@ -269,13 +270,14 @@ func (a *attempt) arm(now int64) {
 	if a.limit > 0 {
 		due = now + int64(a.limit)
 	}
-	a.schedule(due)
+	a.schedule(now, due)
 }
 
 // schedule sets the time the current limit runs out to due (0: never), or
 // to the attempt's deadline if that comes first, and makes sure the timer
-// fires no later. The caller holds a.mu.
-func (a *attempt) schedule(due int64) {
+// fires no later. now is the current time, or 0 if the caller has not read
+// it. The caller holds a.mu.
+func (a *attempt) schedule(now, due int64) {
 	if a.deadline != 0 && (due == 0 || a.deadline < due) {
 		due = a.deadline
 	}
@@ -286,20 +288,26 @@ func (a *attempt) schedule(due int64) {
 	if a.timer == nil {
 		a.timer = takeTimer(a)
 	}
-	a.timer.fireBy(due)
+	a.timer.fireBy(now, due)
 }
 
-// fire runs when the timer goes off: it re-arms the timer if the limit now
-// runs out later, and otherwise ends the attempt with a TimeoutError.
-func (a *attempt) fire() {
+// fire runs when pt, the attempt's timer, goes off: it re-arms the timer
+// if the limit now runs out later, and otherwise ends the attempt with a
+// TimeoutError.
+func (a *attempt) fire(pt *phaseTimer) {
 	a.mu.Lock()
+	if a.timer != pt {
+		a.mu.Unlock() // the attempt gave pt back: it is done
+		return
+	}
+	pt.due = 0
 	if a.phase == phaseDone || a.cause != nil || a.expires == 0 {
 		a.mu.Unlock()
 		return
 	}
 	now := nanotime()
 	if now < a.expires {
-		a.schedule(a.expires)
+		a.schedule(now, a.expires)
 		a.mu.Unlock()
 		return
 	}
@@ -313,12 +321,12 @@ func (a *attempt) fire() {
 		// between Reads is not the server's fault.
 		since := a.reading.Load()
 		if since == 0 {
-			a.schedule(now + int64(a.limit))
+			a.schedule(now, now+int64(a.limit))
 			a.mu.Unlock()
 			return
 		}
 		if due := since + int64(a.limit); now < due {
-			a.schedule(due)
+			a.schedule(now, due)
 			a.mu.Unlock()
 			return
 		}
@@ -355,15 +363,17 @@ func (c withDeadline) Deadline() (time.Time, bool) { return c.deadline, true }
 // armed would make every pass of the scheduler read the clock until it
 // fires.
 //
-// A run of fire that starts as the timer passes to another attempt calls
-// that attempt's fire, which finds its limit not yet run out and at most
-// re-arms the timer for it; the attempt that gave the timer back is done
-// and never touches it again.
+// A run of fire that starts as the timer passes to another attempt finds
+// either the attempt that gave it back, which no longer holds it and
+// ignores it, or the one that took it, whose limit has not run out: it at
+// most re-arms the timer.
 type phaseTimer struct {
-	t   *time.Timer
-	mu  sync.Mutex
-	a   *attempt // the attempt it is lent to; nil in the pool
-	due int64    // when t fires; 0: not armed
+	t *time.Timer
+	a atomic.Pointer[attempt] // the attempt it is lent to; nil in the pool
+
+	// due is when t fires, 0 if it is not armed. The attempt holding the
+	// timer guards it with its mu.
+	due int64
 }
 
 var timers sync.Pool
@@ -375,37 +385,35 @@ func takeTimer(a *attempt) *phaseTimer {
 		pt.t = time.AfterFunc(time.Hour, pt.fire)
 		pt.t.Stop()
 	}
-	pt.mu.Lock()
-	pt.a = a
-	pt.mu.Unlock()
+	pt.a.Store(a)
 	return pt
 }
 
-// fireBy makes sure the timer fires no later than due.
-func (pt *phaseTimer) fireBy(due int64) {
-	pt.mu.Lock()
+// fireBy makes sure the timer fires no later than due. now is the current
+// time, or 0 if the caller has not read it. The caller holds the mu of the
+// attempt holding pt.
+func (pt *phaseTimer) fireBy(now, due int64) {
 	if pt.due == 0 || due < pt.due {
 		pt.due = due
-		pt.t.Reset(time.Duration(due - nanotime()))
+		if now == 0 {
+			now = nanotime()
+		}
+		pt.t.Reset(time.Duration(due - now))
 	}
-	pt.mu.Unlock()
 }
 
 func (pt *phaseTimer) fire() {
-	pt.mu.Lock()
-	a := pt.a
-	pt.due = 0
-	pt.mu.Unlock()
-	if a != nil {
-		a.fire()
+	if a := pt.a.Load(); a != nil {
+		a.fire(pt)
 	}
 }
 
+// release gives the timer back. The caller no longer holds it: it set its
+// attempt's timer to nil, under the attempt's mu.
 func (pt *phaseTimer) release() {
 	pt.t.Stop()
-	pt.mu.Lock()
-	pt.a, pt.due = nil, 0
-	pt.mu.Unlock()
+	pt.due = 0
+	pt.a.Store(nil)
 	timers.Put(pt)
 }
 

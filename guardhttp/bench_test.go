@@ -7,12 +7,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/guardrail-go/guardrail/deadline"
 	"github.com/guardrail-go/guardrail/guardhttp"
 )
 
@@ -35,24 +37,39 @@ func plainTransport() *http.Transport {
 // BenchmarkClient compares a plain http.Client with guardhttp.NewClient on
 // a loopback server, in one run: the success path of a GET. Each client
 // gets a server of its own, warmed up, and leaves nothing behind (idle
-// connections, their goroutines and timers) for the next to pay for, so
-// the order in which they run does not matter. Run the binary several
-// times with -count 1 rather than once with -count n, which runs each
-// sub-benchmark n times in a row and so compares clients measured minutes
-// apart on a machine whose load moves (see docs/http-client.md).
+// connections, their goroutines and timers) for the next to pay for. Run
+// the binary several times with -count 1 rather than once with -count n,
+// which runs each sub-benchmark n times in a row and so compares clients
+// measured minutes apart on a machine whose load moves (see
+// docs/http-client.md).
+//
+// With a deadline, guardhttp sends it to the server (X-Request-Timeout,
+// X-Request-Deadline), which a plain client does not: "wire" is a plain
+// client whose requests carry the same two headers, ready-made, to tell
+// what propagating a deadline costs the wire and the server from what the
+// guard costs.
 func BenchmarkClient(b *testing.B) {
 	clients := []struct {
 		name      string
 		newClient func() *http.Client
+		headers   bool // the request carries the deadline headers
 	}{
-		{"plain", func() *http.Client { return &http.Client{Transport: plainTransport()} }},
-		{"floor", func() *http.Client { return &http.Client{Transport: floor{plainTransport()}} }},
-		{"guardhttp", func() *http.Client { return guardhttp.NewClient(guardhttp.Config{}) }},
+		{"plain", func() *http.Client { return &http.Client{Transport: plainTransport()} }, false},
+		{"wire", func() *http.Client { return &http.Client{Transport: plainTransport()} }, true},
+		{"floor", func() *http.Client { return &http.Client{Transport: floor{plainTransport()}} }, false},
+		{"guardhttp", func() *http.Client { return guardhttp.NewClient(guardhttp.Config{}) }, false},
 	}
-	for _, deadline := range []bool{false, true} {
+	// Each run starts with another client, so that over several runs none
+	// is always measured first or last.
+	first := os.Getpid() % len(clients)
+	clients = append(clients[first:], clients[:first]...)
+	for _, withDeadline := range []bool{false, true} {
 		for _, c := range clients {
+			if c.headers && !withDeadline {
+				continue
+			}
 			name := "deadline=none/client=" + c.name
-			if deadline {
+			if withDeadline {
 				name = "deadline=1h/client=" + c.name
 			}
 			b.Run(name, func(b *testing.B) {
@@ -63,7 +80,7 @@ func BenchmarkClient(b *testing.B) {
 				client := c.newClient()
 				defer client.CloseIdleConnections()
 				ctx := context.Background()
-				if deadline {
+				if withDeadline {
 					var cancel context.CancelFunc
 					ctx, cancel = context.WithTimeout(ctx, time.Hour)
 					defer cancel()
@@ -71,6 +88,9 @@ func BenchmarkClient(b *testing.B) {
 				req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
 				if err != nil {
 					b.Fatal(err)
+				}
+				if c.headers {
+					deadline.Set(req.Header, time.Now(), time.Hour)
 				}
 				do := func() {
 					resp, err := client.Do(req)

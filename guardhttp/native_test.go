@@ -15,6 +15,7 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/deadline"
 )
 
 // The native path recognises the timeouts *http.Transport and net.Dialer
@@ -284,5 +285,48 @@ func TestHTTPSOverWrappedConnections(t *testing.T) {
 				t.Errorf("server saw %d connections, want 1", got)
 			}
 		})
+	}
+}
+
+// deadlineValues writes what deadline.Set writes.
+func TestDeadlineValuesMatchDeadlineSet(t *testing.T) {
+	now := time.Now()
+	for _, d := range []time.Duration{-time.Second, 0, time.Millisecond - 1, time.Millisecond, 1500 * time.Microsecond,
+		5 * time.Second, time.Hour, 365 * 24 * time.Hour} {
+		h := http.Header{}
+		deadline.Set(h, now, d)
+		timeout, at := deadlineValues(now, d)
+		if timeout != h.Get(deadline.HeaderTimeout) || at != h.Get(deadline.HeaderDeadline) {
+			t.Errorf("d = %v: got %q, %q; deadline.Set wrote %q, %q", d, timeout, at,
+				h.Get(deadline.HeaderTimeout), h.Get(deadline.HeaderDeadline))
+		}
+	}
+}
+
+// The headers of an attempt are the caller's plus ours, each of ours a
+// slice of its own, and the caller's map is left as it was.
+func TestAttemptHeaders(t *testing.T) {
+	tr := NewTransport(http.DefaultTransport, Config{DeadlineReserve: -1})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://example.test/", nil)
+	req.Header.Set("X-Caller", "yes")
+	before := req.Header.Clone()
+	c := &call{t: tr, req: req, n: 3, idemKey: "k1"}
+	h := c.header(&attempt{}, time.Now())
+	for key, want := range map[string]string{"X-Caller": "yes", deadline.HeaderRetryAttempt: "2", HeaderIdempotencyKey: "k1"} {
+		if got := h[key]; len(got) != 1 || got[0] != want {
+			t.Errorf("%s = %q, want [%q]", key, got, want)
+		}
+	}
+	if d, ok := deadline.ParseTimeout(h.Get(deadline.HeaderTimeout), 0); !ok || d < 59*time.Second || d > time.Minute {
+		t.Errorf("%s = %q, want about a minute", deadline.HeaderTimeout, h.Get(deadline.HeaderTimeout))
+	}
+	h.Add(deadline.HeaderRetryAttempt, "appended") // must not spill into the next key's value
+	if got := h[HeaderIdempotencyKey]; len(got) != 1 || got[0] != "k1" {
+		t.Errorf("appending to one header changed another: %q", got)
+	}
+	if len(req.Header) != len(before) || req.Header.Get("X-Caller") != "yes" {
+		t.Errorf("caller's headers changed: %v", req.Header)
 	}
 }

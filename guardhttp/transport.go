@@ -443,6 +443,9 @@ func (c *call) mark(err error, v guardrail.Verdict) error {
 
 // header returns the headers of attempt c.n, or nil when the caller's
 // serve unchanged. now is the attempt's start, or zero if not read yet.
+//
+// It allocates the map, one array for the values it adds and one string
+// for the deadline's digits, whatever it adds.
 func (c *call) header(a *attempt, now time.Time) http.Header {
 	dl, hasDeadline := c.req.Context().Deadline()
 	if adl := a.deadlineTime(); !adl.IsZero() && (!hasDeadline || adl.Before(dl)) {
@@ -451,25 +454,45 @@ func (c *call) header(a *attempt, now time.Time) http.Header {
 	if !hasDeadline && c.n == 1 && c.idemKey == "" {
 		return nil
 	}
-	if hasDeadline && now.IsZero() {
-		now = time.Now()
-	}
 	// A shallow copy: the caller's value slices are shared, never written
-	// (Set replaces a key's slice), and the base transport only reads them.
-	h := make(http.Header, len(c.req.Header)+3)
+	// (a key we set gets a slice of its own), and the base transport only
+	// reads them.
+	h := make(http.Header, len(c.req.Header)+4)
 	for k, v := range c.req.Header {
 		h[k] = v
 	}
+	vals := make([]string, 0, 4)
+	set := func(key, v string) {
+		vals = append(vals, v)
+		h[key] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
 	if hasDeadline {
-		deadline.Set(h, now, dl.Sub(now)-c.t.s.reserve)
+		if now.IsZero() {
+			now = time.Now()
+		}
+		timeout, at := deadlineValues(now, dl.Sub(now)-c.t.s.reserve)
+		set(deadline.HeaderTimeout, timeout)
+		set(deadline.HeaderDeadline, at)
 	}
 	if c.n > 1 {
-		h.Set(deadline.HeaderRetryAttempt, strconv.Itoa(c.n-1))
+		set(deadline.HeaderRetryAttempt, strconv.Itoa(c.n-1))
 	}
 	if c.idemKey != "" {
-		h.Set(HeaderIdempotencyKey, c.idemKey)
+		set(HeaderIdempotencyKey, c.idemKey)
 	}
 	return h
+}
+
+// deadlineValues returns what deadline.Set writes for a request leaving at
+// now with time left d, in one allocation.
+func deadlineValues(now time.Time, d time.Duration) (timeout, at string) {
+	d = max(d, 0)
+	var buf [40]byte
+	b := strconv.AppendInt(buf[:0], int64(d/time.Millisecond), 10)
+	n := len(b)
+	b = strconv.AppendInt(b, now.Add(d).UnixMilli(), 10)
+	s := string(b)
+	return s[:n], s[n:]
 }
 
 // end turns the engine's result into RoundTrip's.
