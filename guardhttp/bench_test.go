@@ -43,6 +43,11 @@ func plainTransport() *http.Transport {
 // measured minutes apart on a machine whose load moves (see
 // docs/http-client.md).
 //
+// "timeouts" is a plain client with net/http's own response header
+// timeout too, as a careful user configures one without guardhttp: the
+// native path of NewClient relies on it (see docs/http-client.md), so the
+// difference is what the guard itself costs.
+//
 // With a deadline, guardhttp sends it to the server (X-Request-Timeout,
 // X-Request-Deadline), which a plain client does not: "wire" is a plain
 // client whose requests carry the same two headers, ready-made, to tell
@@ -55,6 +60,11 @@ func BenchmarkClient(b *testing.B) {
 		headers   bool // the request carries the deadline headers
 	}{
 		{"plain", func() *http.Client { return &http.Client{Transport: plainTransport()} }, false},
+		{"timeouts", func() *http.Client {
+			t := plainTransport()
+			t.ResponseHeaderTimeout = guardhttp.DefaultResponseHeaderTimeout
+			return &http.Client{Transport: t}
+		}, false},
 		{"wire", func() *http.Client { return &http.Client{Transport: plainTransport()} }, true},
 		{"floor", func() *http.Client { return &http.Client{Transport: floor{plainTransport()}} }, false},
 		{"guardhttp", func() *http.Client { return guardhttp.NewClient(guardhttp.Config{}) }, false},

@@ -30,32 +30,49 @@ func TestBaseTransportTimeoutMessages(t *testing.T) {
 		}
 	}))
 	t.Cleanup(hang.Close)
+	hang2 := httptest.NewUnstartedServer(hang.Config.Handler)
+	hang2.EnableHTTP2 = true
+	hang2.StartTLS()
+	t.Cleanup(hang2.Close)
 	t.Cleanup(func() { close(stop) })
 	deaf := deafListener(t)
+	h2 := hang2.Client().Transport.(*http.Transport).Clone()
+	h2.ResponseHeaderTimeout = 20 * time.Millisecond
 
 	tests := []struct {
 		name string
 		tr   *http.Transport
 		url  string
 		want phase
+		msg  string // in the error
 	}{
 		{
 			name: "response header",
 			tr:   &http.Transport{ResponseHeaderTimeout: 20 * time.Millisecond},
 			url:  hang.URL,
 			want: phaseHeader,
+			msg:  msgHeaderTimeout,
+		},
+		{
+			name: "response header, HTTP/2",
+			tr:   h2,
+			url:  hang2.URL,
+			want: phaseHeader,
+			msg:  msgHTTP2HeaderTimeout,
 		},
 		{
 			name: "TLS handshake",
 			tr:   &http.Transport{TLSHandshakeTimeout: 20 * time.Millisecond},
 			url:  "https://" + deaf,
 			want: phaseTLS,
+			msg:  msgTLSTimeout,
 		},
 		{
 			name: "dial, in DNS",
 			tr:   &http.Transport{DialContext: (&net.Dialer{Timeout: 20 * time.Millisecond, Resolver: hangingResolver()}).DialContext},
 			url:  "http://never.resolves.test/",
 			want: phaseConnect,
+			msg:  "dial tcp",
 		},
 	}
 	for _, tt := range tests {
@@ -69,6 +86,9 @@ func TestBaseTransportTimeoutMessages(t *testing.T) {
 			var ne net.Error
 			if !errors.As(err, &ne) || !ne.Timeout() {
 				t.Fatalf("err = %v, want a timeout", err)
+			}
+			if !strings.Contains(err.Error(), tt.msg) {
+				t.Errorf("err = %q, want it to say %q", err, tt.msg)
 			}
 			if got := nativePhase(err); got != tt.want {
 				t.Errorf("nativePhase(%q) = %v, want %v", err, phaseNames[got], phaseNames[tt.want])
@@ -328,5 +348,62 @@ func TestAttemptHeaders(t *testing.T) {
 	}
 	if len(req.Header) != len(before) || req.Header.Get("X-Caller") != "yes" {
 		t.Errorf("caller's headers changed: %v", req.Header)
+	}
+}
+
+// HTTPS through NewClient takes the traced path, whose timer and the base
+// transport's own ResponseHeaderTimeout run out together: whichever ends
+// the attempt, the timeout is named alike, and it is a stream that ends
+// over HTTP/2, not the connection.
+func TestHTTPSResponseHeaderTimeoutThroughNewClient(t *testing.T) {
+	for _, h2 := range []bool{true, false} {
+		name := "HTTP/1.1"
+		if h2 {
+			name = "HTTP/2"
+		}
+		t.Run(name, func(t *testing.T) {
+			var requests atomic.Int64
+			stop := make(chan struct{})
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if requests.Add(1) == 1 {
+					select { // the first request never gets an answer
+					case <-r.Context().Done():
+					case <-stop:
+					}
+					return
+				}
+				_, _ = w.Write([]byte("ok"))
+			}))
+			srv.EnableHTTP2 = h2
+			srv.StartTLS()
+			defer srv.Close()
+			defer close(stop)
+			const limit = 50 * time.Millisecond
+			c := NewClient(Config{ResponseHeaderTimeout: limit, MaxAttempts: 1})
+			base := c.Transport.(*Transport).base.(*http.Transport)
+			base.TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+			if !h2 {
+				base.TLSClientConfig.NextProtos = []string{"http/1.1"}
+			}
+			defer c.CloseIdleConnections()
+
+			_, err := c.Get(srv.URL)
+			var te *TimeoutError
+			if !errors.As(err, &te) || te.Phase != guardrail.PhaseResponseHeader {
+				t.Fatalf("err = %v, want a response_header timeout", err)
+			}
+			if te.After < limit*9/10 || te.After > limit {
+				t.Errorf("After = %v, want about %v", te.After, limit)
+			}
+			resp, err := c.Get(srv.URL)
+			if err != nil {
+				t.Fatalf("second request: %v", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(body) != "ok" {
+				t.Errorf("second request: body %q", body)
+			}
+		})
 	}
 }

@@ -58,10 +58,17 @@ import (
 // how long to wait: the time to the breaker's next probe).
 //
 // Phase timeouts rely on the base transport reporting its progress through
-// net/http/httptrace, as *http.Transport does. With a base that reports
-// nothing, only the attempt timeout and the body-idle timeout apply. The
-// response-header and body-idle phases end the attempt by cancelling its
-// context, and *http.Transport then closes the connection.
+// net/http/httptrace, as *http.Transport does: one timer per attempt
+// follows the phases and ends the attempt by cancelling its context, and
+// *http.Transport then closes the connection. With a base that reports
+// nothing, only the attempt timeout and the body-idle timeout apply.
+//
+// The transport of NewClient bounds the phases before the body itself
+// (its dialer's timeout, its ResponseHeaderTimeout, a write deadline on
+// each connection), so that its cleartext HTTP/1 requests need neither the
+// context nor the trace: what a plain request costs plus a few hundred
+// nanoseconds. Their timeouts are named as on the traced path. See
+// docs/http-client.md.
 //
 // A Transport is safe for concurrent use by multiple goroutines. It does
 // not modify the caller's request, and starts no goroutine of its own.
@@ -136,8 +143,12 @@ func (t *Transport) Breakers() *breaker.Group { return t.breakers }
 // server offers it, up to DefaultMaxIdleConnsPerHost idle connections per
 // host kept 90 s, a dialer bounded by the connect timeout and a TLS
 // handshake bounded by the TLS timeout (so a dial the request gave up on
-// does not linger either). The client has no Timeout: the request's
-// context, the attempt and the phase timeouts bound it.
+// does not linger either), the response-header timeout as its
+// ResponseHeaderTimeout, and connections that bound the writing of each
+// request by the write timeout. Without a proxy and an AttemptTimeout, its
+// cleartext requests rely on these rather than on trace hooks (see
+// Transport). The client has no Timeout: the request's context, the
+// attempt and the phase timeouts bound it.
 func NewClient(cfg Config) *http.Client {
 	s := cfg.settings()
 	dialer := &net.Dialer{Timeout: s.connect, KeepAlive: 30 * time.Second}
