@@ -112,7 +112,12 @@ const (
 // writes are records and frames of several requests, or the caller's.
 //
 // The deadline is removed when the response starts, so that no timer
-// waits on an idle connection.
+// waits on an idle connection. If the server answers early and the last
+// write of the request comes after its response was read, the connection
+// goes back to the pool still writing, under that write's deadline: the
+// next request with a body starts its own (begin); one without writes its
+// few bytes at once, and, were that deadline already past, its write fails
+// with nothing written, which *http.Transport retries on a new connection.
 type guardConn struct {
 	net.Conn
 	write   time.Duration
@@ -139,11 +144,15 @@ func (c *guardConn) starting(p []byte) {
 	}
 }
 
-// begin starts the write timeout of a request now, before its first write.
+// begin starts the write timeout of a request now, before its first write,
+// whatever the state: a request whose last write came after its response
+// (an early answer) may have left the connection writing.
 func (c *guardConn) begin() {
-	if c.state.CompareAndSwap(connIdle, connWriting) {
-		_ = c.Conn.SetWriteDeadline(time.Now().Add(c.write))
+	if c.state.Load() == connOff {
+		return
 	}
+	c.state.Store(connWriting)
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.write))
 }
 
 // off stops timing writes for good: the connection now carries another

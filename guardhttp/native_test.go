@@ -407,3 +407,53 @@ func TestHTTPSResponseHeaderTimeoutThroughNewClient(t *testing.T) {
 		})
 	}
 }
+
+// A connection left writing under a deadline already past (see guardConn)
+// fails the next bodiless request's first write with nothing written,
+// which *http.Transport sends again on a new connection: the caller sees
+// nothing of it.
+func TestStaleWriteDeadlineIsHarmless(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("ok"))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	c := NewClient(Config{})
+	defer c.CloseIdleConnections()
+	tr := c.Transport.(*Transport)
+	var last atomic.Pointer[guardConn]
+	dial := tr.base.(*http.Transport).DialContext
+	tr.base.(*http.Transport).DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if gc, ok := conn.(*guardConn); ok {
+			last.Store(gc)
+		}
+		return conn, err
+	}
+	get := func() {
+		t.Helper()
+		resp, err := c.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(body) != "ok" {
+			t.Fatalf("body %q, %v", body, err)
+		}
+	}
+	get()
+	gc := last.Load()
+	gc.state.Store(connWriting) // as a late write of an early-answered request leaves it
+	_ = gc.Conn.SetWriteDeadline(time.Now().Add(-time.Second))
+	get()
+	if got := conns.Load(); got != 2 {
+		t.Errorf("server saw %d connections, want 2: the stale one replaced", got)
+	}
+}
