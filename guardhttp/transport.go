@@ -66,8 +66,8 @@ import (
 // The transport of NewClient bounds the phases before the body itself
 // (its dialer's timeout, its ResponseHeaderTimeout, a write deadline on
 // each connection), so that its cleartext HTTP/1 requests need neither the
-// context nor the trace: what a plain request costs plus a few hundred
-// nanoseconds. Their timeouts are named as on the traced path. See
+// cancellable context nor the trace hooks, which cost about as much as the
+// rest of the guard. Their timeouts are named as on the traced path. See
 // docs/http-client.md.
 //
 // A Transport is safe for concurrent use by multiple goroutines. It does
