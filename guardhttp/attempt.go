@@ -36,8 +36,13 @@ var phaseNames = [...]string{
 	phaseBody:    guardrail.PhaseBodyIdle,
 }
 
-// epoch anchors the monotonic clock readings kept in atomics.
+// epoch anchors the monotonic clock readings kept as integers.
 var epoch = time.Now()
+
+// nanotime returns the monotonic clock in nanoseconds since epoch, always
+// positive. It reads only the monotonic clock, which is cheaper than
+// time.Now.
+func nanotime() int64 { return int64(time.Since(epoch)) + 1 }
 
 // attempt is one try of a request: its context, which a timeout cancels
 // with a *TimeoutError as the cause; one timer that enforces the phase
@@ -53,36 +58,52 @@ var epoch = time.Now()
 // without touching the timer, which, when it fires early, re-arms itself
 // for the current due time. On the success path it is armed once and
 // stopped once.
+//
+// A native attempt (see native.go) has no context of its own and no timer
+// until the first Read of its body: the base transport and the connection
+// bound the phases before it, and the timer ends a stalled body by closing
+// it.
+//
+// Times are monotonic nanoseconds since epoch (nanotime); 0 means none.
 type attempt struct {
 	t       *Transport
 	dep     string
-	n       int // attempt number, 1-based
+	n       int  // attempt number, 1-based
+	native  bool // phases before the body are bounded by the base transport
+	waiting bool // native: the body timer starts at the first Read
+	handed  bool // the body belongs to the caller; set before it is shared
 	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	detach  func() bool // stops forwarding the caller's cancellation; nil when inherited
-	release func()      // frees the bulkhead slot; nil when none
-	trace   httptrace.ClientTrace
-	body    io.ReadCloser // the response body, once handed over
-	handed  bool          // the body belongs to the caller; set before it is shared
+	cancel  context.CancelCauseFunc // nil when native
+	detach  func() bool             // stops forwarding the caller's cancellation; nil when inherited
+	release func()                  // frees the bulkhead slot; nil when none
+	conn    *guardConn              // native: the connection, when the attempt needs to know it
+	body    io.ReadCloser           // the response body, once handed over
 
-	// reading is the monotonic time (ns since epoch, +1) at which the
-	// current body Read began, 0 between Reads: the body-idle check reads it
-	// instead of the timer being re-armed on every Read.
+	// reading is the time at which the current body Read began, 0 between
+	// Reads: the body-idle check reads it instead of the timer being
+	// re-armed on every Read.
 	reading atomic.Int64
 
 	mu       sync.Mutex  // guards the fields below
 	timer    *phaseTimer // nil until armed, and again once the attempt is done
 	phase    phase
-	started  time.Time     // start of the current phase
+	started  int64         // start of the current phase
 	limit    time.Duration // limit of the current phase; 0: none
-	expires  time.Time     // when the current limit runs out; zero: none
-	armed    time.Time     // when the timer is set to fire; zero: not set
-	deadline time.Time     // end of the attempt (AttemptTimeout); zero: none
-	cause    *TimeoutError // the timeout that cancelled the attempt
+	expires  int64         // when the current limit runs out
+	deadline int64         // end of the attempt (AttemptTimeout)
+	cause    *TimeoutError // the timeout that ended the attempt
+}
+
+// tracedAttempt is an attempt with trace hooks of its own, in one
+// allocation.
+type tracedAttempt struct {
+	attempt
+	trace httptrace.ClientTrace
 }
 
 func (t *Transport) newAttempt(c *call, actx context.Context, now time.Time) *attempt {
-	a := &attempt{t: t, dep: c.dep, n: c.n}
+	ta := &tracedAttempt{attempt: attempt{t: t, dep: c.dep, n: c.n}}
+	a := &ta.attempt
 	parent := c.req.Context()
 	var ctx context.Context
 	if t.observer != nil {
@@ -98,30 +119,70 @@ func (t *Transport) newAttempt(c *call, actx context.Context, now time.Time) *at
 	} else {
 		ctx, a.cancel = context.WithCancelCause(parent)
 	}
+	start := int64(now.Sub(epoch)) + 1
 	if t.s.attemptTimeout > 0 {
-		a.deadline = now.Add(t.s.attemptTimeout)
-		if dl, ok := parent.Deadline(); ok && !dl.After(a.deadline) {
-			a.deadline = time.Time{} // the caller's deadline comes first
+		a.deadline = start + int64(t.s.attemptTimeout)
+		if dl, ok := parent.Deadline(); ok && int64(dl.Sub(epoch))+1 <= a.deadline {
+			a.deadline = 0 // the caller's deadline comes first
 		}
 	}
-	a.trace.GotConn = a.gotConn
-	a.trace.WroteRequest = a.wroteRequest
+	ta.trace.GotConn = a.gotConn
+	ta.trace.WroteRequest = a.wroteRequest
 	if !t.reportsConn {
-		a.trace.GetConn = a.getConn
+		ta.trace.GetConn = a.getConn
 	}
 	if !t.reportsConn || t.proxied || c.req.URL.Scheme == "https" {
-		a.trace.TLSHandshakeStart = a.tlsStart
+		ta.trace.TLSHandshakeStart = a.tlsStart
 	}
-	a.ctx = httptrace.WithClientTrace(ctx, &a.trace)
+	a.ctx = httptrace.WithClientTrace(ctx, &ta.trace)
 	a.mu.Lock()
 	if t.reportsConn {
 		// *http.Transport asks for a connection first thing: GetConn
 		// would only tell us what we know.
 		a.phase = phaseConnect
 	}
-	a.arm(now)
+	a.arm(start)
 	a.mu.Unlock()
 	return a
+}
+
+// deadlineTime returns the attempt's deadline (AttemptTimeout) as a time,
+// or the zero time if it has none.
+func (a *attempt) deadlineTime() time.Time {
+	if a.deadline == 0 {
+		return time.Time{}
+	}
+	return epoch.Add(time.Duration(a.deadline - 1))
+}
+
+// newNativeAttempt starts an attempt whose phases before the body the base
+// transport and the connection bound themselves (see native.go). Its
+// context is the engine's, which, the engine having no attempt timeout of
+// its own, is the caller's as the Observer saw it: no timeout needs to
+// cancel it. It traces the request only to learn its connection: for a
+// body, to start the write timeout when the connection is handed over
+// rather than at the first write; for a request that asks to switch
+// protocols, to stop timing writes if the server switches.
+func (t *Transport) newNativeAttempt(c *call, actx context.Context) *attempt {
+	_, upgrade := c.req.Header["Upgrade"]
+	if t.s.write <= 0 || (c.bodyMode == bodyNone && !upgrade) {
+		return &attempt{t: t, dep: c.dep, n: c.n, native: true, ctx: actx}
+	}
+	ta := &tracedAttempt{attempt: attempt{t: t, dep: c.dep, n: c.n, native: true}}
+	a := &ta.attempt
+	ta.trace.GotConn = a.gotConnNative
+	a.ctx = httptrace.WithClientTrace(actx, &ta.trace)
+	return a
+}
+
+// gotConnNative starts the write timeout on the connection in hand and
+// remembers the connection. *http.Transport reports GotConn for HTTP/1 on
+// the goroutine of RoundTrip, before it returns: a.conn needs no lock.
+func (a *attempt) gotConnNative(i httptrace.GotConnInfo) {
+	if gc, ok := i.Conn.(*guardConn); ok {
+		a.conn = gc
+		gc.begin()
+	}
 }
 
 func (a *attempt) getConn(string)                { a.enter(phaseConnect) }
@@ -173,95 +234,98 @@ func (a *attempt) enter(p phase) {
 		}
 	}
 	a.phase = p
-	a.arm(time.Now())
+	a.arm(nanotime())
 }
 
-// startBody moves the attempt to the body phase without reading the clock:
-// body-idle time is counted from the start of each Read, so the timer only
-// needs to look no later than one limit after any Read could have begun.
-// The previous phase's start is earlier than any Read: one body limit
-// after it is early enough, and the check re-arms if it comes too soon.
-func (a *attempt) startBody() {
+// startBody moves the attempt to the body phase. Body-idle time is
+// counted from the start of each Read, so the timer only needs to look no
+// later than one limit after any Read could have begun: from the previous
+// phase's start, or from now, the start of a native attempt's first Read
+// (0: not read). The check re-arms if it comes too soon.
+func (a *attempt) startBody(now int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.cause != nil || a.phase >= phaseBody {
 		return
 	}
+	from := now
+	if from == 0 {
+		from = a.started
+	}
 	a.phase = phaseBody
 	a.limit = a.t.s.bodyIdle
-	due := time.Time{}
+	due := int64(0)
 	if a.limit > 0 {
-		due = a.started.Add(a.limit)
-	}
-	if !a.deadline.IsZero() && (due.IsZero() || a.deadline.Before(due)) {
-		due = a.deadline
-	}
-	a.expires = due
-	if !due.IsZero() && (a.armed.IsZero() || due.Before(a.armed)) {
-		a.schedule(time.Now(), due)
-	}
-}
-
-// arm starts the limit of the current phase at now, bounded by the
-// attempt's deadline. The caller holds a.mu.
-func (a *attempt) arm(now time.Time) {
-	a.started = now
-	a.limit = a.t.s.limitOf(a.phase)
-	due := time.Time{}
-	if a.limit > 0 {
-		due = now.Add(a.limit)
+		due = from + int64(a.limit)
 	}
 	a.schedule(now, due)
 }
 
-// schedule sets the time the current limit runs out to due (zero: never),
-// or to the attempt's deadline if that comes first. The timer is reset
-// only when it would fire too late. The caller holds a.mu.
-func (a *attempt) schedule(now, due time.Time) {
-	if !a.deadline.IsZero() && (due.IsZero() || a.deadline.Before(due)) {
+// arm starts the limit of the current phase at now, bounded by the
+// attempt's deadline. The caller holds a.mu.
+func (a *attempt) arm(now int64) {
+	a.started = now
+	a.limit = a.t.s.limitOf(a.phase)
+	due := int64(0)
+	if a.limit > 0 {
+		due = now + int64(a.limit)
+	}
+	a.schedule(now, due)
+}
+
+// schedule sets the time the current limit runs out to due (0: never), or
+// to the attempt's deadline if that comes first, and makes sure the timer
+// fires no later. now is the current time, or 0 if the caller has not read
+// it. The caller holds a.mu.
+func (a *attempt) schedule(now, due int64) {
+	if a.deadline != 0 && (due == 0 || a.deadline < due) {
 		due = a.deadline
 	}
 	a.expires = due
-	if due.IsZero() || (!a.armed.IsZero() && !due.Before(a.armed)) {
+	if due == 0 {
 		return
 	}
 	if a.timer == nil {
-		a.timer = startTimer(a)
+		a.timer = takeTimer(a)
 	}
-	a.armed = due
-	a.timer.t.Reset(due.Sub(now))
+	a.timer.fireBy(now, due)
 }
 
-// fire runs when the timer goes off: it re-arms the timer if the limit now
-// runs out later, and otherwise cancels the attempt with a TimeoutError.
-func (a *attempt) fire() {
+// fire runs when pt, the attempt's timer, goes off: it re-arms the timer
+// if the limit now runs out later, and otherwise ends the attempt with a
+// TimeoutError.
+func (a *attempt) fire(pt *phaseTimer) {
 	a.mu.Lock()
-	a.armed = time.Time{}
-	if a.phase == phaseDone || a.cause != nil || a.expires.IsZero() {
+	if a.timer != pt {
+		a.mu.Unlock() // the attempt gave pt back: it is done
+		return
+	}
+	pt.due = 0
+	if a.phase == phaseDone || a.cause != nil || a.expires == 0 {
 		a.mu.Unlock()
 		return
 	}
-	now := time.Now()
-	if now.Before(a.expires) {
+	now := nanotime()
+	if now < a.expires {
 		a.schedule(now, a.expires)
 		a.mu.Unlock()
 		return
 	}
 	te := &TimeoutError{Dependency: a.dep}
 	switch {
-	case !a.deadline.IsZero() && !now.Before(a.deadline):
+	case a.deadline != 0 && now >= a.deadline:
 		te.Phase, te.After = guardrail.PhaseAttempt, a.t.s.attemptTimeout
 		te.notSent = a.phase == phaseConnect || a.phase == phaseTLS
 	case a.phase == phaseBody:
 		// Only time spent inside a Read counts: the caller's own pace
 		// between Reads is not the server's fault.
-		since := time.Duration(a.reading.Load())
+		since := a.reading.Load()
 		if since == 0 {
-			a.schedule(now, now.Add(a.limit))
+			a.schedule(now, now+int64(a.limit))
 			a.mu.Unlock()
 			return
 		}
-		if due := epoch.Add(since - 1 + a.limit); now.Before(due) {
+		if due := since + int64(a.limit); now < due {
 			a.schedule(now, due)
 			a.mu.Unlock()
 			return
@@ -273,6 +337,13 @@ func (a *attempt) fire() {
 	}
 	a.cause = te
 	a.mu.Unlock()
+	if a.native {
+		// Only the body phase has a timer. Closing the body ends a Read in
+		// progress: *http.Transport supports Close during Read, and drops
+		// the connection of a body not read to its end.
+		a.body.Close()
+		return
+	}
 	a.cancel(te)
 }
 
@@ -288,65 +359,75 @@ type withDeadline struct {
 func (c withDeadline) Deadline() (time.Time, bool) { return c.deadline, true }
 
 // phaseTimer is a timer lent to one attempt at a time, so that a request
-// does not allocate one. A run of fire that starts as the timer passes to
-// another attempt calls that attempt's fire, which finds its limit not yet
-// run out and at most re-arms the timer for it; the attempt that gave the
-// timer back is done and never touches it again.
+// does not allocate one. It goes back to the pool stopped: a timer left
+// armed would make every pass of the scheduler read the clock until it
+// fires.
+//
+// A run of fire that starts as the timer passes to another attempt finds
+// either the attempt that gave it back, which no longer holds it and
+// ignores it, or the one that took it, whose limit has not run out: it at
+// most re-arms the timer.
 type phaseTimer struct {
-	t  *time.Timer
-	mu sync.Mutex
-	a  *attempt
+	t *time.Timer
+	a atomic.Pointer[attempt] // the attempt it is lent to; nil in the pool
+
+	// due is when t fires, 0 if it is not armed. The attempt holding the
+	// timer guards it with its mu.
+	due int64
 }
 
 var timers sync.Pool
 
-func startTimer(a *attempt) *phaseTimer {
+func takeTimer(a *attempt) *phaseTimer {
 	pt, _ := timers.Get().(*phaseTimer)
 	if pt == nil {
 		pt = new(phaseTimer)
 		pt.t = time.AfterFunc(time.Hour, pt.fire)
 		pt.t.Stop()
 	}
-	pt.mu.Lock()
-	pt.a = a
-	pt.mu.Unlock()
+	pt.a.Store(a)
 	return pt
 }
 
-func (pt *phaseTimer) fire() {
-	pt.mu.Lock()
-	a := pt.a
-	pt.mu.Unlock()
-	if a != nil {
-		a.fire()
+// fireBy makes sure the timer fires no later than due. now is the current
+// time, or 0 if the caller has not read it. The caller holds the mu of the
+// attempt holding pt.
+func (pt *phaseTimer) fireBy(now, due int64) {
+	if pt.due == 0 || due < pt.due {
+		pt.due = due
+		if now == 0 {
+			now = nanotime()
+		}
+		pt.t.Reset(time.Duration(due - now))
 	}
 }
 
+func (pt *phaseTimer) fire() {
+	if a := pt.a.Load(); a != nil {
+		a.fire(pt)
+	}
+}
+
+// release gives the timer back. The caller no longer holds it: it set its
+// attempt's timer to nil, under the attempt's mu.
 func (pt *phaseTimer) release() {
 	pt.t.Stop()
-	pt.mu.Lock()
-	pt.a = nil
-	pt.mu.Unlock()
+	pt.due = 0
+	pt.a.Store(nil)
 	timers.Put(pt)
 }
 
 // failed ends an attempt whose round trip returned err and returns the
 // error to report: the phase timeout that cancelled it, or a timeout the
-// base transport raised itself while connecting (its dialer's), named as
+// base transport raised itself (its dialer's, its TLS handshake's, its
+// response header timeout, or a native attempt's write deadline), named as
 // ours, or err unchanged.
 func (a *attempt) failed(err error) error {
 	a.mu.Lock()
 	cause, p, started, limit := a.cause, a.phase, a.started, a.limit
 	a.mu.Unlock()
-	if cause == nil && (p == phaseConnect || p == phaseTLS) && a.ctx.Err() == nil {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			after := time.Since(started)
-			if limit > 0 {
-				after = min(after, limit)
-			}
-			cause = &TimeoutError{Phase: phaseNames[p], Dependency: a.dep, After: after, notSent: true}
-		}
+	if cause == nil && a.ctx.Err() == nil {
+		cause = a.baseTimeout(err, p, started, limit)
 	}
 	a.finish()
 	if cause != nil {
@@ -355,15 +436,42 @@ func (a *attempt) failed(err error) error {
 	return err
 }
 
-// timedOut returns the timeout that cancelled the attempt, if any.
+// baseTimeout returns err as a *TimeoutError if it is a timeout the base
+// transport raised itself, or nil. p is the phase the attempt was in, and
+// started and limit its start and limit, for an attempt that follows them.
+// A native attempt follows no phase: the error says which one ran out,
+// and the limit is ours, as NewClient gave it to the base transport.
+func (a *attempt) baseTimeout(err error, p phase, started int64, limit time.Duration) *TimeoutError {
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		return nil
+	}
+	if a.native {
+		p = nativePhase(err)
+		if p == phaseStart {
+			return nil
+		}
+		return &TimeoutError{Phase: phaseNames[p], Dependency: a.dep, After: a.t.s.limitOf(p), notSent: p == phaseConnect || p == phaseTLS}
+	}
+	if p != phaseConnect && p != phaseTLS && !(p == phaseHeader && isHeaderTimeout(err)) {
+		return nil
+	}
+	after := time.Duration(nanotime() - started)
+	if limit > 0 {
+		after = min(after, limit)
+	}
+	return &TimeoutError{Phase: phaseNames[p], Dependency: a.dep, After: after, notSent: p != phaseHeader}
+}
+
+// timedOut returns the timeout that ended the attempt, if any.
 func (a *attempt) timedOut() *TimeoutError {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.cause
 }
 
-// finish ends the attempt: the timer stops and the context is cancelled,
-// releasing whatever the base transport still holds for it.
+// finish ends the attempt: the timer goes back to the pool and the context
+// is cancelled, releasing whatever the base transport still holds for it.
 func (a *attempt) finish() {
 	a.mu.Lock()
 	if a.phase == phaseDone {
@@ -372,12 +480,14 @@ func (a *attempt) finish() {
 	}
 	a.phase = phaseDone
 	pt := a.timer
-	a.timer, a.expires, a.armed = nil, time.Time{}, time.Time{}
+	a.timer, a.expires = nil, 0
 	a.mu.Unlock()
 	if pt != nil {
 		pt.release()
 	}
-	a.cancel(nil)
+	if a.cancel != nil {
+		a.cancel(nil)
+	}
 	if a.detach != nil {
 		a.detach()
 	}
@@ -399,26 +509,43 @@ func (a *attempt) handOver(resp *http.Response) {
 		a.mu.Lock()
 		a.phase = phaseDone
 		pt := a.timer
-		a.timer, a.expires, a.armed = nil, time.Time{}, time.Time{}
+		a.timer, a.expires = nil, 0
 		a.mu.Unlock()
 		if pt != nil {
 			pt.release()
+		}
+		if a.conn != nil {
+			a.conn.off() // the connection is the caller's, and so are its writes
 		}
 		if a.release != nil {
 			a.release() // the connection is the caller's now
 		}
 		return
 	}
-	a.startBody()
-	a.body = resp.Body
+	a.watch(resp.Body)
 	a.handed = true
 	resp.Body = a
+}
+
+// watch makes body the attempt's and starts the body phase.
+func (a *attempt) watch(body io.ReadCloser) {
+	a.body = body // before the timer may look at it
+	if a.native {
+		a.waiting = true
+		return
+	}
+	a.startBody(0)
 }
 
 // Read reads the response body. A Read that waits longer than the
 // body-idle timeout for data fails with a *TimeoutError.
 func (a *attempt) Read(p []byte) (int, error) {
-	a.reading.Store(int64(time.Since(epoch)) + 1)
+	now := nanotime()
+	a.reading.Store(now)
+	if a.waiting {
+		a.waiting = false // Reads are not concurrent: a needs no lock
+		a.startBody(now)
+	}
 	n, err := a.body.Read(p)
 	a.reading.Store(0)
 	if err != nil {
@@ -467,8 +594,7 @@ func (a *attempt) buffer(resp *http.Response) {
 		a.finish()
 		return
 	}
-	a.startBody()
-	a.body = resp.Body
+	a.watch(resp.Body)
 	data, err := io.ReadAll(io.LimitReader(a, maxDrain+1))
 	switch {
 	case err != nil:

@@ -7,11 +7,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"os"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/guardrail-go/guardrail/deadline"
 	"github.com/guardrail-go/guardrail/guardhttp"
 )
 
@@ -32,29 +35,62 @@ func plainTransport() *http.Transport {
 }
 
 // BenchmarkClient compares a plain http.Client with guardhttp.NewClient on
-// the same loopback server, in one run: the success path of a GET.
+// a loopback server, in one run: the success path of a GET. Each client
+// gets a server of its own, warmed up, and leaves nothing behind (idle
+// connections, their goroutines and timers) for the next to pay for. Run
+// the binary several times with -count 1 rather than once with -count n,
+// which runs each sub-benchmark n times in a row and so compares clients
+// measured minutes apart on a machine whose load moves (see
+// docs/http-client.md).
+//
+// "timeouts" is a plain client with net/http's own response header
+// timeout too, as a careful user configures one without guardhttp: the
+// native path of NewClient relies on it (see docs/http-client.md), so the
+// difference is what the guard itself costs.
+//
+// With a deadline, guardhttp sends it to the server (X-Request-Timeout,
+// X-Request-Deadline), which a plain client does not: "wire" is a plain
+// client whose requests carry the same two headers, ready-made, to tell
+// what propagating a deadline costs the wire and the server from what the
+// guard costs.
 func BenchmarkClient(b *testing.B) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, "ok")
-	}))
-	defer srv.Close()
 	clients := []struct {
-		name   string
-		client *http.Client
+		name      string
+		newClient func() *http.Client
+		headers   bool // the request carries the deadline headers
 	}{
-		{"plain", &http.Client{Transport: plainTransport()}},
-		{"floor", &http.Client{Transport: floor{plainTransport()}}},
-		{"guardhttp", guardhttp.NewClient(guardhttp.Config{})},
+		{"plain", func() *http.Client { return &http.Client{Transport: plainTransport()} }, false},
+		{"timeouts", func() *http.Client {
+			t := plainTransport()
+			t.ResponseHeaderTimeout = guardhttp.DefaultResponseHeaderTimeout
+			return &http.Client{Transport: t}
+		}, false},
+		{"wire", func() *http.Client { return &http.Client{Transport: plainTransport()} }, true},
+		{"floor", func() *http.Client { return &http.Client{Transport: floor{plainTransport()}} }, false},
+		{"guardhttp", func() *http.Client { return guardhttp.NewClient(guardhttp.Config{}) }, false},
 	}
-	for _, deadline := range []bool{false, true} {
+	// Each run starts with another client, so that over several runs none
+	// is always measured first or last.
+	first := os.Getpid() % len(clients)
+	clients = append(clients[first:], clients[:first]...)
+	for _, withDeadline := range []bool{false, true} {
 		for _, c := range clients {
+			if c.headers && !withDeadline {
+				continue
+			}
 			name := "deadline=none/client=" + c.name
-			if deadline {
+			if withDeadline {
 				name = "deadline=1h/client=" + c.name
 			}
 			b.Run(name, func(b *testing.B) {
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					_, _ = io.WriteString(w, "ok")
+				}))
+				defer srv.Close()
+				client := c.newClient()
+				defer client.CloseIdleConnections()
 				ctx := context.Background()
-				if deadline {
+				if withDeadline {
 					var cancel context.CancelFunc
 					ctx, cancel = context.WithTimeout(ctx, time.Hour)
 					defer cancel()
@@ -63,22 +99,29 @@ func BenchmarkClient(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				b.ReportAllocs()
-				cpu := cpuTime()
-				for b.Loop() {
-					resp, err := c.client.Do(req)
+				if c.headers {
+					deadline.Set(req.Header, time.Now(), time.Hour)
+				}
+				do := func() {
+					resp, err := client.Do(req)
 					if err != nil {
 						b.Fatal(err)
 					}
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 				}
+				for range 1000 { // connection, pools and caches warm
+					do()
+				}
+				runtime.GC()
+				b.ReportAllocs()
+				cpu := cpuTime()
+				for b.Loop() {
+					do()
+				}
 				reportCPU(b, cpu)
 			})
 		}
-	}
-	for _, c := range clients {
-		c.client.CloseIdleConnections()
 	}
 }
 

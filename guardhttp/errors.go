@@ -34,9 +34,9 @@ type TimeoutError struct {
 	// Dependency is the request's dependency label: Config.Name, or its
 	// key (the URL's host by default).
 	Dependency string
-	// After is the limit that expired. When the base transport reported the
-	// timeout itself (its dialer's timeout, say) it is how long the phase had
-	// run.
+	// After is the limit that expired. When a base transport other than
+	// NewClient's reported the timeout itself (its dialer's timeout, say)
+	// it is how long the phase had run.
 	After time.Duration
 
 	notSent bool // the request had not left: retrying it is safe

@@ -1,6 +1,7 @@
 package guardhttp_test
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
 	"io"
@@ -364,4 +365,155 @@ func TestWriteTimeoutOfAPostIsOutcomeUnknown(t *testing.T) {
 	if te := asTimeout(t, err); te.Phase != guardrail.PhaseWrite {
 		t.Errorf("phase = %s, want %s", te.Phase, guardrail.PhaseWrite)
 	}
+}
+
+// NewClient times the writing of a request with a deadline on its
+// connection, lifted when the response starts: a connection that stays
+// idle for longer than the write timeout is reused as if nothing happened.
+func TestIdleConnectionOutlivesTheWriteTimeout(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, "ok")
+	})
+	const limit = 50 * time.Millisecond
+	c := newClient(t, guardhttp.Config{WriteTimeout: limit})
+	send := func(method string, body io.Reader) {
+		t.Helper()
+		req, err := http.NewRequest(method, srv.URL, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+		if got := readAll(t, resp); got != "ok" {
+			t.Fatalf("%s: body %q", method, got)
+		}
+	}
+	send(http.MethodGet, nil)
+	time.Sleep(3 * limit) // the caller is idle on purpose
+	send(http.MethodPut, strings.NewReader("data"))
+	time.Sleep(3 * limit)
+	send(http.MethodGet, nil)
+	if got := srv.newConns.Load(); got != 1 {
+		t.Errorf("server saw %d connections, want 1 reused", got)
+	}
+}
+
+// The wait for the caller's own body counts: the write timeout starts when
+// the request has its connection, as the table in docs/http-client.md says.
+func TestWriteTimeoutCountsASlowBody(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	})
+	const limit = 50 * time.Millisecond
+	c := newClient(t, guardhttp.Config{WriteTimeout: limit, MaxAttempts: 1})
+	body := io.MultiReader(slowReader{3 * limit}, strings.NewReader("data"))
+	req, err := http.NewRequest(http.MethodPut, srv.URL, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = 4
+	start := time.Now()
+	resp, err := c.Do(req)
+	if resp != nil {
+		resp.Body.Close()
+		t.Fatal("got a response")
+	}
+	if te := asTimeout(t, err); te.Phase != guardrail.PhaseWrite || te.After != limit {
+		t.Errorf("timeout = %+v, want write after %v", te, limit)
+	}
+	within(t, "the request", time.Since(start), limit, 3*limit+slack)
+}
+
+// slowReader returns nothing for d, then EOF: a body that takes its time.
+type slowReader struct{ d time.Duration }
+
+func (r slowReader) Read([]byte) (int, error) {
+	time.Sleep(r.d)
+	return 0, io.EOF
+}
+
+// A connection switched to another protocol is the caller's, writes
+// included: the write timeout no longer applies to it.
+func TestSwitchedProtocolsAreNotTimed(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			http.Error(w, "upgrade to echo", http.StatusUpgradeRequired)
+			return
+		}
+		conn, brw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		_ = brw.Flush()
+		_, _ = io.Copy(conn, brw) // echo until the client closes
+	})
+	const limit = 50 * time.Millisecond
+	c := newClient(t, guardhttp.Config{WriteTimeout: limit})
+	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "echo")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("status %d, want 101", resp.StatusCode)
+	}
+	rwc, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		t.Fatalf("body %T is not writable", resp.Body)
+	}
+	// The caller writes at its own pace, longer than the write timeout
+	// from the first write to the last.
+	for _, msg := range []string{"ping", "pong"} {
+		time.Sleep(3 * limit)
+		if _, err := io.WriteString(rwc, msg); err != nil {
+			t.Fatalf("write %q on the switched connection: %v", msg, err)
+		}
+	}
+	got := make([]byte, len("pingpong"))
+	if _, err := io.ReadFull(rwc, got); err != nil || string(got) != "pingpong" {
+		t.Fatalf("echo = %q, %v; want pingpong", got, err)
+	}
+}
+
+// net/http decompresses a gzip body it asked for itself: the body-idle
+// timeout ends a stall inside the decompressor's Read too.
+func TestBodyIdleTimeoutOfACompressedBody(t *testing.T) {
+	var srv *server
+	srv = newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		_, _ = io.WriteString(zw, "hello")
+		_ = zw.Flush()
+		w.(http.Flusher).Flush()
+		srv.hang(r) // the rest of the stream never comes
+	})
+	const limit = 100 * time.Millisecond
+	c := newClient(t, guardhttp.Config{BodyIdleTimeout: limit})
+	resp, err := get(t, context.Background(), c, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if !resp.Uncompressed {
+		t.Fatal("the transport did not decompress the body: the test needs it to")
+	}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "hello" {
+		t.Fatalf("first read = %q, %v; want hello", buf, err)
+	}
+	start := time.Now()
+	_, err = resp.Body.Read(make([]byte, 100))
+	if te := asTimeout(t, err); te.Phase != guardrail.PhaseBodyIdle {
+		t.Errorf("phase = %s, want %s", te.Phase, guardrail.PhaseBodyIdle)
+	}
+	within(t, "the stalled read", time.Since(start), limit, limit+slack)
+	srv.waitClosed(t, 1)
 }

@@ -58,10 +58,17 @@ import (
 // how long to wait: the time to the breaker's next probe).
 //
 // Phase timeouts rely on the base transport reporting its progress through
-// net/http/httptrace, as *http.Transport does. With a base that reports
-// nothing, only the attempt timeout and the body-idle timeout apply. The
-// response-header and body-idle phases end the attempt by cancelling its
-// context, and *http.Transport then closes the connection.
+// net/http/httptrace, as *http.Transport does: one timer per attempt
+// follows the phases and ends the attempt by cancelling its context, and
+// *http.Transport then closes the connection. With a base that reports
+// nothing, only the attempt timeout and the body-idle timeout apply.
+//
+// The transport of NewClient bounds the phases before the body itself
+// (its dialer's timeout, its ResponseHeaderTimeout, a write deadline on
+// each connection), so that its cleartext HTTP/1 requests need neither the
+// cancellable context nor the trace hooks, which cost about as much as the
+// rest of the guard. Their timeouts are named as on the traced path. See
+// docs/http-client.md.
 //
 // A Transport is safe for concurrent use by multiple goroutines. It does
 // not modify the caller's request, and starts no goroutine of its own.
@@ -69,11 +76,15 @@ type Transport struct {
 	base        http.RoundTripper
 	reportsConn bool // base is an *http.Transport: it asks for a connection first thing
 	proxied     bool // base may go through a proxy, which may take a TLS handshake
-	s           settings
-	observer    guardrail.Observer // Config.Observer, for events after the engine returned
-	breakers    *breaker.Group
-	bulkheads   *bulkheads       // nil: none
-	policy      guardrail.Policy // must not be copied: holds the budget
+	// native: base is NewClient's own, which bounds connect, TLS and
+	// response header itself with our limits; cleartext requests take the
+	// native path (see native.go).
+	native    bool
+	s         settings
+	observer  guardrail.Observer // Config.Observer, for events after the engine returned
+	breakers  *breaker.Group
+	bulkheads *bulkheads       // nil: none
+	policy    guardrail.Policy // must not be copied: holds the budget
 }
 
 // NewTransport returns a Transport that sends requests through base under
@@ -132,8 +143,12 @@ func (t *Transport) Breakers() *breaker.Group { return t.breakers }
 // server offers it, up to DefaultMaxIdleConnsPerHost idle connections per
 // host kept 90 s, a dialer bounded by the connect timeout and a TLS
 // handshake bounded by the TLS timeout (so a dial the request gave up on
-// does not linger either). The client has no Timeout: the request's
-// context, the attempt and the phase timeouts bound it.
+// does not linger either), the response-header timeout as its
+// ResponseHeaderTimeout, and connections that bound the writing of each
+// request by the write timeout. Without a proxy and an AttemptTimeout, its
+// cleartext requests rely on these rather than on trace hooks (see
+// Transport). The client has no Timeout: the request's context, the
+// attempt and the phase timeouts bound it.
 func NewClient(cfg Config) *http.Client {
 	s := cfg.settings()
 	dialer := &net.Dialer{Timeout: s.connect, KeepAlive: 30 * time.Second}
@@ -144,6 +159,7 @@ func NewClient(cfg Config) *http.Client {
 		MaxIdleConnsPerHost:   DefaultMaxIdleConnsPerHost,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   s.tls,
+		ResponseHeaderTimeout: s.header,
 		ExpectContinueTimeout: time.Second,
 	}
 	for _, v := range [...]string{"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"} {
@@ -151,7 +167,15 @@ func NewClient(cfg Config) *http.Client {
 			base.Proxy = http.ProxyFromEnvironment
 		}
 	}
-	return &http.Client{Transport: NewTransport(base, cfg)}
+	t := NewTransport(base, cfg)
+	// An attempt timeout spans every phase: it needs the traced path.
+	if base.Proxy == nil && cfg.AttemptTimeout == 0 {
+		t.native = true
+		if s.write > 0 {
+			base.DialContext = guardDialer(dialer, s.write)
+		}
+	}
+	return &http.Client{Transport: t}
 }
 
 // RetryBudget returns the budget retries are spent from, for metrics.
@@ -278,21 +302,22 @@ func (c *call) closeBody() {
 	}
 }
 
-// body returns the body of attempt c.n, its GetBody and its length.
-func (c *call) body() (io.ReadCloser, func() (io.ReadCloser, error), int64, error) {
+// body returns the body of attempt c.n, its GetBody and its length, and
+// whether they are the caller's request's own.
+func (c *call) body() (_ io.ReadCloser, _ func() (io.ReadCloser, error), _ int64, same bool, _ error) {
 	req := c.req
 	switch c.bodyMode {
 	case bodyGetBody:
 		if !c.bodySent {
 			c.bodySent = true
-			return req.Body, req.GetBody, req.ContentLength, nil
+			return req.Body, req.GetBody, req.ContentLength, true, nil
 		}
 		b, err := req.GetBody()
-		return b, req.GetBody, req.ContentLength, err
+		return b, req.GetBody, req.ContentLength, false, err
 	case bodyBuffered:
 		buf := c.buf
 		if len(buf) == 0 && req.ContentLength <= 0 {
-			return http.NoBody, nil, 0, nil
+			return http.NoBody, nil, 0, false, nil
 		}
 		// A declared length the body did not match is kept, for the base
 		// transport to refuse as it would have without us.
@@ -301,18 +326,18 @@ func (c *call) body() (io.ReadCloser, func() (io.ReadCloser, error), int64, erro
 			length = int64(len(buf))
 		}
 		get := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
-		return io.NopCloser(bytes.NewReader(buf)), get, length, nil
+		return io.NopCloser(bytes.NewReader(buf)), get, length, false, nil
 	case bodyOnce:
 		if c.bodySent {
-			return nil, nil, 0, errors.New("guardhttp: request body already sent and not replayable")
+			return nil, nil, 0, false, errors.New("guardhttp: request body already sent and not replayable")
 		}
 		c.bodySent = true
 		if len(c.buf) == 0 {
-			return req.Body, nil, req.ContentLength, nil
+			return req.Body, nil, req.ContentLength, false, nil
 		}
-		return onceBody{io.MultiReader(bytes.NewReader(c.buf), req.Body), req.Body}, nil, req.ContentLength, nil
+		return onceBody{io.MultiReader(bytes.NewReader(c.buf), req.Body), req.Body}, nil, req.ContentLength, false, nil
 	}
-	return req.Body, nil, req.ContentLength, nil
+	return req.Body, req.GetBody, req.ContentLength, true, nil
 }
 
 // onceBody is a body partly read ahead: the prefix then the rest.
@@ -338,18 +363,28 @@ func (c *call) attempt(actx context.Context) (*http.Response, error) {
 			return nil, err
 		}
 	}
-	now := time.Now()
-	a := t.newAttempt(c, actx, now)
+	var a *attempt
+	var now time.Time // read when needed
+	if t.native && c.req.URL.Scheme == "http" {
+		a = t.newNativeAttempt(c, actx)
+	} else {
+		now = time.Now()
+		a = t.newAttempt(c, actx, now)
+	}
 	a.release = release
-	body, getBody, length, err := c.body()
+	body, getBody, length, same, err := c.body()
 	if err != nil {
 		a.finish()
 		return nil, c.mark(err, guardrail.Verdict{Outcome: breaker.Ignored})
 	}
-	r := c.req.WithContext(a.ctx)
-	r.Body, r.GetBody, r.ContentLength = body, getBody, length
-	if h := c.header(a, now); h != nil {
-		r.Header = h
+	r := c.req
+	h := c.header(a, now)
+	if h != nil || !same || a.ctx != r.Context() {
+		r = r.WithContext(a.ctx)
+		r.Body, r.GetBody, r.ContentLength = body, getBody, length
+		if h != nil {
+			r.Header = h
+		}
 	}
 	resp, err := t.base.RoundTrip(r)
 	if err != nil {
@@ -418,31 +453,57 @@ func (c *call) mark(err error, v guardrail.Verdict) error {
 }
 
 // header returns the headers of attempt c.n, or nil when the caller's
-// serve unchanged.
+// serve unchanged. now is the attempt's start, or zero if not read yet.
+//
+// It allocates the map, one array for the values it adds and one string
+// for the deadline's digits, whatever it adds.
 func (c *call) header(a *attempt, now time.Time) http.Header {
 	dl, hasDeadline := c.req.Context().Deadline()
-	if !a.deadline.IsZero() && (!hasDeadline || a.deadline.Before(dl)) {
-		dl, hasDeadline = a.deadline, true
+	if adl := a.deadlineTime(); !adl.IsZero() && (!hasDeadline || adl.Before(dl)) {
+		dl, hasDeadline = adl, true
 	}
 	if !hasDeadline && c.n == 1 && c.idemKey == "" {
 		return nil
 	}
 	// A shallow copy: the caller's value slices are shared, never written
-	// (Set replaces a key's slice), and the base transport only reads them.
-	h := make(http.Header, len(c.req.Header)+3)
+	// (a key we set gets a slice of its own), and the base transport only
+	// reads them.
+	h := make(http.Header, len(c.req.Header)+4)
 	for k, v := range c.req.Header {
 		h[k] = v
 	}
+	vals := make([]string, 0, 4)
+	set := func(key, v string) {
+		vals = append(vals, v)
+		h[key] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
 	if hasDeadline {
-		deadline.Set(h, now, dl.Sub(now)-c.t.s.reserve)
+		if now.IsZero() {
+			now = time.Now()
+		}
+		timeout, at := deadlineValues(now, dl.Sub(now)-c.t.s.reserve)
+		set(deadline.HeaderTimeout, timeout)
+		set(deadline.HeaderDeadline, at)
 	}
 	if c.n > 1 {
-		h.Set(deadline.HeaderRetryAttempt, strconv.Itoa(c.n-1))
+		set(deadline.HeaderRetryAttempt, strconv.Itoa(c.n-1))
 	}
 	if c.idemKey != "" {
-		h.Set(HeaderIdempotencyKey, c.idemKey)
+		set(HeaderIdempotencyKey, c.idemKey)
 	}
 	return h
+}
+
+// deadlineValues returns what deadline.Set writes for a request leaving at
+// now with time left d, in one allocation.
+func deadlineValues(now time.Time, d time.Duration) (timeout, at string) {
+	d = max(d, 0)
+	var buf [40]byte
+	b := strconv.AppendInt(buf[:0], int64(d/time.Millisecond), 10)
+	n := len(b)
+	b = strconv.AppendInt(b, now.Add(d).UnixMilli(), 10)
+	s := string(b)
+	return s[:n], s[n:]
 }
 
 // end turns the engine's result into RoundTrip's.
