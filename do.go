@@ -125,26 +125,29 @@ func attempt[T any](c *call, op func(context.Context) (T, error), actx context.C
 
 // call is the state of one Do. It lives on Do's stack.
 type call struct {
-	ctx        context.Context
-	p          *Policy
-	s          *settings
-	obs        Observer
-	idempotent bool
-	dependency string
-	breaker    *breaker.Breaker   // nil: none
-	bulkhead   *bulkhead.Bulkhead // nil: none
-	permit     breaker.Permit     // the current attempt's
-	release    func()             // frees the current attempt's bulkhead slot
-	actx       context.Context    // the current attempt's context, as the observer returned it
-	timed      bool               // attempt durations are needed
-	attempts   int                // attempts started
-	retries    int                // retries granted so far
-	delay      time.Duration      // delay waited before the current attempt
-	lastErr    error
-	timer      *time.Timer
-	start      time.Time // call start; set only when observed
-	astart     time.Time // attempt start; set only when observed
-	remain     time.Duration
+	ctx         context.Context
+	p           *Policy
+	s           *settings
+	obs         Observer
+	idempotent  bool
+	dependency  string
+	breaker     *breaker.Breaker   // nil: none
+	bulkhead    *bulkhead.Bulkhead // nil: none
+	permit      breaker.Permit     // the current attempt's
+	release     func()             // frees the current attempt's bulkhead slot
+	actx        context.Context    // the current attempt's context, as the observer returned it
+	operation   string             // Operation(ctx); set only when observed
+	deadline    time.Time          // ctx's deadline; set only when observed
+	hasDeadline bool
+	timed       bool          // attempt durations are needed
+	attempts    int           // attempts started
+	retries     int           // retries granted so far
+	delay       time.Duration // delay waited before the current attempt
+	lastErr     error
+	timer       *time.Timer
+	start       time.Time // call start; set only when observed
+	astart      time.Time // attempt start; set only when observed
+	remain      time.Duration
 }
 
 func (c *call) begin() {
@@ -153,6 +156,10 @@ func (c *call) begin() {
 	if c.obs == nil {
 		return
 	}
+	// Read once per call, not once per event: the context chain only grows
+	// (an observer's span) and neither value changes within a call.
+	c.operation = Operation(c.ctx)
+	c.deadline, c.hasDeadline = c.ctx.Deadline()
 	c.start = time.Now()
 	c.ctx = c.obs.Observe(c.ctx, c.event(EventCallStart, c.start))
 }
@@ -504,14 +511,12 @@ func (c *call) event(kind EventKind, now time.Time) Event {
 	e := Event{
 		Kind:       kind,
 		Dependency: c.dependency,
-		Operation:  Operation(c.ctx),
+		Operation:  c.operation,
 		Attempt:    c.attempts,
 		Remaining:  -1,
 	}
-	if !now.IsZero() {
-		if dl, ok := c.ctx.Deadline(); ok {
-			e.Remaining = dl.Sub(now)
-		}
+	if c.hasDeadline && !now.IsZero() {
+		e.Remaining = c.deadline.Sub(now)
 	}
 	return e
 }
