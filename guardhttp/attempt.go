@@ -473,17 +473,8 @@ func (a *attempt) timedOut() *TimeoutError {
 // finish ends the attempt: the timer goes back to the pool and the context
 // is cancelled, releasing whatever the base transport still holds for it.
 func (a *attempt) finish() {
-	a.mu.Lock()
-	if a.phase == phaseDone {
-		a.mu.Unlock()
+	if !a.stopTimer() {
 		return
-	}
-	a.phase = phaseDone
-	pt := a.timer
-	a.timer, a.expires = nil, 0
-	a.mu.Unlock()
-	if pt != nil {
-		pt.release()
 	}
 	if a.cancel != nil {
 		a.cancel(nil)
@@ -496,6 +487,24 @@ func (a *attempt) finish() {
 	}
 }
 
+// stopTimer ends the attempt's phases and frees its timer. It reports
+// false when they had already ended.
+func (a *attempt) stopTimer() bool {
+	a.mu.Lock()
+	if a.phase == phaseDone {
+		a.mu.Unlock()
+		return false
+	}
+	a.phase = phaseDone
+	pt := a.timer
+	a.timer, a.expires = nil, 0
+	a.mu.Unlock()
+	if pt != nil {
+		pt.release()
+	}
+	return true
+}
+
 // handOver gives resp to the caller with its body guarded by the body-idle
 // timeout; the attempt lives until the body is read or closed.
 func (a *attempt) handOver(resp *http.Response) {
@@ -506,14 +515,7 @@ func (a *attempt) handOver(resp *http.Response) {
 	case resp.StatusCode == http.StatusSwitchingProtocols:
 		// The body is the connection itself (io.ReadWriteCloser): leave it
 		// as it is, stop the timers, and leave the context to the caller's.
-		a.mu.Lock()
-		a.phase = phaseDone
-		pt := a.timer
-		a.timer, a.expires = nil, 0
-		a.mu.Unlock()
-		if pt != nil {
-			pt.release()
-		}
+		a.stopTimer()
 		if a.conn != nil {
 			a.conn.off() // the connection is the caller's, and so are its writes
 		}

@@ -110,16 +110,12 @@ func (s *Store) Begin(ctx context.Context, key string, fp idempotency.Fingerprin
 
 // Complete implements idempotency.Store. It keeps its own copy of resp.
 func (s *Store) Complete(ctx context.Context, key, token string, resp *idempotency.Response, ttl time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.evict(now)
-	e, ok := s.entries[key]
-	if !ok || e.resp != nil || e.token != token {
-		return idempotency.ErrLockLost
+	e, err := s.held(ctx, now, key, token)
+	if err != nil {
+		return err
 	}
 	stored := copyResponse(resp)
 	size := entryOverhead + int64(len(key)) + responseSize(stored)
@@ -137,19 +133,28 @@ func (s *Store) Complete(ctx context.Context, key, token string, resp *idempoten
 
 // Release implements idempotency.Store.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.evict(now)
-	e, ok := s.entries[key]
-	if !ok || e.resp != nil || e.token != token {
-		return idempotency.ErrLockLost
+	e, err := s.held(ctx, time.Now(), key, token)
+	if err != nil {
+		return err
 	}
 	s.remove(e)
 	return nil
+}
+
+// held returns key's entry if token holds its live lock, after evicting
+// what expired by now. The caller holds s.mu.
+func (s *Store) held(ctx context.Context, now time.Time, key, token string) (*entry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.evict(now)
+	e, ok := s.entries[key]
+	if !ok || e.resp != nil || e.token != token {
+		return nil, idempotency.ErrLockLost
+	}
+	return e, nil
 }
 
 // Len returns the number of live keys, in flight and completed.

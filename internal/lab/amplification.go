@@ -211,28 +211,15 @@ func (p ampParams) scenario(ctx context.Context, allTiers bool, ratio float64, u
 			if err := sleepUntil(ctx, at); err != nil {
 				return 0, err
 			}
-			wg.Go(func() { _, _ = userGet(ctx, user, next) })
+			wg.Go(func() { _, _ = get(ctx, user, next) })
 			continue
 		}
-		if _, err := userGet(ctx, user, next); ctx.Err() != nil {
+		if _, err := get(ctx, user, next); ctx.Err() != nil {
 			return 0, err
 		}
 	}
 	wg.Wait()
 	return count(), ctx.Err()
-}
-
-func userGet(ctx context.Context, c *http.Client, url string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	resp.Body.Close()
-	return resp.StatusCode, nil
 }
 
 // sleepUntil waits until t or until ctx ends.
