@@ -3,6 +3,7 @@ package breaker_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -914,4 +915,20 @@ func TestCountWindowCapsMinRequests(t *testing.T) {
 	wantState(t, b, breaker.Closed)
 	calls(b, breaker.Failure, 1)
 	wantState(t, b, breaker.Open)
+}
+
+func TestConfigReportsTheEffectiveSettings(t *testing.T) {
+	b := breaker.New(breaker.Config{Name: "pricing", MinRequests: 4, FailureRate: 7, OpenJitter: -1, CountWindow: 2})
+	c := b.Config()
+	if c.Window != breaker.DefaultWindow || c.FailureRate != breaker.DefaultFailureRate || c.OpenFor != breaker.DefaultOpenFor ||
+		c.MinRequests != 2 || c.OpenJitter != -1 || c.HalfOpenProbes != 1 || c.CloseAfter != 1 || c.Name != "pricing" {
+		t.Fatalf("effective config = %+v", c)
+	}
+	var buf strings.Builder
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("t", "breaker", c)
+	for _, want := range []string{"breaker.window=10s", "breaker.min_requests=2", "breaker.failure_rate=0.5", "breaker.count_window=2", "breaker.mode=normal"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("log line %q lacks %q", buf.String(), want)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package breaker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"time"
@@ -295,4 +296,63 @@ func (c Config) normalize() normalized {
 		n.classify = DefaultClassify
 	}
 	return n
+}
+
+// Config returns the breaker's effective configuration: the Config it was
+// built from with every default and correction applied, so that it can be
+// logged beside a transition (seed 000: log the cause and the effective
+// configuration). "No minimum" shows as MinRequests 1 (a rate needs one
+// call), no jitter as OpenJitter -1; the callbacks are the ones in use.
+func (b *Breaker) Config() Config {
+	n := b.cfg
+	c := Config{
+		Name:           n.name,
+		Window:         n.window,
+		Buckets:        n.buckets,
+		CountWindow:    n.count,
+		MinRequests:    int(n.minRequests),
+		FailureRate:    n.failureRate,
+		SlowCall:       time.Duration(n.slowCall),
+		SlowRate:       n.slowRate,
+		OpenFor:        n.openFor,
+		OpenJitter:     n.jitter,
+		OpenBackoff:    n.backoff,
+		MaxOpenFor:     n.maxOpenFor,
+		HalfOpenProbes: n.probes,
+		CloseAfter:     n.closeAfter,
+		Mode:           n.mode,
+		OnTransition:   n.onTrans,
+		Rand:           n.rand,
+		Classify:       n.classify,
+	}
+	if c.OpenJitter == 0 {
+		c.OpenJitter = -1
+	}
+	return c
+}
+
+// LogValue renders the configuration for log/slog: the numbers, not the
+// callbacks.
+func (c Config) LogValue() slog.Value {
+	attrs := []slog.Attr{
+		slog.Duration("window", c.Window),
+		slog.Int("buckets", c.Buckets),
+		slog.Int("min_requests", c.MinRequests),
+		slog.Float64("failure_rate", c.FailureRate),
+		slog.Duration("open_for", c.OpenFor),
+		slog.Float64("open_jitter", c.OpenJitter),
+		slog.Int("half_open_probes", c.HalfOpenProbes),
+		slog.Int("close_after", c.CloseAfter),
+		slog.String("mode", c.Mode.String()),
+	}
+	if c.CountWindow > 0 {
+		attrs = append(attrs, slog.Int("count_window", c.CountWindow))
+	}
+	if c.SlowCall > 0 {
+		attrs = append(attrs, slog.Duration("slow_call", c.SlowCall), slog.Float64("slow_rate", c.SlowRate))
+	}
+	if c.OpenBackoff > 1 {
+		attrs = append(attrs, slog.Float64("open_backoff", c.OpenBackoff), slog.Duration("max_open_for", c.MaxOpenFor))
+	}
+	return slog.GroupValue(attrs...)
 }

@@ -54,7 +54,10 @@ type Config struct {
 
 	// BreakerConfig returns the effective configuration of the breaker of
 	// a dependency, logged under "config" with each of its transitions.
-	// Nil means no configuration is logged.
+	// Nil means no configuration is logged. breaker.Config implements
+	// slog.LogValuer, so for a policy's breaker this is
+	//
+	//	func(string) slog.Value { return p.CircuitBreaker().Config().LogValue() }
 	BreakerConfig func(dependency string) slog.Value
 }
 
