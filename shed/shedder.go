@@ -428,3 +428,14 @@ func (s *Shedder) Stats() Stats {
 	}
 	return st
 }
+
+// Load returns the requests in flight and the current limit: what a gauge
+// needs at every scrape, without the maps Stats builds.
+func (s *Shedder) Load() (inFlight, limit int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlight, s.limitInt()
+}
+
+// Name returns Config.Name, the name the shedder's events carry.
+func (s *Shedder) Name() string { return s.name }

@@ -272,3 +272,18 @@ func isReason(err error, reason string) bool {
 	var e *shed.Error
 	return errors.Is(err, guardrail.ErrShed) && errors.As(err, &e) && e.Reason == reason
 }
+
+func TestLoadAndName(t *testing.T) {
+	s := shed.New(shed.Config{Name: "checkout", Limit: 4, Shares: map[shed.Priority]float64{shed.Normal: 1}})
+	tok, err := s.Acquire(context.Background(), shed.Normal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in, limit := s.Load(); in != 1 || limit != 4 {
+		t.Fatalf("Load = %d, %d; want 1, 4", in, limit)
+	}
+	tok.Release()
+	if in, _ := s.Load(); in != 0 || s.Name() != "checkout" {
+		t.Fatalf("after release: in flight %d, name %q", in, s.Name())
+	}
+}

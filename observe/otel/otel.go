@@ -545,10 +545,7 @@ func (st *callState) end(e *guardrail.Event) {
 // the gauges are right from the first one and fall back to zero when the
 // traffic stops (events report the load only when a request arrives).
 func (o *Observer) WatchShedder(dependency string, s *shed.Shedder) {
-	o.gauges.WatchLoad(dependency, func() (int, int) {
-		st := s.Stats()
-		return st.InFlight, st.Limit
-	}, s)
+	o.gauges.WatchLoad(dependency, s.Load, s)
 }
 
 // WatchBreaker reports the state of b under dependency at every

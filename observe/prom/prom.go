@@ -335,10 +335,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 // the gauges are right from the first one and fall back to zero when the
 // traffic stops (events report the load only when a request arrives).
 func (c *Collector) WatchShedder(dependency string, s *shed.Shedder) {
-	c.gauges.WatchLoad(dependency, func() (int, int) {
-		st := s.Stats()
-		return st.InFlight, st.Limit
-	}, s)
+	c.gauges.WatchLoad(dependency, s.Load, s)
 }
 
 // WatchBreaker reports the state of b under dependency at every
