@@ -12,7 +12,10 @@ import (
 // Do runs op under p and returns its result. p may be nil (see Policy).
 //
 // Before every attempt Do checks the time left on ctx: below
-// Policy.MinAttempt it stops with ErrDeadline. It runs the attempt under
+// Policy.MinAttempt it stops with ErrDeadline. It then asks the breaker (an
+// open one stops the call with ErrCircuitOpen, without running op) and takes
+// a bulkhead slot if the Policy has a bulkhead (ErrBulkheadFull when none
+// frees up before the deadline minus MinAttempt). It runs the attempt under
 // min(AttemptTimeout, time left); op's context is done when the attempt ends,
 // so whatever op started is cancelled, not abandoned. A failed attempt is
 // classified; Do retries only a retryable failure of an idempotent operation
@@ -24,8 +27,11 @@ import (
 // On success Do returns op's value and a nil error. When it gives up it
 // returns the zero T and either the last attempt's error as is (a permanent
 // failure, or attempts exhausted) or an *Error that Is ErrDeadline,
-// ErrBudgetExhausted or ErrOutcomeUnknown and wraps the last attempt's
-// error. When the caller cancels ctx, the error is op's or ctx.Err().
+// ErrBudgetExhausted, ErrOutcomeUnknown, ErrCircuitOpen or ErrBulkheadFull
+// and wraps the last attempt's error (or, when no attempt ran, the
+// breaker's or bulkhead's). A breaker that opens between attempts ends the
+// retries at once. When the caller cancels ctx, the error is op's or
+// ctx.Err().
 //
 // Do starts no goroutine. A panic in op is recorded (the attempt counts as a
 // failure) and then continues up the caller's stack.
