@@ -48,6 +48,13 @@ func (o *outageStore) Release(ctx context.Context, key, token string) error {
 	return o.Store.Release(ctx, key, token)
 }
 
+func (o *outageStore) Extend(ctx context.Context, key, token string, lease time.Duration) error {
+	if o.down.Load() {
+		return errDown
+	}
+	return o.Store.Extend(ctx, key, token, lease)
+}
+
 func harness() storetest.Harness {
 	return storetest.Harness{
 		New: func(t *testing.T) storetest.Subject {
