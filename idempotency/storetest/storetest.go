@@ -599,15 +599,16 @@ func testExtendRace(t *testing.T, s Subject) {
 	}
 }
 
-// testMiddlewareLeaseExpiry: a holder that is stuck (as good as dead to the
-// other instances) frees the key after its lease; its late completion
-// cannot overwrite the answer of the request that took over.
+// testMiddlewareLeaseExpiry: a holder that stops renewing its lease (as
+// good as dead to the other instances: here renewal is off) frees the key
+// after its lease; its late completion cannot overwrite the answer of the
+// request that took over.
 func testMiddlewareLeaseExpiry(t *testing.T, s Subject) {
 	const leaseFor = 5 * time.Second
 	var runs atomic.Int32
 	stuck := make(chan struct{})
 	entered := make(chan struct{})
-	h := idempotency.Middleware(s.Store, idempotency.Config{Lease: leaseFor, Logger: discardLogger()})(
+	h := idempotency.Middleware(s.Store, idempotency.Config{Lease: leaseFor, DisableLeaseRenewal: true, Logger: discardLogger()})(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := runs.Add(1)
 			if n == 1 {
