@@ -36,6 +36,9 @@ type Config struct {
 // round trip and works on a Redis Cluster (one key per call). A Redis that persists its data (RDB or
 // AOF) keeps stored responses across a restart; one that does not forgets
 // them, and a retry after the restart runs again.
+// Run Redis with maxmemory-policy noeviction (its default): every key here
+// has an expiry, so an evicting policy may drop a live lock or a stored
+// response under memory pressure, and a retry would then run again.
 type Store struct {
 	client redis.Scripter
 	prefix string
