@@ -152,3 +152,7 @@ func BenchmarkMiddleware(b *testing.B) {
 func BenchmarkMiddlewareParallel(b *testing.B) {
 	storetest.BenchmarkMiddlewareParallel(b, memstore.New(memstore.Config{MaxEntries: 1 << 24, MaxBytes: 1 << 33}))
 }
+
+func BenchmarkExtend(b *testing.B) {
+	storetest.BenchmarkExtend(b, memstore.New(memstore.Config{MaxEntries: 1 << 24, MaxBytes: 1 << 33}))
+}
