@@ -155,9 +155,8 @@ type Config struct {
 //
 // For each request with a key, scoped by Principal, method and Route:
 //
-//   - first time: the key is locked in store with a lease, the handler runs
-//     (the lease renewed every third of it until the handler returns), and
-//     its response (status, StoredHeaders, body) is stored for TTL;
+//   - first time: the key is locked in store with a lease, the handler runs,
+//     and its response (status, StoredHeaders, body) is stored for TTL;
 //   - the same key and payload again: the stored response is replayed byte
 //     for byte with "Idempotent-Replayed: true"; the handler does not run;
 //   - the same key while the first request is still running: 409 with
@@ -172,6 +171,13 @@ type Config struct {
 // handler again; every other response (2xx, 3xx, 4xx) is stored. When the
 // store fails the request is refused with 503 and Retry-After (or run
 // unprotected with FailOpen), and logged.
+//
+// While the handler runs, its key's lease is renewed every third of it, so
+// a slow handler keeps its key and a process that dies frees it within a
+// lease. Should renewals fail until the lease ends (a long store outage),
+// the handler still finishes and its client gets its response, but a retry
+// may then run the handler again and the first response is not stored;
+// both are logged.
 //
 // It panics if store is nil. The returned middleware is safe for concurrent
 // use.
