@@ -98,15 +98,26 @@ type Config struct {
 	// negative means 24 hours.
 	TTL time.Duration
 
-	// Lease is how long a key stays locked while its request runs, so a
-	// crashed holder frees it. When the request's context has a deadline
-	// later than Lease from now, the lease runs to that deadline plus one
-	// second instead, so a handler that honours its deadline never outlives
-	// its lock. Zero or negative means 30 seconds.
+	// Lease is how long a key stays locked without renewal, so a crashed
+	// holder frees it: while the handler runs, the middleware renews the
+	// lease every third of it (see DisableLeaseRenewal), and a process that
+	// dies stops renewing. When the request's context has a deadline later
+	// than Lease from now, the lease is that deadline plus one second
+	// instead. Zero or negative means 30 seconds.
 	Lease time.Duration
 
-	// StoreTimeout bounds each store call. Zero or negative means 2
-	// seconds.
+	// DisableLeaseRenewal turns off lease renewal. By default the
+	// middleware extends the key's lease (Store.Extend) every third of the
+	// lease while the handler runs, with a timer rather than a goroutine,
+	// so a slow handler keeps its key however long it runs and a retry
+	// gets 409 until it finishes. With renewal off the lease is fixed: a
+	// handler that outlives it loses the key, a retry after the lease runs
+	// the handler a second time, and the first one's response is not
+	// stored. False (the zero value) means renewal is on.
+	DisableLeaseRenewal bool
+
+	// StoreTimeout bounds each store call, lease renewals included. Zero
+	// or negative means 2 seconds.
 	StoreTimeout time.Duration
 
 	// StoredHeaders are the response header fields stored and replayed.
@@ -130,8 +141,8 @@ type Config struct {
 	// asks. Empty means "about:blank".
 	DocsURL string
 
-	// Logger receives store failures and lost leases. Nil means
-	// slog.Default().
+	// Logger receives store failures, failed lease renewals and lost
+	// leases. Nil means slog.Default().
 	Logger *slog.Logger
 
 	// Observer receives an EventIdempotency per decision. Nil means none.
@@ -160,6 +171,13 @@ type Config struct {
 // handler again; every other response (2xx, 3xx, 4xx) is stored. When the
 // store fails the request is refused with 503 and Retry-After (or run
 // unprotected with FailOpen), and logged.
+//
+// While the handler runs, its key's lease is renewed every third of it, so
+// a slow handler keeps its key and a process that dies frees it within a
+// lease. Should renewals fail until the lease ends (a long store outage),
+// the handler still finishes and its client gets its response, but a retry
+// may then run the handler again and the first response is not stored;
+// both are logged.
 //
 // It panics if store is nil. The returned middleware is safe for concurrent
 // use.
@@ -298,8 +316,10 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	route := m.route(r)
 	skey := scopedKey(principal, r.Method, route, key)
 
+	lease := m.leaseFor(ctx)
+	begun := time.Now()
 	bctx, cancel := context.WithTimeout(ctx, m.storeTimeout)
-	res, err := m.store.Begin(bctx, skey, fp, m.leaseFor(ctx))
+	res, err := m.store.Begin(bctx, skey, fp, lease)
 	cancel()
 	if err == nil && (res.State < StateAcquired || res.State > StateMismatch ||
 		res.State == StateCompleted && (res.Response == nil || res.Response.Status < 100 || res.Response.Status > 999)) {
@@ -315,7 +335,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 	switch res.State {
 	case StateAcquired:
-		m.run(w, r, next, route, skey, res.Token)
+		m.run(w, r, next, route, skey, res.Token, lease, begun)
 	case StateInFlight:
 		m.emit(r, guardrail.ReasonConflict, nil)
 		ra := m.retryAfterHeader
@@ -394,9 +414,11 @@ func (m *middleware) leaseFor(ctx context.Context) time.Duration {
 	return lease
 }
 
-// run runs the handler under the lock token holds, then stores or releases.
-func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, route, skey, token string) {
+// run runs the handler under the lock token holds, locked at begun for
+// lease and renewed while it runs, then stores or releases.
+func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, route, skey, token string, lease time.Duration, begun time.Time) {
 	rec := &recorder{w: w, max: m.maxResp, keep: m.keep}
+	rn := m.renew(r, route, skey, token, lease, begun)
 	returned := false
 	defer func() {
 		if returned {
@@ -405,6 +427,7 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		// A panic, or runtime.Goexit (v == nil). Release first so the
 		// retry can run, then let it go on up.
 		v := recover()
+		rn.stop()
 		m.release(r, route, skey, token, "panic")
 		if v != nil {
 			panic(v)
@@ -412,6 +435,9 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	}()
 	next.ServeHTTP(rec, r)
 	returned = true
+	// Stop renewing before finishing the key, so that no renewal runs
+	// after the handler's request is over.
+	rn.stop()
 
 	switch {
 	case rec.hijacked:
@@ -437,8 +463,11 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	if err := m.store.Complete(ctx, skey, token, resp, m.ttl); err != nil {
 		m.emit(r, guardrail.ReasonStoreError, err)
 		msg := "idempotency: storing the response failed; a retry may run the request again"
-		if errors.Is(err, ErrLockLost) {
-			msg = "idempotency: the key's lease expired before the handler finished; a retry may run the request again (raise Config.Lease above the handler's longest run)"
+		switch {
+		case errors.Is(err, ErrLockLost) && rn == nil:
+			msg = "idempotency: the key's lease expired before the handler finished; a retry may run the request again (raise Config.Lease above the handler's longest run, or turn lease renewal back on)"
+		case errors.Is(err, ErrLockLost):
+			msg = "idempotency: the key's lease expired before the handler finished (its renewal failed or found it lost; see the earlier log lines); a retry may run the request again"
 		}
 		m.log.ErrorContext(r.Context(), msg, "err", err, "method", r.Method, "route", route, "status", resp.Status)
 		return
@@ -527,11 +556,22 @@ func (m *middleware) emit(r *http.Request, reason string, err error) {
 	if m.cfg.Observer == nil {
 		return
 	}
-	op := guardrail.Operation(r.Context())
-	if op == "" {
-		op = r.Pattern // low-cardinality; a raw path never goes here
+	m.emitOp(r.Context(), operation(r), reason, err)
+}
+
+// operation is the Operation of r's events.
+func operation(r *http.Request) string {
+	if op := guardrail.Operation(r.Context()); op != "" {
+		return op
 	}
-	m.cfg.Observer.Observe(r.Context(), guardrail.Event{
+	return r.Pattern // low-cardinality; a raw path never goes here
+}
+
+func (m *middleware) emitOp(ctx context.Context, op, reason string, err error) {
+	if m.cfg.Observer == nil {
+		return
+	}
+	m.cfg.Observer.Observe(ctx, guardrail.Event{
 		Kind:      guardrail.EventIdempotency,
 		Operation: op,
 		Reason:    reason,

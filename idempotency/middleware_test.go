@@ -447,6 +447,7 @@ type fakeStore struct {
 	begin    func(ctx context.Context, key string, fp idempotency.Fingerprint, lease time.Duration) (idempotency.Result, error)
 	complete func(ctx context.Context, key, token string, resp *idempotency.Response, ttl time.Duration) error
 	release  func(ctx context.Context, key, token string) error
+	extend   func(ctx context.Context, key, token string, lease time.Duration) error
 }
 
 func (f *fakeStore) Begin(ctx context.Context, key string, fp idempotency.Fingerprint, lease time.Duration) (idempotency.Result, error) {
@@ -458,6 +459,9 @@ func (f *fakeStore) Complete(ctx context.Context, key, token string, resp *idemp
 func (f *fakeStore) Release(ctx context.Context, key, token string) error {
 	return f.release(ctx, key, token)
 }
+func (f *fakeStore) Extend(ctx context.Context, key, token string, lease time.Duration) error {
+	return f.extend(ctx, key, token, lease)
+}
 
 func acquiring() *fakeStore {
 	return &fakeStore{
@@ -466,6 +470,7 @@ func acquiring() *fakeStore {
 		},
 		complete: func(context.Context, string, string, *idempotency.Response, time.Duration) error { return nil },
 		release:  func(context.Context, string, string) error { return nil },
+		extend:   func(context.Context, string, string, time.Duration) error { return nil },
 	}
 }
 

@@ -12,10 +12,10 @@ import (
 
 // Errors a Store returns.
 var (
-	// ErrLockLost: Complete or Release was called with a token that does not
-	// hold a live lock on the key: the lease expired (and another request
-	// may have taken the key over), or the key was already completed or
-	// released.
+	// ErrLockLost: Complete, Release or Extend was called with a token that
+	// does not hold a live lock on the key: the lease expired (and another
+	// request may have taken the key over), or the key was already completed
+	// or released.
 	ErrLockLost = errors.New("idempotency: lock not held")
 	// ErrStoreFull: the store refused to lock a new key because it is at its
 	// size limit and nothing could be evicted without losing a stored
@@ -49,6 +49,15 @@ type Store interface {
 	// still holds a live lock on key; otherwise it returns ErrLockLost and
 	// changes nothing.
 	Release(ctx context.Context, key, token string) error
+
+	// Extend renews a lock: if token still holds a live lock on key, its
+	// lease now ends lease from now (by the store's clock, as in Begin);
+	// otherwise it returns ErrLockLost and changes nothing. A lease that
+	// has ended is never revived, even if no other request took the key
+	// over, and a completed key's TTL is never touched. The middleware
+	// calls it periodically while a handler runs, so a handler slower than
+	// its lease keeps its key.
+	Extend(ctx context.Context, key, token string, lease time.Duration) error
 }
 
 // State is what Begin found. It is a plain value, safe to copy and share.

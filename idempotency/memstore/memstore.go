@@ -143,6 +143,20 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return nil
 }
 
+// Extend implements idempotency.Store.
+func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) error {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, err := s.held(ctx, now, key, token)
+	if err != nil {
+		return err
+	}
+	e.expires = now.Add(lease)
+	heap.Fix(&s.expiry, e.index)
+	return nil
+}
+
 // held returns key's entry if token holds its live lock, after evicting
 // what expired by now. The caller holds s.mu.
 func (s *Store) held(ctx context.Context, now time.Time, key, token string) (*entry, error) {

@@ -48,6 +48,13 @@ func (o *outageStore) Release(ctx context.Context, key, token string) error {
 	return o.Store.Release(ctx, key, token)
 }
 
+func (o *outageStore) Extend(ctx context.Context, key, token string, lease time.Duration) error {
+	if o.down.Load() {
+		return errDown
+	}
+	return o.Store.Extend(ctx, key, token, lease)
+}
+
 func harness() storetest.Harness {
 	return storetest.Harness{
 		New: func(t *testing.T) storetest.Subject {
@@ -144,4 +151,8 @@ func BenchmarkMiddleware(b *testing.B) {
 
 func BenchmarkMiddlewareParallel(b *testing.B) {
 	storetest.BenchmarkMiddlewareParallel(b, memstore.New(memstore.Config{MaxEntries: 1 << 24, MaxBytes: 1 << 33}))
+}
+
+func BenchmarkExtend(b *testing.B) {
+	storetest.BenchmarkExtend(b, memstore.New(memstore.Config{MaxEntries: 1 << 24, MaxBytes: 1 << 33}))
 }

@@ -40,8 +40,8 @@ type Config struct {
 // One row per key. The lock is an INSERT ... ON CONFLICT that only takes an
 // existing row over when its lease or TTL has ended, so taking a free key
 // and taking over a dead holder's key are the same atomic statement.
-// Completion and release are one UPDATE or DELETE that checks the lock
-// token and the lease. Expiry is decided by the database's clock, never the
+// Completion, release and lease renewal are one UPDATE or DELETE that
+// checks the lock token and the lease. Expiry is decided by the database's clock, never the
 // callers', so instances with skewed clocks agree. Stored responses are
 // committed rows: they survive a database restart or failover.
 //
@@ -52,7 +52,7 @@ type Store struct {
 	table string // quoted
 	index string // quoted, unqualified
 
-	beginSQL, completeSQL, releaseSQL, sweepSQL string
+	beginSQL, completeSQL, releaseSQL, extendSQL, sweepSQL string
 }
 
 // New returns a Store on db. Create its table with Migrate, or run the SQL
@@ -94,6 +94,10 @@ FROM ` + t + ` WHERE key = $1 AND expires_at > now() AND NOT EXISTS (SELECT 1 FR
   body_omitted = $6, expires_at = now() + $7::float8 * interval '1 millisecond'
 WHERE key = $1 AND token = $2 AND expires_at > now()`
 	s.releaseSQL = `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND expires_at > now()`
+	// token is NULL once completed, so token = $2 already excludes a
+	// completed row; status IS NULL says so outright.
+	s.extendSQL = `UPDATE ` + t + ` SET expires_at = now() + $3::float8 * interval '1 millisecond'
+WHERE key = $1 AND token = $2 AND status IS NULL AND expires_at > now()`
 	s.sweepSQL = `DELETE FROM ` + t + ` WHERE key IN (
   SELECT key FROM ` + t + ` WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)`
 	return s
@@ -218,6 +222,19 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	tag, err := s.db.Exec(ctx, s.releaseSQL, key, token)
 	if err != nil {
 		return fmt.Errorf("pgstore: release: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return idempotency.ErrLockLost
+	}
+	return nil
+}
+
+// Extend implements idempotency.Store in one statement, on the database's
+// clock.
+func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) error {
+	tag, err := s.db.Exec(ctx, s.extendSQL, key, token, millis(lease))
+	if err != nil {
+		return fmt.Errorf("pgstore: extend: %w", err)
 	}
 	if tag.RowsAffected() != 1 {
 		return idempotency.ErrLockLost

@@ -174,3 +174,9 @@ func BenchmarkMiddleware(b *testing.B) {
 	s, _ := testTable(b, pool)
 	storetest.BenchmarkMiddleware(b, s)
 }
+
+func BenchmarkExtend(b *testing.B) {
+	pool := newPool(b, "")
+	s, _ := testTable(b, pool)
+	storetest.BenchmarkExtend(b, s)
+}

@@ -31,11 +31,14 @@ type Config struct {
 //
 // Each key is one Redis string with a native expiry, so Redis itself frees
 // crashed holders' locks and expired responses; nothing needs sweeping. The
-// lock is SET NX PX; completion and release check the lock token and write
-// in one Lua script, so each call is one atomic round trip and works on a
-// Redis Cluster (one key per call). A Redis that persists its data (RDB or
+// lock is SET NX PX; completion, release and lease renewal (PEXPIRE) check
+// the lock token and write in one Lua script, so each call is one atomic
+// round trip and works on a Redis Cluster (one key per call). A Redis that persists its data (RDB or
 // AOF) keeps stored responses across a restart; one that does not forgets
 // them, and a retry after the restart runs again.
+// Run Redis with maxmemory-policy noeviction (its default): every key here
+// has an expiry, so an evicting policy may drop a live lock or a stored
+// response under memory pressure, and a retry would then run again.
 type Store struct {
 	client redis.Scripter
 	prefix string
@@ -88,6 +91,18 @@ if not v or string.sub(v, 1, 1) ~= 'L' or string.sub(v, 34) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
+return 1
+`)
+
+// extendScript sets the lock's expiry to ARGV[2] ms from now, if ARGV[1] is
+// the holder's token. An expired lock is already gone (Redis deleted it),
+// so it cannot be revived; a completed key has no token and keeps its TTL.
+var extendScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not v or string.sub(v, 1, 1) ~= 'L' or string.sub(v, 34) ~= ARGV[1] then
+  return 0
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `)
 
@@ -149,6 +164,18 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	n, err := releaseScript.Run(ctx, s.client, []string{s.prefix + key}, token).Int()
 	if err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
+	}
+	if n != 1 {
+		return idempotency.ErrLockLost
+	}
+	return nil
+}
+
+// Extend implements idempotency.Store in one round trip.
+func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) error {
+	n, err := extendScript.Run(ctx, s.client, []string{s.prefix + key}, token, millis(lease)).Int()
+	if err != nil {
+		return fmt.Errorf("redisstore: extend: %w", err)
 	}
 	if n != 1 {
 		return idempotency.ErrLockLost

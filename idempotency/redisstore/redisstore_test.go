@@ -143,3 +143,9 @@ func BenchmarkMiddleware(b *testing.B) {
 	client := newClient(b, addr, redis.Options{})
 	storetest.BenchmarkMiddleware(b, redisstore.New(client, redisstore.Config{Prefix: testPrefix(b, client)}))
 }
+
+func BenchmarkExtend(b *testing.B) {
+	addr := redisAddr(b)
+	client := newClient(b, addr, redis.Options{})
+	storetest.BenchmarkExtend(b, redisstore.New(client, redisstore.Config{Prefix: testPrefix(b, client)}))
+}

@@ -1,12 +1,14 @@
 package storetest
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/guardrail-go/guardrail/idempotency"
 )
@@ -103,5 +105,35 @@ func BenchmarkMiddlewareParallel(b *testing.B, s idempotency.Store) {
 			key := benchKey(prefix)
 			serve(pb, mw, func() string { return key })
 		})
+	})
+}
+
+// BenchmarkExtend measures one lease renewal (Store.Extend on a held lock),
+// the cost a slow handler pays every third of its lease, next to Begin on
+// a new key (one lock, the middleware's first call) in the same run.
+func BenchmarkExtend(b *testing.B, s idempotency.Store) {
+	ctx := context.Background()
+	prefix := idempotency.NewToken()[:8] + "-"
+	fp := idempotency.Fingerprint{1}
+	b.Run("begin", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := s.Begin(ctx, benchKey(prefix), fp, time.Minute); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("extend", func(b *testing.B) {
+		key := benchKey(prefix)
+		res, err := s.Begin(ctx, key, fp, time.Minute)
+		if err != nil || res.State != idempotency.StateAcquired {
+			b.Fatalf("Begin: %v %v", res.State, err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := s.Extend(ctx, key, res.Token, time.Minute); err != nil {
+				b.Fatal(err)
+			}
+		}
 	})
 }

@@ -22,7 +22,9 @@ import (
 
 // RunHTTP runs the middleware's end-to-end tests on real loopback HTTP
 // against the store: the seed's lost-response scenario, 50 concurrent
-// requests with one key, and a store outage. It never runs in a bubble.
+// requests with one key, a store outage, and a handler that outlives its
+// lease three times over. It never runs in a bubble; the lease test takes
+// about three seconds of real time.
 func RunHTTP(t *testing.T, h Harness) {
 	tests := []struct {
 		name string
@@ -32,6 +34,7 @@ func RunHTTP(t *testing.T, h Harness) {
 		{"ClientGaveUpAfterCommit", testClientGaveUp},
 		{"Concurrent50", testConcurrent50},
 		{"StoreOutage", testOutage},
+		{"LeaseRenewedWhileHandlerRuns", testRenewal},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, h.New(t)) })
@@ -436,5 +439,131 @@ func testOutage(t *testing.T, s Subject) {
 	}
 	if got := runs.Load(); got != 3 {
 		t.Errorf("handler ran %d times, want 3", got)
+	}
+}
+
+// renewalProbe passes calls to a store and reports, with their time, when
+// a key was locked and each renewal that succeeded.
+type renewalProbe struct {
+	idempotency.Store
+	locked  chan time.Time
+	renewed chan time.Time
+}
+
+func (p *renewalProbe) Begin(ctx context.Context, key string, fp idempotency.Fingerprint, lease time.Duration) (idempotency.Result, error) {
+	res, err := p.Store.Begin(ctx, key, fp, lease)
+	if err == nil && res.State == idempotency.StateAcquired {
+		p.locked <- time.Now()
+	}
+	return res, err
+}
+
+func (p *renewalProbe) Extend(ctx context.Context, key, token string, lease time.Duration) error {
+	err := p.Store.Extend(ctx, key, token, lease)
+	if err == nil {
+		select {
+		case p.renewed <- time.Now():
+		default:
+		}
+	}
+	return err
+}
+
+// testRenewal: a handler that runs for three leases keeps its key on the
+// real store, because the middleware renews the lease while it runs. A
+// retry sent once the first lease has certainly ended gets 409; the handler
+// runs once; its response is stored and replayed.
+func testRenewal(t *testing.T, s Subject) {
+	const leaseFor = time.Second // renewed every 333 ms
+	probe := &renewalProbe{Store: s.Store, locked: make(chan time.Time, 1), renewed: make(chan time.Time, 64)}
+	var (
+		logs lockedBuffer
+		runs atomic.Int32
+		hold = make(chan struct{})
+	)
+	h := idempotency.Middleware(probe, idempotency.Config{Lease: leaseFor, Logger: slog.New(slog.NewTextHandler(&logs, nil))})(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if runs.Add(1) == 1 {
+				<-hold
+			}
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "charged once")
+		}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	release := sync.OnceFunc(func() { close(hold) })
+	defer release() // before srv.Close, should the test fail early
+	client := srv.Client()
+	defer client.CloseIdleConnections()
+	key := idempotency.NewToken()
+	post := func() (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/payments", strings.NewReader(`{"amount":1}`))
+		req.Header.Set(idempotency.HeaderKey, key)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, string(b)
+	}
+	// The timers only guard against a hang; nothing here waits on the clock.
+	await := func(c <-chan time.Time, what string) time.Time {
+		t.Helper()
+		select {
+		case at := <-c:
+			return at
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no %s within 10s", what)
+			return time.Time{}
+		}
+	}
+
+	type answer struct {
+		code int
+		body string
+	}
+	first := make(chan answer, 1)
+	go func() {
+		resp, body := post()
+		first <- answer{resp.StatusCode, body}
+	}()
+	locked := await(probe.locked, "lock")
+	// The store set the lease before Begin returned, so it ended by
+	// locked+lease at the latest, had it not been renewed.
+	for range 4 {
+		await(probe.renewed, "renewal")
+	}
+	if since := time.Since(locked); since <= leaseFor {
+		t.Fatalf("4 renewals %v after the lock, want more than the %v lease", since, leaseFor)
+	}
+	resp, body := post()
+	if resp.StatusCode != http.StatusConflict || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("retry after the first lease: %s Retry-After %q %s, want 409 with Retry-After", resp.Status, resp.Header.Get("Retry-After"), body)
+	}
+	var last time.Time
+	for range 5 { // 9 renewals: three leases
+		last = await(probe.renewed, "renewal")
+	}
+	if ran := last.Sub(locked); ran < 3*leaseFor {
+		t.Errorf("9 renewals %v after the lock, want at least three leases (%v)", ran, 3*leaseFor)
+	}
+	release()
+	if a := <-first; a.code != http.StatusCreated || a.body != "charged once" {
+		t.Errorf("first request: %d %q, want 201 \"charged once\"", a.code, a.body)
+	}
+	resp, body = post()
+	if resp.StatusCode != http.StatusCreated || body != "charged once" || resp.Header.Get(idempotency.HeaderReplayed) != "true" {
+		t.Errorf("retry after completion: %s %q replayed=%q, want the stored 201", resp.Status, body, resp.Header.Get(idempotency.HeaderReplayed))
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+	if out := logs.String(); out != "" {
+		t.Errorf("logged:\n%s", out)
 	}
 }

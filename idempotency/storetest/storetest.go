@@ -104,6 +104,9 @@ func Run(t *testing.T, h Harness) {
 		{"LeaseExpiryTakeover", testLeaseExpiry},
 		{"TTLExpiry", testTTLExpiry},
 		{"TokenOwnership", testTokenOwnership},
+		{"ExtendKeepsTheLock", testExtend},
+		{"ExtendWhenNotHeld", testExtendNotHeld},
+		{"ExtendTakeoverRace", testExtendRace},
 		{"IndependentKeys", testIndependentKeys},
 		{"CanceledContext", testCanceledContext},
 		{"MiddlewareLeaseExpiry", testMiddlewareLeaseExpiry},
@@ -149,6 +152,20 @@ func complete(t *testing.T, s idempotency.Store, k, tok string, r *idempotency.R
 	t.Helper()
 	if err := s.Complete(t.Context(), k, tok, r, ttl); err != nil {
 		t.Fatalf("Complete: %v", err)
+	}
+}
+
+func extend(t *testing.T, s idempotency.Store, k, tok string, l time.Duration) {
+	t.Helper()
+	if err := s.Extend(t.Context(), k, tok, l); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+}
+
+func wantLost(t *testing.T, err error, what string) {
+	t.Helper()
+	if !errors.Is(err, idempotency.ErrLockLost) {
+		t.Errorf("%s: %v, want ErrLockLost", what, err)
 	}
 }
 
@@ -413,18 +430,185 @@ func testCanceledContext(t *testing.T, s Subject) {
 	if err := s.Store.Release(ctx, k, tok); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Release with a canceled context: %v, want context.Canceled", err)
 	}
+	if err := s.Store.Extend(ctx, k, tok, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Extend with a canceled context: %v, want context.Canceled", err)
+	}
 	wantState(t, begin(t, s.Store, k, fp("a"), lease), idempotency.StateInFlight)
 }
 
-// testMiddlewareLeaseExpiry: a holder that is stuck (as good as dead to the
-// other instances) frees the key after its lease; its late completion
-// cannot overwrite the answer of the request that took over.
+// testExtend: a holder that renews its lease before it ends keeps the key
+// well past its first lease, and still completes it; Extend sets the lease
+// to end lease from now, whatever was left.
+func testExtend(t *testing.T, s Subject) {
+	const short = 2 * time.Second
+	k := key(t, "k")
+	tok := acquire(t, s.Store, k, fp("a"), short)
+	for range 3 {
+		s.Advance(short * 3 / 4)
+		extend(t, s.Store, k, tok, short)
+	}
+	s.Advance(short * 3 / 4) // 3 s after the lock, whose first lease was 2 s
+	res := begin(t, s.Store, k, fp("a"), lease)
+	wantState(t, res, idempotency.StateInFlight)
+	if left := short / 4; res.RetryIn <= 0 || res.RetryIn > left+100*time.Millisecond {
+		t.Errorf("RetryIn = %v, want the renewed lease's %v", res.RetryIn, left)
+	}
+	complete(t, s.Store, k, tok, sampleResponse(), ttl)
+	res = begin(t, s.Store, k, fp("a"), lease)
+	wantState(t, res, idempotency.StateCompleted)
+	sameResponse(t, res.Response, sampleResponse())
+
+	// A longer lease than the first, then a shorter one: each is counted
+	// from the renewal.
+	k2 := key(t, "k2")
+	tok = acquire(t, s.Store, k2, fp("a"), short)
+	extend(t, s.Store, k2, tok, time.Minute)
+	s.Advance(30 * time.Second)
+	res = begin(t, s.Store, k2, fp("a"), lease)
+	wantState(t, res, idempotency.StateInFlight)
+	if res.RetryIn <= 29*time.Second || res.RetryIn > 30*time.Second+100*time.Millisecond {
+		t.Errorf("RetryIn = %v 30s after renewing for 1m, want about 30s", res.RetryIn)
+	}
+	extend(t, s.Store, k2, tok, short)
+	s.Advance(short + 100*time.Millisecond)
+	// The renewed lease ended: the key is free, the old holder is out.
+	acquire(t, s.Store, k2, fp("b"), lease)
+	wantLost(t, s.Store.Extend(t.Context(), k2, tok, time.Minute), "Extend after the renewed lease ended")
+}
+
+// testExtendNotHeld: Extend refuses every token that does not hold a live
+// lock, and changes nothing: it neither lengthens another holder's lease,
+// nor revives an ended or released lock, nor touches a stored response.
+func testExtendNotHeld(t *testing.T, s Subject) {
+	const short = 2 * time.Second
+	k := key(t, "k")
+	tok := acquire(t, s.Store, k, fp("a"), short)
+	other := acquire(t, s.Store, key(t, "other"), fp("a"), lease)
+	for _, bad := range []string{"", "not-the-token", idempotency.NewToken(), other} {
+		wantLost(t, s.Store.Extend(t.Context(), k, bad, time.Hour), "Extend with token "+strconv.Quote(bad))
+	}
+	// The refused calls left the lease as it was: it ends on time.
+	s.Advance(short + 100*time.Millisecond)
+	// Ended, nobody took the key over yet: the holder cannot revive it.
+	wantLost(t, s.Store.Extend(t.Context(), k, tok, time.Hour), "Extend after the lease ended")
+	next := acquire(t, s.Store, k, fp("b"), lease)
+	// Taken over: the old holder cannot renew the new lock; its holder can.
+	wantLost(t, s.Store.Extend(t.Context(), k, tok, time.Hour), "Extend after a takeover")
+	extend(t, s.Store, k, next, lease)
+
+	// Completed: the token is spent, and the response's TTL is untouched,
+	// neither cut to the lease nor lengthened.
+	complete(t, s.Store, k, next, sampleResponse(), short)
+	wantLost(t, s.Store.Extend(t.Context(), k, next, time.Millisecond), "Extend after Complete")
+	s.Advance(10 * time.Millisecond)
+	res := begin(t, s.Store, k, fp("b"), lease)
+	wantState(t, res, idempotency.StateCompleted)
+	sameResponse(t, res.Response, sampleResponse())
+	wantLost(t, s.Store.Extend(t.Context(), k, next, time.Hour), "Extend after Complete")
+	s.Advance(short)
+	acquire(t, s.Store, k, fp("c"), lease) // the TTL ended on time
+
+	// Released: nothing to renew, and the key stays free.
+	k2 := key(t, "released")
+	tok = acquire(t, s.Store, k2, fp("a"), lease)
+	if err := s.Store.Release(t.Context(), k2, tok); err != nil {
+		t.Fatal(err)
+	}
+	wantLost(t, s.Store.Extend(t.Context(), k2, tok, time.Hour), "Extend after Release")
+	acquire(t, s.Store, k2, fp("b"), lease)
+}
+
+// testExtendRace: the holder renews while its lease ends and contenders
+// try to take the key over, all at once. Whatever the order, one of them
+// holds the key afterwards: the holder (its renewal succeeded, nobody
+// acquired) or exactly one contender (the renewal was refused).
+func testExtendRace(t *testing.T, s Subject) {
+	const (
+		rounds      = 8
+		contenders  = 10
+		short       = 2 * time.Second
+		renewed     = 10 * short // outlives the Advance below
+		contenderLn = 10 * short
+	)
+	for round := range rounds {
+		k := key(t, "k"+strconv.Itoa(round))
+		tok := acquire(t, s.Store, k, fp("a"), short)
+		// Even rounds end the lease during the race; odd rounds end it
+		// just before, so the renewal must lose.
+		endedBefore := round%2 == 1
+		if endedBefore {
+			s.Advance(short)
+		}
+		var (
+			wg        sync.WaitGroup
+			start     = make(chan struct{})
+			extendErr error
+			mu        sync.Mutex
+			winners   []string
+		)
+		if !endedBefore {
+			wg.Go(func() { <-start; s.Advance(short) })
+		}
+		wg.Go(func() { <-start; extendErr = s.Store.Extend(context.Background(), k, tok, renewed) })
+		for range contenders {
+			wg.Go(func() {
+				<-start
+				res, err := s.Store.Begin(context.Background(), k, fp("a"), contenderLn)
+				switch {
+				case err != nil:
+					t.Errorf("Begin: %v", err)
+				case res.State == idempotency.StateAcquired:
+					mu.Lock()
+					winners = append(winners, res.Token)
+					mu.Unlock()
+				case res.State != idempotency.StateInFlight:
+					t.Errorf("Begin state = %v, want acquired or in flight", res.State)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+
+		switch {
+		case extendErr == nil:
+			if endedBefore {
+				t.Fatalf("round %d: Extend revived a lease that had ended", round)
+			}
+			if len(winners) != 0 {
+				t.Fatalf("round %d: the holder renewed its lease and %d contenders acquired the key too", round, len(winners))
+			}
+			wantState(t, begin(t, s.Store, k, fp("a"), lease), idempotency.StateInFlight)
+			complete(t, s.Store, k, tok, sampleResponse(), ttl)
+		case errors.Is(extendErr, idempotency.ErrLockLost):
+			if len(winners) > 1 {
+				t.Fatalf("round %d: %d contenders acquired the key at once", round, len(winners))
+			}
+			if endedBefore && len(winners) != 1 {
+				t.Fatalf("round %d: %d contenders acquired a key whose lease had ended, want 1", round, len(winners))
+			}
+			if len(winners) == 0 { // every Begin ran before the lease ended
+				winners = append(winners, acquire(t, s.Store, k, fp("a"), lease))
+			}
+			wantLost(t, s.Store.Complete(t.Context(), k, tok, sampleResponse(), ttl), "Complete by the holder that lost the race")
+			complete(t, s.Store, k, winners[0], sampleResponse(), ttl)
+		default:
+			t.Fatalf("round %d: Extend: %v", round, extendErr)
+		}
+		res := begin(t, s.Store, k, fp("a"), lease)
+		wantState(t, res, idempotency.StateCompleted)
+	}
+}
+
+// testMiddlewareLeaseExpiry: a holder that stops renewing its lease (as
+// good as dead to the other instances: here renewal is off) frees the key
+// after its lease; its late completion cannot overwrite the answer of the
+// request that took over.
 func testMiddlewareLeaseExpiry(t *testing.T, s Subject) {
 	const leaseFor = 5 * time.Second
 	var runs atomic.Int32
 	stuck := make(chan struct{})
 	entered := make(chan struct{})
-	h := idempotency.Middleware(s.Store, idempotency.Config{Lease: leaseFor, Logger: discardLogger()})(
+	h := idempotency.Middleware(s.Store, idempotency.Config{Lease: leaseFor, DisableLeaseRenewal: true, Logger: discardLogger()})(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := runs.Add(1)
 			if n == 1 {
