@@ -268,10 +268,7 @@ func (o *Observer) WatchBudget(dependency string, b *budget.Budget) {
 // its breaker (Policy.Breaker, or the one the policy made), so both are
 // exported from the first collection, before any call.
 func (o *Observer) WatchPolicy(p *guardrail.Policy) {
-	o.WatchBudget(p.Name, p.RetryBudget())
-	if b := p.CircuitBreaker(); b != nil {
-		o.WatchBreaker(p.Name, b)
-	}
+	o.gauges.WatchPolicy(p)
 }
 
 // WatchLoad reports a load shedder's in-flight count and limit at every
@@ -545,13 +542,13 @@ func (st *callState) end(e *guardrail.Event) {
 // the gauges are right from the first one and fall back to zero when the
 // traffic stops (events report the load only when a request arrives).
 func (o *Observer) WatchShedder(dependency string, s *shed.Shedder) {
-	o.gauges.WatchLoad(dependency, s.Load, s)
+	o.gauges.WatchShedder(dependency, s)
 }
 
 // WatchBreaker reports the state of b under dependency at every
 // collection, from the first one on.
 func (o *Observer) WatchBreaker(dependency string, b *breaker.Breaker) {
-	o.gauges.WatchBreakerState(dependency, func() string { return b.State().String() }, b)
+	o.gauges.WatchBreaker(dependency, b)
 }
 
 // WatchBreakerGroup reports the state of every breaker g holds, each under
@@ -560,10 +557,5 @@ func (o *Observer) WatchBreaker(dependency string, b *breaker.Breaker) {
 // Past the label cap, keys fold to "other", whose gauge counts the breakers
 // in each state.
 func (o *Observer) WatchBreakerGroup(g *breaker.Group) {
-	o.gauges.WatchStates(func(report func(dependency, state string)) {
-		g.Range(func(key string, b *breaker.Breaker) bool {
-			report(key, b.State().String())
-			return true
-		})
-	}, g)
+	o.gauges.WatchBreakerGroup(g)
 }

@@ -287,10 +287,7 @@ func (c *Collector) WatchBudget(dependency string, b *budget.Budget) {
 // its breaker (Policy.Breaker, or the one the policy made), so both are
 // exported from the first collection, before any call.
 func (c *Collector) WatchPolicy(p *guardrail.Policy) {
-	c.WatchBudget(p.Name, p.RetryBudget())
-	if b := p.CircuitBreaker(); b != nil {
-		c.WatchBreaker(p.Name, b)
-	}
+	c.gauges.WatchPolicy(p)
 }
 
 // WatchLoad exports a load shedder's in-flight count and current limit,
@@ -335,13 +332,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 // the gauges are right from the first one and fall back to zero when the
 // traffic stops (events report the load only when a request arrives).
 func (c *Collector) WatchShedder(dependency string, s *shed.Shedder) {
-	c.gauges.WatchLoad(dependency, s.Load, s)
+	c.gauges.WatchShedder(dependency, s)
 }
 
 // WatchBreaker reports the state of b under dependency at every
 // collection, from the first one on.
 func (c *Collector) WatchBreaker(dependency string, b *breaker.Breaker) {
-	c.gauges.WatchBreakerState(dependency, func() string { return b.State().String() }, b)
+	c.gauges.WatchBreaker(dependency, b)
 }
 
 // WatchBreakerGroup reports the state of every breaker g holds, each under
@@ -350,10 +347,5 @@ func (c *Collector) WatchBreaker(dependency string, b *breaker.Breaker) {
 // Past the label cap, keys fold to "other", whose gauge counts the breakers
 // in each state.
 func (c *Collector) WatchBreakerGroup(g *breaker.Group) {
-	c.gauges.WatchStates(func(report func(dependency, state string)) {
-		g.Range(func(key string, b *breaker.Breaker) bool {
-			report(key, b.State().String())
-			return true
-		})
-	}, g)
+	c.gauges.WatchBreakerGroup(g)
 }

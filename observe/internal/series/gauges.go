@@ -6,7 +6,9 @@ import (
 	"sync/atomic"
 
 	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
+	"github.com/guardrail-go/guardrail/shed"
 )
 
 // Gauges holds the state that events report only when it changes (breaker
@@ -231,4 +233,32 @@ func (g *Gauges) Collect(state func(dep, state string, n float64), tokens func(d
 	for dep, l := range loads {
 		load(dep, l.in, l.lim)
 	}
+}
+
+// WatchBreaker watches b's state under dependency.
+func (g *Gauges) WatchBreaker(dependency string, b *breaker.Breaker) {
+	g.WatchBreakerState(dependency, func() string { return b.State().String() }, b)
+}
+
+// WatchBreakerGroup watches every breaker grp holds, each under its key.
+func (g *Gauges) WatchBreakerGroup(grp *breaker.Group) {
+	g.WatchStates(func(report func(dependency, state string)) {
+		grp.Range(func(key string, b *breaker.Breaker) bool {
+			report(key, b.State().String())
+			return true
+		})
+	}, grp)
+}
+
+// WatchPolicy watches p's retry budget and breaker under p.Name.
+func (g *Gauges) WatchPolicy(p *guardrail.Policy) {
+	g.WatchBudget(p.Name, p.RetryBudget())
+	if b := p.CircuitBreaker(); b != nil {
+		g.WatchBreaker(p.Name, b)
+	}
+}
+
+// WatchShedder watches s's in-flight count and limit under dependency.
+func (g *Gauges) WatchShedder(dependency string, s *shed.Shedder) {
+	g.WatchLoad(dependency, s.Load, s)
 }
