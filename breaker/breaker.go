@@ -225,34 +225,25 @@ func (b *Breaker) allowSlow(w uint64, now int64) (Permit, error) {
 // Closed, Done reads the clock at most once (never with a count window or
 // for Ignored), takes no lock except once per bucket width, and allocates
 // nothing.
-func (p Permit) Done(o Outcome, d time.Duration) {
-	b := p.b
-	if b == nil {
-		return
-	}
-	if p.w&(stateMask|flagNoRecord) != uint64(Closed) {
-		b.doneSlow(p.w, o, d, -1)
-		return
-	}
-	if o == Ignored || b.state.Load() != p.w {
-		return
-	}
-	if b.cw != nil {
-		b.recordCount(p.w, o, d)
-		return
-	}
-	b.recordTime(p.w, b.clock(), o, d)
-}
+func (p Permit) Done(o Outcome, d time.Duration) { p.record(o, d, -1) }
 
 // DoneAt is Done with the current time supplied by the caller, for a
 // caller that has just read the clock (to measure d, say).
 func (p Permit) DoneAt(o Outcome, d time.Duration, now time.Time) {
+	if p.b != nil {
+		p.record(o, d, max(p.b.clockAt(now), 0))
+	}
+}
+
+// record is Done and DoneAt: now is a clock reading, or negative to read
+// the clock only if the result needs one.
+func (p Permit) record(o Outcome, d time.Duration, now int64) {
 	b := p.b
 	if b == nil {
 		return
 	}
 	if p.w&(stateMask|flagNoRecord) != uint64(Closed) {
-		b.doneSlow(p.w, o, d, max(b.clockAt(now), 0))
+		b.doneSlow(p.w, o, d, now)
 		return
 	}
 	if o == Ignored || b.state.Load() != p.w {
@@ -262,7 +253,10 @@ func (p Permit) DoneAt(o Outcome, d time.Duration, now time.Time) {
 		b.recordCount(p.w, o, d)
 		return
 	}
-	b.recordTime(p.w, b.clockAt(now), o, d)
+	if now < 0 {
+		now = b.clock()
+	}
+	b.recordTime(p.w, now, o, d)
 }
 
 func (b *Breaker) isSlow(d time.Duration) bool {
@@ -507,28 +501,11 @@ func (b *Breaker) Execute(fn func() error) error {
 	o := b.cfg.classify(err)
 	if b.cfg.slowCall > 0 && o != Ignored {
 		now := b.clock()
-		p.doneAt(o, time.Duration(now-start), now)
+		p.record(o, time.Duration(now-start), now)
 	} else {
 		p.Done(o, 0)
 	}
 	return err
-}
-
-// doneAt is DoneAt with a clock reading.
-func (p Permit) doneAt(o Outcome, d time.Duration, now int64) {
-	b := p.b
-	if p.w&(stateMask|flagNoRecord) != uint64(Closed) {
-		b.doneSlow(p.w, o, d, now)
-		return
-	}
-	if b.state.Load() != p.w {
-		return
-	}
-	if b.cw != nil {
-		b.recordCount(p.w, o, d)
-		return
-	}
-	b.recordTime(p.w, now, o, d)
 }
 
 // State returns the current state. A breaker whose open time has elapsed
