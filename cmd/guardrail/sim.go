@@ -62,14 +62,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	spread := fs.Duration("spread", 0, "spread the first calls evenly over this window (0: all at t=0)")
 	rate := fs.Float64("rate", 0, "Poisson arrivals, clients per second (0: all at t=0)")
 	jsonOut := fs.Bool("json", false, "write one JSON object per row instead of the table")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 
 	switch {
