@@ -59,10 +59,10 @@ func nanotime() int64 { return int64(time.Since(epoch)) + 1 }
 // for the current due time. On the success path it is armed once and
 // stopped once.
 //
-// A native attempt (see native.go) has no context of its own and no timer
-// until the first Read of its body: the base transport and the connection
-// bound the phases before it, and the timer ends a stalled body by closing
-// it.
+// A native attempt (see native.go) has no context of its own and no timer:
+// the base transport and the connection bound the phases before the body,
+// and from the first Read of its body the Transport's watchdog watches it
+// and ends a stalled Read by closing the body.
 //
 // Times are monotonic nanoseconds since epoch (nanotime); 0 means none.
 type attempt struct {
@@ -70,7 +70,7 @@ type attempt struct {
 	dep     string
 	n       int  // attempt number, 1-based
 	native  bool // phases before the body are bounded by the base transport
-	waiting bool // native: the body timer starts at the first Read
+	waiting bool // native: the body phase starts at the first Read
 	handed  bool // the body belongs to the caller; set before it is shared
 	ctx     context.Context
 	cancel  context.CancelCauseFunc // nil when native
@@ -78,6 +78,7 @@ type attempt struct {
 	release func()                  // frees the bulkhead slot; nil when none
 	conn    *guardConn              // native: the connection, when the attempt needs to know it
 	body    io.ReadCloser           // the response body, once handed over
+	idx     int                     // native: its index in the watchdog
 
 	// reading is the time at which the current body Read began, 0 between
 	// Reads: the body-idle check reads it instead of the timer being
@@ -92,6 +93,7 @@ type attempt struct {
 	expires  int64         // when the current limit runs out
 	deadline int64         // end of the attempt (AttemptTimeout)
 	cause    *TimeoutError // the timeout that ended the attempt
+	watched  bool          // native: the watchdog watches the body; written by the reader
 }
 
 // tracedAttempt is an attempt with trace hooks of its own, in one
@@ -165,12 +167,13 @@ func (a *attempt) deadlineTime() time.Time {
 // protocols, to stop timing writes if the server switches.
 func (t *Transport) newNativeAttempt(c *call, actx context.Context) *attempt {
 	_, upgrade := c.req.Header["Upgrade"]
-	if t.s.write <= 0 || (c.bodyMode == bodyNone && !upgrade) {
+	if (t.s.write <= 0 && t.s.header <= 0) || (c.bodyMode == bodyNone && !upgrade) {
 		return &attempt{t: t, dep: c.dep, n: c.n, native: true, ctx: actx}
 	}
 	ta := &tracedAttempt{attempt: attempt{t: t, dep: c.dep, n: c.n, native: true}}
 	a := &ta.attempt
 	ta.trace.GotConn = a.gotConnNative
+	ta.trace.WroteRequest = a.wroteNative
 	a.ctx = httptrace.WithClientTrace(actx, &ta.trace)
 	return a
 }
@@ -182,6 +185,15 @@ func (a *attempt) gotConnNative(i httptrace.GotConnInfo) {
 	if gc, ok := i.Conn.(*guardConn); ok {
 		a.conn = gc
 		gc.begin()
+	}
+}
+
+// wroteNative ends the write timeout once the request and its body are
+// written. *http.Transport reports it from the goroutine that writes the
+// request, which got the connection from RoundTrip's: after GotConn.
+func (a *attempt) wroteNative(i httptrace.WroteRequestInfo) {
+	if a.conn != nil {
+		a.conn.wrote(i.Err)
 	}
 }
 
@@ -254,6 +266,14 @@ func (a *attempt) startBody(now int64) {
 	}
 	a.phase = phaseBody
 	a.limit = a.t.s.bodyIdle
+	if a.native {
+		// The watchdog ends a Read that waits too long (see check).
+		if a.limit > 0 {
+			a.watched = true
+			a.t.watch.add(a)
+		}
+		return
+	}
 	due := int64(0)
 	if a.limit > 0 {
 		due = from + int64(a.limit)
@@ -337,14 +357,34 @@ func (a *attempt) fire(pt *phaseTimer) {
 	}
 	a.cause = te
 	a.mu.Unlock()
-	if a.native {
-		// Only the body phase has a timer. Closing the body ends a Read in
-		// progress: *http.Transport supports Close during Read, and drops
-		// the connection of a body not read to its end.
-		a.body.Close()
-		return
-	}
 	a.cancel(te)
+}
+
+func (a *attempt) slot() *int { return &a.idx }
+
+// check is the watchdog's look at the body of a native attempt: it ends a
+// Read that has waited longer than the body-idle timeout by closing the
+// body (*http.Transport supports Close during Read, and drops the
+// connection of a body not read to its end), and reports whether a Read
+// is in progress. Only time spent inside a Read counts: the caller's own
+// pace between Reads is not the server's fault.
+func (a *attempt) check(now int64) bool {
+	since := a.reading.Load()
+	if since == 0 {
+		return false
+	}
+	if now < since+int64(a.limit) {
+		return true
+	}
+	a.mu.Lock()
+	if a.cause != nil || a.phase != phaseBody || a.reading.Load() != since {
+		a.mu.Unlock()
+		return true // done, or another Read: look again next tick
+	}
+	a.cause = &TimeoutError{Phase: guardrail.PhaseBodyIdle, Dependency: a.dep, After: a.limit}
+	a.mu.Unlock()
+	a.body.Close()
+	return false
 }
 
 // withDeadline reports a deadline that its context inherits from
@@ -496,11 +536,14 @@ func (a *attempt) stopTimer() bool {
 		return false
 	}
 	a.phase = phaseDone
-	pt := a.timer
+	pt, watched := a.timer, a.watched
 	a.timer, a.expires = nil, 0
 	a.mu.Unlock()
 	if pt != nil {
 		pt.release()
+	}
+	if watched {
+		a.t.watch.remove(a)
 	}
 	return true
 }
@@ -547,6 +590,9 @@ func (a *attempt) Read(p []byte) (int, error) {
 	if a.waiting {
 		a.waiting = false // Reads are not concurrent: a needs no lock
 		a.startBody(now)
+	}
+	if a.watched { // written by this goroutine, in startBody
+		a.t.watch.wake()
 	}
 	n, err := a.body.Read(p)
 	a.reading.Store(0)

@@ -124,7 +124,7 @@ func TestNativeConnectTimeout(t *testing.T) {
 	}
 	// NewClient's dialer, resolving through a DNS server that never answers.
 	var dials atomic.Int64
-	dial := guardDialer(&net.Dialer{Timeout: tr.s.connect, Resolver: hangingResolver()}, tr.s.write)
+	dial := guardDialer(&net.Dialer{Timeout: tr.s.connect, Resolver: hangingResolver()}, tr.watch, tr.s.write, tr.s.header)
 	tr.base.(*http.Transport).DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		dials.Add(1)
 		return dial(ctx, network, addr)
@@ -201,56 +201,6 @@ func deafListener(t *testing.T) string {
 		}
 	})
 	return ln.Addr().String()
-}
-
-// guardConn times writes from a request's first write to its response's
-// first bytes, and leaves alone connections that carry TLS or HTTP/2.
-func TestGuardConnStates(t *testing.T) {
-	tests := []struct {
-		name  string
-		first []byte
-		want  int32 // after the first write
-	}{
-		{"HTTP/1 request", []byte("GET / HTTP/1.1\r\n"), connWriting},
-		{"TLS handshake", []byte{0x16, 0x03, 0x01, 0x02, 0x00}, connOff},
-		{"HTTP/2 preface", []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), connOff},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			client, server := net.Pipe()
-			defer client.Close()
-			defer server.Close()
-			c := &guardConn{Conn: client, write: time.Minute}
-			echo := make(chan error, 1)
-			go func() {
-				buf := make([]byte, 64)
-				n, err := server.Read(buf)
-				if err == nil {
-					_, err = server.Write(buf[:n])
-				}
-				echo <- err
-			}()
-			if _, err := c.Write(tt.first); err != nil {
-				t.Fatal(err)
-			}
-			if got := c.state.Load(); got != tt.want {
-				t.Fatalf("state after the first write = %d, want %d", got, tt.want)
-			}
-			if _, err := c.Read(make([]byte, 64)); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-echo; err != nil {
-				t.Fatal(err)
-			}
-			want := connIdle // the response started: the write timeout is over
-			if tt.want == connOff {
-				want = connOff
-			}
-			if got := c.state.Load(); got != want {
-				t.Errorf("state after the response = %d, want %d", got, want)
-			}
-		})
-	}
 }
 
 // HTTPS through NewClient takes the traced path over connections that
@@ -405,55 +355,5 @@ func TestHTTPSResponseHeaderTimeoutThroughNewClient(t *testing.T) {
 				t.Errorf("second request: body %q", body)
 			}
 		})
-	}
-}
-
-// A connection left writing under a deadline already past (see guardConn)
-// fails the next bodiless request's first write with nothing written,
-// which *http.Transport sends again on a new connection: the caller sees
-// nothing of it.
-func TestStaleWriteDeadlineIsHarmless(t *testing.T) {
-	var conns atomic.Int64
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = w.Write([]byte("ok"))
-	}))
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	srv.Start()
-	defer srv.Close()
-	c := NewClient(Config{})
-	defer c.CloseIdleConnections()
-	tr := c.Transport.(*Transport)
-	var last atomic.Pointer[guardConn]
-	dial := tr.base.(*http.Transport).DialContext
-	tr.base.(*http.Transport).DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := dial(ctx, network, addr)
-		if gc, ok := conn.(*guardConn); ok {
-			last.Store(gc)
-		}
-		return conn, err
-	}
-	get := func() {
-		t.Helper()
-		resp, err := c.Get(srv.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || string(body) != "ok" {
-			t.Fatalf("body %q, %v", body, err)
-		}
-	}
-	get()
-	gc := last.Load()
-	gc.state.Store(connWriting) // as a late write of an early-answered request leaves it
-	_ = gc.Conn.SetWriteDeadline(time.Now().Add(-time.Second))
-	get()
-	if got := conns.Load(); got != 2 {
-		t.Errorf("server saw %d connections, want 2: the stale one replaced", got)
 	}
 }

@@ -63,12 +63,14 @@ import (
 // *http.Transport then closes the connection. With a base that reports
 // nothing, only the attempt timeout and the body-idle timeout apply.
 //
-// The transport of NewClient bounds the phases before the body itself
-// (its dialer's timeout, its ResponseHeaderTimeout, a write deadline on
-// each connection), so that its cleartext HTTP/1 requests need neither the
-// cancellable context nor the trace hooks, which cost about as much as the
-// rest of the guard. Their timeouts are named as on the traced path. See
-// docs/http-client.md.
+// The transport of NewClient times the phases of its cleartext HTTP/1
+// requests on the connections themselves (its dialer's timeout for
+// connect; each connection's view of the request written and the response
+// arriving for write and response header), and a watchdog that ticks
+// while a phase is timed ends the ones that run out, so that these
+// requests need neither the cancellable context and trace hooks nor a
+// runtime timer per request, which cost more than the rest of the guard.
+// Their timeouts are named as on the traced path. See docs/http-client.md.
 //
 // A Transport is safe for concurrent use by multiple goroutines. It does
 // not modify the caller's request, and starts no goroutine of its own.
@@ -84,6 +86,7 @@ type Transport struct {
 	observer  guardrail.Observer // Config.Observer, for events after the engine returned
 	breakers  *breaker.Group
 	bulkheads *bulkheads       // nil: none
+	watch     *watchdog        // enforces the phases of native attempts
 	policy    guardrail.Policy // must not be copied: holds the budget
 }
 
@@ -97,6 +100,7 @@ func NewTransport(base http.RoundTripper, cfg Config) *Transport {
 		base = http.DefaultTransport
 	}
 	t := &Transport{base: base, s: cfg.settings(), observer: cfg.Observer}
+	t.watch = newWatchdog(t.s.shortestLimit())
 	if ht, ok := base.(*http.Transport); ok {
 		t.reportsConn, t.proxied = true, ht.Proxy != nil
 	}
@@ -143,12 +147,12 @@ func (t *Transport) Breakers() *breaker.Group { return t.breakers }
 // server offers it, up to DefaultMaxIdleConnsPerHost idle connections per
 // host kept 90 s, a dialer bounded by the connect timeout and a TLS
 // handshake bounded by the TLS timeout (so a dial the request gave up on
-// does not linger either), the response-header timeout as its
-// ResponseHeaderTimeout, and connections that bound the writing of each
-// request by the write timeout. Without a proxy and an AttemptTimeout, its
-// cleartext requests rely on these rather than on trace hooks (see
-// Transport). The client has no Timeout: the request's context, the
-// attempt and the phase timeouts bound it.
+// does not linger either), and connections that time the writing of each
+// request and the wait for its response headers. Without a proxy and an
+// AttemptTimeout, its cleartext requests rely on these rather than on
+// trace hooks (see Transport); otherwise the response-header timeout is
+// also the base's ResponseHeaderTimeout. The client has no Timeout: the
+// request's context, the attempt and the phase timeouts bound it.
 func NewClient(cfg Config) *http.Client {
 	s := cfg.settings()
 	dialer := &net.Dialer{Timeout: s.connect, KeepAlive: 30 * time.Second}
@@ -159,7 +163,6 @@ func NewClient(cfg Config) *http.Client {
 		MaxIdleConnsPerHost:   DefaultMaxIdleConnsPerHost,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   s.tls,
-		ResponseHeaderTimeout: s.header,
 		ExpectContinueTimeout: time.Second,
 	}
 	for _, v := range [...]string{"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"} {
@@ -170,10 +173,14 @@ func NewClient(cfg Config) *http.Client {
 	t := NewTransport(base, cfg)
 	// An attempt timeout spans every phase: it needs the traced path.
 	if base.Proxy == nil && cfg.AttemptTimeout == 0 {
+		// Cleartext requests are timed by their connections; HTTPS ones
+		// by the traced path's timer, with no help from the base.
 		t.native = true
-		if s.write > 0 {
-			base.DialContext = guardDialer(dialer, s.write)
+		if s.write > 0 || s.header > 0 {
+			base.DialContext = guardDialer(dialer, t.watch, s.write, s.header)
 		}
+	} else {
+		base.ResponseHeaderTimeout = s.header
 	}
 	return &http.Client{Transport: t}
 }

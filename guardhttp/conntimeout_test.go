@@ -1,0 +1,259 @@
+package guardhttp_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/guardhttp"
+)
+
+// On a reused connection, a response that never starts ends the attempt
+// at the response-header limit, once: net/http sends a request again by
+// itself when reading a reused connection fails before the first byte,
+// and the connection's timeout must not look like that (see guardConn).
+func TestResponseHeaderTimeoutOnAReusedConnectionIsNotSentAgain(t *testing.T) {
+	var requests atomic.Int64
+	var srv *server
+	srv = newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if requests.Add(1) == 2 {
+			srv.hang(r)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	const limit = 150 * time.Millisecond
+	c := newClient(t, guardhttp.Config{ResponseHeaderTimeout: limit, MaxAttempts: 1})
+	resp, err := get(t, context.Background(), c, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(t, resp); body != "ok" {
+		t.Fatalf("first body %q", body)
+	}
+	start := time.Now()
+	resp, err = get(t, context.Background(), c, srv.URL)
+	elapsed := time.Since(start)
+	if resp != nil {
+		t.Fatalf("second request got %d, want a timeout", resp.StatusCode)
+	}
+	te := asTimeout(t, err)
+	if te.Phase != guardrail.PhaseResponseHeader || te.After != limit {
+		t.Errorf("timeout = %+v, want %s after %v", te, guardrail.PhaseResponseHeader, limit)
+	}
+	within(t, "one response-header timeout", elapsed, limit, limit+limit/2+slack/4)
+	if got := requests.Load(); got != 2 {
+		t.Errorf("server saw %d requests, want 2: the timed-out one was sent again", got)
+	}
+	if got := srv.newConns.Load(); got != 1 {
+		t.Errorf("server saw %d connections, want 1: the second request reused the first", got)
+	}
+	srv.waitClosed(t, 1)
+}
+
+// Headers that start in time and then stall are bounded by the same
+// limit, wherever they stop: the phase lasts until the end of the headers.
+func TestResponseHeaderTimeoutCoversHeadersThatStall(t *testing.T) {
+	const limit = 150 * time.Millisecond
+	for _, sent := range []string{
+		"HTTP/1.1 20",
+		"HTTP/1.1 200 OK\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Le",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r",
+		"HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 2",
+	} {
+		t.Run(strings.ReplaceAll(sent, "\r\n", "|"), func(t *testing.T) {
+			ln := newScriptedServer(t, func(req []byte, w io.Writer, stop <-chan struct{}) {
+				_, _ = io.WriteString(w, sent)
+				<-stop
+			})
+			c := newClient(t, guardhttp.Config{ResponseHeaderTimeout: limit, MaxAttempts: 1})
+			start := time.Now()
+			resp, err := get(t, context.Background(), c, "http://"+ln.addr)
+			elapsed := time.Since(start)
+			if resp != nil {
+				t.Fatalf("got %d, want a timeout", resp.StatusCode)
+			}
+			if te := asTimeout(t, err); te.Phase != guardrail.PhaseResponseHeader {
+				t.Errorf("phase %s, want %s", te.Phase, guardrail.PhaseResponseHeader)
+			}
+			within(t, "stalled headers", elapsed, limit, limit+slack)
+		})
+	}
+}
+
+// An interim response does not end the wait for the final one: a 103
+// followed by a final response too late is a response-header timeout, and
+// one followed in time by the final response succeeds.
+func TestInterimResponsesDoNotEndTheHeaderPhase(t *testing.T) {
+	const limit = 200 * time.Millisecond
+	for _, tt := range []struct {
+		name  string
+		delay time.Duration // between the 103 and the final response
+		ok    bool
+	}{
+		{"final in time", 0, true},
+		{"final too late", 10 * limit, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var srv *server
+			srv = newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Link", "</style.css>; rel=preload")
+				w.WriteHeader(http.StatusEarlyHints)
+				select {
+				case <-time.After(tt.delay):
+				case <-r.Context().Done():
+					return
+				case <-srv.stop:
+					return
+				}
+				_, _ = io.WriteString(w, "final")
+			})
+			c := newClient(t, guardhttp.Config{ResponseHeaderTimeout: limit, MaxAttempts: 1})
+			start := time.Now()
+			resp, err := get(t, context.Background(), c, srv.URL)
+			elapsed := time.Since(start)
+			if tt.ok {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if body := readAll(t, resp); body != "final" {
+					t.Errorf("body %q, want the final response's", body)
+				}
+				return
+			}
+			if resp != nil {
+				t.Fatalf("got %d, want a timeout", resp.StatusCode)
+			}
+			if te := asTimeout(t, err); te.Phase != guardrail.PhaseResponseHeader {
+				t.Errorf("phase %s, want %s", te.Phase, guardrail.PhaseResponseHeader)
+			}
+			within(t, "103 then nothing", elapsed, limit, limit+slack)
+		})
+	}
+}
+
+// A request that asks for 100 Continue sends its body once the server
+// asks for it, and the body is timed afresh: here the server waits most of
+// the write limit before asking, and the body still goes through.
+func TestExpectContinue(t *testing.T) {
+	const limit = 300 * time.Millisecond
+	var got atomic.Value
+	var srv *server
+	srv = newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(limit * 2 / 3):
+		case <-srv.stop:
+			return
+		}
+		b, _ := io.ReadAll(r.Body) // asks for the body: 100 Continue
+		got.Store(string(b))
+		_, _ = io.WriteString(w, "stored")
+	})
+	c := newClient(t, guardhttp.Config{WriteTimeout: limit, ResponseHeaderTimeout: limit, MaxAttempts: 1})
+	body := strings.Repeat("x", 1<<10)
+	req, err := http.NewRequest(http.MethodPut, srv.URL, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Expect", "100-continue")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := readAll(t, resp); b != "stored" {
+		t.Errorf("response %q", b)
+	}
+	if s, _ := got.Load().(string); s != body {
+		t.Errorf("server got %d bytes, want %d", len(s), len(body))
+	}
+}
+
+// Closing an idle pooled connection whose phase ran out (see guardConn:
+// an early answer can leave one timed) is silent, and the next request
+// takes a new connection.
+func TestWatchdogClosingAnIdleConnectionIsSilent(t *testing.T) {
+	var logs bytes.Buffer
+	prev := log.Writer()
+	log.SetOutput(&logs)
+	defer log.SetOutput(prev)
+
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	})
+	c := newClient(t, guardhttp.Config{ResponseHeaderTimeout: 50 * time.Millisecond})
+	for range 2 {
+		resp, err := get(t, context.Background(), c, srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		guardhttp.ExpireIdleConnsForTest(c)
+		srv.waitClosed(t, 1)
+	}
+	if got := srv.newConns.Load(); got != 2 {
+		t.Errorf("server saw %d connections, want 2", got)
+	}
+	if logs.Len() > 0 {
+		t.Errorf("net/http logged: %s", logs.String())
+	}
+}
+
+// scriptedServer accepts connections, reads a request's headers from each
+// and lets a script answer with raw bytes.
+type scriptedServer struct {
+	addr string
+}
+
+func newScriptedServer(t *testing.T, script func(req []byte, w io.Writer, stop <-chan struct{})) *scriptedServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		close(stop)
+		ln.Close()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer conn.Close()
+				go func() { <-stop; conn.Close() }()
+				var req []byte
+				buf := make([]byte, 4096)
+				for !bytes.Contains(req, []byte("\r\n\r\n")) {
+					n, err := conn.Read(buf)
+					if err != nil {
+						return
+					}
+					req = append(req, buf[:n]...)
+				}
+				script(req, conn, stop)
+			}()
+		}
+	}()
+	return &scriptedServer{addr: ln.Addr().String()}
+}
