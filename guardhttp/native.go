@@ -492,36 +492,49 @@ func (h *headerScan) next(p []byte) (n, code int, ok bool) {
 		h.n += copy(h.status[h.n:], p[:j])
 		h.firstDone = true
 		i = j + 1
+	} else if h.inLine {
+		// A line that started in an earlier piece: "\r" so far, ended
+		// by "\n", is the empty line.
+		if h.cr && len(p) > 0 && p[0] == '\n' {
+			return h.end(1)
+		}
+		j := bytes.IndexByte(p, '\n')
+		if j < 0 {
+			h.cr = false
+			return 0, 0, false
+		}
+		h.inLine, h.cr = false, false
+		i = j + 1
 	}
 	for i < len(p) {
-		// At the start of a line, or in one that started in an earlier
-		// piece: is it empty, "\n" or "\r\n"?
-		switch {
-		case !h.inLine && p[i] == '\n', h.cr && p[i] == '\n':
-			code = statusCode(h.status[:h.n])
-			*h = headerScan{}
-			return i + 1, code, true
-		case !h.inLine && p[i] == '\r':
+		// At the start of a line: is it empty, "\n" or "\r\n"?
+		switch p[i] {
+		case '\n':
+			return h.end(i + 1)
+		case '\r':
 			if i+1 == len(p) {
 				h.inLine, h.cr = true, true
 				return 0, 0, false
 			}
 			if p[i+1] == '\n' {
-				code = statusCode(h.status[:h.n])
-				*h = headerScan{}
-				return i + 2, code, true
+				return h.end(i + 2)
 			}
 		}
-		h.cr = false
-		j := bytes.IndexByte(p[i:], '\n')
+		j := bytes.IndexByte(p[i+1:], '\n') // the line is not empty
 		if j < 0 {
 			h.inLine = true
 			return 0, 0, false
 		}
-		h.inLine = false
-		i += j + 1
+		i += j + 2
 	}
 	return 0, 0, false
+}
+
+// end ends the block n bytes into the current piece.
+func (h *headerScan) end(n int) (int, int, bool) {
+	code := statusCode(h.status[:h.n])
+	*h = headerScan{}
+	return n, code, true
 }
 
 // statusCode returns the code of a status line that starts with b, or 0.

@@ -118,3 +118,17 @@ func FuzzHeaderScan(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkHeaderScan is the cost of finding the end of a typical
+// response's headers when they arrive in one read.
+func BenchmarkHeaderScan(b *testing.B) {
+	resp := []byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain; charset=utf-8\r\n" +
+		"Date: Mon, 30 Nov 2026 05:35:44 GMT\r\n\r\nok")
+	b.SetBytes(int64(len(resp)))
+	for b.Loop() {
+		var h headerScan
+		if _, code, ok := h.next(resp); !ok || code != 200 {
+			b.Fatal("no end found")
+		}
+	}
+}
