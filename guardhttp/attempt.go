@@ -82,8 +82,10 @@ type attempt struct {
 
 	// reading is the time at which the current body Read began, 0 between
 	// Reads: the body-idle check reads it instead of the timer being
-	// re-armed on every Read.
+	// re-armed on every Read. A native attempt stores a pending marker
+	// instead, -reads, which the watchdog replaces by the time (see check).
 	reading atomic.Int64
+	reads   int64 // native: Reads started; written by the reader only
 
 	mu       sync.Mutex  // guards the fields below
 	timer    *phaseTimer // nil until armed, and again once the attempt is done
@@ -251,23 +253,18 @@ func (a *attempt) enter(p phase) {
 
 // startBody moves the attempt to the body phase. Body-idle time is
 // counted from the start of each Read, so the timer only needs to look no
-// later than one limit after any Read could have begun: from the previous
-// phase's start, or from now, the start of a native attempt's first Read
-// (0: not read). The check re-arms if it comes too soon.
-func (a *attempt) startBody(now int64) {
+// later than one limit after any Read could have begun, the previous
+// phase's start; the check re-arms if it comes too soon. A native attempt
+// has no timer: the watchdog watches it from its first Read (see check).
+func (a *attempt) startBody() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.cause != nil || a.phase >= phaseBody {
 		return
 	}
-	from := now
-	if from == 0 {
-		from = a.started
-	}
 	a.phase = phaseBody
 	a.limit = a.t.s.bodyIdle
 	if a.native {
-		// The watchdog ends a Read that waits too long (see check).
 		if a.limit > 0 {
 			a.watched = true
 			a.t.watch.add(a)
@@ -276,9 +273,9 @@ func (a *attempt) startBody(now int64) {
 	}
 	due := int64(0)
 	if a.limit > 0 {
-		due = from + int64(a.limit)
+		due = a.started + int64(a.limit)
 	}
-	a.schedule(now, due)
+	a.schedule(0, due)
 }
 
 // arm starts the limit of the current phase at now, bounded by the
@@ -368,12 +365,19 @@ func (a *attempt) slot() *int { return &a.idx }
 // connection of a body not read to its end), and reports whether a Read
 // is in progress. Only time spent inside a Read counts: the caller's own
 // pace between Reads is not the server's fault.
-func (a *attempt) check(now int64) bool {
+//
+// A Read is timed from a clock read after the look that found it pending,
+// so from no earlier than its start; markers are unique to a Read, so the
+// compare-and-swap cannot give that time to a later one.
+func (a *attempt) check(now int64, clock func() int64) bool {
 	since := a.reading.Load()
-	if since == 0 {
+	switch {
+	case since == 0:
 		return false
-	}
-	if now < since+int64(a.limit) {
+	case since < 0:
+		a.reading.CompareAndSwap(since, clock())
+		return true
+	case now < since+int64(a.limit):
 		return true
 	}
 	a.mu.Lock()
@@ -579,17 +583,21 @@ func (a *attempt) watch(body io.ReadCloser) {
 		a.waiting = true
 		return
 	}
-	a.startBody(0)
+	a.startBody()
 }
 
 // Read reads the response body. A Read that waits longer than the
 // body-idle timeout for data fails with a *TimeoutError.
 func (a *attempt) Read(p []byte) (int, error) {
-	now := nanotime()
-	a.reading.Store(now)
-	if a.waiting {
-		a.waiting = false // Reads are not concurrent: a needs no lock
-		a.startBody(now)
+	if a.native {
+		a.reads++ // Reads are not concurrent: a needs no lock
+		a.reading.Store(-a.reads)
+		if a.waiting {
+			a.waiting = false
+			a.startBody()
+		}
+	} else {
+		a.reading.Store(nanotime())
 	}
 	if a.watched { // written by this goroutine, in startBody
 		a.t.watch.wake()

@@ -116,9 +116,9 @@ const (
 	stateMask = 1<<stateBits - 1
 )
 
-// word packs a state and the time its phase runs out (nanotime; 0: not
-// timed), so that both change together and the watchdog acts only on the
-// phase it looked at.
+// word packs a state and the time its phase runs out (nanotime; negative:
+// a pending marker, see pending; 0: not timed), so that both change
+// together and the watchdog acts only on the phase it looked at.
 func word(state int, due int64) int64 { return due<<stateBits | int64(state) }
 
 func stateOf(w int64) int { return int(w & stateMask) }
@@ -166,7 +166,8 @@ type guardConn struct {
 	header time.Duration // 0: the wait for the response is not timed
 	idx    int           // in w.items
 
-	word atomic.Int64 // state and due time
+	word   atomic.Int64 // state and due time
+	starts atomic.Int64 // phases started: their pending markers
 	// body: the request being sent has a body, and is written when the
 	// transport reports it so (wrote), not when a write returns.
 	body atomic.Bool
@@ -185,13 +186,15 @@ func (c *guardConn) slot() *int { return &c.idx }
 // h2Preface starts a connection that speaks HTTP/2 without TLS.
 var h2Preface = []byte("PRI * HTTP/2")
 
-// due returns when a phase of limit d started now runs out, or 0 when d
-// means no limit.
-func due(now int64, d time.Duration) int64 {
+// pending returns the due time of a phase of limit d that starts now: a
+// marker of its own, negative, that the watchdog replaces by the time the
+// phase runs out at its next look (see check), or 0 when d means no limit.
+// So a phase starts without reading the clock.
+func (c *guardConn) pending(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return now + int64(d)
+	return -c.starts.Add(1)
 }
 
 // set moves the connection from the state in old to state, due at due,
@@ -223,7 +226,7 @@ func (c *guardConn) writing(p []byte) {
 		w := c.word.Load()
 		switch stateOf(w) {
 		case connIdle: // a new request
-			c.writeDue = due(nanotime(), c.write)
+			c.writeDue = c.pending(c.write)
 		case connAwaiting: // more of the same request
 		default: // writing already; the response started (an early answer); off; dead
 			return
@@ -242,7 +245,8 @@ func (c *guardConn) written() {
 	}
 	w := c.word.Load()
 	if stateOf(w) == connWriting {
-		c.set(w, connAwaiting, due(nanotime(), c.header))
+		c.writeDue = dueOf(w) // for a next write of the same request
+		c.set(w, connAwaiting, c.pending(c.header))
 	}
 }
 
@@ -259,7 +263,7 @@ func (c *guardConn) begin() {
 		}
 		// Whatever the state: an early-answered request may have left it
 		// writing or awaiting.
-		c.writeDue = due(nanotime(), c.write)
+		c.writeDue = c.pending(c.write)
 		if c.set(w, connWriting, c.writeDue) {
 			return
 		}
@@ -271,7 +275,7 @@ func (c *guardConn) wrote(err error) {
 	c.body.Store(false)
 	w := c.word.Load()
 	if err == nil && stateOf(w) == connWriting {
-		c.set(w, connAwaiting, due(nanotime(), c.header))
+		c.set(w, connAwaiting, c.pending(c.header))
 	}
 }
 
@@ -302,7 +306,7 @@ func (c *guardConn) arrived(p []byte) {
 		// (a fast server), or before the server read all of the request
 		// (an early answer, after which the rest is not waited for): its
 		// headers have the response-header limit from now.
-		if !c.set(w, connHeaders, due(nanotime(), c.header)) {
+		if !c.set(w, connHeaders, c.pending(c.header)) {
 			c.arrived(p)
 			return
 		}
@@ -319,7 +323,7 @@ func (c *guardConn) arrived(p []byte) {
 		switch {
 		case code == http.StatusContinue && c.body.Load():
 			// The server asks for the body: writing it is timed anew.
-			c.toState(connWriting, due(nanotime(), c.write))
+			c.toState(connWriting, c.pending(c.write))
 		case code >= 100 && code < 200 && code != http.StatusSwitchingProtocols:
 			// Another interim response: the final one is still awaited.
 		default:
@@ -344,19 +348,34 @@ func (c *guardConn) toState(state int, due int64) {
 	}
 }
 
-// check is the watchdog's look at the connection: it closes it if its
+// check is the watchdog's look at the connection: it gives a phase that
+// started since its last look its due time, closes the connection if its
 // phase ran out, and reports whether a phase is timed.
-func (c *guardConn) check(now int64) bool {
+//
+// A phase is timed from a clock read after the look that found it
+// pending, so from no earlier than its start: a limit never fires early,
+// and at most two ticks late. Markers are unique to a phase start, so the
+// compare-and-swap cannot stamp a later phase with that earlier time; the
+// one marker that comes back, a request written in several writes going
+// back to writing, is the same phase.
+func (c *guardConn) check(now int64, clock func() int64) bool {
 	w := c.word.Load()
 	s := stateOf(w)
 	if s != connWriting && s != connAwaiting && s != connHeaders {
 		return false
 	}
 	due := dueOf(w)
-	if due == 0 {
+	switch {
+	case due == 0:
 		return false
-	}
-	if now < due {
+	case due < 0:
+		limit := c.header
+		if s == connWriting {
+			limit = c.write
+		}
+		c.word.CompareAndSwap(w, word(s, clock()+int64(limit)))
+		return true
+	case now < due:
 		return true
 	}
 	p := phaseHeader

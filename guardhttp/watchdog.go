@@ -12,8 +12,10 @@ import (
 // net/http's ResponseHeaderTimeout, a connection deadline or a per-request
 // timer does, costs a few thousand instructions in the runtime's timer
 // heap and its locks; that was most of what guarding a loopback request
-// cost. Here a phase costs a clock read and a few atomic stores, and a
-// limit fires between its due time and one tick later.
+// cost. Here a phase starts with a few atomic operations and no clock
+// read: the watchdog times it from its first look at it (see
+// guardConn.check), and a limit fires between its due time and two ticks
+// later.
 //
 // The watchdog runs only while something it watches is in a timed phase:
 // each tick is a time.AfterFunc that re-arms itself, and the last tick
@@ -32,8 +34,9 @@ type watchdog struct {
 // or the body of a response (while it is being read).
 type watched interface {
 	// check ends whatever ran out of time by now and reports whether it
-	// is still in a timed phase.
-	check(now int64) bool
+	// is still in a timed phase. clock reads the time anew, for phases
+	// that started since the last look.
+	check(now int64, clock func() int64) bool
 	// slot is where the watchdog keeps the item's index.
 	slot() *int
 }
@@ -139,7 +142,7 @@ func (w *watchdog) scan() bool {
 	w.mu.Unlock()
 	active := false
 	for _, it := range items {
-		if it.check(now) {
+		if it.check(now, w.clock) {
 			active = true
 		}
 	}

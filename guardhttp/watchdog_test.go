@@ -16,7 +16,7 @@ type fakeItem struct {
 
 func (f *fakeItem) slot() *int { return &f.idx }
 
-func (f *fakeItem) check(now int64) bool {
+func (f *fakeItem) check(now int64, _ func() int64) bool {
 	due := f.due.Load()
 	if due == 0 {
 		return false
