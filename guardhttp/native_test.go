@@ -283,7 +283,12 @@ func TestAttemptHeaders(t *testing.T) {
 	req.Header.Set("X-Caller", "yes")
 	before := req.Header.Clone()
 	c := &call{t: tr, req: req, n: 3, idemKey: "k1"}
-	h := c.header(&attempt{}, time.Now())
+	dl, need := c.headers(&attempt{})
+	if !need || !dl.Equal(func() time.Time { d, _ := ctx.Deadline(); return d }()) {
+		t.Fatalf("headers() = %v, %v: want the context's deadline, and headers needed", dl, need)
+	}
+	var vals [4]string
+	h := c.header(dl, time.Now(), &vals)
 	for key, want := range map[string]string{"X-Caller": "yes", deadline.HeaderRetryAttempt: "2", HeaderIdempotencyKey: "k1"} {
 		if got := h[key]; len(got) != 1 || got[0] != want {
 			t.Errorf("%s = %q, want [%q]", key, got, want)

@@ -385,12 +385,18 @@ func (c *call) attempt(actx context.Context) (*http.Response, error) {
 		return nil, c.mark(err, guardrail.Verdict{Outcome: breaker.Ignored})
 	}
 	r := c.req
-	h := c.header(a, now)
-	if h != nil || !same || a.ctx != r.Context() {
-		r = r.WithContext(a.ctx)
+	dl, headers := c.headers(a)
+	if headers || !same || a.ctx != r.Context() {
+		ar := new(attemptRequest)
+		if a.ctx == r.Context() {
+			ar.req = *r // what WithContext would allocate, but with vals
+		} else {
+			ar.req = *r.WithContext(a.ctx)
+		}
+		r = &ar.req
 		r.Body, r.GetBody, r.ContentLength = body, getBody, length
-		if h != nil {
-			r.Header = h
+		if headers {
+			r.Header = c.header(dl, now, &ar.vals)
 		}
 	}
 	resp, err := t.base.RoundTrip(r)
@@ -459,19 +465,31 @@ func (c *call) mark(err error, v guardrail.Verdict) error {
 	return c.marked
 }
 
-// header returns the headers of attempt c.n, or nil when the caller's
-// serve unchanged. now is the attempt's start, or zero if not read yet.
-//
-// It allocates the map, one array for the values it adds and one string
-// for the deadline's digits, whatever it adds.
-func (c *call) header(a *attempt, now time.Time) http.Header {
+// attemptRequest is the copy of the caller's request an attempt sends,
+// with the values of the headers it adds, in one allocation.
+type attemptRequest struct {
+	req  http.Request
+	vals [4]string
+}
+
+// headers returns the deadline of attempt c.n (zero if none), and whether
+// it needs headers the caller's request does not have.
+func (c *call) headers(a *attempt) (time.Time, bool) {
 	dl, hasDeadline := c.req.Context().Deadline()
 	if adl := a.deadlineTime(); !adl.IsZero() && (!hasDeadline || adl.Before(dl)) {
 		dl, hasDeadline = adl, true
 	}
-	if !hasDeadline && c.n == 1 && c.idemKey == "" {
-		return nil
-	}
+	return dl, hasDeadline || c.n > 1 || c.idemKey != ""
+}
+
+// header returns the headers of attempt c.n, whose deadline is dl (zero:
+// none), with the values it adds kept in vals. now is the attempt's start,
+// or zero if not read yet.
+//
+// It allocates the map and one string for the deadline's digits, whatever
+// it adds.
+func (c *call) header(dl time.Time, now time.Time, vals *[4]string) http.Header {
+	hasDeadline := !dl.IsZero()
 	// A shallow copy: the caller's value slices are shared, never written
 	// (a key we set gets a slice of its own), and the base transport only
 	// reads them.
@@ -479,10 +497,11 @@ func (c *call) header(a *attempt, now time.Time) http.Header {
 	for k, v := range c.req.Header {
 		h[k] = v
 	}
-	vals := make([]string, 0, 4)
+	n := 0
 	set := func(key, v string) {
-		vals = append(vals, v)
-		h[key] = vals[len(vals)-1 : len(vals) : len(vals)]
+		vals[n] = v
+		h[key] = vals[n : n+1 : n+1]
+		n++
 	}
 	if hasDeadline {
 		if now.IsZero() {
