@@ -108,6 +108,19 @@ func TestGuardConnPhases(t *testing.T) {
 		c.Write([]byte("GET / HTTP/1.1\r\n\r\n")) // a request without a body next
 		wantState(t, c, connAwaiting, c.header)
 	})
+	t.Run("early answer", func(t *testing.T) {
+		c := newTestConn()
+		c.begin()
+		c.Write([]byte("PUT / HTTP/1.1\r\nContent-Length: 4\r\n\r\n"))
+		c.arrived([]byte("HTTP/1.1 413 Content Too Large\r\nContent-Length: 0\r\n\r\n"))
+		wantState(t, c, connIdle, 0)
+		c.Write([]byte("body")) // the rest of the body, after the answer
+		wantState(t, c, connIdle, 0)
+		c.wrote(nil)
+		wantState(t, c, connIdle, 0) // back in the pool untimed
+		c.Write([]byte("GET / HTTP/1.1\r\n\r\n"))
+		wantState(t, c, connAwaiting, c.header) // the next request is timed
+	})
 	t.Run("TLS and HTTP/2 are not timed", func(t *testing.T) {
 		for _, first := range [][]byte{{0x16, 0x03, 0x01}, []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")} {
 			c := newTestConn()

@@ -140,7 +140,10 @@ func deadWord(from int, p phase) int64 {
 //     of its own.
 //
 // The end of the headers is found as net/textproto finds it: the first
-// empty line, with lines ending in "\n" or "\r\n".
+// empty line, with lines ending in "\n" or "\r\n". A response that comes
+// before its request is written (an early answer) ends the write timeout
+// too: the rest of the request is no longer waited for, and its last
+// writes leave the connection untimed.
 //
 // When a phase runs out, the watchdog closes the connection, and its
 // reads and writes fail with a *connTimeout naming the phase (see Read for
@@ -225,8 +228,14 @@ func (c *guardConn) writing(p []byte) {
 	for {
 		w := c.word.Load()
 		switch stateOf(w) {
-		case connIdle: // a new request
-			c.writeDue = c.pending(c.write)
+		case connIdle:
+			if c.body.Load() {
+				// The rest of a body whose response already came (an
+				// early answer): not a new request, which would have
+				// begun (begin) before writing a body.
+				return
+			}
+			c.writeDue = c.pending(c.write) // a new request
 		case connAwaiting: // more of the same request
 		default: // writing already; the response started (an early answer); off; dead
 			return
