@@ -480,7 +480,9 @@ func (b *Breaker) Subscribe(fn func(Transition)) (cancel func()) {
 // Execute runs fn if the breaker allows it and records its outcome, as
 // classified by Config.Classify (DefaultClassify if nil). It returns the
 // rejection error without calling fn, or fn's error. If fn panics, the
-// permit is released without counting and the panic goes on.
+// call counts as a failure, as in guardrail.Do, and the panic goes on: a
+// dependency whose answers make the caller panic is failing it, and must
+// be able to trip the breaker.
 func (b *Breaker) Execute(fn func() error) error {
 	p, err := b.Allow()
 	if err != nil {
@@ -493,19 +495,24 @@ func (b *Breaker) Execute(fn func() error) error {
 	finished := false
 	defer func() {
 		if !finished {
-			p.Done(Ignored, 0)
+			b.finish(p, Failure, start)
 		}
 	}()
 	err = fn()
 	finished = true
-	o := b.cfg.classify(err)
+	b.finish(p, b.cfg.classify(err), start)
+	return err
+}
+
+// finish records the outcome of Execute's call, started at start when
+// slow calls are tracked.
+func (b *Breaker) finish(p Permit, o Outcome, start int64) {
 	if b.cfg.slowCall > 0 && o != Ignored {
 		now := b.clock()
 		p.record(o, time.Duration(now-start), now)
-	} else {
-		p.Done(o, 0)
+		return
 	}
-	return err
+	p.Done(o, 0)
 }
 
 // State returns the current state. A breaker whose open time has elapsed

@@ -738,20 +738,31 @@ func TestExecute(t *testing.T) {
 	})
 }
 
-// A probe that panics releases its slot.
-func TestExecutePanicReleasesProbe(t *testing.T) {
+// A panic in Execute counts as a failure, as in guardrail.Do, and goes
+// on: panics trip a closed breaker, and a probe that panics re-opens it.
+func TestExecutePanicCountsAsFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New(breaker.Config{MinRequests: 1, OpenJitter: noJitter})
-		trip(t, b, 1)
-		time.Sleep(breaker.DefaultOpenFor)
-		func() {
+		b := breaker.New(breaker.Config{MinRequests: 2, OpenJitter: noJitter})
+		panics := func() {
+			t.Helper()
 			defer func() {
 				if recover() == nil {
 					t.Fatal("panic swallowed")
 				}
 			}()
 			b.Execute(func() error { panic("bug") })
-		}()
+		}
+		panics()
+		wantState(t, b, breaker.Closed)
+		if m := b.Metrics(); m.Calls != 1 || m.Failures != 1 {
+			t.Errorf("window after a panic: %d calls, %d failures; want 1, 1", m.Calls, m.Failures)
+		}
+		panics()
+		wantState(t, b, breaker.Open)
+		time.Sleep(breaker.DefaultOpenFor)
+		panics() // the probe
+		wantState(t, b, breaker.Open)
+		time.Sleep(breaker.DefaultOpenFor)
 		if err := b.Execute(func() error { return nil }); err != nil {
 			t.Fatalf("next probe = %v, want admitted", err)
 		}
