@@ -3,6 +3,8 @@ package guardhttp_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -256,4 +258,76 @@ func newScriptedServer(t *testing.T, script func(req []byte, w io.Writer, stop <
 		}
 	}()
 	return &scriptedServer{addr: ln.Addr().String()}
+}
+
+// Many requests at once over pooled connections, half answered at once and
+// half far too late: exactly the late ones time out, in their
+// response-header phase, and the server sees each request once (none is
+// sent again behind the caller's back).
+func TestWatchdogUnderConcurrency(t *testing.T) {
+	const (
+		limit    = 100 * time.Millisecond
+		requests = 200
+	)
+	var seen sync.Map // path -> count
+	var srv *server
+	srv = newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		n, _ := seen.LoadOrStore(r.URL.Path, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+		if strings.HasPrefix(r.URL.Path, "/slow/") {
+			srv.hang(r)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	c := newClient(t, guardhttp.Config{ResponseHeaderTimeout: limit, MaxAttempts: 1})
+	type result struct {
+		slow bool
+		err  error
+		body string
+	}
+	results := make(chan result, requests)
+	var wg sync.WaitGroup
+	for i := range requests {
+		slow := i%2 == 1
+		path := fmt.Sprintf("/fast/%d", i)
+		if slow {
+			path = fmt.Sprintf("/slow/%d", i)
+		}
+		wg.Go(func() {
+			resp, err := get(t, context.Background(), c, srv.URL+path)
+			r := result{slow: slow, err: err}
+			if err == nil {
+				r.body = readAll(t, resp)
+			}
+			results <- r
+		})
+	}
+	wg.Wait()
+	close(results)
+	var fastOK, slowTimedOut int
+	for r := range results {
+		switch {
+		case !r.slow && r.err == nil && r.body == "ok":
+			fastOK++
+		case r.slow && r.err != nil:
+			var te *guardhttp.TimeoutError
+			if errors.As(r.err, &te) && te.Phase == guardrail.PhaseResponseHeader {
+				slowTimedOut++
+			} else {
+				t.Errorf("slow request: %v, want a response-header timeout", r.err)
+			}
+		default:
+			t.Errorf("slow=%v: body %q, err %v", r.slow, r.body, r.err)
+		}
+	}
+	if fastOK != requests/2 || slowTimedOut != requests/2 {
+		t.Errorf("%d fast requests answered, %d slow ones timed out; want %d each", fastOK, slowTimedOut, requests/2)
+	}
+	seen.Range(func(path, n any) bool {
+		if got := n.(*atomic.Int64).Load(); got != 1 {
+			t.Errorf("server saw %s %d times, want once", path, got)
+		}
+		return true
+	})
 }
