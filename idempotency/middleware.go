@@ -177,7 +177,9 @@ type Config struct {
 // lease. Should renewals fail until the lease ends (a long store outage),
 // the handler still finishes and its client gets its response, but a retry
 // may then run the handler again and the first response is not stored;
-// both are logged.
+// both are logged. A handler about to commit a side effect that must not
+// happen twice can make sure it still holds its key: Held tells it without
+// I/O, and Confirm extends the lease with one store call.
 //
 // It panics if store is nil. The returned middleware is safe for concurrent
 // use.
@@ -418,7 +420,7 @@ func (m *middleware) leaseFor(ctx context.Context) time.Duration {
 // lease and renewed while it runs, then stores or releases.
 func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, route, skey, token string, lease time.Duration, begun time.Time) {
 	rec := &recorder{w: w, max: m.maxResp, keep: m.keep}
-	rn := m.renew(r, route, skey, token, lease, begun)
+	rn, hr := m.renew(r, route, skey, token, lease, begun)
 	returned := false
 	defer func() {
 		if returned {
@@ -433,7 +435,7 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 			panic(v)
 		}
 	}()
-	next.ServeHTTP(rec, r)
+	next.ServeHTTP(rec, hr)
 	returned = true
 	// Stop renewing before finishing the key, so that no renewal runs
 	// after the handler's request is over.
@@ -464,7 +466,7 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		m.emit(r, guardrail.ReasonStoreError, err)
 		msg := "idempotency: storing the response failed; a retry may run the request again"
 		switch {
-		case errors.Is(err, ErrLockLost) && rn == nil:
+		case errors.Is(err, ErrLockLost) && m.cfg.DisableLeaseRenewal:
 			msg = "idempotency: the key's lease expired before the handler finished; a retry may run the request again (raise Config.Lease above the handler's longest run, or turn lease renewal back on)"
 		case errors.Is(err, ErrLockLost):
 			msg = "idempotency: the key's lease expired before the handler finished (its renewal failed or found it lost; see the earlier log lines); a retry may run the request again"
