@@ -425,3 +425,115 @@ func TestHeldAfterTheHandlerReturns(t *testing.T) {
 		}
 	})
 }
+
+// With CancelOnLeaseLost the handler's context is cancelled, with the
+// loss as its cause, at the moment Held starts reporting it; a handler
+// that then returns without writing has its key released. The context is
+// left alone while the lease is held, and without the option.
+func TestCancelOnLeaseLost(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		cfg      idempotency.Config
+		extend   func(n int) error
+		confirm  time.Duration // when the handler calls Confirm; 0 means it does not
+		wantAt   time.Duration // when the context is cancelled; 0 means not while the handler runs
+		wantWhy  string        // its cause, as describe says; "held" when not cancelled
+		wantCall string        // what the middleware does with the key
+	}{{
+		name:   "the lock is lost",
+		cfg:    idempotency.Config{CancelOnLeaseLost: true},
+		extend: func(int) error { return idempotency.ErrLockLost },
+		wantAt: time.Second, wantWhy: "ErrLeaseLost+ErrLockLost", wantCall: "release",
+	}, {
+		name:   "renewals fail until the lease ends",
+		cfg:    idempotency.Config{CancelOnLeaseLost: true},
+		extend: func(n int) error { return errDown },
+		wantAt: 3 * time.Second, wantWhy: "ErrLeaseLost+errDown", wantCall: "release",
+	}, {
+		name: "a renewal fails, the next succeeds",
+		cfg:  idempotency.Config{CancelOnLeaseLost: true},
+		extend: func(n int) error {
+			if n == 2 {
+				return errDown
+			}
+			return nil
+		},
+		wantWhy: "held", wantCall: "complete",
+	}, {
+		name:   "renewal off",
+		cfg:    idempotency.Config{CancelOnLeaseLost: true, DisableLeaseRenewal: true},
+		wantAt: 3 * time.Second, wantWhy: "ErrLeaseLost", wantCall: "release",
+	}, {
+		name:    "renewal off, confirmed",
+		cfg:     idempotency.Config{CancelOnLeaseLost: true, DisableLeaseRenewal: true},
+		confirm: 2 * time.Second,
+		wantAt:  5 * time.Second, wantWhy: "ErrLeaseLost", wantCall: "release",
+	}, {
+		name:    "option off",
+		cfg:     idempotency.Config{},
+		extend:  func(int) error { return idempotency.ErrLockLost },
+		wantWhy: "held", wantCall: "complete",
+	}} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var (
+					start time.Time
+					calls []extendCall
+					mu    sync.Mutex
+					done  []string
+				)
+				s := recordingStore(&start, &calls, &mu, func(_ context.Context, n int) error {
+					if tt.extend == nil {
+						return nil
+					}
+					return tt.extend(n)
+				})
+				s.complete = func(context.Context, string, string, *idempotency.Response, time.Duration) error {
+					done = append(done, "complete")
+					return nil
+				}
+				s.release = func(context.Context, string, string) error {
+					done = append(done, "release")
+					return nil
+				}
+				var (
+					at  time.Duration
+					why error
+					ctx context.Context
+				)
+				tt.cfg.Lease = 3 * time.Second
+				tt.cfg.Logger = quiet()
+				mw := idempotency.Middleware(s, tt.cfg)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					ctx = r.Context()
+					if tt.confirm > 0 {
+						time.Sleep(tt.confirm)
+						if err := idempotency.Confirm(ctx); err != nil {
+							t.Errorf("Confirm: %v", err)
+						}
+					}
+					select {
+					case <-ctx.Done():
+						at, why = time.Since(start), context.Cause(ctx)
+						if held := idempotency.Held(ctx); held != why {
+							t.Errorf("Held: %v, want the context's cause %v", held, why)
+						}
+						return // gives up, writing nothing
+					case <-time.After(10*time.Second - time.Since(start)):
+						w.WriteHeader(http.StatusCreated)
+					}
+				}))
+				start = time.Now()
+				serve(mw, request{key: "k"})
+				if at != tt.wantAt || describe(why) != tt.wantWhy {
+					t.Errorf("context cancelled at %v for %v (%s), want at %v for %s", at, why, describe(why), tt.wantAt, tt.wantWhy)
+				}
+				if fmt.Sprint(done) != "["+tt.wantCall+"]" {
+					t.Errorf("the middleware called %v, want %s", done, tt.wantCall)
+				}
+				if tt.cfg.CancelOnLeaseLost && ctx.Err() == nil {
+					t.Error("the handler's context is not cancelled once the request is over")
+				}
+			})
+		})
+	}
+}

@@ -48,7 +48,9 @@ type leaseKey struct{}
 // found the lock lost, once the lease's end passed (renewals kept failing,
 // or renewal is off and the handler outran the lease), and once the
 // handler has returned. Once Held or Confirm reported the lease lost, both
-// keep reporting it for the rest of the request. It returns ErrNoLease
+// keep reporting it for the rest of the request. With
+// Config.CancelOnLeaseLost, the handler's context is cancelled, with that
+// error as its cause, as soon as the lease is lost. It returns ErrNoLease
 // when ctx does not come from a request the middleware runs under a
 // lease.
 //
@@ -133,7 +135,8 @@ const minRenewEvery = time.Millisecond
 // third of the lease and extends it to a full lease from then, so a lease
 // has two chances to be renewed before it ends. Nothing runs while no
 // renewal is due: the timer's function is the only goroutine, and only
-// while it calls the store.
+// while it calls the store. With CancelOnLeaseLost a second timer fires
+// at the lease's end, moved by each renewal.
 type renewal struct {
 	m            *middleware
 	ctx          context.Context // the request's, for its values (logs, traces); never its cancellation
@@ -143,9 +146,11 @@ type renewal struct {
 	key, token   string
 	lease, every time.Duration
 	begun        time.Time
+	abort        context.CancelCauseFunc // cancels the handler's context; nil unless CancelOnLeaseLost
 
 	mu      sync.Mutex
 	timer   *time.Timer        // guarded by mu; nil when renewal is off
+	expiry  *time.Timer        // guarded by mu; fires at end to cancel the handler's context; nil unless abort is set
 	end     time.Time          // guarded by mu; when the lease ends at the latest renewal or Confirm, by our clock, measured from before the call so never late
 	failed  error              // guarded by mu; the latest renewal's error, nil once one succeeds
 	lost    error              // guarded by mu; why the lease was reported lost (ErrLeaseLost), nil until then
@@ -157,19 +162,27 @@ type renewal struct {
 
 // renew tracks the lease that token took on key at begun and starts
 // renewing it, unless renewal is off. It returns the request to hand to
-// the handler: r, with the lease in its context for Held and Confirm.
+// the handler: r, with the lease in its context for Held and Confirm, and
+// with CancelOnLeaseLost a context cancelled when the lease is lost.
 func (m *middleware) renew(r *http.Request, route, key, token string, lease time.Duration, begun time.Time) (*renewal, *http.Request) {
 	rn := &renewal{
 		m: m, ctx: r.Context(), op: operation(r), method: r.Method, route: route,
 		key: key, token: token, lease: lease, every: max(lease/3, minRenewEvery),
 		begun: begun, end: begun.Add(lease),
 	}
-	if !m.cfg.DisableLeaseRenewal {
-		rn.mu.Lock() // fire reads rn.timer
-		rn.timer = time.AfterFunc(time.Until(begun.Add(rn.every)), rn.fire)
-		rn.mu.Unlock()
+	ctx := context.WithValue(r.Context(), leaseKey{}, rn)
+	if m.cfg.CancelOnLeaseLost {
+		ctx, rn.abort = context.WithCancelCause(ctx)
 	}
-	return rn, r.WithContext(context.WithValue(r.Context(), leaseKey{}, rn))
+	rn.mu.Lock() // the timers' functions read them
+	if !m.cfg.DisableLeaseRenewal {
+		rn.timer = time.AfterFunc(time.Until(begun.Add(rn.every)), rn.fire)
+	}
+	if rn.abort != nil {
+		rn.expiry = time.AfterFunc(time.Until(rn.end), rn.expire)
+	}
+	rn.mu.Unlock()
+	return rn, r.WithContext(ctx)
 }
 
 // stop ends renewal when the handler has returned: no renewal starts after
@@ -177,12 +190,17 @@ func (m *middleware) renew(r *http.Request, route, key, token string, lease time
 // touches the key or logs for this request once stop returns. From then
 // on Held and Confirm report the lease lost. (A Confirm already in flight
 // is the caller's own call; the store refuses it once the key is completed
-// or released, and it changes nothing before.)
+// or released, and it changes nothing before.) With CancelOnLeaseLost the
+// handler's context is cancelled, as net/http would once the request ends.
 func (rn *renewal) stop() {
 	rn.mu.Lock()
 	rn.stopped = true
 	if rn.timer != nil {
 		rn.timer.Stop()
+	}
+	if rn.abort != nil {
+		rn.expiry.Stop()
+		rn.abort(nil)
 	}
 	if rn.cancel != nil {
 		rn.cancel()
@@ -207,10 +225,15 @@ func (rn *renewal) check(now time.Time) error {
 }
 
 // lose records why the lease is lost, unless it already was or the
-// handler has returned. The caller holds mu.
+// handler has returned, and with CancelOnLeaseLost cancels the handler's
+// context for that cause. The caller holds mu; cancelling runs none of our
+// code, so it cannot come back for mu.
 func (rn *renewal) lose(why error) {
 	if rn.lost == nil && !rn.stopped {
 		rn.lost = why
+		if rn.abort != nil {
+			rn.abort(why)
+		}
 	}
 }
 
@@ -231,7 +254,19 @@ func (rn *renewal) ended() error {
 func (rn *renewal) extended(start time.Time) {
 	if end := start.Add(rn.lease); end.After(rn.end) {
 		rn.end = end
+		if rn.expiry != nil {
+			rn.expiry.Reset(time.Until(end))
+		}
 	}
+}
+
+// expire runs when the lease's end passes, with CancelOnLeaseLost: unless
+// a renewal or Confirm moved the end meanwhile (and set the timer again),
+// the lease is lost, and check cancels the handler's context.
+func (rn *renewal) expire() {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	rn.check(time.Now())
 }
 
 // fire renews the lease once, then schedules the next renewal or gives up.
@@ -291,6 +326,8 @@ func (rn *renewal) report(err error, again bool, start, end time.Time) {
 	attrs := []any{"err", err, "method", rn.method, "route", rn.route,
 		"running", start.Sub(rn.begun).Round(time.Millisecond)}
 	switch {
+	case errors.Is(err, ErrLockLost) && rn.abort != nil:
+		rn.m.log.ErrorContext(rn.ctx, "idempotency: the key's lease was lost while the handler ran (it ended before a renewal reached the store, and a retry may have taken the key over); the handler's context is cancelled (CancelOnLeaseLost), a retry may run the request again, and this response will not be stored", attrs...)
 	case errors.Is(err, ErrLockLost):
 		rn.m.log.ErrorContext(rn.ctx, "idempotency: the key's lease was lost while the handler ran (it ended before a renewal reached the store, and a retry may have taken the key over); the handler goes on, but a retry may run the request again and this response will not be stored", attrs...)
 	case again:

@@ -116,6 +116,20 @@ type Config struct {
 	// stored. False (the zero value) means renewal is on.
 	DisableLeaseRenewal bool
 
+	// CancelOnLeaseLost cancels the handler's context as soon as its
+	// key's lease is known lost, with an error matching ErrLeaseLost as
+	// the cause (context.Cause): when a renewal or Confirm finds the lock
+	// lost, or when the lease's end passes without a renewal (a store
+	// outage outlasted it, or renewal is off and the handler outran it);
+	// that is, as soon as Held would say so. Queries, store calls and
+	// requests made with that context then stop, rather than finish work
+	// that a retry may be doing again. A handler so cancelled that returns
+	// without writing has its key released, not stored. It costs a
+	// context and a timer per request run under a lease. False (the zero
+	// value) leaves the handler's context alone; the handler can still ask
+	// with Held and Confirm.
+	CancelOnLeaseLost bool
+
 	// StoreTimeout bounds each store call, lease renewals included. Zero
 	// or negative means 2 seconds.
 	StoreTimeout time.Duration
@@ -437,6 +451,10 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	}()
 	next.ServeHTTP(rec, hr)
 	returned = true
+	// A handler that wrote nothing once its context was done gave up: its
+	// client went away, or (CancelOnLeaseLost) its lease was lost. Ask
+	// before stop, which cancels that context.
+	gaveUp := rec.status == 0 && hr.Context().Err() != nil
 	// Stop renewing before finishing the key, so that no renewal runs
 	// after the handler's request is over.
 	rn.stop()
@@ -445,8 +463,11 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	case rec.hijacked:
 		m.release(r, route, skey, token, "hijacked")
 		return
-	case rec.status == 0 && r.Context().Err() != nil:
+	case gaveUp && r.Context().Err() != nil:
 		m.release(r, route, skey, token, "client gone, nothing written")
+		return
+	case gaveUp:
+		m.release(r, route, skey, token, "lease lost, nothing written")
 		return
 	case rec.status >= 500:
 		m.release(r, route, skey, token, "status "+strconv.Itoa(rec.status))
