@@ -315,6 +315,28 @@ func TestConfirmCall(t *testing.T) {
 	})
 }
 
+// Confirm is bounded by its context: once the client has gone, the
+// request's context fails it, and the same context without its
+// cancellation still finds the lease.
+func TestConfirmAfterTheClientWentAway(t *testing.T) {
+	var canceled, detached error
+	ctx, leave := context.WithCancel(context.Background())
+	mw := idempotency.Middleware(memstore.New(memstore.Config{}), idempotency.Config{Logger: quiet()})(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			leave() // the client goes away
+			canceled = idempotency.Confirm(r.Context())
+			detached = idempotency.Confirm(context.WithoutCancel(r.Context()))
+			w.WriteHeader(http.StatusCreated)
+		}))
+	serve(mw, request{key: "k", ctx: ctx})
+	if !errors.Is(canceled, context.Canceled) || errors.Is(canceled, idempotency.ErrLeaseLost) {
+		t.Errorf("Confirm with the request's context: %v, want context.Canceled", canceled)
+	}
+	if detached != nil {
+		t.Errorf("Confirm without its cancellation: %v, want nil", detached)
+	}
+}
+
 // A Confirm that succeeds during an outage, after the renewals gave up,
 // extends the lease and starts them again, a third of a lease after it.
 func TestConfirmDuringAnOutage(t *testing.T) {

@@ -82,7 +82,10 @@ func Held(ctx context.Context) error {
 // (or ctx's) when the call failed, in which case the lease is as it was,
 // held until its end unless a renewal succeeds. It returns ErrNoLease
 // when ctx does not come from a request the middleware runs under a
-// lease. The call is bounded by Config.StoreTimeout as well as by ctx.
+// lease. The call is bounded by Config.StoreTimeout as well as by ctx, so
+// it fails once the client has gone if ctx is the request's: a handler
+// that goes on committing after that can pass context.WithoutCancel of it,
+// through which the lease is still found.
 //
 // Confirm also extends a lease that is not renewed (DisableLeaseRenewal).
 // It is safe for concurrent use.
