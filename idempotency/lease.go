@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -10,16 +11,135 @@ import (
 	"github.com/guardrail-go/guardrail"
 )
 
+// Errors Held and Confirm return.
+var (
+	// ErrLeaseLost: the request's lease on its key is no longer known to
+	// be held, so a retry may run the request again: a renewal or Confirm
+	// found the lock lost (the error then matches ErrLockLost too), the
+	// lease's end passed without a renewal, or the handler has returned.
+	// A handler that gets it must not commit a side effect.
+	ErrLeaseLost = errors.New("idempotency: lease lost")
+	// ErrNoLease: the context does not come from a request the middleware
+	// runs under a lease: a request without a key or with a method it
+	// passes through, one run unprotected by FailOpen after a store
+	// failure, or a context from elsewhere.
+	ErrNoLease = errors.New("idempotency: no lease in context")
+)
+
+// errReturned is why a lease is no longer the request's once its handler
+// has returned: the key is being completed or released.
+var errReturned = fmt.Errorf("%w: the handler has returned", ErrLeaseLost)
+
+// leaseKey is the context key of the *renewal of a request the middleware
+// runs under a lease.
+type leaseKey struct{}
+
+// Held returns nil if the request that ctx belongs to still holds its
+// idempotency key, and otherwise an error saying why not. It does no I/O,
+// so a handler can call it as often as it likes.
+//
+// The key is held while its lease's end, as of the lock or the latest
+// renewal or Confirm that succeeded, is still ahead by the local clock.
+// That end is measured from before each store call, so Held never reports
+// a lease held after the store let it end; it may report it lost early, by
+// up to the time a store call takes.
+//
+// Held returns an error matching ErrLeaseLost once a renewal or Confirm
+// found the lock lost, once the lease's end passed (renewals kept failing,
+// or renewal is off and the handler outran the lease), and once the
+// handler has returned. Once Held or Confirm reported the lease lost, both
+// keep reporting it for the rest of the request. With
+// Config.CancelOnLeaseLost, the handler's context is cancelled, with that
+// error as its cause, as soon as the lease is lost. It returns ErrNoLease
+// when ctx does not come from a request the middleware runs under a
+// lease.
+//
+// A nil result says the key is held now, not for how long: before a side
+// effect that must not happen twice, call Confirm instead.
+//
+// Held is safe for concurrent use.
+func Held(ctx context.Context) error {
+	rn, _ := ctx.Value(leaseKey{}).(*renewal)
+	if rn == nil {
+		return ErrNoLease
+	}
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	return rn.check(time.Now())
+}
+
+// Confirm extends the lease of the request that ctx belongs to, now, with
+// one store call (Store.Extend with the request's lock token). When it
+// returns nil, the key is held for at least one more lease (Config.Lease,
+// or the longer one a request deadline set) from the moment Confirm was
+// called. Call it right before committing a side effect that must not
+// happen twice, such as charging a card, commit only if it returns nil,
+// and keep the commit well within the lease.
+//
+// It returns an error matching ErrLeaseLost, without calling the store,
+// when Held would; one matching both ErrLeaseLost and ErrLockLost when the
+// store says the request no longer holds the key; and the store's error
+// (or ctx's) when the call failed, in which case the lease is as it was,
+// held until its end unless a renewal succeeds. It returns ErrNoLease
+// when ctx does not come from a request the middleware runs under a
+// lease. The call is bounded by Config.StoreTimeout as well as by ctx, so
+// it fails once the client has gone if ctx is the request's: a handler
+// that goes on committing after that can pass context.WithoutCancel of it,
+// through which the lease is still found.
+//
+// Confirm also extends a lease that is not renewed (DisableLeaseRenewal).
+// It is safe for concurrent use.
+func Confirm(ctx context.Context) error {
+	rn, _ := ctx.Value(leaseKey{}).(*renewal)
+	if rn == nil {
+		return ErrNoLease
+	}
+	rn.mu.Lock()
+	start := time.Now()
+	err := rn.check(start)
+	rn.mu.Unlock()
+	if err != nil {
+		return err
+	}
+
+	sctx, cancel := context.WithTimeout(ctx, rn.m.storeTimeout)
+	err = rn.m.store.Extend(sctx, rn.key, rn.token, rn.lease)
+	cancel()
+
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	switch {
+	case errors.Is(err, ErrLockLost):
+		rn.lose(lockLost(err))
+	case err != nil:
+		return fmt.Errorf("idempotency: confirming the lease: %w", err)
+	case !rn.stopped:
+		rn.extended(start)
+		if rn.idle { // the store is back: renew again, from this renewal on
+			rn.idle = false
+			rn.timer.Reset(time.Until(start.Add(rn.every)))
+		}
+	}
+	// The lease may have been reported lost while the call was in flight,
+	// or the call may have taken longer than the lease itself.
+	return rn.check(time.Now())
+}
+
+// lockLost is why a lease is lost when the store said err (ErrLockLost).
+func lockLost(err error) error {
+	return fmt.Errorf("%w: the store no longer holds the key for this request: %w", ErrLeaseLost, err)
+}
+
 // minRenewEvery keeps a tiny lease from turning renewal into a busy loop.
 const minRenewEvery = time.Millisecond
 
-// renewal keeps a key's lease alive while its handler runs. A timer fires
-// every third of the lease and extends it to a full lease from then, so a
-// lease has two chances to be renewed before it ends. Nothing runs while no
+// renewal tracks a key's lease while its handler runs, for Held and
+// Confirm, and keeps it alive unless renewal is off. A timer fires every
+// third of the lease and extends it to a full lease from then, so a lease
+// has two chances to be renewed before it ends. Nothing runs while no
 // renewal is due: the timer's function is the only goroutine, and only
-// while it calls the store.
-//
-// A nil *renewal is valid and does nothing (renewal off).
+// while it calls the store. With CancelOnLeaseLost a second timer fires
+// at the lease's end, moved by each renewal.
 type renewal struct {
 	m            *middleware
 	ctx          context.Context // the request's, for its values (logs, traces); never its cancellation
@@ -29,47 +149,127 @@ type renewal struct {
 	key, token   string
 	lease, every time.Duration
 	begun        time.Time
+	abort        context.CancelCauseFunc // cancels the handler's context; nil unless CancelOnLeaseLost
 
 	mu      sync.Mutex
-	timer   *time.Timer        // guarded by mu
-	end     time.Time          // guarded by mu; when the lease ends at the latest renewal, by our clock, measured from before the call so never late
+	timer   *time.Timer        // guarded by mu; nil when renewal is off
+	expiry  *time.Timer        // guarded by mu; fires at end to cancel the handler's context; nil unless abort is set
+	end     time.Time          // guarded by mu; when the lease ends at the latest renewal or Confirm, by our clock, measured from before the call so never late
+	failed  error              // guarded by mu; the latest renewal's error, nil once one succeeds
+	lost    error              // guarded by mu; why the lease was reported lost (ErrLeaseLost), nil until then
+	idle    bool               // guarded by mu; renewal gave up before the lease's end: none is scheduled or in flight
 	stopped bool               // guarded by mu; the handler returned
 	cancel  context.CancelFunc // guarded by mu; cancels the renewal in flight, nil when none
 	wg      sync.WaitGroup     // the renewal in flight; Add only under mu while !stopped
 }
 
-// renew starts renewing the lease that token took on key at begun, unless
-// renewal is off.
-func (m *middleware) renew(r *http.Request, route, key, token string, lease time.Duration, begun time.Time) *renewal {
-	if m.cfg.DisableLeaseRenewal {
-		return nil
-	}
+// renew tracks the lease that token took on key at begun and starts
+// renewing it, unless renewal is off. It returns the request to hand to
+// the handler: r, with the lease in its context for Held and Confirm, and
+// with CancelOnLeaseLost a context cancelled when the lease is lost.
+func (m *middleware) renew(r *http.Request, route, key, token string, lease time.Duration, begun time.Time) (*renewal, *http.Request) {
 	rn := &renewal{
 		m: m, ctx: r.Context(), op: operation(r), method: r.Method, route: route,
 		key: key, token: token, lease: lease, every: max(lease/3, minRenewEvery),
 		begun: begun, end: begun.Add(lease),
 	}
-	rn.mu.Lock() // fire reads rn.timer
-	rn.timer = time.AfterFunc(time.Until(begun.Add(rn.every)), rn.fire)
+	ctx := context.WithValue(r.Context(), leaseKey{}, rn)
+	if m.cfg.CancelOnLeaseLost {
+		ctx, rn.abort = context.WithCancelCause(ctx)
+	}
+	rn.mu.Lock() // the timers' functions read them
+	if !m.cfg.DisableLeaseRenewal {
+		rn.timer = time.AfterFunc(time.Until(begun.Add(rn.every)), rn.fire)
+	}
+	if rn.abort != nil {
+		rn.expiry = time.AfterFunc(time.Until(rn.end), rn.expire)
+	}
 	rn.mu.Unlock()
-	return rn
+	return rn, r.WithContext(ctx)
 }
 
 // stop ends renewal when the handler has returned: no renewal starts after
 // it, and one in flight is cancelled and waited for, so that nothing
-// touches the key or logs for this request once stop returns.
+// touches the key or logs for this request once stop returns. From then
+// on Held and Confirm report the lease lost. (A Confirm already in flight
+// is the caller's own call; the store refuses it once the key is completed
+// or released, and it changes nothing before.) With CancelOnLeaseLost the
+// handler's context is cancelled, as net/http would once the request ends.
 func (rn *renewal) stop() {
-	if rn == nil {
-		return
-	}
 	rn.mu.Lock()
 	rn.stopped = true
-	rn.timer.Stop()
+	if rn.timer != nil {
+		rn.timer.Stop()
+	}
+	if rn.abort != nil {
+		rn.expiry.Stop()
+		rn.abort(nil)
+	}
 	if rn.cancel != nil {
 		rn.cancel()
 	}
 	rn.mu.Unlock()
 	rn.wg.Wait()
+}
+
+// check returns nil if the lease is known held at now, and otherwise why
+// it is not, matching ErrLeaseLost. The caller holds mu.
+func (rn *renewal) check(now time.Time) error {
+	switch {
+	case rn.lost != nil:
+		return rn.lost
+	case rn.stopped:
+		return errReturned
+	case !now.Before(rn.end):
+		rn.lose(rn.ended())
+		return rn.lost
+	}
+	return nil
+}
+
+// lose records why the lease is lost, unless it already was or the
+// handler has returned, and with CancelOnLeaseLost cancels the handler's
+// context for that cause. The caller holds mu; cancelling runs none of our
+// code, so it cannot come back for mu.
+func (rn *renewal) lose(why error) {
+	if rn.lost == nil && !rn.stopped {
+		rn.lost = why
+		if rn.abort != nil {
+			rn.abort(why)
+		}
+	}
+}
+
+// ended says why the lease ended without a renewal. The caller holds mu.
+func (rn *renewal) ended() error {
+	switch {
+	case rn.timer == nil:
+		return fmt.Errorf("%w: it ended, and lease renewal is off", ErrLeaseLost)
+	case rn.failed != nil:
+		return fmt.Errorf("%w: it ended while renewing it failed: %w", ErrLeaseLost, rn.failed)
+	}
+	return fmt.Errorf("%w: it ended before a renewal succeeded", ErrLeaseLost)
+}
+
+// extended records that a renewal or Confirm that started at start
+// succeeded. Calls may overlap, so the end only moves forward. The caller
+// holds mu.
+func (rn *renewal) extended(start time.Time) {
+	if end := start.Add(rn.lease); end.After(rn.end) {
+		rn.end = end
+		if rn.expiry != nil {
+			rn.expiry.Reset(time.Until(end))
+		}
+	}
+}
+
+// expire runs when the lease's end passes, with CancelOnLeaseLost: unless
+// a renewal or Confirm moved the end meanwhile (and set the timer again),
+// the lease is lost, and check cancels the handler's context.
+func (rn *renewal) expire() {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	rn.check(time.Now())
 }
 
 // fire renews the lease once, then schedules the next renewal or gives up.
@@ -99,15 +299,20 @@ func (rn *renewal) fire() {
 	again := false
 	switch {
 	case err == nil:
-		rn.end = start.Add(rn.lease)
+		rn.failed = nil
+		rn.extended(start)
 		again = true
 	case errors.Is(err, ErrLockLost):
 		// Nothing left to renew; Complete or Release will be refused too.
+		rn.lose(lockLost(err))
 	default:
+		rn.failed = err
 		again = next.Before(rn.end) // another try fits before the lease ends
 	}
 	if again {
 		rn.timer.Reset(time.Until(next))
+	} else {
+		rn.idle = rn.lost == nil // a Confirm that succeeds may still revive it
 	}
 	end := rn.end
 	rn.mu.Unlock()
@@ -124,6 +329,8 @@ func (rn *renewal) report(err error, again bool, start, end time.Time) {
 	attrs := []any{"err", err, "method", rn.method, "route", rn.route,
 		"running", start.Sub(rn.begun).Round(time.Millisecond)}
 	switch {
+	case errors.Is(err, ErrLockLost) && rn.abort != nil:
+		rn.m.log.ErrorContext(rn.ctx, "idempotency: the key's lease was lost while the handler ran (it ended before a renewal reached the store, and a retry may have taken the key over); the handler's context is cancelled (CancelOnLeaseLost), a retry may run the request again, and this response will not be stored", attrs...)
 	case errors.Is(err, ErrLockLost):
 		rn.m.log.ErrorContext(rn.ctx, "idempotency: the key's lease was lost while the handler ran (it ended before a renewal reached the store, and a retry may have taken the key over); the handler goes on, but a retry may run the request again and this response will not be stored", attrs...)
 	case again:

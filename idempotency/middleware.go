@@ -116,6 +116,20 @@ type Config struct {
 	// stored. False (the zero value) means renewal is on.
 	DisableLeaseRenewal bool
 
+	// CancelOnLeaseLost cancels the handler's context as soon as its
+	// key's lease is known lost, with an error matching ErrLeaseLost as
+	// the cause (context.Cause): when a renewal or Confirm finds the lock
+	// lost, or when the lease's end passes without a renewal (a store
+	// outage outlasted it, or renewal is off and the handler outran it);
+	// that is, as soon as Held would say so. Queries, store calls and
+	// requests made with that context then stop, rather than finish work
+	// that a retry may be doing again. A handler so cancelled that returns
+	// without writing has its key released, not stored. It costs a
+	// context and a timer per request run under a lease. False (the zero
+	// value) leaves the handler's context alone; the handler can still ask
+	// with Held and Confirm.
+	CancelOnLeaseLost bool
+
 	// StoreTimeout bounds each store call, lease renewals included. Zero
 	// or negative means 2 seconds.
 	StoreTimeout time.Duration
@@ -177,7 +191,9 @@ type Config struct {
 // lease. Should renewals fail until the lease ends (a long store outage),
 // the handler still finishes and its client gets its response, but a retry
 // may then run the handler again and the first response is not stored;
-// both are logged.
+// both are logged. A handler about to commit a side effect that must not
+// happen twice can make sure it still holds its key: Held tells it without
+// I/O, and Confirm extends the lease with one store call.
 //
 // It panics if store is nil. The returned middleware is safe for concurrent
 // use.
@@ -418,7 +434,7 @@ func (m *middleware) leaseFor(ctx context.Context) time.Duration {
 // lease and renewed while it runs, then stores or releases.
 func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, route, skey, token string, lease time.Duration, begun time.Time) {
 	rec := &recorder{w: w, max: m.maxResp, keep: m.keep}
-	rn := m.renew(r, route, skey, token, lease, begun)
+	rn, hr := m.renew(r, route, skey, token, lease, begun)
 	returned := false
 	defer func() {
 		if returned {
@@ -433,8 +449,12 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 			panic(v)
 		}
 	}()
-	next.ServeHTTP(rec, r)
+	next.ServeHTTP(rec, hr)
 	returned = true
+	// A handler that wrote nothing once its context was done gave up: its
+	// client went away, or (CancelOnLeaseLost) its lease was lost. Ask
+	// before stop, which cancels that context.
+	gaveUp := rec.status == 0 && hr.Context().Err() != nil
 	// Stop renewing before finishing the key, so that no renewal runs
 	// after the handler's request is over.
 	rn.stop()
@@ -443,8 +463,11 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	case rec.hijacked:
 		m.release(r, route, skey, token, "hijacked")
 		return
-	case rec.status == 0 && r.Context().Err() != nil:
+	case gaveUp && r.Context().Err() != nil:
 		m.release(r, route, skey, token, "client gone, nothing written")
+		return
+	case gaveUp:
+		m.release(r, route, skey, token, "lease lost, nothing written")
 		return
 	case rec.status >= 500:
 		m.release(r, route, skey, token, "status "+strconv.Itoa(rec.status))
@@ -464,7 +487,7 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		m.emit(r, guardrail.ReasonStoreError, err)
 		msg := "idempotency: storing the response failed; a retry may run the request again"
 		switch {
-		case errors.Is(err, ErrLockLost) && rn == nil:
+		case errors.Is(err, ErrLockLost) && m.cfg.DisableLeaseRenewal:
 			msg = "idempotency: the key's lease expired before the handler finished; a retry may run the request again (raise Config.Lease above the handler's longest run, or turn lease renewal back on)"
 		case errors.Is(err, ErrLockLost):
 			msg = "idempotency: the key's lease expired before the handler finished (its renewal failed or found it lost; see the earlier log lines); a retry may run the request again"
