@@ -559,3 +559,31 @@ func TestCancelOnLeaseLost(t *testing.T) {
 		})
 	}
 }
+
+// With CancelOnLeaseLost, the log of the last failed renewal says that the
+// handler's context will be cancelled, not that the handler goes on.
+func TestCancelOnLeaseLostLogsTheCancellation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			start time.Time
+			calls []extendCall
+			mu    sync.Mutex
+			logs  logBuffer
+		)
+		s := recordingStore(&start, &calls, &mu, func(context.Context, int) error { return errDown })
+		s.release = func(context.Context, string, string) error { return nil }
+		cfg := idempotency.Config{CancelOnLeaseLost: true, Lease: 3 * time.Second, Logger: logs.logger()}
+		mw := idempotency.Middleware(s, cfg)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			<-r.Context().Done()
+		}))
+		start = time.Now()
+		serve(mw, request{key: "k"})
+		out := logs.String()
+		if !strings.Contains(out, "no renewal is left before it ends; when it ends, the handler's context is cancelled") {
+			t.Errorf("log: %s", out)
+		}
+		if strings.Contains(out, "while the handler still runs") {
+			t.Errorf("log says the handler goes on: %s", out)
+		}
+	})
+}

@@ -336,6 +336,9 @@ func (rn *renewal) report(err error, again bool, start, end time.Time) {
 	case again:
 		rn.m.log.WarnContext(rn.ctx, "idempotency: renewing the key's lease failed; trying again at the next renewal",
 			append(attrs, "lease_left", end.Sub(start).Round(time.Millisecond))...)
+	case rn.abort != nil:
+		rn.m.log.ErrorContext(rn.ctx, "idempotency: renewing the key's lease failed and no renewal is left before it ends; when it ends, the handler's context is cancelled (CancelOnLeaseLost) and a retry may run the request again",
+			append(attrs, "lease_left", end.Sub(start).Round(time.Millisecond))...)
 	default:
 		rn.m.log.ErrorContext(rn.ctx, "idempotency: renewing the key's lease failed and no renewal is left before it ends; once it ends, a retry may run the request again while the handler still runs",
 			append(attrs, "lease_left", end.Sub(start).Round(time.Millisecond))...)

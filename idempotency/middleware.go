@@ -514,6 +514,13 @@ func (m *middleware) release(r *http.Request, route, skey, token, why string) {
 	ctx, cancel := m.detached(r)
 	defer cancel()
 	if err := m.store.Release(ctx, skey, token); err != nil {
+		if errors.Is(err, ErrLockLost) {
+			// The store works; the key was simply no longer this
+			// request's to release.
+			m.log.WarnContext(r.Context(), "idempotency: the key was no longer held when releasing it (its lease had ended, or a retry took it over); nothing to release",
+				"method", r.Method, "route", route, "why", why)
+			return
+		}
 		m.emit(r, guardrail.ReasonStoreError, err)
 		m.log.ErrorContext(r.Context(), "idempotency: releasing the key failed; retries get 409 until its lease ends",
 			"err", err, "method", r.Method, "route", route, "why", why)

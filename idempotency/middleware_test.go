@@ -566,6 +566,27 @@ func TestLostLeaseIsLoggedAndResponseStillSent(t *testing.T) {
 	}
 }
 
+// A handler that fails after its lease was lost has nothing to release:
+// the store refuses the release with ErrLockLost, which is not a store
+// failure, and the log says the key was no longer held.
+func TestReleaseOfALostKeyIsNotAStoreError(t *testing.T) {
+	var logs bytes.Buffer
+	s := acquiring()
+	s.release = func(context.Context, string, string) error { return idempotency.ErrLockLost }
+	ev := &events{}
+	failing := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadGateway)
+	})
+	rec := serve(idempotency.Middleware(s, idempotency.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Observer: ev})(failing), request{key: "k", body: "b"})
+	wantCode(t, rec, http.StatusBadGateway)
+	if !strings.Contains(logs.String(), "no longer held when releasing it") || strings.Contains(logs.String(), "retries get 409") {
+		t.Errorf("log: %s", logs.String())
+	}
+	if n := ev.count(guardrail.ReasonStoreError); n != 0 {
+		t.Errorf("%d store_error events, want none", n)
+	}
+}
+
 func TestClientGoneWithNothingWrittenReleases(t *testing.T) {
 	var released atomic.Bool
 	s := acquiring()
