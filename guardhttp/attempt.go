@@ -464,8 +464,8 @@ func (pt *phaseTimer) release() {
 // failed ends an attempt whose round trip returned err and returns the
 // error to report: the phase timeout that cancelled it, or a timeout the
 // base transport raised itself (its dialer's, its TLS handshake's, its
-// response header timeout, or a native attempt's write deadline), named as
-// ours, or err unchanged.
+// response header timeout) or that closed a native attempt's connection
+// (the watchdog's), named as ours, or err unchanged.
 func (a *attempt) failed(err error) error {
 	a.mu.Lock()
 	cause, p, started, limit := a.cause, a.phase, a.started, a.limit

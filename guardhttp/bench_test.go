@@ -45,8 +45,8 @@ func plainTransport() *http.Transport {
 //
 // "timeouts" is a plain client with net/http's own response header
 // timeout too, as a careful user configures one without guardhttp: the
-// native path of NewClient relies on it (see docs/http-client.md), so the
-// difference is what the guard itself costs.
+// difference with it is what bounding the phases the guard's way costs
+// over net/http's (see docs/http-client.md).
 //
 // With a deadline, guardhttp sends it to the server (X-Request-Timeout,
 // X-Request-Deadline), which a plain client does not: "wire" is a plain

@@ -17,7 +17,9 @@ func (answerAtOnce) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // BenchmarkNativeOverhead is the guard's own cost per request on the
 // native path (see native.go), with no network: engine, breaker, budget,
-// the attempt and its body timer. Compare with rt=bare.
+// the attempt and its body's registration with the watchdog. The
+// connection's part (phases, header scan) needs a connection: see
+// BenchmarkHeaderScan and BenchmarkClientPaired. Compare with rt=bare.
 func BenchmarkNativeOverhead(b *testing.B) {
 	native := NewTransport(answerAtOnce{}, Config{})
 	native.native = true

@@ -306,10 +306,10 @@ func TestAttemptHeaders(t *testing.T) {
 	}
 }
 
-// HTTPS through NewClient takes the traced path, whose timer and the base
-// transport's own ResponseHeaderTimeout run out together: whichever ends
-// the attempt, the timeout is named alike, and it is a stream that ends
-// over HTTP/2, not the connection.
+// HTTPS through NewClient takes the traced path, whose timer bounds the
+// response header (NewClient's base transport has no
+// ResponseHeaderTimeout of its own on the native path): the timeout is
+// named, and it is a stream that ends over HTTP/2, not the connection.
 func TestHTTPSResponseHeaderTimeoutThroughNewClient(t *testing.T) {
 	for _, h2 := range []bool{true, false} {
 		name := "HTTP/1.1"
