@@ -191,3 +191,26 @@ func TestIdempotency(t *testing.T) {
 		t.Error("no retry got the stored answer")
 	}
 }
+
+func TestOverhead(t *testing.T) {
+	res := runExp(t, "overhead", "--rounds", "4", "--block", "10")
+	if len(res.Rows) != 4 {
+		t.Fatalf("%d rows, want 4", len(res.Rows))
+	}
+	for _, r := range res.Rows {
+		if failed := col(t, r, "failed").(int); failed != 0 {
+			t.Errorf("%s: %d requests failed", r.Label, failed)
+		}
+		if us := col(t, r, "us_per_request").(float64); us <= 0 {
+			t.Errorf("%s: %v µs per request", r.Label, us)
+		}
+	}
+	// guardhttp without a deadline adds an allocation or two (the attempt),
+	// far from the limit the check enforces.
+	if extra := col(t, res.Rows[1], "extra_allocs").(float64); extra > 3 {
+		t.Errorf("guardhttp adds %.1f allocations per request, want about 1", extra)
+	}
+	if len(res.Charts) != 1 || len(res.Charts[0].Series[0].Values) != 4 {
+		t.Errorf("charts: %+v", res.Charts)
+	}
+}
