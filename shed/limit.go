@@ -38,10 +38,11 @@ import (
 //
 // One change from Envoy: Envoy probes at the floor (MinLimit), which sheds
 // most traffic during every probe. Here only the first probe, when nothing
-// is known, uses the floor; later probes use half the current limit, which
-// is below the backend's real concurrency whenever the limit has converged
-// (the fixed point above is under 2C), so the backend still does not queue,
-// at a fraction of the cost. The limit does not grow while the server uses
+// is known, uses the floor, and for a fifth of the samples (see
+// MinRTTSamples); later probes use half the current limit, which is below
+// the backend's real concurrency whenever the limit has converged (the
+// fixed point above is under 2C), so the backend still does not queue, at
+// a fraction of the cost. The limit does not grow while the server uses
 // less than half of it (as in Netflix's limiters), so an idle period does not
 // inflate it.
 type Adaptive struct {
@@ -66,7 +67,11 @@ type Adaptive struct {
 	// 15 % of jitter. Zero means 60 s.
 	MinRTTInterval time.Duration
 	// MinRTTSamples is how many requests a min-RTT probe measures. Zero
-	// means 50.
+	// means 50. The first probe, at the floor, measures a fifth of them
+	// (at least 10, or all of them if fewer): it sheds most traffic while
+	// it runs, at every start of the process, and the median of 10
+	// requests that do not queue is already close to the no-load latency;
+	// the next probe, at half the limit, measures them all.
 	MinRTTSamples int
 	// Smoothing is the weight of each new computation in the limit, in
 	// (0, 1]: the limit moves that share of the way to the new value per
@@ -86,6 +91,7 @@ type gradient struct {
 	smoothing         float64
 	probeEvery        time.Duration
 	probeSamples      int
+	firstSamples      int // of the first probe
 
 	limit  float64       // the steady-state limit
 	minRTT time.Duration // zero until the first probe ends
@@ -130,6 +136,7 @@ func newGradient(c Adaptive, now time.Time) *gradient {
 		g.max = g.min
 	}
 	g.limit = clamp(g.initial, g.min, g.max)
+	g.firstSamples = min(g.probeSamples, max(10, g.probeSamples/5))
 	g.probe = make([]time.Duration, 0, g.probeSamples)
 	g.startProbe(now, g.min)
 	return g
@@ -165,7 +172,11 @@ func (g *gradient) observe(now time.Time, rtt time.Duration, gen uint32, inFligh
 		if gen == g.gen {
 			g.probe = append(g.probe, rtt)
 		}
-		if len(g.probe) < g.probeSamples {
+		want := g.probeSamples
+		if g.minRTT == 0 {
+			want = g.firstSamples // nothing is known yet: see Adaptive.MinRTTSamples
+		}
+		if len(g.probe) < want {
 			return false
 		}
 		g.minRTT = percentileOf(g.probe, g.percentile)

@@ -28,7 +28,8 @@ func TestPrioritiesUnderOverload(t *testing.T) {
 	}{
 		{"fixed 30", shed.Config{Limit: 30}, 0},
 		// The adaptive limit's first min-RTT probe holds it at 3 for its
-		// first 50 requests (0.8 s here): count from 1 s on.
+		// first 10 requests (about 0.2 s here), then it converges: count
+		// from 1 s on.
 		{"adaptive", shed.Config{}, 600},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -337,7 +337,7 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 		}
 		during := res.summary(func(o *shot) bool { return o.sched < end })
 		after := res.summary(func(o *shot) bool { return o.sched >= end })
-		r.note("%s: the limit holds at %d while it measures the no-load latency (its first 50 requests) and sheds hard meanwhile: that probe ended at %v (min RTT %v); %.0f%% of the requests sent during it succeeded, %.0f%% of those sent after (the pool can serve %.0f%% of the offered load); limit at the end %d.",
+		r.note("%s: the limit holds at %d while it measures the no-load latency (its first 10 requests) and sheds hard meanwhile: that probe ended at %v (min RTT %v); %.0f%% of the requests sent during it succeeded, %.0f%% of those sent after (the pool can serve %.0f%% of the offered load); limit at the end %d.",
 			row.label, probeFloor, end.Round(10*time.Millisecond), st.MinRTT.Round(time.Millisecond), pct(during.ok, during.sent), pct(after.ok, after.sent), 100*min(1, capacity/p.rps), st.Limit)
 	}
 	worstRate, worstP99, worstMax := math.Inf(1), time.Duration(0), time.Duration(0)
