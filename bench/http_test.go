@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -15,21 +14,9 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 )
 
-// plainTransport is the connection pool every client below is given: the
-// one guardhttp.NewClient builds for itself, without its guard, so the rows
-// differ only by what each library wraps around it.
-func plainTransport() *http.Transport {
-	d := &net.Dialer{Timeout: guardhttp.DefaultConnectTimeout, KeepAlive: 30 * time.Second}
-	return &http.Transport{
-		DialContext:           d.DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          4 * guardhttp.DefaultMaxIdleConnsPerHost,
-		MaxIdleConnsPerHost:   guardhttp.DefaultMaxIdleConnsPerHost,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   guardhttp.DefaultTLSHandshakeTimeout,
-		ExpectContinueTimeout: time.Second,
-	}
-}
+// Every client below is given the connection pool guardhttp.NewClient
+// builds for itself (guardhttp.BaseTransport), without its guard, so the
+// rows differ only by what each library wraps around it.
 
 // httpClient is one row of BenchmarkHTTP.
 type httpClient struct {
@@ -59,13 +46,13 @@ func peerHTTPClients() []httpClient {
 	// go-retryablehttp: 2 retries, its logger off (by default it logs
 	// every request), over the same pool.
 	rc := retryablehttp.NewClient()
-	rc.HTTPClient = &http.Client{Transport: plainTransport()}
+	rc.HTTPClient = &http.Client{Transport: guardhttp.BaseTransport(guardhttp.Config{})}
 	rc.RetryMax = maxAttempts - 1
 	rc.RetryWaitMin, rc.RetryWaitMax = backoffBase, backoffCap
 	rc.Logger = nil
 
 	return []httpClient{
-		{"failsafehttp", &http.Client{Transport: failsafehttp.NewRoundTripper(plainTransport(), retry, cb)}},
+		{"failsafehttp", &http.Client{Transport: failsafehttp.NewRoundTripper(guardhttp.BaseTransport(guardhttp.Config{}), retry, cb)}},
 		{"retryablehttp", rc.StandardClient()},
 	}
 }
@@ -81,7 +68,7 @@ func BenchmarkHTTP(b *testing.B) {
 		_, _ = io.WriteString(w, "ok")
 	}))
 	defer srv.Close()
-	clients := []httpClient{{"plain", &http.Client{Transport: plainTransport()}}}
+	clients := []httpClient{{"plain", &http.Client{Transport: guardhttp.BaseTransport(guardhttp.Config{})}}}
 	clients = append(clients, guardhttpClients()...)
 	clients = append(clients, peerHTTPClients()...)
 	for _, deadline := range []string{"none", "1h"} {

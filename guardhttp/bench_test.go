@@ -3,7 +3,6 @@ package guardhttp_test
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
@@ -17,22 +16,6 @@ import (
 	"github.com/guardrail-go/guardrail/deadline"
 	"github.com/guardrail-go/guardrail/guardhttp"
 )
-
-// plainTransport is the pool NewClient builds, without the guard, so that
-// the comparison measures the guard alone.
-func plainTransport() *http.Transport {
-	d := &net.Dialer{Timeout: guardhttp.DefaultConnectTimeout, KeepAlive: 30 * time.Second}
-	return &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           d.DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          4 * guardhttp.DefaultMaxIdleConnsPerHost,
-		MaxIdleConnsPerHost:   guardhttp.DefaultMaxIdleConnsPerHost,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   guardhttp.DefaultTLSHandshakeTimeout,
-		ExpectContinueTimeout: time.Second,
-	}
-}
 
 // BenchmarkClient compares a plain http.Client with guardhttp.NewClient on
 // a loopback server, in one run: the success path of a GET. Each client
@@ -59,14 +42,16 @@ func BenchmarkClient(b *testing.B) {
 		newClient func() *http.Client
 		headers   bool // the request carries the deadline headers
 	}{
-		{"plain", func() *http.Client { return &http.Client{Transport: plainTransport()} }, false},
+		{"plain", func() *http.Client { return &http.Client{Transport: guardhttp.BaseTransport(guardhttp.Config{})} }, false},
 		{"timeouts", func() *http.Client {
-			t := plainTransport()
+			t := guardhttp.BaseTransport(guardhttp.Config{})
 			t.ResponseHeaderTimeout = guardhttp.DefaultResponseHeaderTimeout
 			return &http.Client{Transport: t}
 		}, false},
-		{"wire", func() *http.Client { return &http.Client{Transport: plainTransport()} }, true},
-		{"floor", func() *http.Client { return &http.Client{Transport: floor{plainTransport()}} }, false},
+		{"wire", func() *http.Client { return &http.Client{Transport: guardhttp.BaseTransport(guardhttp.Config{})} }, true},
+		{"floor", func() *http.Client {
+			return &http.Client{Transport: floor{guardhttp.BaseTransport(guardhttp.Config{})}}
+		}, false},
 		{"guardhttp", func() *http.Client { return guardhttp.NewClient(guardhttp.Config{}) }, false},
 	}
 	// Each run starts with another client, so that over several runs none
@@ -260,7 +245,7 @@ func BenchmarkClientPaired(b *testing.B) {
 				}
 				return req
 			}
-			timeouts := plainTransport()
+			timeouts := guardhttp.BaseTransport(guardhttp.Config{})
 			timeouts.ResponseHeaderTimeout = guardhttp.DefaultResponseHeaderTimeout
 			type client struct {
 				name string
@@ -268,12 +253,12 @@ func BenchmarkClientPaired(b *testing.B) {
 				req  *http.Request
 			}
 			clients := []client{
-				{"plain", &http.Client{Transport: plainTransport()}, newReq(false)},
+				{"plain", &http.Client{Transport: guardhttp.BaseTransport(guardhttp.Config{})}, newReq(false)},
 				{"timeouts", &http.Client{Transport: timeouts}, newReq(false)},
 				{"guard", guardhttp.NewClient(guardhttp.Config{}), newReq(false)},
 			}
 			if withDeadline {
-				clients = append(clients, client{"wire", &http.Client{Transport: plainTransport()}, newReq(true)})
+				clients = append(clients, client{"wire", &http.Client{Transport: guardhttp.BaseTransport(guardhttp.Config{})}, newReq(true)})
 			}
 			do := func(c client) {
 				resp, err := c.c.Do(c.req)

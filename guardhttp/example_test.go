@@ -72,3 +72,14 @@ func Example_idempotencyKeys() {
 	fmt.Println(resp.StatusCode, len(keys), "attempts, same key:", keys[0] == keys[1] && len(keys[0]) == 32)
 	// Output: 201 2 attempts, same key: true
 }
+
+// NewClient's connection pool under a Transport of one's own: here, to
+// keep more idle connections per host.
+func ExampleBaseTransport() {
+	base := guardhttp.BaseTransport(guardhttp.Config{})
+	base.MaxIdleConnsPerHost = 256
+	client := &http.Client{Transport: guardhttp.NewTransport(base, guardhttp.Config{Name: "search"})}
+	defer client.CloseIdleConnections()
+	fmt.Println(base.MaxIdleConnsPerHost, base.TLSHandshakeTimeout, base.ResponseHeaderTimeout)
+	// Output: 256 3s 0s
+}

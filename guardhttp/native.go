@@ -88,12 +88,12 @@ func (e *connTimeout) Timeout() bool   { return true }
 func (e *connTimeout) Temporary() bool { return true }
 func (e *connTimeout) Unwrap() error   { return os.ErrDeadlineExceeded }
 
-// guardDialer returns a DialContext that dials with d and wraps each
+// guardDialer returns a DialContext that dials with dial and wraps each
 // connection in a guardConn timing its requests' write and response
 // header phases under w.
-func guardDialer(d *net.Dialer, w *watchdog, write, header time.Duration) func(context.Context, string, string) (net.Conn, error) {
+func guardDialer(dial func(context.Context, string, string) (net.Conn, error), w *watchdog, write, header time.Duration) func(context.Context, string, string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
+		c, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}

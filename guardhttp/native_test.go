@@ -124,7 +124,8 @@ func TestNativeConnectTimeout(t *testing.T) {
 	}
 	// NewClient's dialer, resolving through a DNS server that never answers.
 	var dials atomic.Int64
-	dial := guardDialer(&net.Dialer{Timeout: tr.s.connect, Resolver: hangingResolver()}, tr.watch, tr.s.write, tr.s.header)
+	hanging := &net.Dialer{Timeout: tr.s.connect, Resolver: hangingResolver()}
+	dial := guardDialer(hanging.DialContext, tr.watch, tr.s.write, tr.s.header)
 	tr.base.(*http.Transport).DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		dials.Add(1)
 		return dial(ctx, network, addr)

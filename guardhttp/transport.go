@@ -141,19 +141,17 @@ func NewTransport(base http.RoundTripper, cfg Config) *Transport {
 // and manual control.
 func (t *Transport) Breakers() *breaker.Group { return t.breakers }
 
-// NewClient returns an *http.Client whose Transport is a Transport over an
-// *http.Transport of its own: the proxies of the environment as it is when
-// NewClient is called (as net/http, which reads it once), HTTP/2 when the
-// server offers it, up to DefaultMaxIdleConnsPerHost idle connections per
-// host kept 90 s, a dialer bounded by the connect timeout and a TLS
-// handshake bounded by the TLS timeout (so a dial the request gave up on
-// does not linger either), and connections that time the writing of each
-// request and the wait for its response headers. Without a proxy and an
-// AttemptTimeout, its cleartext requests rely on these rather than on
-// trace hooks (see Transport); otherwise the response-header timeout is
-// also the base's ResponseHeaderTimeout. The client has no Timeout: the
-// request's context, the attempt and the phase timeouts bound it.
-func NewClient(cfg Config) *http.Client {
+// BaseTransport returns the *http.Transport that NewClient sends through
+// for cfg, before NewClient adds its guard: the proxies of the environment
+// as it is when BaseTransport is called (as net/http, which reads it once;
+// none when no proxy variable is set), HTTP/2 when the server offers it,
+// up to DefaultMaxIdleConnsPerHost idle connections per host kept 90 s, a
+// dialer bounded by cfg's connect timeout and a TLS handshake bounded by
+// its TLS timeout. It has no response-header timeout and its connections
+// time nothing. Use it as the base of NewTransport to get NewClient's
+// pool, or as the plain client to compare NewClient with. Like any
+// *http.Transport, it is safe for concurrent use.
+func BaseTransport(cfg Config) *http.Transport {
 	s := cfg.settings()
 	dialer := &net.Dialer{Timeout: s.connect, KeepAlive: 30 * time.Second}
 	base := &http.Transport{
@@ -170,6 +168,24 @@ func NewClient(cfg Config) *http.Client {
 			base.Proxy = http.ProxyFromEnvironment
 		}
 	}
+	return base
+}
+
+// NewClient returns an *http.Client whose Transport is a Transport over an
+// *http.Transport of its own (BaseTransport's): the proxies of the environment as it is when
+// NewClient is called (as net/http, which reads it once), HTTP/2 when the
+// server offers it, up to DefaultMaxIdleConnsPerHost idle connections per
+// host kept 90 s, a dialer bounded by the connect timeout and a TLS
+// handshake bounded by the TLS timeout (so a dial the request gave up on
+// does not linger either), and connections that time the writing of each
+// request and the wait for its response headers. Without a proxy and an
+// AttemptTimeout, its cleartext requests rely on these rather than on
+// trace hooks (see Transport); otherwise the response-header timeout is
+// also the base's ResponseHeaderTimeout. The client has no Timeout: the
+// request's context, the attempt and the phase timeouts bound it.
+func NewClient(cfg Config) *http.Client {
+	s := cfg.settings()
+	base := BaseTransport(cfg)
 	t := NewTransport(base, cfg)
 	// An attempt timeout spans every phase: it needs the traced path.
 	if base.Proxy == nil && cfg.AttemptTimeout == 0 {
@@ -177,7 +193,7 @@ func NewClient(cfg Config) *http.Client {
 		// by the traced path's timer, with no help from the base.
 		t.native = true
 		if s.write > 0 || s.header > 0 {
-			base.DialContext = guardDialer(dialer, t.watch, s.write, s.header)
+			base.DialContext = guardDialer(base.DialContext, t.watch, s.write, s.header)
 		}
 	} else {
 		base.ResponseHeaderTimeout = s.header

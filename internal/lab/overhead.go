@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -49,21 +48,6 @@ type overheadClient struct {
 	failures int
 }
 
-// plainTransport is NewClient's pool without the guard, so that the
-// comparison measures the guard alone.
-func plainTransport() *http.Transport {
-	d := &net.Dialer{Timeout: guardhttp.DefaultConnectTimeout, KeepAlive: 30 * time.Second}
-	return &http.Transport{
-		DialContext:           d.DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          4 * guardhttp.DefaultMaxIdleConnsPerHost,
-		MaxIdleConnsPerHost:   guardhttp.DefaultMaxIdleConnsPerHost,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   guardhttp.DefaultTLSHandshakeTimeout,
-		ExpectContinueTimeout: time.Second,
-	}
-}
-
 func (p overheadParams) run(ctx context.Context, env *Env) (*Result, error) {
 	if p.rounds < 1 || p.block < 1 {
 		return nil, fmt.Errorf("--rounds and --block must be positive")
@@ -79,9 +63,9 @@ func (p overheadParams) run(ctx context.Context, env *Env) (*Result, error) {
 	ready := http.Header{}
 	deadline.Set(ready, time.Now(), time.Hour)
 	clients := []*overheadClient{
-		{label: "plain http.Client", client: &http.Client{Transport: plainTransport()}, ctx: ctx},
+		{label: "plain http.Client", client: &http.Client{Transport: guardhttp.BaseTransport(guardhttp.Config{})}, ctx: ctx},
 		{label: "guardhttp.NewClient", client: guardhttp.NewClient(guardhttp.Config{}), ctx: ctx},
-		{label: "plain+headers (1h deadline)", client: &http.Client{Transport: plainTransport()}, ctx: withDeadline, headers: true},
+		{label: "plain+headers (1h deadline)", client: &http.Client{Transport: guardhttp.BaseTransport(guardhttp.Config{})}, ctx: withDeadline, headers: true},
 		{label: "guardhttp (1h deadline)", client: guardhttp.NewClient(guardhttp.Config{}), ctx: withDeadline, base: 2},
 	}
 	for _, c := range clients {
