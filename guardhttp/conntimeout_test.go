@@ -45,13 +45,7 @@ func TestResponseHeaderTimeoutOnAReusedConnectionIsNotSentAgain(t *testing.T) {
 	start := time.Now()
 	resp, err = get(t, context.Background(), c, srv.URL)
 	elapsed := time.Since(start)
-	if resp != nil {
-		t.Fatalf("second request got %d, want a timeout", resp.StatusCode)
-	}
-	te := asTimeout(t, err)
-	if te.Phase != guardrail.PhaseResponseHeader || te.After != limit {
-		t.Errorf("timeout = %+v, want %s after %v", te, guardrail.PhaseResponseHeader, limit)
-	}
+	wantTimeout(t, resp, err, guardrail.PhaseResponseHeader, limit)
 	within(t, "one response-header timeout", elapsed, limit, limit+limit/2+slack/4)
 	if got := requests.Load(); got != 2 {
 		t.Errorf("server saw %d requests, want 2: the timed-out one was sent again", got)
@@ -84,12 +78,7 @@ func TestResponseHeaderTimeoutCoversHeadersThatStall(t *testing.T) {
 			start := time.Now()
 			resp, err := get(t, context.Background(), c, "http://"+ln.addr)
 			elapsed := time.Since(start)
-			if resp != nil {
-				t.Fatalf("got %d, want a timeout", resp.StatusCode)
-			}
-			if te := asTimeout(t, err); te.Phase != guardrail.PhaseResponseHeader {
-				t.Errorf("phase %s, want %s", te.Phase, guardrail.PhaseResponseHeader)
-			}
+			wantTimeout(t, resp, err, guardrail.PhaseResponseHeader, limit)
 			within(t, "stalled headers", elapsed, limit, limit+slack)
 		})
 	}
@@ -135,12 +124,7 @@ func TestInterimResponsesDoNotEndTheHeaderPhase(t *testing.T) {
 				}
 				return
 			}
-			if resp != nil {
-				t.Fatalf("got %d, want a timeout", resp.StatusCode)
-			}
-			if te := asTimeout(t, err); te.Phase != guardrail.PhaseResponseHeader {
-				t.Errorf("phase %s, want %s", te.Phase, guardrail.PhaseResponseHeader)
-			}
+			wantTimeout(t, resp, err, guardrail.PhaseResponseHeader, limit)
 			within(t, "103 then nothing", elapsed, limit, limit+slack)
 		})
 	}

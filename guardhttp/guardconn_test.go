@@ -88,7 +88,7 @@ func TestGuardConnPhases(t *testing.T) {
 		wantState(t, c, connWriting, c.write)
 		c.arrived([]byte("HTTP/1.1 200 OK\r\n"))
 		wantState(t, c, connHeaders, c.header)
-		c.written() // the write returns late: nothing changes
+		c.written(nil) // the write returns late: nothing changes
 		wantState(t, c, connHeaders, c.header)
 	})
 	t.Run("request with a body and 100 Continue", func(t *testing.T) {

@@ -166,6 +166,22 @@ func readAll(t *testing.T, resp *http.Response) string {
 }
 
 // asTimeout returns err's *TimeoutError or fails the test.
+// wantTimeout fails the test unless the request got no response and err
+// is a *guardhttp.TimeoutError of the given phase and, unless it is zero,
+// limit, and returns it.
+func wantTimeout(t *testing.T, resp *http.Response, err error, phase string, limit time.Duration) *guardhttp.TimeoutError {
+	t.Helper()
+	if resp != nil {
+		resp.Body.Close()
+		t.Fatalf("got a response %d, want a timeout", resp.StatusCode)
+	}
+	te := asTimeout(t, err)
+	if te.Phase != phase || (limit != 0 && te.After != limit) {
+		t.Errorf("timeout = %+v, want phase %s after %v", te, phase, limit)
+	}
+	return te
+}
+
 func asTimeout(t *testing.T, err error) *guardhttp.TimeoutError {
 	t.Helper()
 	var te *guardhttp.TimeoutError

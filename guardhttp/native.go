@@ -246,17 +246,26 @@ func (c *guardConn) writing(p []byte) {
 	}
 }
 
-// written ends the write phase of a request without a body once a write
-// returned: the request is out, its response awaited.
-func (c *guardConn) written() {
+// written follows a write that returned err. A write that failed because
+// the watchdog closed the connection fails with its timeout. One that
+// succeeded ends the write phase of a request without a body: the request
+// is out, its response awaited.
+func (c *guardConn) written(err error) error {
+	if err != nil {
+		if te, _ := c.timedOut(); te != nil {
+			return te
+		}
+		return err
+	}
 	if c.body.Load() {
-		return
+		return nil
 	}
 	w := c.word.Load()
 	if stateOf(w) == connWriting {
 		c.writeDue = dueOf(w) // for a next write of the same request
 		c.set(w, connAwaiting, c.pending(c.header))
 	}
+	return nil
 }
 
 // begin starts the write phase of a request with a body when the transport
@@ -450,14 +459,7 @@ func (c *guardConn) Read(p []byte) (int, error) {
 func (c *guardConn) Write(p []byte) (int, error) {
 	c.writing(p)
 	n, err := c.Conn.Write(p)
-	if err != nil {
-		if te, _ := c.timedOut(); te != nil {
-			err = te
-		}
-		return n, err
-	}
-	c.written()
-	return n, nil
+	return n, c.written(err)
 }
 
 // ReadFrom keeps the socket's own ReadFrom (sendfile, splice) for request
@@ -465,14 +467,7 @@ func (c *guardConn) Write(p []byte) (int, error) {
 func (c *guardConn) ReadFrom(r io.Reader) (int64, error) {
 	c.writing(nil)
 	n, err := io.Copy(c.Conn, r)
-	if err != nil {
-		if te, _ := c.timedOut(); te != nil {
-			err = te
-		}
-		return n, err
-	}
-	c.written()
-	return n, nil
+	return n, c.written(err)
 }
 
 // Close closes the connection and stops watching it.

@@ -41,13 +41,7 @@ func TestResponseHeaderTimeoutClosesTheConnection(t *testing.T) {
 	start := time.Now()
 	resp, err := get(t, context.Background(), c, srv.URL)
 	elapsed := time.Since(start)
-	if resp != nil {
-		t.Fatalf("got a response %d, want a timeout", resp.StatusCode)
-	}
-	te := asTimeout(t, err)
-	if te.Phase != guardrail.PhaseResponseHeader || te.After != limit {
-		t.Errorf("timeout = %+v, want phase %s after %v", te, guardrail.PhaseResponseHeader, limit)
-	}
+	te := wantTimeout(t, resp, err, guardrail.PhaseResponseHeader, limit)
 	if host := strings.TrimPrefix(srv.URL, "http://"); te.Dependency != host {
 		t.Errorf("Dependency = %q, want the host %q", te.Dependency, host)
 	}
