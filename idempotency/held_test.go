@@ -17,10 +17,11 @@ import (
 )
 
 // checks records what Held and Confirm said in a handler, at times since
-// the request began.
+// the request began (start), and what the store saw of Extend if it is a
+// recording store (recordingStore(&c.extendLog, ...)).
 type checks struct {
-	mu    sync.Mutex
-	start time.Time
+	extendLog
+	gotMu sync.Mutex
 	got   []string
 }
 
@@ -28,8 +29,8 @@ func (c *checks) held(ctx context.Context)    { c.add("Held", idempotency.Held(c
 func (c *checks) confirm(ctx context.Context) { c.add("Confirm", idempotency.Confirm(ctx)) }
 
 func (c *checks) add(what string, err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.gotMu.Lock()
+	defer c.gotMu.Unlock()
 	c.got = append(c.got, fmt.Sprintf("%v %s: %s", time.Since(c.start), what, describe(err)))
 }
 
@@ -58,8 +59,8 @@ func describe(err error) string {
 
 func (c *checks) want(t *testing.T, want ...string) {
 	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.gotMu.Lock()
+	defer c.gotMu.Unlock()
 	if strings.Join(c.got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(c.got, "\n"), strings.Join(want, "\n"))
 	}
@@ -104,12 +105,8 @@ func TestHeldWhileRenewalsSucceed(t *testing.T) {
 // once and from then on; Confirm does not ask the store again.
 func TestHeldAfterTheLockIsLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var (
-			c     checks
-			calls []extendCall
-			mu    sync.Mutex
-		)
-		s := recordingStore(&c.start, &calls, &mu, func(context.Context, int) error { return idempotency.ErrLockLost })
+		var c checks
+		s := recordingStore(&c.extendLog, func(context.Context, int) error { return idempotency.ErrLockLost })
 		mw := idempotency.Middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: quiet()})(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				time.Sleep(999 * time.Millisecond)
@@ -129,8 +126,8 @@ func TestHeldAfterTheLockIsLost(t *testing.T) {
 			"1s Confirm: ErrLeaseLost+ErrLockLost",
 			"11s Held: ErrLeaseLost+ErrLockLost",
 		)
-		if len(calls) != 1 {
-			t.Errorf("%d Extend calls, want the one renewal", len(calls))
+		if len(c.calls) != 1 {
+			t.Errorf("%d Extend c.calls, want the one renewal", len(c.calls))
 		}
 	})
 }
@@ -141,14 +138,10 @@ func TestHeldAfterTheLockIsLost(t *testing.T) {
 // doing so when the store is back: Confirm then does not try it.
 func TestHeldWhenTheLeaseEndsDuringAnOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var (
-			c     checks
-			calls []extendCall
-			mu    sync.Mutex
-		)
+		var c checks
 		// The renewal at 1s succeeds, so the lease ends at 4s; those at 2s
 		// and 3s fail, and none fits after. The store is back by 5s.
-		s := recordingStore(&c.start, &calls, &mu, func(_ context.Context, n int) error {
+		s := recordingStore(&c.extendLog, func(_ context.Context, n int) error {
 			if n == 2 || n == 3 {
 				return errDown
 			}
@@ -171,8 +164,8 @@ func TestHeldWhenTheLeaseEndsDuringAnOutage(t *testing.T) {
 			"5s Held: ErrLeaseLost+errDown",
 			"5s Confirm: ErrLeaseLost+errDown",
 		)
-		if len(calls) != 3 {
-			t.Errorf("%d Extend calls, want 3: renewals at 1s, 2s and 3s, none after, and none by Confirm", len(calls))
+		if len(c.calls) != 3 {
+			t.Errorf("%d Extend c.calls, want 3: renewals at 1s, 2s and 3s, none after, and none by Confirm", len(c.calls))
 		}
 	})
 }
@@ -256,12 +249,10 @@ func TestConfirmExtendsTheLease(t *testing.T) {
 func TestConfirmCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var (
-			c     checks
-			calls []extendCall
-			mu    sync.Mutex
-			keys  []string
+			c    checks
+			keys []string
 		)
-		s := recordingStore(&c.start, &calls, &mu, func(ctx context.Context, n int) error {
+		s := recordingStore(&c.extendLog, func(ctx context.Context, n int) error {
 			switch n {
 			case 1:
 				<-ctx.Done() // a store that hangs
@@ -275,9 +266,9 @@ func TestConfirmCall(t *testing.T) {
 		})
 		extend := s.extend
 		s.extend = func(ctx context.Context, key, token string, lease time.Duration) error {
-			mu.Lock()
+			c.mu.Lock()
 			keys = append(keys, key[:4]+" "+token)
-			mu.Unlock()
+			c.mu.Unlock()
 			return extend(ctx, key, token, lease)
 		}
 		mw := idempotency.Middleware(s, idempotency.Config{
@@ -301,7 +292,7 @@ func TestConfirmCall(t *testing.T) {
 			"4.5s Confirm: ErrLeaseLost+ErrLockLost",
 			"4.5s Held: ErrLeaseLost+ErrLockLost",
 		)
-		for i, call := range calls {
+		for i, call := range c.calls {
 			if call.lease != 10*time.Second || call.deadline != 500*time.Millisecond {
 				t.Errorf("Extend %d for %v with a deadline in %v, want 10s and 500ms", i+1, call.lease, call.deadline)
 			}
@@ -341,12 +332,8 @@ func TestConfirmAfterTheClientWentAway(t *testing.T) {
 // extends the lease and starts them again, a third of a lease after it.
 func TestConfirmDuringAnOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var (
-			c     checks
-			calls []extendCall
-			mu    sync.Mutex
-		)
-		s := recordingStore(&c.start, &calls, &mu, func(_ context.Context, n int) error {
+		var c checks
+		s := recordingStore(&c.extendLog, func(_ context.Context, n int) error {
 			if n == 3 { // the Confirm
 				return nil
 			}
@@ -369,14 +356,14 @@ func TestConfirmDuringAnOutage(t *testing.T) {
 			"5.5s Held: ErrLeaseLost+errDown",
 		)
 		var at []time.Duration
-		for _, call := range calls {
+		for _, call := range c.calls {
 			at = append(at, call.at)
 		}
 		// Renewals at 1s and 2s fail, and the next would be at the
 		// lease's end; the Confirm at 2.5s moves it to 5.5s, and the
 		// renewals go on at 3.5s and 4.5s.
 		if got, want := fmt.Sprint(at), "[1s 2s 2.5s 3.5s 4.5s]"; got != want {
-			t.Errorf("Extend calls at %s, want %s", got, want)
+			t.Errorf("Extend c.calls at %s, want %s", got, want)
 		}
 	})
 }
@@ -457,7 +444,7 @@ func TestCancelOnLeaseLost(t *testing.T) {
 		name     string
 		cfg      idempotency.Config
 		extend   func(n int) error
-		confirm  time.Duration // when the handler calls Confirm; 0 means it does not
+		confirm  time.Duration // when the handler ext.calls Confirm; 0 means it does not
 		wantAt   time.Duration // when the context is cancelled; 0 means not while the handler runs
 		wantWhy  string        // its cause, as describe says; "held" when not cancelled
 		wantCall string        // what the middleware does with the key
@@ -499,12 +486,10 @@ func TestCancelOnLeaseLost(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var (
-					start time.Time
-					calls []extendCall
-					mu    sync.Mutex
-					done  []string
+					ext  extendLog
+					done []string
 				)
-				s := recordingStore(&start, &calls, &mu, func(_ context.Context, n int) error {
+				s := recordingStore(&ext, func(_ context.Context, n int) error {
 					if tt.extend == nil {
 						return nil
 					}
@@ -535,16 +520,16 @@ func TestCancelOnLeaseLost(t *testing.T) {
 					}
 					select {
 					case <-ctx.Done():
-						at, why = time.Since(start), context.Cause(ctx)
+						at, why = time.Since(ext.start), context.Cause(ctx)
 						if held := idempotency.Held(ctx); held != why {
 							t.Errorf("Held: %v, want the context's cause %v", held, why)
 						}
 						return // gives up, writing nothing
-					case <-time.After(10*time.Second - time.Since(start)):
+					case <-time.After(10*time.Second - time.Since(ext.start)):
 						w.WriteHeader(http.StatusCreated)
 					}
 				}))
-				start = time.Now()
+				ext.start = time.Now()
 				serve(mw, request{key: "k"})
 				if at != tt.wantAt || describe(why) != tt.wantWhy {
 					t.Errorf("context cancelled at %v for %v (%s), want at %v for %s", at, why, describe(why), tt.wantAt, tt.wantWhy)
@@ -565,18 +550,16 @@ func TestCancelOnLeaseLost(t *testing.T) {
 func TestCancelOnLeaseLostLogsTheCancellation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var (
-			start time.Time
-			calls []extendCall
-			mu    sync.Mutex
-			logs  logBuffer
+			ext  extendLog
+			logs logBuffer
 		)
-		s := recordingStore(&start, &calls, &mu, func(context.Context, int) error { return errDown })
+		s := recordingStore(&ext, func(context.Context, int) error { return errDown })
 		s.release = func(context.Context, string, string) error { return nil }
 		cfg := idempotency.Config{CancelOnLeaseLost: true, Lease: 3 * time.Second, Logger: logs.logger()}
 		mw := idempotency.Middleware(s, cfg)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			<-r.Context().Done()
 		}))
-		start = time.Now()
+		ext.start = time.Now()
 		serve(mw, request{key: "k"})
 		out := logs.String()
 		if !strings.Contains(out, "no renewal is left before it ends; when it ends, the handler's context is cancelled") {

@@ -155,16 +155,24 @@ type extendCall struct {
 	err      error         // of its context, at the call
 }
 
-// recordingStore acquires every key and records the Extend calls; extend
-// decides each call's result (nil means success).
-func recordingStore(start *time.Time, calls *[]extendCall, mu *sync.Mutex, extend func(ctx context.Context, n int) error) *fakeStore {
+// extendLog is what a recording store saw of Extend: each call, timed
+// from start, when the request began.
+type extendLog struct {
+	start time.Time
+	mu    sync.Mutex
+	calls []extendCall
+}
+
+// recordingStore acquires every key and records the Extend calls in l;
+// extend decides each call's result (nil means success).
+func recordingStore(l *extendLog, extend func(ctx context.Context, n int) error) *fakeStore {
 	s := acquiring()
 	s.extend = func(ctx context.Context, _, _ string, lease time.Duration) error {
 		dl, _ := ctx.Deadline()
-		mu.Lock()
-		*calls = append(*calls, extendCall{at: time.Since(*start), lease: lease, deadline: time.Until(dl), err: ctx.Err()})
-		n := len(*calls)
-		mu.Unlock()
+		l.mu.Lock()
+		l.calls = append(l.calls, extendCall{at: time.Since(l.start), lease: lease, deadline: time.Until(dl), err: ctx.Err()})
+		n := len(l.calls)
+		l.mu.Unlock()
 		if extend == nil {
 			return nil
 		}
@@ -187,13 +195,11 @@ func sleeper(d time.Duration) http.Handler {
 func TestRenewalSchedule(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var (
-			start time.Time
-			calls []extendCall
-			mu    sync.Mutex
-			logs  logBuffer
+			ext  extendLog
+			logs logBuffer
 		)
 		errDown := errors.New("store unreachable")
-		s := recordingStore(&start, &calls, &mu, func(_ context.Context, n int) error {
+		s := recordingStore(&ext, func(_ context.Context, n int) error {
 			if n == 2 {
 				return errDown
 			}
@@ -207,13 +213,13 @@ func TestRenewalSchedule(t *testing.T) {
 		// must the renewals.
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		start = time.Now()
+		ext.start = time.Now()
 		wantCode(t, serve(mw, request{key: "k", ctx: ctx}), http.StatusCreated)
 
-		if len(calls) != 6 {
-			t.Fatalf("%d renewals, want 6 (every 1s for 6.5s): %+v", len(calls), calls)
+		if len(ext.calls) != 6 {
+			t.Fatalf("%d renewals, want 6 (every 1s for 6.5s): %+v", len(ext.calls), ext.calls)
 		}
-		for i, c := range calls {
+		for i, c := range ext.calls {
 			if want := time.Duration(i+1) * time.Second; c.at != want {
 				t.Errorf("renewal %d at %v, want %v", i+1, c.at, want)
 			}
@@ -239,20 +245,16 @@ func TestRenewalSchedule(t *testing.T) {
 // the renewals.
 func TestRenewalWithADeadlineLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var (
-			start time.Time
-			calls []extendCall
-			mu    sync.Mutex
-		)
-		s := recordingStore(&start, &calls, &mu, nil)
+		var ext extendLog
+		s := recordingStore(&ext, nil)
 		mw := idempotency.Middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: quiet()})(sleeper(time.Minute))
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		start = time.Now()
+		ext.start = time.Now()
 		serve(mw, request{key: "k", ctx: ctx})
 		const lease = 2*time.Minute + time.Second
-		if len(calls) != 1 || calls[0].at != lease/3 || calls[0].lease != lease {
-			t.Errorf("renewals %+v, want one at %v for %v", calls, lease/3, lease)
+		if len(ext.calls) != 1 || ext.calls[0].at != lease/3 || ext.calls[0].lease != lease {
+			t.Errorf("renewals %+v, want one at %v for %v", ext.calls, lease/3, lease)
 		}
 	})
 }
@@ -262,12 +264,10 @@ func TestRenewalWithADeadlineLease(t *testing.T) {
 func TestRenewalGivesUpWhenTheLeaseEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var (
-			start time.Time
-			calls []extendCall
-			mu    sync.Mutex
-			logs  logBuffer
+			ext  extendLog
+			logs logBuffer
 		)
-		s := recordingStore(&start, &calls, &mu, func(context.Context, int) error {
+		s := recordingStore(&ext, func(context.Context, int) error {
 			return errors.New("connection refused")
 		})
 		s.complete = func(context.Context, string, string, *idempotency.Response, time.Duration) error {
@@ -275,14 +275,14 @@ func TestRenewalGivesUpWhenTheLeaseEnds(t *testing.T) {
 		}
 		ev := &events{}
 		mw := idempotency.Middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: logs.logger(), Observer: ev})(sleeper(10 * time.Second))
-		start = time.Now()
+		ext.start = time.Now()
 		rec := serve(mw, request{key: "k"})
 		wantCode(t, rec, http.StatusCreated)
 		if rec.Body.String() != "done" {
 			t.Errorf("body %q, want the handler's", rec.Body)
 		}
-		if len(calls) != 2 || calls[0].at != time.Second || calls[1].at != 2*time.Second {
-			t.Errorf("renewals %+v, want two, at 1s and 2s (the next would be when the lease ends)", calls)
+		if len(ext.calls) != 2 || ext.calls[0].at != time.Second || ext.calls[1].at != 2*time.Second {
+			t.Errorf("renewals %+v, want two, at 1s and 2s (the next would be when the lease ends)", ext.calls)
 		}
 		out := logs.String()
 		if strings.Count(out, "level=WARN") != 1 || strings.Count(out, "level=ERROR") != 2 ||
@@ -302,12 +302,10 @@ func TestRenewalGivesUpWhenTheLeaseEnds(t *testing.T) {
 func TestRenewalFindsTheLockLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var (
-			start time.Time
-			calls []extendCall
-			mu    sync.Mutex
-			logs  logBuffer
+			ext  extendLog
+			logs logBuffer
 		)
-		s := recordingStore(&start, &calls, &mu, func(context.Context, int) error { return idempotency.ErrLockLost })
+		s := recordingStore(&ext, func(context.Context, int) error { return idempotency.ErrLockLost })
 		var completed atomic.Bool
 		s.complete = func(context.Context, string, string, *idempotency.Response, time.Duration) error {
 			completed.Store(true)
@@ -323,14 +321,14 @@ func TestRenewalFindsTheLockLost(t *testing.T) {
 				w.WriteHeader(http.StatusCreated)
 				io.WriteString(w, "charged")
 			}))
-		start = time.Now()
+		ext.start = time.Now()
 		rec := serve(mw, request{key: "k"})
 		wantCode(t, rec, http.StatusCreated)
 		if rec.Body.String() != "charged" {
 			t.Errorf("body %q, want the handler's", rec.Body)
 		}
-		if len(calls) != 1 {
-			t.Errorf("%d renewals, want 1: none after the lock was lost", len(calls))
+		if len(ext.calls) != 1 {
+			t.Errorf("%d renewals, want 1: none after the lock was lost", len(ext.calls))
 		}
 		if !lostLogged {
 			t.Error("the lost lock was not logged while the handler ran")
@@ -350,14 +348,12 @@ func TestRenewalFindsTheLockLost(t *testing.T) {
 func TestRenewalInFlightWhenTheHandlerReturns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var (
-			start   time.Time
-			calls   []extendCall
-			mu      sync.Mutex
+			ext     extendLog
 			logs    logBuffer
 			stopped atomic.Bool
 			cause   error
 		)
-		s := recordingStore(&start, &calls, &mu, func(ctx context.Context, _ int) error {
+		s := recordingStore(&ext, func(ctx context.Context, _ int) error {
 			<-ctx.Done() // a store that hangs
 			cause = ctx.Err()
 			stopped.Store(true)
@@ -370,9 +366,9 @@ func TestRenewalInFlightWhenTheHandlerReturns(t *testing.T) {
 		}
 		ev := &events{}
 		mw := idempotency.Middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: logs.logger(), Observer: ev})(sleeper(1100 * time.Millisecond))
-		start = time.Now()
+		ext.start = time.Now()
 		wantCode(t, serve(mw, request{key: "k"}), http.StatusCreated)
-		if got, want := time.Since(start), 1100*time.Millisecond; got != want {
+		if got, want := time.Since(ext.start), 1100*time.Millisecond; got != want {
 			t.Errorf("request took %v, want %v: the hung renewal must not delay it", got, want)
 		}
 		if !errors.Is(cause, context.Canceled) {
@@ -393,17 +389,13 @@ func TestRenewalInFlightWhenTheHandlerReturns(t *testing.T) {
 // A handler that panics stops the renewals before the key is released.
 func TestRenewalStopsOnPanic(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var (
-			start time.Time
-			calls []extendCall
-			mu    sync.Mutex
-		)
-		s := recordingStore(&start, &calls, &mu, nil)
+		var ext extendLog
+		s := recordingStore(&ext, nil)
 		var releasedAt int
 		s.release = func(context.Context, string, string) error {
-			mu.Lock()
-			releasedAt = len(calls)
-			mu.Unlock()
+			ext.mu.Lock()
+			releasedAt = len(ext.calls)
+			ext.mu.Unlock()
 			return nil
 		}
 		mw := idempotency.Middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: quiet()})(
@@ -411,14 +403,14 @@ func TestRenewalStopsOnPanic(t *testing.T) {
 				time.Sleep(2500 * time.Millisecond)
 				panic("boom")
 			}))
-		start = time.Now()
+		ext.start = time.Now()
 		func() {
 			defer func() { recover() }()
 			serve(mw, request{key: "k"})
 		}()
 		time.Sleep(time.Minute)
-		if len(calls) != 2 || releasedAt != 2 {
-			t.Errorf("%d renewals, %d before the release; want 2 and 2", len(calls), releasedAt)
+		if len(ext.calls) != 2 || releasedAt != 2 {
+			t.Errorf("%d renewals, %d before the release; want 2 and 2", len(ext.calls), releasedAt)
 		}
 	})
 }
