@@ -2,6 +2,7 @@ package guardhttp
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 )
 
@@ -62,18 +63,6 @@ func scanBlocks(b []byte, sizes []int) []block {
 	return blocks
 }
 
-func sameBlocks(a, b []block) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 var scanCases = []string{
 	"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
 	"HTTP/1.1 204 No Content\r\n\r\n",
@@ -97,7 +86,7 @@ func TestHeaderScanMatchesTextproto(t *testing.T) {
 		b := []byte(c)
 		want := referenceBlocks(b)
 		for size := 1; size <= len(b); size++ {
-			if got := scanBlocks(b, []int{size}); !sameBlocks(got, want) {
+			if got := scanBlocks(b, []int{size}); !slices.Equal(got, want) {
 				t.Errorf("%q in pieces of %d: blocks %v, want %v", c, size, got, want)
 			}
 		}
@@ -113,7 +102,7 @@ func FuzzHeaderScan(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte, first, rest uint8) {
 		sizes := []int{int(first)%64 + 1, int(rest)%64 + 1}
-		if got, want := scanBlocks(b, sizes), referenceBlocks(b); !sameBlocks(got, want) {
+		if got, want := scanBlocks(b, sizes), referenceBlocks(b); !slices.Equal(got, want) {
 			t.Fatalf("%q in pieces of %v: blocks %v, want %v", b, sizes, got, want)
 		}
 	})

@@ -169,6 +169,14 @@ func wantLost(t *testing.T, err error, what string) {
 	}
 }
 
+// wantReplay begins k again and wants the sample response stored under it.
+func wantReplay(t *testing.T, s idempotency.Store, k string, f idempotency.Fingerprint) {
+	t.Helper()
+	res := begin(t, s, k, f, lease)
+	wantState(t, res, idempotency.StateCompleted)
+	sameResponse(t, res.Response, sampleResponse())
+}
+
 func sameResponse(t *testing.T, got, want *idempotency.Response) {
 	t.Helper()
 	if got == nil {
@@ -249,9 +257,7 @@ func testCompleteReplay(t *testing.T, s Subject) {
 	want := sampleResponse()
 	complete(t, s.Store, k, tok, want, ttl)
 	for range 2 { // replays do not consume the response
-		res := begin(t, s.Store, k, fp("a"), lease)
-		wantState(t, res, idempotency.StateCompleted)
-		sameResponse(t, res.Response, sampleResponse())
+		wantReplay(t, s.Store, k, fp("a"))
 	}
 	// The store kept its own copy.
 	want.Body[0] = 0xff
@@ -316,9 +322,7 @@ func testMismatch(t *testing.T, s Subject) {
 		t.Error("a mismatch returned the stored response")
 	}
 	// The mismatching Begin changed nothing.
-	res = begin(t, s.Store, k, fp("a"), lease)
-	wantState(t, res, idempotency.StateCompleted)
-	sameResponse(t, res.Response, sampleResponse())
+	wantReplay(t, s.Store, k, fp("a"))
 }
 
 func testLeaseExpiry(t *testing.T, s Subject) {
@@ -345,9 +349,7 @@ func testLeaseExpiry(t *testing.T, s Subject) {
 	}
 	wantState(t, begin(t, s.Store, k, fp("a"), lease), idempotency.StateInFlight)
 	complete(t, s.Store, k, tok, sampleResponse(), ttl)
-	res = begin(t, s.Store, k, fp("a"), lease)
-	wantState(t, res, idempotency.StateCompleted)
-	sameResponse(t, res.Response, sampleResponse())
+	wantReplay(t, s.Store, k, fp("a"))
 
 	// An expired lease nobody took over cannot be completed either.
 	k2 := key(t, "k2")
@@ -398,9 +400,7 @@ func testTokenOwnership(t *testing.T, s Subject) {
 	if err := s.Store.Release(t.Context(), k, tok); !errors.Is(err, idempotency.ErrLockLost) {
 		t.Errorf("Release after Complete: %v, want ErrLockLost", err)
 	}
-	res := begin(t, s.Store, k, fp("a"), lease)
-	wantState(t, res, idempotency.StateCompleted)
-	sameResponse(t, res.Response, sampleResponse())
+	wantReplay(t, s.Store, k, fp("a"))
 }
 
 func testIndependentKeys(t *testing.T, s Subject) {
@@ -454,9 +454,7 @@ func testExtend(t *testing.T, s Subject) {
 		t.Errorf("RetryIn = %v, want the renewed lease's %v", res.RetryIn, left)
 	}
 	complete(t, s.Store, k, tok, sampleResponse(), ttl)
-	res = begin(t, s.Store, k, fp("a"), lease)
-	wantState(t, res, idempotency.StateCompleted)
-	sameResponse(t, res.Response, sampleResponse())
+	wantReplay(t, s.Store, k, fp("a"))
 
 	// A longer lease than the first, then a shorter one: each is counted
 	// from the renewal.
@@ -501,9 +499,7 @@ func testExtendNotHeld(t *testing.T, s Subject) {
 	complete(t, s.Store, k, next, sampleResponse(), short)
 	wantLost(t, s.Store.Extend(t.Context(), k, next, time.Millisecond), "Extend after Complete")
 	s.Advance(10 * time.Millisecond)
-	res := begin(t, s.Store, k, fp("b"), lease)
-	wantState(t, res, idempotency.StateCompleted)
-	sameResponse(t, res.Response, sampleResponse())
+	wantReplay(t, s.Store, k, fp("b"))
 	wantLost(t, s.Store.Extend(t.Context(), k, next, time.Hour), "Extend after Complete")
 	s.Advance(short)
 	acquire(t, s.Store, k, fp("c"), lease) // the TTL ended on time
