@@ -68,33 +68,11 @@ func BenchmarkClient(b *testing.B) {
 				name = "deadline=1h/client=" + c.name
 			}
 			b.Run(name, func(b *testing.B) {
-				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					_, _ = io.WriteString(w, "ok")
-				}))
-				defer srv.Close()
+				srv := okServer(b)
 				client := c.newClient()
 				defer client.CloseIdleConnections()
-				ctx := context.Background()
-				if withDeadline {
-					var cancel context.CancelFunc
-					ctx, cancel = context.WithTimeout(ctx, time.Hour)
-					defer cancel()
-				}
-				req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if c.headers {
-					deadline.Set(req.Header, time.Now(), time.Hour)
-				}
-				do := func() {
-					resp, err := client.Do(req)
-					if err != nil {
-						b.Fatal(err)
-					}
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
+				req := benchGet(b, srv.URL, withDeadline, c.headers)
+				do := func() { send(b, client, req) }
 				for range 1000 { // connection, pools and caches warm
 					do()
 				}
@@ -225,26 +203,8 @@ func BenchmarkClientPaired(b *testing.B) {
 			name = "deadline=1h"
 		}
 		b.Run(name, func(b *testing.B) {
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				_, _ = io.WriteString(w, "ok")
-			}))
-			defer srv.Close()
-			ctx := context.Background()
-			if withDeadline {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, time.Hour)
-				defer cancel()
-			}
-			newReq := func(headers bool) *http.Request {
-				req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if headers {
-					deadline.Set(req.Header, time.Now(), time.Hour)
-				}
-				return req
-			}
+			srv := okServer(b)
+			newReq := func(headers bool) *http.Request { return benchGet(b, srv.URL, withDeadline, headers) }
 			timeouts := guardhttp.BaseTransport(guardhttp.Config{})
 			timeouts.ResponseHeaderTimeout = guardhttp.DefaultResponseHeaderTimeout
 			type client struct {
@@ -260,14 +220,7 @@ func BenchmarkClientPaired(b *testing.B) {
 			if withDeadline {
 				clients = append(clients, client{"wire", &http.Client{Transport: guardhttp.BaseTransport(guardhttp.Config{})}, newReq(true)})
 			}
-			do := func(c client) {
-				resp, err := c.c.Do(c.req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
+			do := func(c client) { send(b, c.c, c.req) }
 			for _, c := range clients {
 				defer c.c.CloseIdleConnections()
 				for range 1000 {
@@ -303,4 +256,42 @@ func BenchmarkClientPaired(b *testing.B) {
 			}
 		})
 	}
+}
+
+// okServer starts a loopback server that answers "ok", closed when b ends.
+func okServer(b *testing.B) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	b.Cleanup(srv.Close)
+	return srv
+}
+
+// benchGet returns a GET of url, under a context with an hour left if
+// withDeadline, carrying the deadline headers ready-made if headers.
+func benchGet(b *testing.B, url string, withDeadline, headers bool) *http.Request {
+	ctx := context.Background()
+	if withDeadline {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Hour)
+		b.Cleanup(cancel)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if headers {
+		deadline.Set(req.Header, time.Now(), time.Hour)
+	}
+	return req
+}
+
+// send sends req with c and reads its body to the end.
+func send(b *testing.B, c *http.Client, req *http.Request) {
+	resp, err := c.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
 }
