@@ -33,18 +33,19 @@ import (
 // proxy's) and an AttemptTimeout (which spans every phase) take the traced
 // path.
 
-// Messages of the timeouts *http.Transport raises itself, whose types are
-// not exported. They have not changed since they were introduced (Go 1.1
-// and 1.6); TestBaseTransportTimeoutMessages fails if they do.
+// Messages of the response-header timeouts *http.Transport raises itself,
+// whose types are not exported. They have not changed since they were
+// introduced (Go 1.1 and 1.6); TestBaseTransportTimeoutMessages fails if
+// they do.
 const (
 	msgHeaderTimeout      = "net/http: timeout awaiting response headers"
 	msgHTTP2HeaderTimeout = "http2: timeout awaiting response headers"
-	msgTLSTimeout         = "net/http: TLS handshake timeout"
 )
 
-// nativePhase returns the phase whose limit a timeout err raised by the
-// base transport of a native attempt stands for, or phaseStart if err is
-// none of those. err is known to be a timeout.
+// nativePhase returns the phase whose limit a timeout err of a native
+// attempt stands for, or phaseStart if err is none of those. err is known
+// to be a timeout. A native attempt's base has no response-header timeout
+// and does no TLS: its timeouts are the dialer's and the watchdog's.
 func nativePhase(err error) phase {
 	for e := err; e != nil; e = errors.Unwrap(e) {
 		switch e := e.(type) {
@@ -54,20 +55,13 @@ func nativePhase(err error) phase {
 			if e.Op == "dial" { // the dialer's Timeout
 				return phaseConnect
 			}
-			continue
-		}
-		switch e.Error() {
-		case msgHeaderTimeout, msgHTTP2HeaderTimeout:
-			return phaseHeader
-		case msgTLSTimeout:
-			return phaseTLS
 		}
 	}
 	return phaseStart
 }
 
 // isHeaderTimeout reports whether err is the base transport's own
-// ResponseHeaderTimeout expiring.
+// ResponseHeaderTimeout expiring, on the traced path.
 func isHeaderTimeout(err error) bool {
 	for e := err; e != nil; e = errors.Unwrap(e) {
 		if m := e.Error(); m == msgHeaderTimeout || m == msgHTTP2HeaderTimeout {
