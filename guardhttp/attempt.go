@@ -69,7 +69,7 @@ type attempt struct {
 	t       *Transport
 	dep     string
 	n       int  // attempt number, 1-based
-	native  bool // phases before the body are bounded by the base transport
+	native  bool // phases before the body are bounded by the connection and the dialer
 	waiting bool // native: the body phase starts at the first Read
 	handed  bool // the body belongs to the caller; set before it is shared
 	ctx     context.Context
@@ -163,10 +163,12 @@ func (a *attempt) deadlineTime() time.Time {
 // transport and the connection bound themselves (see native.go). Its
 // context is the engine's, which, the engine having no attempt timeout of
 // its own, is the caller's as the Observer saw it: no timeout needs to
-// cancel it. It traces the request only to learn its connection: for a
-// body, to start the write timeout when the connection is handed over
-// rather than at the first write; for a request that asks to switch
-// protocols, to stop timing writes if the server switches.
+// cancel it. It traces the request only to tell its connection where a
+// request with a body starts and ends: its write timeout starts when the
+// connection is handed over rather than at the first write, and ends when
+// the whole body is written rather than at a write's return; and, for a
+// request that asks to switch protocols, to stop timing the connection if
+// the server switches.
 func (t *Transport) newNativeAttempt(c *call, actx context.Context) *attempt {
 	_, upgrade := c.req.Header["Upgrade"]
 	if (t.s.write <= 0 && t.s.header <= 0) || (c.bodyMode == bodyNone && !upgrade) {
