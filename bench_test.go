@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/bulkhead"
@@ -111,7 +113,7 @@ func BenchmarkDoBulkhead(b *testing.B) {
 // BenchmarkDoObserved attaches an observer that does nothing: the cost of
 // building and delivering the events.
 func BenchmarkDoObserved(b *testing.B) {
-	p := &guardrail.Policy{Observer: guardrail.ObserverFunc(func(ctx context.Context, _ guardrail.Event) context.Context { return ctx })}
+	p := &guardrail.Policy{Observer: event.ObserverFunc(func(ctx context.Context, _ event.Event) context.Context { return ctx })}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

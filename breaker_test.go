@@ -8,6 +8,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
@@ -151,12 +153,12 @@ func TestHalfOpenProbeThroughDo(t *testing.T) {
 }
 
 func TestBreakerTransitionsReachTheObserver(t *testing.T) {
-	var got []guardrail.Event
+	var got []event.Event
 	var mu sync.Mutex
 	p := &guardrail.Policy{Name: "pricing", MaxAttempts: 1,
 		Breaker: breaker.New(breaker.Config{MinRequests: -1}),
-		Observer: guardrail.ObserverFunc(func(ctx context.Context, e guardrail.Event) context.Context {
-			if e.Kind == guardrail.EventBreakerTransition || e.Kind == guardrail.EventBreakerReject {
+		Observer: event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+			if e.Kind == event.BreakerTransition || e.Kind == event.BreakerReject {
 				mu.Lock()
 				got = append(got, e)
 				mu.Unlock()
@@ -171,11 +173,11 @@ func TestBreakerTransitionsReachTheObserver(t *testing.T) {
 		t.Fatalf("events = %+v, want a transition then a rejection", got)
 	}
 	tr := got[0]
-	if tr.Kind != guardrail.EventBreakerTransition || tr.Dependency != "pricing" || tr.From != "closed" || tr.To != "open" ||
+	if tr.Kind != event.BreakerTransition || tr.Dependency != "pricing" || tr.From != "closed" || tr.To != "open" ||
 		tr.Reason != "failure_rate" || tr.Detail == "" {
 		t.Fatalf("transition event = %+v", tr)
 	}
-	if got[1].Kind != guardrail.EventBreakerReject || got[1].Delay <= 0 {
+	if got[1].Kind != event.BreakerReject || got[1].Delay <= 0 {
 		t.Fatalf("rejection event = %+v, want the time to the next probe", got[1])
 	}
 }

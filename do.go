@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/bulkhead"
 )
@@ -134,7 +136,7 @@ type call struct {
 	ctx         context.Context
 	p           *Policy
 	s           *settings
-	obs         Observer
+	obs         event.Observer
 	idempotent  bool
 	dependency  string
 	breaker     *breaker.Breaker   // nil: none
@@ -142,7 +144,7 @@ type call struct {
 	permit      breaker.Permit     // the current attempt's
 	release     func()             // frees the current attempt's bulkhead slot
 	actx        context.Context    // the current attempt's context, as the observer returned it
-	operation   string             // Operation(ctx); set only when observed
+	operation   string             // event.Operation(ctx); set only when observed
 	deadline    time.Time          // ctx's deadline; set only when observed
 	hasDeadline bool
 	timed       bool          // attempt durations are needed
@@ -164,10 +166,10 @@ func (c *call) begin() {
 	}
 	// Read once per call, not once per event: the context chain only grows
 	// (an observer's span) and neither value changes within a call.
-	c.operation = Operation(c.ctx)
+	c.operation = event.Operation(c.ctx)
 	c.deadline, c.hasDeadline = c.ctx.Deadline()
 	c.start = time.Now()
-	c.ctx = c.obs.Observe(c.ctx, c.event(EventCallStart, c.start))
+	c.ctx = c.obs.Observe(c.ctx, c.event(event.CallStart, c.start))
 }
 
 func (c *call) cleanup() {
@@ -205,7 +207,7 @@ func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
 			return nil, nil, c.rejected(err)
 		}
 		if c.obs != nil && c.permit.Probe() {
-			c.obs.Observe(c.ctx, c.event(EventBreakerProbe, time.Time{}))
+			c.obs.Observe(c.ctx, c.event(event.BreakerProbe, time.Time{}))
 		}
 	}
 	if c.bulkhead != nil {
@@ -239,7 +241,7 @@ func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
 		c.astart = now
 	}
 	if c.obs != nil {
-		e := c.event(EventAttemptStart, now)
+		e := c.event(event.AttemptStart, now)
 		e.Delay = c.delay
 		actx = c.obs.Observe(actx, e)
 		c.actx = actx
@@ -258,8 +260,8 @@ func (c *call) succeeded() {
 		return
 	}
 	now := c.recordAttempt(breaker.Success, nil)
-	e := c.event(EventCallEnd, now)
-	e.Outcome = OutcomeOK
+	e := c.event(event.CallEnd, now)
+	e.Outcome = event.OutcomeOK
 	e.Duration = now.Sub(c.start)
 	c.obs.Observe(c.ctx, e)
 }
@@ -306,30 +308,30 @@ func (c *call) failed(err error, timedOut bool) error {
 	case !v.Retryable:
 		return err
 	case !c.idempotent && !v.Unsent:
-		c.refuse(ReasonNotIdempotent)
+		c.refuse(event.ReasonNotIdempotent)
 		return err
 	case c.attempts >= c.s.maxAttempts:
-		c.refuse(ReasonAttempts)
+		c.refuse(event.ReasonAttempts)
 		return err
 	}
 
-	delay, reason := time.Duration(0), ReasonBackoff
+	delay, reason := time.Duration(0), event.ReasonBackoff
 	if v.RetryAfter > 0 && c.s.maxRetryAfter >= 0 {
 		if v.RetryAfter > c.s.maxRetryAfter {
 			// Retrying sooner than the server asked would defeat its request.
-			c.refuse(ReasonRetryAfter)
+			c.refuse(event.ReasonRetryAfter)
 			return err
 		}
-		delay, reason = v.RetryAfter, ReasonRetryAfter
+		delay, reason = v.RetryAfter, event.ReasonRetryAfter
 	} else {
 		delay = c.s.backoff.Delay(c.retries, c.delay, c.s.rand())
 	}
 	if dl, ok := c.ctx.Deadline(); ok {
 		if left := time.Until(dl); delay+c.s.minAttempt > left {
 			// No sleeping toward a deadline the retry would miss.
-			c.refuse(ReasonDeadline)
+			c.refuse(event.ReasonDeadline)
 			retryIn := time.Duration(0)
-			if reason == ReasonRetryAfter {
+			if reason == event.ReasonRetryAfter {
 				retryIn = delay
 			}
 			return c.giveUp(ErrDeadline, retryIn)
@@ -338,21 +340,21 @@ func (c *call) failed(err error, timedOut bool) error {
 	if c.breaker != nil {
 		if err := c.breaker.Refusal(); err != nil {
 			// It opened meanwhile: no sleeping toward a certain refusal.
-			c.refuse(ReasonBreakerOpen)
+			c.refuse(event.ReasonBreakerOpen)
 			return c.rejected(err)
 		}
 	}
 	if !c.s.budget.TryRetry() {
 		if c.obs != nil {
-			e := c.event(EventBudgetExhausted, time.Time{})
+			e := c.event(event.BudgetExhausted, time.Time{})
 			e.Tokens = c.s.budget.Tokens()
 			c.obs.Observe(c.ctx, e)
 		}
-		c.refuse(ReasonBudget)
+		c.refuse(event.ReasonBudget)
 		return c.giveUp(ErrBudgetExhausted, delay) // the wait it would have had
 	}
 	if c.obs != nil {
-		e := c.event(EventRetry, time.Time{})
+		e := c.event(event.Retry, time.Time{})
 		e.Delay, e.Reason, e.Err = delay, reason, err
 		c.obs.Observe(c.ctx, e)
 	}
@@ -394,7 +396,7 @@ func (c *call) recordAttempt(o breaker.Outcome, err error) time.Time {
 	c.permit.DoneAt(o, d, now)
 	c.permit = breaker.Permit{}
 	if c.obs != nil {
-		e := c.event(EventAttemptEnd, now)
+		e := c.event(event.AttemptEnd, now)
 		e.Outcome = o.String()
 		e.Duration = d
 		e.Err = err
@@ -411,7 +413,7 @@ func (c *call) rejected(err error) error {
 		retryIn = oe.RetryIn()
 	}
 	if c.obs != nil {
-		e := c.event(EventBreakerReject, time.Time{})
+		e := c.event(event.BreakerReject, time.Time{})
 		e.Delay, e.Err = retryIn, err
 		c.obs.Observe(c.ctx, e)
 	}
@@ -429,10 +431,10 @@ func (c *call) bulkheadRejected(err error) error {
 		return err // the caller's context ended while waiting
 	}
 	if c.obs != nil {
-		e := c.event(EventBulkheadReject, time.Time{})
-		e.Reason, e.Err = ReasonBulkheadFull, err
+		e := c.event(event.BulkheadReject, time.Time{})
+		e.Reason, e.Err = event.ReasonBulkheadFull, err
 		if errors.Is(err, bulkhead.ErrNoTime) {
-			e.Reason = ReasonDeadline
+			e.Reason = event.ReasonDeadline
 		}
 		e.InFlight, e.Limit = c.bulkhead.InFlight(), c.bulkhead.Limit()
 		c.obs.Observe(c.ctx, e)
@@ -448,8 +450,8 @@ func (c *call) timeout() {
 	if c.obs == nil {
 		return
 	}
-	e := c.event(EventTimeout, time.Time{})
-	e.Phase = PhaseAttempt
+	e := c.event(event.Timeout, time.Time{})
+	e.Phase = event.PhaseAttempt
 	e.Err = c.lastErr
 	c.obs.Observe(c.actx, e)
 }
@@ -458,7 +460,7 @@ func (c *call) refuse(reason string) {
 	if c.obs == nil {
 		return
 	}
-	e := c.event(EventRetryRefused, time.Time{})
+	e := c.event(event.RetryRefused, time.Time{})
 	e.Reason, e.Err = reason, c.lastErr
 	c.obs.Observe(c.ctx, e)
 }
@@ -479,7 +481,7 @@ func (c *call) end(err error) error {
 		return err
 	}
 	now := time.Now()
-	e := c.event(EventCallEnd, now)
+	e := c.event(event.CallEnd, now)
 	e.Outcome = callOutcome(err)
 	e.Duration = now.Sub(c.start)
 	e.Err = err
@@ -491,30 +493,30 @@ func callOutcome(err error) string {
 	var ge *Error
 	switch {
 	case err == nil:
-		return OutcomeOK
+		return event.OutcomeOK
 	case errors.As(err, &ge):
 		switch ge.Kind {
 		case ErrCircuitOpen:
-			return OutcomeCircuitOpen
+			return event.OutcomeCircuitOpen
 		case ErrBudgetExhausted:
-			return OutcomeBudgetExhausted
+			return event.OutcomeBudgetExhausted
 		case ErrDeadline:
-			return OutcomeDeadline
+			return event.OutcomeDeadline
 		case ErrBulkheadFull:
-			return OutcomeBulkheadFull
+			return event.OutcomeBulkheadFull
 		case ErrOutcomeUnknown:
-			return OutcomeUnknown
+			return event.OutcomeUnknown
 		}
 	case errors.Is(err, context.Canceled):
-		return OutcomeCanceled
+		return event.OutcomeCanceled
 	}
-	return OutcomeError
+	return event.OutcomeError
 }
 
 // event fills the fields every event shares. now may be zero when the
 // event's kind does not report the time left.
-func (c *call) event(kind EventKind, now time.Time) Event {
-	e := Event{
+func (c *call) event(kind event.Kind, now time.Time) event.Event {
+	e := event.Event{
 		Kind:       kind,
 		Dependency: c.dependency,
 		Operation:  c.operation,

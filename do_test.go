@@ -10,6 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"go.uber.org/goleak"
 
 	"github.com/guardrail-go/guardrail"
@@ -341,9 +343,9 @@ func TestAttemptContextEndsWithTheAttempt(t *testing.T) {
 }
 
 func TestPanicIsRecordedAndPropagates(t *testing.T) {
-	var events []guardrail.Event
+	var events []event.Event
 	p := unlimited()
-	p.Observer = guardrail.ObserverFunc(func(ctx context.Context, e guardrail.Event) context.Context {
+	p.Observer = event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
 		events = append(events, e)
 		return ctx
 	})
@@ -359,10 +361,10 @@ func TestPanicIsRecordedAndPropagates(t *testing.T) {
 		t.Fatalf("events = %+v", events)
 	}
 	end, last := events[len(events)-2], events[len(events)-1]
-	if end.Kind != guardrail.EventAttemptEnd || end.Outcome != guardrail.OutcomeFailure {
+	if end.Kind != event.AttemptEnd || end.Outcome != event.AttemptFailure {
 		t.Fatalf("attempt end = %+v, want a failed attempt", end)
 	}
-	if last.Kind != guardrail.EventCallEnd || last.Outcome != guardrail.OutcomeError {
+	if last.Kind != event.CallEnd || last.Outcome != event.OutcomeError {
 		t.Fatalf("last event = %+v, want the call's end, so observers close what they opened", last)
 	}
 }
@@ -412,27 +414,27 @@ func TestObserverSeesTheWholeCall(t *testing.T) {
 		p := unlimited()
 		p.Name = "pricing"
 		p.Backoff = backoff.Constant(100 * time.Millisecond)
-		p.Observer = guardrail.ObserverFunc(func(ctx context.Context, e guardrail.Event) context.Context {
+		p.Observer = event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
 			if e.Dependency != "pricing" {
 				t.Errorf("event %v without the dependency name", e.Kind)
 			}
 			s := e.Kind.String()
 			switch e.Kind {
-			case guardrail.EventAttemptStart:
+			case event.AttemptStart:
 				s = fmt.Sprintf("%s#%d+%v", s, e.Attempt, e.Delay)
 				ctx = context.WithValue(ctx, key{}, e.Attempt)
-			case guardrail.EventAttemptEnd:
+			case event.AttemptEnd:
 				s = fmt.Sprintf("%s#%d:%s/%v", s, e.Attempt, e.Outcome, e.Duration)
-			case guardrail.EventRetry:
+			case event.Retry:
 				s = fmt.Sprintf("%s:%s/%v", s, e.Reason, e.Delay)
-			case guardrail.EventCallEnd:
+			case event.CallEnd:
 				s = fmt.Sprintf("%s:%s/%d/%v", s, e.Outcome, e.Attempt, e.Duration)
 			}
 			kinds = append(kinds, s)
 			return ctx
 		})
 		calls := 0
-		_, err := guardrail.Do(guardrail.WithOperation(context.Background(), "get"), p, func(ctx context.Context) (int, error) {
+		_, err := guardrail.Do(event.WithOperation(context.Background(), "get"), p, func(ctx context.Context) (int, error) {
 			calls++
 			if ctx.Value(key{}) != calls {
 				t.Errorf("attempt %d: op did not get the observer's context", calls)
@@ -454,14 +456,14 @@ func TestObserverSeesTheWholeCall(t *testing.T) {
 }
 
 func TestObserversCombine(t *testing.T) {
-	if guardrail.Observers() != nil || guardrail.Observers(nil, nil) != nil {
+	if event.Join() != nil || event.Join(nil, nil) != nil {
 		t.Fatal("Observers of nothing must be nil, so it costs nothing")
 	}
 	var a, b int
-	oa := guardrail.ObserverFunc(func(ctx context.Context, e guardrail.Event) context.Context { a++; return ctx })
-	ob := guardrail.ObserverFunc(func(ctx context.Context, e guardrail.Event) context.Context { b++; return ctx })
-	o := guardrail.Observers(oa, nil, guardrail.Observers(ob))
-	o.Observe(context.Background(), guardrail.Event{})
+	oa := event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context { a++; return ctx })
+	ob := event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context { b++; return ctx })
+	o := event.Join(oa, nil, event.Join(ob))
+	o.Observe(context.Background(), event.Event{})
 	if a != 1 || b != 1 {
 		t.Fatalf("a=%d b=%d, want each called once", a, b)
 	}
@@ -477,8 +479,8 @@ func TestErrorMessage(t *testing.T) {
 func TestDoCallDecidesIdempotencyPerCall(t *testing.T) {
 	p := &guardrail.Policy{Name: "api", Idempotent: false, Budget: budget.Unlimited(), Backoff: backoff.None()}
 	var deps []string
-	p.Observer = guardrail.ObserverFunc(func(ctx context.Context, e guardrail.Event) context.Context {
-		if e.Kind == guardrail.EventCallStart {
+	p.Observer = event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+		if e.Kind == event.CallStart {
 			deps = append(deps, e.Dependency)
 		}
 		return ctx

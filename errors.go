@@ -24,8 +24,6 @@ var (
 	// have taken effect, so it was not retried. Query the state before trying
 	// again, or make the operation idempotent (an idempotency key).
 	ErrOutcomeUnknown = errors.New("guardrail: outcome unknown")
-	// ErrShed: a server refused the request to protect itself (load shedding).
-	ErrShed = errors.New("guardrail: request shed")
 )
 
 // Error is the error Do returns when it gives up. It Is its Kind sentinel

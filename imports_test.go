@@ -12,7 +12,7 @@ import (
 
 // corePackages may import only the standard library and each other, so that
 // a user of the core pulls in no third-party module.
-var corePackages = []string{".", "backoff", "budget", "breaker", "bulkhead", "deadline", "shed", "fallback"}
+var corePackages = []string{".", "event", "backoff", "budget", "breaker", "bulkhead", "deadline", "shed", "fallback"}
 
 func TestCorePackagesImportOnlyTheStandardLibrary(t *testing.T) {
 	const module = "github.com/guardrail-go/guardrail"

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
@@ -106,9 +108,9 @@ type Policy struct {
 	// minus MinAttempt.
 	Bulkhead *bulkhead.Bulkhead
 
-	// Observer receives the call's events, and the transitions of the
+	// event.Observer receives the call's events, and the transitions of the
 	// Policy's Breaker. Nil costs nothing.
-	Observer Observer
+	Observer event.Observer
 
 	// Rand returns uniform draws in [0, 1) for backoff jitter. Nil means
 	// math/rand/v2. Set it for reproducible runs; it must be safe for
@@ -195,34 +197,15 @@ func (p *Policy) resolve() *settings {
 	return s
 }
 
-// observeBreaker forwards b's transitions to the Policy's Observer.
+// observeBreaker forwards b's transitions to the Policy's event.Observer.
 func (p *Policy) observeBreaker(b *breaker.Breaker) {
 	obs := p.Observer
 	if obs == nil || b == nil {
 		return
 	}
 	b.Subscribe(func(t breaker.Transition) {
-		obs.Observe(context.Background(), TransitionEvent(p.Name, t))
+		obs.Observe(context.Background(), t.Event(p.Name))
 	})
-}
-
-// TransitionEvent turns a breaker transition into an Event, for components
-// that own breakers (an HTTP transport's per-host group) and report their
-// transitions to an Observer themselves.
-func TransitionEvent(dependency string, t breaker.Transition) Event {
-	if dependency == "" {
-		dependency = t.Name
-	}
-	return Event{
-		Kind:       EventBreakerTransition,
-		Dependency: dependency,
-		From:       t.From.String(),
-		To:         t.To.String(),
-		Reason:     string(t.Reason),
-		Detail:     t.Cause,
-		Delay:      t.OpenFor,
-		Remaining:  -1,
-	}
 }
 
 // CircuitBreaker returns the breaker the policy uses: Breaker if set, else

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/guardrail-go/guardrail/event"
 )
 
 // State is a breaker's state.
@@ -621,4 +623,23 @@ func (b *Breaker) Refusal() error {
 		return e
 	}
 	return nil
+}
+
+// TransitionEvent turns a breaker transition into an event.Event, for components
+// that own breakers (an HTTP transport's per-host group) and report their
+// transitions to an event.Observer themselves.
+func (t Transition) Event(dependency string) event.Event {
+	if dependency == "" {
+		dependency = t.Name
+	}
+	return event.Event{
+		Kind:       event.BreakerTransition,
+		Dependency: dependency,
+		From:       t.From.String(),
+		To:         t.To.String(),
+		Reason:     string(t.Reason),
+		Detail:     t.Cause,
+		Delay:      t.OpenFor,
+		Remaining:  -1,
+	}
 }

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/event"
 )
 
 // phase is where an attempt stands, in the order the base transport
@@ -29,11 +29,11 @@ const (
 )
 
 var phaseNames = [...]string{
-	phaseConnect: guardrail.PhaseConnect,
-	phaseTLS:     guardrail.PhaseTLS,
-	phaseWrite:   guardrail.PhaseWrite,
-	phaseHeader:  guardrail.PhaseResponseHeader,
-	phaseBody:    guardrail.PhaseBodyIdle,
+	phaseConnect: event.PhaseConnect,
+	phaseTLS:     event.PhaseTLS,
+	phaseWrite:   event.PhaseWrite,
+	phaseHeader:  event.PhaseResponseHeader,
+	phaseBody:    event.PhaseBodyIdle,
 }
 
 // epoch anchors the monotonic clock readings kept as integers.
@@ -333,7 +333,7 @@ func (a *attempt) fire(pt *phaseTimer) {
 	te := &TimeoutError{Dependency: a.dep}
 	switch {
 	case a.deadline != 0 && now >= a.deadline:
-		te.Phase, te.After = guardrail.PhaseAttempt, a.t.s.attemptTimeout
+		te.Phase, te.After = event.PhaseAttempt, a.t.s.attemptTimeout
 		te.notSent = a.phase == phaseConnect || a.phase == phaseTLS
 	case a.phase == phaseBody:
 		// Only time spent inside a Read counts: the caller's own pace
@@ -349,7 +349,7 @@ func (a *attempt) fire(pt *phaseTimer) {
 			a.mu.Unlock()
 			return
 		}
-		te.Phase, te.After = guardrail.PhaseBodyIdle, a.limit
+		te.Phase, te.After = event.PhaseBodyIdle, a.limit
 	default:
 		te.Phase, te.After = phaseNames[a.phase], a.limit
 		te.notSent = a.phase == phaseConnect || a.phase == phaseTLS
@@ -387,7 +387,7 @@ func (a *attempt) check(now int64, clock func() int64) bool {
 		a.mu.Unlock()
 		return true // done, or another Read: look again next tick
 	}
-	a.cause = &TimeoutError{Phase: guardrail.PhaseBodyIdle, Dependency: a.dep, After: a.limit}
+	a.cause = &TimeoutError{Phase: event.PhaseBodyIdle, Dependency: a.dep, After: a.limit}
 	a.mu.Unlock()
 	a.body.Close()
 	return false
@@ -622,10 +622,10 @@ func (a *attempt) readFailed(err error) error {
 		if a.handed && a.t.observer != nil {
 			// The retry engine is done with this attempt: report the timeout
 			// here, once, on the reader's goroutine.
-			a.t.observer.Observe(a.ctx, guardrail.Event{
-				Kind:       guardrail.EventTimeout,
+			a.t.observer.Observe(a.ctx, event.Event{
+				Kind:       event.Timeout,
 				Dependency: a.dep,
-				Operation:  guardrail.Operation(a.ctx),
+				Operation:  event.Operation(a.ctx),
 				Attempt:    a.n,
 				Phase:      te.Phase,
 				Err:        te,

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
@@ -69,12 +71,12 @@ func TestBreakerPerHost(t *testing.T) {
 		t.Errorf("good host saw %d calls, want 1", goodCalls.Load())
 	}
 	host := strings.TrimPrefix(bad.URL, "http://")
-	if got := rec.count(guardrail.EventBreakerTransition, func(e guardrail.Event) bool {
+	if got := rec.count(event.BreakerTransition, func(e event.Event) bool {
 		return e.Dependency == host && e.From == "closed" && e.To == "open"
 	}); got != 1 {
 		t.Errorf("%d closed -> open transitions reported for %s, want 1", got, host)
 	}
-	if got := rec.count(guardrail.EventBreakerReject, nil); got != 1 {
+	if got := rec.count(event.BreakerReject, nil); got != 1 {
 		t.Errorf("%d breaker_reject events, want 1", got)
 	}
 }
@@ -183,7 +185,7 @@ func TestBulkheadHoldsTheSlotUntilTheBodyIsClosed(t *testing.T) {
 	if got := calls.Load(); got != 1 {
 		t.Errorf("server saw %d calls, want 1", got)
 	}
-	if got := rec.count(guardrail.EventBulkheadReject, func(e guardrail.Event) bool { return e.InFlight == 1 && e.Limit == 1 }); got != 1 {
+	if got := rec.count(event.BulkheadReject, func(e event.Event) bool { return e.InFlight == 1 && e.Limit == 1 }); got != 1 {
 		t.Errorf("%d bulkhead_reject events, want 1", got)
 	}
 	// Another host has its own compartment.

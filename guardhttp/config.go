@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
@@ -96,7 +98,7 @@ type Config struct {
 
 	// Observer receives the events of every request; EventTimeout names the
 	// phase that expired. Nil costs nothing.
-	Observer guardrail.Observer
+	Observer event.Observer
 
 	// ConnectTimeout bounds getting a connection: DNS, waiting for the pool,
 	// dialing. Zero means DefaultConnectTimeout; negative means no limit.

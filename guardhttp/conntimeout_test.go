@@ -15,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail/guardhttp"
 )
 
@@ -45,7 +46,7 @@ func TestResponseHeaderTimeoutOnAReusedConnectionIsNotSentAgain(t *testing.T) {
 	start := time.Now()
 	resp, err = get(t, context.Background(), c, srv.URL)
 	elapsed := time.Since(start)
-	wantTimeout(t, resp, err, guardrail.PhaseResponseHeader, limit)
+	wantTimeout(t, resp, err, event.PhaseResponseHeader, limit)
 	within(t, "one response-header timeout", elapsed, limit, limit+limit/2+slack/4)
 	if got := requests.Load(); got != 2 {
 		t.Errorf("server saw %d requests, want 2: the timed-out one was sent again", got)
@@ -78,7 +79,7 @@ func TestResponseHeaderTimeoutCoversHeadersThatStall(t *testing.T) {
 			start := time.Now()
 			resp, err := get(t, context.Background(), c, "http://"+ln.addr)
 			elapsed := time.Since(start)
-			wantTimeout(t, resp, err, guardrail.PhaseResponseHeader, limit)
+			wantTimeout(t, resp, err, event.PhaseResponseHeader, limit)
 			within(t, "stalled headers", elapsed, limit, limit+slack)
 		})
 	}
@@ -124,7 +125,7 @@ func TestInterimResponsesDoNotEndTheHeaderPhase(t *testing.T) {
 				}
 				return
 			}
-			wantTimeout(t, resp, err, guardrail.PhaseResponseHeader, limit)
+			wantTimeout(t, resp, err, event.PhaseResponseHeader, limit)
 			within(t, "103 then nothing", elapsed, limit, limit+slack)
 		})
 	}
@@ -296,7 +297,7 @@ func TestWatchdogUnderConcurrency(t *testing.T) {
 			fastOK++
 		case r.slow && r.err != nil:
 			var te *guardhttp.TimeoutError
-			if errors.As(r.err, &te) && te.Phase == guardrail.PhaseResponseHeader {
+			if errors.As(r.err, &te) && te.Phase == event.PhaseResponseHeader {
 				slowTimedOut++
 			} else {
 				t.Errorf("slow request: %v, want a response-header timeout", r.err)

@@ -27,7 +27,7 @@ var ErrTimeout = errors.New("guardhttp: timeout")
 // A TimeoutError is not modified after it is returned and is safe for
 // concurrent use.
 type TimeoutError struct {
-	// Phase is one of guardrail.PhaseConnect, PhaseTLS, PhaseWrite,
+	// Phase is one of event.PhaseConnect, PhaseTLS, PhaseWrite,
 	// PhaseResponseHeader, PhaseBodyIdle, or PhaseAttempt when
 	// Config.AttemptTimeout expired first.
 	Phase string

@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail/guardhttp"
 )
 
@@ -50,8 +51,8 @@ func TestHTTP2TimeoutCancelsTheStreamNotTheConnection(t *testing.T) {
 	c := &http.Client{Transport: rt}
 
 	_, err := get(t, context.Background(), c, srv.URL)
-	if te := asTimeout(t, err); te.Phase != guardrail.PhaseResponseHeader {
-		t.Fatalf("phase = %s, want %s", te.Phase, guardrail.PhaseResponseHeader)
+	if te := asTimeout(t, err); te.Phase != event.PhaseResponseHeader {
+		t.Fatalf("phase = %s, want %s", te.Phase, event.PhaseResponseHeader)
 	}
 	resp, err := get(t, context.Background(), c, srv.URL)
 	if err != nil {
@@ -71,8 +72,8 @@ type ctxKey struct{}
 // along with the caller's deadline; cancellation is still the caller's.
 func TestObserverContextReachesTheBaseTransport(t *testing.T) {
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
-	obs := guardrail.ObserverFunc(func(ctx context.Context, e guardrail.Event) context.Context {
-		if e.Kind == guardrail.EventAttemptStart {
+	obs := event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+		if e.Kind == event.AttemptStart {
 			return context.WithValue(ctx, ctxKey{}, e.Attempt)
 		}
 		return ctx
@@ -120,7 +121,7 @@ func TestCallerCancellationWithAnObserver(t *testing.T) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 	srv.waitClosed(t, 1)
-	if got := rec.count(guardrail.EventAttemptEnd, func(e guardrail.Event) bool { return e.Outcome == guardrail.OutcomeIgnored }); got != 1 {
+	if got := rec.count(event.AttemptEnd, func(e event.Event) bool { return e.Outcome == event.AttemptIgnored }); got != 1 {
 		t.Errorf("%d attempts ignored, want 1: the caller gave up, not the dependency", got)
 	}
 }

@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"go.uber.org/goleak"
 
-	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/guardhttp"
 )
 
@@ -114,17 +115,17 @@ func newDeafListener(t *testing.T) *deafListener {
 // recorder is an Observer that keeps every event.
 type recorder struct {
 	mu     sync.Mutex
-	events []guardrail.Event
+	events []event.Event
 }
 
-func (r *recorder) Observe(ctx context.Context, e guardrail.Event) context.Context {
+func (r *recorder) Observe(ctx context.Context, e event.Event) context.Context {
 	r.mu.Lock()
 	r.events = append(r.events, e)
 	r.mu.Unlock()
 	return ctx
 }
 
-func (r *recorder) count(kind guardrail.EventKind, match func(guardrail.Event) bool) int {
+func (r *recorder) count(kind event.Kind, match func(event.Event) bool) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0

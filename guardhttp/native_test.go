@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/deadline"
@@ -141,7 +143,7 @@ func TestNativeConnectTimeout(t *testing.T) {
 	if !errors.As(err, &te) {
 		t.Fatalf("err = %v, want a *TimeoutError", err)
 	}
-	if te.Phase != guardrail.PhaseConnect || te.After != limit || te.Dependency != "never.resolves.test" {
+	if te.Phase != event.PhaseConnect || te.After != limit || te.Dependency != "never.resolves.test" {
 		t.Errorf("timeout = %+v, want connect after %v for never.resolves.test", te, limit)
 	}
 	if errors.Is(err, guardrail.ErrOutcomeUnknown) {
@@ -308,7 +310,7 @@ func TestHTTPSResponseHeaderTimeoutThroughNewClient(t *testing.T) {
 
 			_, err := c.Get(srv.URL)
 			var te *TimeoutError
-			if !errors.As(err, &te) || te.Phase != guardrail.PhaseResponseHeader {
+			if !errors.As(err, &te) || te.Phase != event.PhaseResponseHeader {
 				t.Fatalf("err = %v, want a response_header timeout", err)
 			}
 			if te.After < limit*9/10 || te.After > limit {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
@@ -206,11 +208,11 @@ func TestStatusesRetriedOrNot(t *testing.T) {
 				t.Errorf("server saw %d requests, want %d", got, tt.want)
 			}
 			// 4xx are the request's fault: the breaker must not count them.
-			wantOutcome := guardrail.OutcomeFailure
+			wantOutcome := event.AttemptFailure
 			if tt.status < 500 && tt.status != 429 {
-				wantOutcome = guardrail.OutcomeIgnored
+				wantOutcome = event.AttemptIgnored
 			}
-			if got := rec.count(guardrail.EventAttemptEnd, func(e guardrail.Event) bool { return e.Outcome == wantOutcome }); got != tt.want {
+			if got := rec.count(event.AttemptEnd, func(e event.Event) bool { return e.Outcome == wantOutcome }); got != tt.want {
 				t.Errorf("%d attempts recorded as %s, want %d", got, wantOutcome, tt.want)
 			}
 		})
@@ -492,7 +494,7 @@ func TestBudgetExhaustedAfterA503ReturnsThe503(t *testing.T) {
 	if got := len(sc.requests()); got != 2 {
 		t.Errorf("server saw %d requests, want 2: the budget held one retry", got)
 	}
-	if got := rec.count(guardrail.EventBudgetExhausted, nil); got != 1 {
+	if got := rec.count(event.BudgetExhausted, nil); got != 1 {
 		t.Errorf("%d budget_exhausted events, want 1", got)
 	}
 }
@@ -512,7 +514,7 @@ func TestBudgetExhaustedWithoutAResponseIsAnError(t *testing.T) {
 	if !errors.As(err, &ge) || ge.Attempts != 2 {
 		t.Errorf("err = %v, want a *guardrail.Error after 2 attempts", err)
 	}
-	if te := asTimeout(t, err); te.Phase != guardrail.PhaseResponseHeader {
+	if te := asTimeout(t, err); te.Phase != event.PhaseResponseHeader {
 		t.Errorf("cause = %v, want the response_header timeout", te)
 	}
 }
@@ -521,8 +523,8 @@ func TestCallerCancelsDuringBackoff(t *testing.T) {
 	sc := &script{statuses: []int{503}, header: func(_ int, h http.Header) { h.Set("Retry-After", "10") }}
 	srv := newServer(t, sc.handler)
 	ctx, cancel := context.WithCancel(context.Background())
-	rec := guardrail.ObserverFunc(func(ctx context.Context, e guardrail.Event) context.Context {
-		if e.Kind == guardrail.EventRetry {
+	rec := event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+		if e.Kind == event.Retry {
 			cancel() // the caller gives up while the client waits
 		}
 		return ctx

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/budget"
@@ -41,7 +43,7 @@ func TestResponseHeaderTimeoutClosesTheConnection(t *testing.T) {
 	start := time.Now()
 	resp, err := get(t, context.Background(), c, srv.URL)
 	elapsed := time.Since(start)
-	te := wantTimeout(t, resp, err, guardrail.PhaseResponseHeader, limit)
+	te := wantTimeout(t, resp, err, event.PhaseResponseHeader, limit)
 	if host := strings.TrimPrefix(srv.URL, "http://"); te.Dependency != host {
 		t.Errorf("Dependency = %q, want the host %q", te.Dependency, host)
 	}
@@ -59,12 +61,12 @@ func TestResponseHeaderTimeoutClosesTheConnection(t *testing.T) {
 	}
 	// The client gave up on each connection: the server sees both closed.
 	srv.waitClosed(t, 2)
-	if got, want := rec.count(guardrail.EventTimeout, func(e guardrail.Event) bool {
-		return e.Phase == guardrail.PhaseResponseHeader
+	if got, want := rec.count(event.Timeout, func(e event.Event) bool {
+		return e.Phase == event.PhaseResponseHeader
 	}), 2; got != want {
 		t.Errorf("%d timeout events naming the response_header phase, want %d", got, want)
 	}
-	if got := rec.count(guardrail.EventTimeout, nil); got != 2 {
+	if got := rec.count(event.Timeout, nil); got != 2 {
 		t.Errorf("%d timeout events in all, want one per attempt", got)
 	}
 }
@@ -86,8 +88,8 @@ func TestResponseHeaderTimeoutOfAPostIsOutcomeUnknown(t *testing.T) {
 	if !errors.Is(err, guardrail.ErrOutcomeUnknown) {
 		t.Errorf("err = %v, want guardrail.ErrOutcomeUnknown", err)
 	}
-	if te := asTimeout(t, err); te.Phase != guardrail.PhaseResponseHeader {
-		t.Errorf("phase = %s, want %s", te.Phase, guardrail.PhaseResponseHeader)
+	if te := asTimeout(t, err); te.Phase != event.PhaseResponseHeader {
+		t.Errorf("phase = %s, want %s", te.Phase, event.PhaseResponseHeader)
 	}
 	if got := requests.Load(); got != 1 {
 		t.Errorf("server saw %d requests, want 1: the charge may have gone through", got)
@@ -119,8 +121,8 @@ func TestWriteTimeoutAgainstADeafServer(t *testing.T) {
 		t.Fatal("got a response from a server that never reads")
 	}
 	te := asTimeout(t, err)
-	if te.Phase != guardrail.PhaseWrite {
-		t.Fatalf("phase = %s, want %s (err: %v)", te.Phase, guardrail.PhaseWrite, err)
+	if te.Phase != event.PhaseWrite {
+		t.Fatalf("phase = %s, want %s (err: %v)", te.Phase, event.PhaseWrite, err)
 	}
 	within(t, "the write", elapsed, limit, limit+slack)
 	// The body cannot be sent again (no GetBody, over MaxBufferedBody).
@@ -146,8 +148,8 @@ func TestTLSHandshakeTimeoutIsRetriedEvenForAPost(t *testing.T) {
 		resp.Body.Close()
 		t.Fatal("got a response")
 	}
-	if te := asTimeout(t, err); te.Phase != guardrail.PhaseTLS {
-		t.Fatalf("phase = %s, want %s (err: %v)", te.Phase, guardrail.PhaseTLS, err)
+	if te := asTimeout(t, err); te.Phase != event.PhaseTLS {
+		t.Fatalf("phase = %s, want %s (err: %v)", te.Phase, event.PhaseTLS, err)
 	}
 	if errors.Is(err, guardrail.ErrOutcomeUnknown) {
 		t.Errorf("err = %v: a request that never left has a known outcome", err)
@@ -157,7 +159,7 @@ func TestTLSHandshakeTimeoutIsRetriedEvenForAPost(t *testing.T) {
 		t.Errorf("server accepted %d connections, want 2", got)
 	}
 	within(t, "two handshakes", elapsed, 2*limit, 2*limit+slack)
-	if got := rec.count(guardrail.EventTimeout, func(e guardrail.Event) bool { return e.Phase == guardrail.PhaseTLS }); got != 2 {
+	if got := rec.count(event.Timeout, func(e event.Event) bool { return e.Phase == event.PhaseTLS }); got != 2 {
 		t.Errorf("%d tls timeout events, want 2", got)
 	}
 }
@@ -190,7 +192,7 @@ func TestConnectTimeout(t *testing.T) {
 		t.Fatal("got a response")
 	}
 	te := asTimeout(t, err)
-	if te.Phase != guardrail.PhaseConnect || te.After != limit || te.Dependency != "192.0.2.1" {
+	if te.Phase != event.PhaseConnect || te.After != limit || te.Dependency != "192.0.2.1" {
 		t.Errorf("timeout = %+v, want connect after %v for 192.0.2.1", te, limit)
 	}
 	// A request that never left is retried, POST or not.
@@ -217,10 +219,10 @@ func TestConnectionRefusedIsRetriedForAPostAndCountsAsFailure(t *testing.T) {
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("err = %v, want connection refused", err)
 	}
-	if got := rec.count(guardrail.EventAttemptStart, nil); got != guardrail.DefaultMaxAttempts {
+	if got := rec.count(event.AttemptStart, nil); got != guardrail.DefaultMaxAttempts {
 		t.Errorf("%d attempts, want %d: nothing was sent, so a POST is retried", got, guardrail.DefaultMaxAttempts)
 	}
-	if got := rec.count(guardrail.EventAttemptEnd, func(e guardrail.Event) bool { return e.Outcome == guardrail.OutcomeFailure }); got != guardrail.DefaultMaxAttempts {
+	if got := rec.count(event.AttemptEnd, func(e event.Event) bool { return e.Outcome == event.AttemptFailure }); got != guardrail.DefaultMaxAttempts {
 		t.Errorf("%d attempts counted as failures, want all %d", got, guardrail.DefaultMaxAttempts)
 	}
 }
@@ -251,12 +253,12 @@ func TestBodyIdleTimeoutWhileReading(t *testing.T) {
 	if n != 0 {
 		t.Errorf("read %d bytes from a stalled body", n)
 	}
-	if te := asTimeout(t, err); te.Phase != guardrail.PhaseBodyIdle || te.After != limit {
+	if te := asTimeout(t, err); te.Phase != event.PhaseBodyIdle || te.After != limit {
 		t.Errorf("timeout = %+v, want body_idle after %v", te, limit)
 	}
 	within(t, "the stalled read", elapsed, limit, limit+slack)
 	srv.waitClosed(t, 1)
-	if got := rec.count(guardrail.EventTimeout, func(e guardrail.Event) bool { return e.Phase == guardrail.PhaseBodyIdle }); got != 1 {
+	if got := rec.count(event.Timeout, func(e event.Event) bool { return e.Phase == event.PhaseBodyIdle }); got != 1 {
 		t.Errorf("%d body_idle timeout events, want 1", got)
 	}
 }
@@ -305,7 +307,7 @@ func TestAttemptTimeoutCoversTheBody(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	_, err = io.ReadAll(resp.Body)
-	if te := asTimeout(t, err); te.Phase != guardrail.PhaseAttempt || te.After != limit {
+	if te := asTimeout(t, err); te.Phase != event.PhaseAttempt || te.After != limit {
 		t.Errorf("timeout = %+v, want attempt after %v", te, limit)
 	}
 	within(t, "the attempt", time.Since(start), limit, limit+slack)
@@ -356,8 +358,8 @@ func TestWriteTimeoutOfAPostIsOutcomeUnknown(t *testing.T) {
 	if !errors.Is(err, guardrail.ErrOutcomeUnknown) {
 		t.Errorf("err = %v, want guardrail.ErrOutcomeUnknown: part of the request reached the server", err)
 	}
-	if te := asTimeout(t, err); te.Phase != guardrail.PhaseWrite {
-		t.Errorf("phase = %s, want %s", te.Phase, guardrail.PhaseWrite)
+	if te := asTimeout(t, err); te.Phase != event.PhaseWrite {
+		t.Errorf("phase = %s, want %s", te.Phase, event.PhaseWrite)
 	}
 }
 
@@ -415,7 +417,7 @@ func TestWriteTimeoutCountsASlowBody(t *testing.T) {
 		resp.Body.Close()
 		t.Fatal("got a response")
 	}
-	if te := asTimeout(t, err); te.Phase != guardrail.PhaseWrite || te.After != limit {
+	if te := asTimeout(t, err); te.Phase != event.PhaseWrite || te.After != limit {
 		t.Errorf("timeout = %+v, want write after %v", te, limit)
 	}
 	within(t, "the request", time.Since(start), limit, 3*limit+slack)
@@ -505,8 +507,8 @@ func TestBodyIdleTimeoutOfACompressedBody(t *testing.T) {
 	}
 	start := time.Now()
 	_, err = resp.Body.Read(make([]byte, 100))
-	if te := asTimeout(t, err); te.Phase != guardrail.PhaseBodyIdle {
-		t.Errorf("phase = %s, want %s", te.Phase, guardrail.PhaseBodyIdle)
+	if te := asTimeout(t, err); te.Phase != event.PhaseBodyIdle {
+		t.Errorf("phase = %s, want %s", te.Phase, event.PhaseBodyIdle)
 	}
 	within(t, "the stalled read", time.Since(start), limit, limit+slack)
 	srv.waitClosed(t, 1)

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
@@ -83,7 +85,7 @@ type Transport struct {
 	// native path (see native.go).
 	native    bool
 	s         settings
-	observer  guardrail.Observer // Config.Observer, for events after the engine returned
+	observer  event.Observer // Config.Observer, for events after the engine returned
 	breakers  *breaker.Group
 	bulkheads *bulkheads       // nil: none
 	watch     *watchdog        // enforces the phases of native attempts
@@ -127,7 +129,7 @@ func NewTransport(base http.RoundTripper, cfg Config) *Transport {
 		t.breakers = breaker.NewGroup(breaker.GroupConfig{})
 		if obs, name := cfg.Observer, cfg.Name; obs != nil {
 			t.breakers.Subscribe(func(tr breaker.Transition) {
-				obs.Observe(context.Background(), guardrail.TransitionEvent(name, tr))
+				obs.Observe(context.Background(), tr.Event(name))
 			})
 		}
 	}
@@ -451,19 +453,19 @@ func (c *call) acquire() (func(), error) {
 		return nil, c.mark(err, guardrail.Verdict{Outcome: breaker.Ignored}) // the caller gave up
 	}
 	if obs := c.t.observer; obs != nil {
-		e := guardrail.Event{
-			Kind:       guardrail.EventBulkheadReject,
+		e := event.Event{
+			Kind:       event.BulkheadReject,
 			Dependency: c.dep,
-			Operation:  guardrail.Operation(ctx),
+			Operation:  event.Operation(ctx),
 			Attempt:    c.n,
-			Reason:     guardrail.ReasonBulkheadFull,
+			Reason:     event.ReasonBulkheadFull,
 			Err:        err,
 			Remaining:  -1,
 			InFlight:   b.InFlight(),
 			Limit:      b.Limit(),
 		}
 		if errors.Is(err, bulkhead.ErrNoTime) {
-			e.Reason = guardrail.ReasonDeadline
+			e.Reason = event.ReasonDeadline
 		}
 		obs.Observe(ctx, e)
 	}
@@ -577,10 +579,10 @@ func (c *call) end(resp *http.Response, err error) (*http.Response, error) {
 
 // phaseObserver names the phase of the timeouts the engine reports: it
 // sees an attempt that timed out, the attempt's error says in which phase.
-type phaseObserver struct{ next guardrail.Observer }
+type phaseObserver struct{ next event.Observer }
 
-func (o phaseObserver) Observe(ctx context.Context, e guardrail.Event) context.Context {
-	if e.Kind == guardrail.EventTimeout && e.Phase == guardrail.PhaseAttempt {
+func (o phaseObserver) Observe(ctx context.Context, e event.Event) context.Context {
+	if e.Kind == event.Timeout && e.Phase == event.PhaseAttempt {
 		var te *TimeoutError
 		if errors.As(e.Err, &te) {
 			e.Phase = te.Phase

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/event"
 )
 
 // Errors Held and Confirm return.
@@ -325,7 +325,7 @@ func (rn *renewal) fire() {
 // report logs a failed renewal at start, with the lease ending at end, and
 // emits a store_error event. again says whether another renewal is due.
 func (rn *renewal) report(err error, again bool, start, end time.Time) {
-	rn.m.emitOp(rn.ctx, rn.op, guardrail.ReasonStoreError, err)
+	rn.m.emitOp(rn.ctx, rn.op, event.ReasonStoreError, err)
 	attrs := []any{"err", err, "method", rn.method, "route", rn.route,
 		"running", start.Sub(rn.begun).Round(time.Millisecond)}
 	switch {

@@ -14,7 +14,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail/idempotency"
 	"github.com/guardrail-go/guardrail/idempotency/memstore"
 )
@@ -131,7 +132,7 @@ func TestRenewalKeepsTheKeyOfASlowHandler(t *testing.T) {
 				if got, want := store.calls.Load(), int32(9); got != want {
 					t.Errorf("%d renewals, want %d", got, want)
 				}
-				if ev.count(guardrail.ReasonStored) != 1 || ev.count(guardrail.ReasonStoreError) != 0 {
+				if ev.count(event.ReasonStored) != 1 || ev.count(event.ReasonStoreError) != 0 {
 					t.Errorf("events %v, want one stored and no store error", ev.n)
 				}
 				if logs.String() != "" {
@@ -230,7 +231,7 @@ func TestRenewalSchedule(t *testing.T) {
 				t.Errorf("renewal %d context: deadline in %v, err %v; want 500ms (StoreTimeout), not canceled", i+1, c.deadline, c.err)
 			}
 		}
-		if got := ev.count(guardrail.ReasonStoreError); got != 1 {
+		if got := ev.count(event.ReasonStoreError); got != 1 {
 			t.Errorf("%d store_error events, want 1", got)
 		}
 		out := logs.String()
@@ -290,7 +291,7 @@ func TestRenewalGivesUpWhenTheLeaseEnds(t *testing.T) {
 			!strings.Contains(out, "lease expired before the handler finished (its renewal failed") {
 			t.Errorf("logged:\n%s", out)
 		}
-		if got := ev.count(guardrail.ReasonStoreError); got != 3 {
+		if got := ev.count(event.ReasonStoreError); got != 3 {
 			t.Errorf("%d store_error events, want 3 (two renewals, the completion)", got)
 		}
 	})
@@ -336,7 +337,7 @@ func TestRenewalFindsTheLockLost(t *testing.T) {
 		if !completed.Load() {
 			t.Error("Complete not tried: the store decides")
 		}
-		if got := ev.count(guardrail.ReasonStoreError); got != 2 {
+		if got := ev.count(event.ReasonStoreError); got != 2 {
 			t.Errorf("%d store_error events, want 2 (the renewal, the completion)", got)
 		}
 	})
@@ -377,10 +378,10 @@ func TestRenewalInFlightWhenTheHandlerReturns(t *testing.T) {
 		if !completeAfterStop {
 			t.Error("Complete ran while the renewal was still in flight")
 		}
-		if logs.String() != "" || ev.count(guardrail.ReasonStoreError) != 0 {
+		if logs.String() != "" || ev.count(event.ReasonStoreError) != 0 {
 			t.Errorf("an abandoned renewal was reported: events %v, logs:\n%s", ev.n, logs.String())
 		}
-		if ev.count(guardrail.ReasonStored) != 1 {
+		if ev.count(event.ReasonStored) != 1 {
 			t.Errorf("events %v, want one stored", ev.n)
 		}
 	})

@@ -15,7 +15,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/event"
 )
 
 // Header names.
@@ -160,7 +160,7 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Observer receives an EventIdempotency per decision. Nil means none.
-	Observer guardrail.Observer
+	Observer event.Observer
 }
 
 // Middleware returns HTTP middleware that makes Methods requests carrying an
@@ -353,7 +353,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case StateAcquired:
 		m.run(w, r, next, route, skey, res.Token, lease, begun)
 	case StateInFlight:
-		m.emit(r, guardrail.ReasonConflict, nil)
+		m.emit(r, event.ReasonConflict, nil)
 		ra := m.retryAfterHeader
 		if res.RetryIn > 0 && res.RetryIn < m.retryAfter {
 			ra = retryAfterSeconds(res.RetryIn)
@@ -362,10 +362,10 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.problem(w, http.StatusConflict, "A request is outstanding for this Idempotency-Key",
 			"A request with the same Idempotency-Key for the same operation is still being processed; retry after the delay in Retry-After.")
 	case StateCompleted:
-		m.emit(r, guardrail.ReasonReplayed, nil)
+		m.emit(r, event.ReasonReplayed, nil)
 		replay(w, res.Response)
 	case StateMismatch:
-		m.emit(r, guardrail.ReasonMismatch, nil)
+		m.emit(r, event.ReasonMismatch, nil)
 		m.problem(w, http.StatusUnprocessableEntity, "Idempotency-Key is already used",
 			"This Idempotency-Key was used with a different request payload; an Idempotency-Key must not be reused across different payloads of this operation.")
 	}
@@ -484,7 +484,7 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	ctx, cancel := m.detached(r)
 	defer cancel()
 	if err := m.store.Complete(ctx, skey, token, resp, m.ttl); err != nil {
-		m.emit(r, guardrail.ReasonStoreError, err)
+		m.emit(r, event.ReasonStoreError, err)
 		msg := "idempotency: storing the response failed; a retry may run the request again"
 		switch {
 		case errors.Is(err, ErrLockLost) && m.cfg.DisableLeaseRenewal:
@@ -499,7 +499,7 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		m.log.WarnContext(r.Context(), "idempotency: response body over MaxResponseBytes; stored without its body",
 			"method", r.Method, "route", route, "limit", m.maxResp)
 	}
-	m.emit(r, guardrail.ReasonStored, nil)
+	m.emit(r, event.ReasonStored, nil)
 }
 
 // detached returns a context for finishing the key: it keeps the request's
@@ -521,16 +521,16 @@ func (m *middleware) release(r *http.Request, route, skey, token, why string) {
 				"method", r.Method, "route", route, "why", why)
 			return
 		}
-		m.emit(r, guardrail.ReasonStoreError, err)
+		m.emit(r, event.ReasonStoreError, err)
 		m.log.ErrorContext(r.Context(), "idempotency: releasing the key failed; retries get 409 until its lease ends",
 			"err", err, "method", r.Method, "route", route, "why", why)
 		return
 	}
-	m.emit(r, guardrail.ReasonReleased, nil)
+	m.emit(r, event.ReasonReleased, nil)
 }
 
 func (m *middleware) storeFailed(w http.ResponseWriter, r *http.Request, next http.Handler, route, op string, err error) {
-	m.emit(r, guardrail.ReasonStoreError, err)
+	m.emit(r, event.ReasonStoreError, err)
 	if m.cfg.FailOpen {
 		m.log.WarnContext(r.Context(), "idempotency: store failed; running the request without duplicate protection (FailOpen)",
 			"op", op, "err", err, "method", r.Method, "route", route)
@@ -591,7 +591,7 @@ func (m *middleware) emit(r *http.Request, reason string, err error) {
 
 // operation is the Operation of r's events.
 func operation(r *http.Request) string {
-	if op := guardrail.Operation(r.Context()); op != "" {
+	if op := event.Operation(r.Context()); op != "" {
 		return op
 	}
 	return r.Pattern // low-cardinality; a raw path never goes here
@@ -601,8 +601,8 @@ func (m *middleware) emitOp(ctx context.Context, op, reason string, err error) {
 	if m.cfg.Observer == nil {
 		return
 	}
-	m.cfg.Observer.Observe(ctx, guardrail.Event{
-		Kind:      guardrail.EventIdempotency,
+	m.cfg.Observer.Observe(ctx, event.Event{
+		Kind:      event.Idempotency,
 		Operation: op,
 		Reason:    reason,
 		Err:       err,

@@ -17,9 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"go.uber.org/goleak"
 
-	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/idempotency"
 	"github.com/guardrail-go/guardrail/idempotency/memstore"
 )
@@ -53,8 +54,8 @@ type events struct {
 	n  map[string]int
 }
 
-func (e *events) Observe(ctx context.Context, ev guardrail.Event) context.Context {
-	if ev.Kind != guardrail.EventIdempotency {
+func (e *events) Observe(ctx context.Context, ev event.Event) context.Context {
+	if ev.Kind != event.Idempotency {
 		panic("unexpected event kind " + ev.Kind.String())
 	}
 	e.mu.Lock()
@@ -293,9 +294,9 @@ func TestReleaseAndStoreRules(t *testing.T) {
 			wantCode(t, first, tt.status)
 			second := serve(mw, request{key: "k"})
 			wantCode(t, second, tt.status)
-			wantRuns, reason := int32(1), guardrail.ReasonStored
+			wantRuns, reason := int32(1), event.ReasonStored
 			if tt.released {
-				wantRuns, reason = 2, guardrail.ReasonReleased
+				wantRuns, reason = 2, event.ReasonReleased
 			}
 			if n := h.runs.Load(); n != wantRuns {
 				t.Errorf("handler ran %d times, want %d", n, wantRuns)
@@ -327,7 +328,7 @@ func TestPanicReleasesAndRepanics(t *testing.T) {
 		}()
 		serve(mw, request{key: "k"})
 	}()
-	if ev.count(guardrail.ReasonReleased) != 1 {
+	if ev.count(event.ReasonReleased) != 1 {
 		t.Errorf("events %v, want one release", ev.n)
 	}
 	wantCode(t, serve(mw, request{key: "k"}), http.StatusCreated)
@@ -357,7 +358,7 @@ func TestInFlightGets409WithRetryAfter(t *testing.T) {
 	wantCode(t, serve(mw, request{key: "k", body: "other"}), http.StatusUnprocessableEntity)
 	close(hold)
 	wantCode(t, <-done, http.StatusCreated)
-	if ev.count(guardrail.ReasonConflict) != 1 || ev.count(guardrail.ReasonMismatch) != 1 {
+	if ev.count(event.ReasonConflict) != 1 || ev.count(event.ReasonMismatch) != 1 {
 		t.Errorf("events %v", ev.n)
 	}
 }
@@ -528,7 +529,7 @@ func TestStoreErrorFailsClosed(t *testing.T) {
 	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "connection refused") {
 		t.Errorf("log line: %s", logs.String())
 	}
-	if ev.count(guardrail.ReasonStoreError) != 1 {
+	if ev.count(event.ReasonStoreError) != 1 {
 		t.Errorf("events %v", ev.n)
 	}
 }
@@ -561,7 +562,7 @@ func TestLostLeaseIsLoggedAndResponseStillSent(t *testing.T) {
 	if !strings.Contains(logs.String(), "lease expired before the handler finished") {
 		t.Errorf("log: %s", logs.String())
 	}
-	if ev.count(guardrail.ReasonStoreError) != 1 {
+	if ev.count(event.ReasonStoreError) != 1 {
 		t.Errorf("events %v", ev.n)
 	}
 }
@@ -582,7 +583,7 @@ func TestReleaseOfALostKeyIsNotAStoreError(t *testing.T) {
 	if !strings.Contains(logs.String(), "no longer held when releasing it") || strings.Contains(logs.String(), "retries get 409") {
 		t.Errorf("log: %s", logs.String())
 	}
-	if n := ev.count(guardrail.ReasonStoreError); n != 0 {
+	if n := ev.count(event.ReasonStoreError); n != 0 {
 		t.Errorf("%d store_error events, want none", n)
 	}
 }

@@ -2,19 +2,24 @@ package shed
 
 import (
 	"context"
+	"errors"
 
-	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/event"
 )
 
+// ErrShed is the sentinel of every shed request: the server refused it to
+// protect itself, before doing any of its work.
+var ErrShed = errors.New("shed: request shed")
+
 // Error is the error Acquire returns when it sheds a request. It Is
-// guardrail.ErrShed and unwraps to its cause (the context's error when the
+// ErrShed and unwraps to its cause (the context's error when the
 // caller had already given up, otherwise nil).
 //
 // The Shedder returns shared, preallocated values so that a rejection
 // allocates nothing: compare with errors.Is or read the fields, but never
 // modify an Error. Being immutable, an Error is safe for concurrent use.
 type Error struct {
-	// Reason says why: guardrail.ReasonCapacity, ReasonRetryShed,
+	// Reason says why: event.ReasonCapacity, ReasonRetryShed,
 	// ReasonQueueTime, ReasonQueueFull or ReasonExpired.
 	Reason string
 	// Priority is the request's priority.
@@ -30,11 +35,11 @@ func (e *Error) Error() string {
 	if e.msg != "" {
 		return e.msg
 	}
-	return guardrail.ErrShed.Error() + ": " + e.Reason + " (priority " + e.Priority.String() + ")"
+	return ErrShed.Error() + ": " + e.Reason + " (priority " + e.Priority.String() + ")"
 }
 
-// Is reports whether target is guardrail.ErrShed.
-func (e *Error) Is(target error) bool { return target == guardrail.ErrShed }
+// Is reports whether target is ErrShed.
+func (e *Error) Is(target error) bool { return target == ErrShed }
 
 // Unwrap returns the cause, or nil.
 func (e *Error) Unwrap() error { return e.Err }
@@ -53,12 +58,12 @@ const (
 )
 
 var reasonNames = [numReasons]string{
-	reasonCapacity:  guardrail.ReasonCapacity,
-	reasonRetry:     guardrail.ReasonRetryShed,
-	reasonQueueTime: guardrail.ReasonQueueTime,
-	reasonQueueFull: guardrail.ReasonQueueFull,
-	reasonCanceled:  guardrail.ReasonExpired,
-	reasonDeadline:  guardrail.ReasonExpired,
+	reasonCapacity:  event.ReasonCapacity,
+	reasonRetry:     event.ReasonRetryRatio,
+	reasonQueueTime: event.ReasonQueueTime,
+	reasonQueueFull: event.ReasonQueueFull,
+	reasonCanceled:  event.ReasonExpired,
+	reasonDeadline:  event.ReasonExpired,
 }
 
 // errTable holds one immutable *Error per reason and priority, built once.

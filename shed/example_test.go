@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 
-	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/shed"
 )
 
@@ -20,7 +19,7 @@ func Example() {
 	var held []shed.Token
 	for {
 		tok, err := s.Acquire(ctx, shed.Normal)
-		if errors.Is(err, guardrail.ErrShed) {
+		if errors.Is(err, shed.ErrShed) {
 			fmt.Printf("normal refused with %d in flight: %v\n", len(held), err)
 			break
 		}
@@ -34,7 +33,7 @@ func Example() {
 	}
 	fmt.Println("in flight after release:", s.Stats().InFlight)
 	// Output:
-	// normal refused with 9 in flight: guardrail: request shed: capacity (priority normal)
+	// normal refused with 9 in flight: shed: request shed: capacity (priority normal)
 	// critical admitted: true
 	// in flight after release: 0
 }

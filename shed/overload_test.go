@@ -10,7 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail/shed"
 )
 
@@ -112,7 +113,7 @@ func TestRetriesShedBeforeOriginals(t *testing.T) {
 				if limit := 0.1 + 25.0/float64(okOrig); share > limit {
 					t.Errorf("admitted retries are %.3f of originals, want <= %.3f", share, limit)
 				}
-				if retryPriority == shed.High && st.ShedByReason[guardrail.ReasonRetryShed] == 0 {
+				if retryPriority == shed.High && st.ShedByReason[event.ReasonRetryRatio] == 0 {
 					t.Errorf("no retry shed by the budget: %v", st.ShedByReason)
 				}
 			})

@@ -7,7 +7,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail/shed"
 )
 
@@ -122,7 +123,7 @@ func TestQueueWaitRespectsContext(t *testing.T) {
 		defer cancel()
 		t0 := time.Now()
 		_, err := s.Acquire(ctx, shed.Normal)
-		if !isReason(err, guardrail.ReasonExpired) || time.Since(t0) != 30*time.Millisecond {
+		if !isReason(err, event.ReasonExpired) || time.Since(t0) != 30*time.Millisecond {
 			t.Errorf("err %v after %v, want expired after 30ms", err, time.Since(t0))
 		}
 		if st := s.Stats(); st.Queued != 0 || st.InFlight != 10 {

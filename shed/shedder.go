@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/event"
 )
 
 // Config configures a Shedder. The zero value is safe and useful: an adaptive
@@ -84,7 +84,7 @@ type Config struct {
 	IsRetry func(*http.Request) bool
 
 	// Observer receives EventAdmit and EventShed. Nil means none.
-	Observer guardrail.Observer
+	Observer event.Observer
 }
 
 // Wire headers read by the middleware's defaults.
@@ -133,7 +133,7 @@ func DefaultShares() map[Priority]float64 {
 // use by multiple goroutines.
 type Shedder struct {
 	name       string
-	obs        guardrail.Observer
+	obs        event.Observer
 	share      [numPriorities]float64
 	retryAware bool
 	retryRatio float64
@@ -241,7 +241,7 @@ func (t Token) Ignore() {
 }
 
 // Acquire admits an original request of priority p, or refuses it with an
-// *Error that Is guardrail.ErrShed. With a queue (Config.MaxQueue) it may
+// *Error that Is ErrShed. With a queue (Config.MaxQueue) it may
 // wait, never past ctx's deadline; without one it never blocks. A request
 // whose ctx is already done is refused with ReasonExpired.
 func (s *Shedder) Acquire(ctx context.Context, p Priority) (Token, error) {
@@ -348,10 +348,10 @@ func (s *Shedder) limitInt() int { return int(s.limit) }
 
 func (s *Shedder) rejected(ctx context.Context, p Priority, r reason, inFlight, limit int) error {
 	if s.obs != nil {
-		s.obs.Observe(ctx, guardrail.Event{
-			Kind:       guardrail.EventShed,
+		s.obs.Observe(ctx, event.Event{
+			Kind:       event.Shed,
 			Dependency: s.name,
-			Operation:  guardrail.Operation(ctx),
+			Operation:  event.Operation(ctx),
 			Priority:   priorityNames[p],
 			Reason:     reasonNames[r],
 			InFlight:   inFlight,
@@ -363,10 +363,10 @@ func (s *Shedder) rejected(ctx context.Context, p Priority, r reason, inFlight, 
 
 func (s *Shedder) admittedEvent(ctx context.Context, p Priority, inFlight, limit int, queued time.Duration) {
 	if s.obs != nil {
-		s.obs.Observe(ctx, guardrail.Event{
-			Kind:       guardrail.EventAdmit,
+		s.obs.Observe(ctx, event.Event{
+			Kind:       event.Admit,
 			Dependency: s.name,
-			Operation:  guardrail.Operation(ctx),
+			Operation:  event.Operation(ctx),
 			Priority:   priorityNames[p],
 			InFlight:   inFlight,
 			Limit:      limit,

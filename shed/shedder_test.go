@@ -6,7 +6,8 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail/shed"
 )
 
@@ -58,7 +59,7 @@ func TestSharesByPriority(t *testing.T) {
 				t.Errorf("admitted %d, want %d", got, c.want)
 			}
 			var e *shed.Error
-			if !errors.Is(err, guardrail.ErrShed) || !errors.As(err, &e) || e.Reason != guardrail.ReasonCapacity {
+			if !errors.Is(err, shed.ErrShed) || !errors.As(err, &e) || e.Reason != event.ReasonCapacity {
 				t.Fatalf("err = %v, want a capacity *shed.Error that Is ErrShed", err)
 			}
 			want := c.p
@@ -94,7 +95,7 @@ func TestRetriesAreJudgedOnePriorityLowerUnderPressure(t *testing.T) {
 	// 14 in flight: over the 50 % pressure mark, at Low's share (70 %).
 	toks, _ := fill(t, s, shed.Low, false)
 	defer releaseAll(toks)
-	if _, err := s.AcquireRetry(context.Background(), shed.Normal); !isReason(err, guardrail.ReasonCapacity) {
+	if _, err := s.AcquireRetry(context.Background(), shed.Normal); !isReason(err, event.ReasonCapacity) {
 		t.Errorf("Normal retry at 14/20: err = %v, want shed for capacity (judged as Low)", err)
 	}
 	tok, err := s.Acquire(context.Background(), shed.Normal)
@@ -124,7 +125,7 @@ func TestRetryBudgetUnderPressure(t *testing.T) {
 	// Under pressure: the 3 tokens of the burst, then refused.
 	more, err := fill(t, s, shed.Critical, true)
 	toks = append(toks, more...)
-	if len(more) != 3 || !isReason(err, guardrail.ReasonRetryShed) {
+	if len(more) != 3 || !isReason(err, event.ReasonRetryRatio) {
 		t.Fatalf("retries under pressure: admitted %d, err %v; want 3 then shed for retry", len(more), err)
 	}
 	// Two admitted originals at ratio 0.5 earn one retry.
@@ -140,8 +141,8 @@ func TestRetryBudgetUnderPressure(t *testing.T) {
 	if len(more) != 1 {
 		t.Errorf("after 2 originals: %d retries admitted, want 1", len(more))
 	}
-	if st := s.Stats(); st.AdmittedRetries != 54 || st.ShedByReason[guardrail.ReasonRetryShed] != 2 {
-		t.Errorf("stats: %d retries admitted, %d shed; want 54, 2", st.AdmittedRetries, st.ShedByReason[guardrail.ReasonRetryShed])
+	if st := s.Stats(); st.AdmittedRetries != 54 || st.ShedByReason[event.ReasonRetryRatio] != 2 {
+		t.Errorf("stats: %d retries admitted, %d shed; want 54, 2", st.AdmittedRetries, st.ShedByReason[event.ReasonRetryRatio])
 	}
 }
 
@@ -159,10 +160,10 @@ func TestExpiredContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := s.Acquire(ctx, shed.Critical)
-	if !isReason(err, guardrail.ReasonExpired) || !errors.Is(err, context.Canceled) {
+	if !isReason(err, event.ReasonExpired) || !errors.Is(err, context.Canceled) {
 		t.Errorf("err = %v, want shed as expired, wrapping context.Canceled", err)
 	}
-	if st := s.Stats(); st.InFlight != 0 || st.ShedByReason[guardrail.ReasonExpired] != 1 {
+	if st := s.Stats(); st.InFlight != 0 || st.ShedByReason[event.ReasonExpired] != 1 {
 		t.Errorf("stats = %+v", st)
 	}
 }
@@ -174,19 +175,19 @@ func TestZeroTokenIsHarmless(t *testing.T) {
 }
 
 func TestObserverEvents(t *testing.T) {
-	var events []guardrail.Event
-	obs := guardrail.ObserverFunc(func(ctx context.Context, e guardrail.Event) context.Context {
+	var events []event.Event
+	obs := event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
 		events = append(events, e)
 		return ctx
 	})
 	s := shed.New(shed.Config{Name: "api", Limit: 2, Observer: obs})
-	ctx := guardrail.WithOperation(context.Background(), "GET /x")
+	ctx := event.WithOperation(context.Background(), "GET /x")
 	tok, _ := s.Acquire(ctx, shed.Sheddable)
 	s.Acquire(ctx, shed.Sheddable)
 	tok.Release()
-	want := []guardrail.Event{
-		{Kind: guardrail.EventAdmit, Dependency: "api", Operation: "GET /x", Priority: "sheddable", InFlight: 1, Limit: 2},
-		{Kind: guardrail.EventShed, Dependency: "api", Operation: "GET /x", Priority: "sheddable", Reason: guardrail.ReasonCapacity, InFlight: 1, Limit: 2},
+	want := []event.Event{
+		{Kind: event.Admit, Dependency: "api", Operation: "GET /x", Priority: "sheddable", InFlight: 1, Limit: 2},
+		{Kind: event.Shed, Dependency: "api", Operation: "GET /x", Priority: "sheddable", Reason: event.ReasonCapacity, InFlight: 1, Limit: 2},
 	}
 	if len(events) != len(want) {
 		t.Fatalf("got %d events, want %d: %+v", len(events), len(want), events)
@@ -206,7 +207,7 @@ func TestErrorMessage(t *testing.T) {
 	}
 	defer tok.Release()
 	_, err = s.Acquire(context.Background(), shed.Sheddable)
-	if got, want := err.Error(), "guardrail: request shed: capacity (priority sheddable)"; got != want {
+	if got, want := err.Error(), "shed: request shed: capacity (priority sheddable)"; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
 }
@@ -270,7 +271,7 @@ func TestPriorityString(t *testing.T) {
 
 func isReason(err error, reason string) bool {
 	var e *shed.Error
-	return errors.Is(err, guardrail.ErrShed) && errors.As(err, &e) && e.Reason == reason
+	return errors.Is(err, shed.ErrShed) && errors.As(err, &e) && e.Reason == reason
 }
 
 func TestLoadAndName(t *testing.T) {

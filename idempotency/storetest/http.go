@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/guardhttp"
 	"github.com/guardrail-go/guardrail/idempotency"
@@ -196,8 +197,8 @@ func testClientGaveUp(t *testing.T, s Subject) {
 		}
 	}}
 	stored := make(chan struct{}, 1)
-	obs := guardrail.ObserverFunc(func(ctx context.Context, e guardrail.Event) context.Context {
-		if e.Kind == guardrail.EventIdempotency && e.Reason == guardrail.ReasonStored {
+	obs := event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+		if e.Kind == event.Idempotency && e.Reason == event.ReasonStored {
 			select {
 			case stored <- struct{}{}:
 			default:

@@ -16,7 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/shed"
 )
@@ -160,8 +161,8 @@ func (p shedParams) fixedShedder(shares map[shed.Priority]float64) func() (*shed
 func adaptiveShedder() (*shed.Shedder, *atomic.Int64) {
 	end := new(atomic.Int64)
 	born := time.Now()
-	obs := guardrail.ObserverFunc(func(ctx context.Context, e guardrail.Event) context.Context {
-		if e.Kind == guardrail.EventAdmit && e.Limit > probeFloor && end.Load() == 0 {
+	obs := event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+		if e.Kind == event.Admit && e.Limit > probeFloor && end.Load() == 0 {
 			end.CompareAndSwap(0, int64(max(1, time.Since(born))))
 		}
 		return ctx

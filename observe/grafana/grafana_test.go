@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/observe/grafana"
 	"github.com/guardrail-go/guardrail/observe/prom"
@@ -55,9 +56,9 @@ func registered(t *testing.T) map[string]family {
 	c.WatchBudget("d", budget.New(budget.Config{}))
 	c.WatchLoad("d", func() (int, int) { return 1, 2 })
 	ctx := context.Background()
-	for k := guardrail.EventCallStart; k <= guardrail.EventTimeout; k++ {
-		for _, outcome := range []string{guardrail.OutcomeOK, guardrail.OutcomeError} {
-			c.Observe(ctx, guardrail.Event{Kind: k, Dependency: "d", Operation: "o", Attempt: 2, Outcome: outcome,
+	for k := event.CallStart; k <= event.Timeout; k++ {
+		for _, outcome := range []string{event.OutcomeOK, event.OutcomeError} {
+			c.Observe(ctx, event.Event{Kind: k, Dependency: "d", Operation: "o", Attempt: 2, Outcome: outcome,
 				Reason: "r", Phase: "p", Priority: "q", From: "closed", To: "open", Remaining: time.Second})
 		}
 	}

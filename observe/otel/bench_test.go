@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -45,7 +47,7 @@ func BenchmarkDo(b *testing.B) {
 }
 
 func benchDo(b *testing.B, p *guardrail.Policy) {
-	ctx := guardrail.WithOperation(context.Background(), "GET /price")
+	ctx := event.WithOperation(context.Background(), "GET /price")
 	b.ReportAllocs()
 	for b.Loop() {
 		_, _ = guardrail.Do(ctx, p, okOp)

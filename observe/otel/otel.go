@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	gotel "go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -75,7 +77,7 @@ type Config struct {
 	RemainingBuckets []float64
 }
 
-// Observer is a guardrail.Observer that traces and measures guarded calls.
+// Observer is a event.Observer that traces and measures guarded calls.
 //
 // Traces: a span per call (CallSpanName) with a child span per attempt
 // (AttemptSpanName), so a call that was slow because the dependency was
@@ -227,7 +229,7 @@ func New(cfg Config) (*Observer, error) {
 	}
 	o.callC = series.NewCache(series.Calls, fs, func(lv []string) *callAttrs {
 		a := &callAttrs{call: newAttrs(series.Calls, lv), pair: newAttrs(series.CallDuration, lv[:2])}
-		if lv[2] == guardrail.OutcomeOK {
+		if lv[2] == event.OutcomeOK {
 			a.retried = newAttrs(series.RetrySuccess, lv[:2])
 		} else {
 			a.retried = newAttrs(series.RetryExhausted, lv)
@@ -277,32 +279,32 @@ func (o *Observer) WatchLoad(dependency string, load func() (inFlight, limit int
 	o.gauges.WatchLoad(dependency, load, nil)
 }
 
-// Observe records e. It implements guardrail.Observer: for EventCallStart
+// Observe records e. It implements event.Observer: for EventCallStart
 // it returns a context carrying the call's span, for EventAttemptStart one
 // carrying the attempt's span.
-func (o *Observer) Observe(ctx context.Context, e guardrail.Event) context.Context {
+func (o *Observer) Observe(ctx context.Context, e event.Event) context.Context {
 	dep, op := e.Dependency, e.Operation
 	switch e.Kind {
-	case guardrail.EventCallStart:
+	case event.CallStart:
 		return o.startCall(ctx, &e)
-	case guardrail.EventAttemptStart:
+	case event.AttemptStart:
 		if e.Remaining >= 0 {
 			o.remaining.Record(ctx, e.Remaining.Seconds(), o.pairC.Get(dep, op, "", "").rec...)
 		}
 		return o.startAttempt(ctx, &e)
-	case guardrail.EventAttemptEnd:
+	case event.AttemptEnd:
 		a := o.attemptC.Get(dep, op, e.Outcome, "")
 		o.attempts.Add(ctx, 1, a.add...)
 		o.attemptDur.Record(ctx, e.Duration.Seconds(), a.rec...)
 		if st := stateOf(ctx); st != nil {
 			st.endAttempt(&e)
 		}
-	case guardrail.EventCallEnd:
+	case event.CallEnd:
 		a := o.callC.Get(dep, op, e.Outcome, "")
 		o.calls.Add(ctx, 1, a.call.add...)
 		o.callDur.Record(ctx, e.Duration.Seconds(), a.pair.rec...)
 		if e.Attempt > 1 {
-			if e.Outcome == guardrail.OutcomeOK {
+			if e.Outcome == event.OutcomeOK {
 				o.retryOK.Add(ctx, 1, a.retried.add...)
 			} else {
 				o.retryFailed.Add(ctx, 1, a.retried.add...)
@@ -311,47 +313,47 @@ func (o *Observer) Observe(ctx context.Context, e guardrail.Event) context.Conte
 		if st := stateOf(ctx); st != nil {
 			st.end(&e)
 		}
-	case guardrail.EventRetry:
+	case event.Retry:
 		o.retries.Add(ctx, 1, o.retriesC.Get(dep, op, e.Reason, "").add...)
 		o.callEvent(ctx, "guardrail.retry", AttrAttempt.Int(e.Attempt), AttrBackoff.Float64(ms(e.Delay)), AttrReason.String(e.Reason))
-	case guardrail.EventRetryRefused:
+	case event.RetryRefused:
 		o.refused.Add(ctx, 1, o.refusedC.Get(dep, op, e.Reason, "").add...)
 		o.callEvent(ctx, "guardrail.retry_refused", AttrAttempt.Int(e.Attempt), AttrReason.String(e.Reason))
-	case guardrail.EventBudgetExhausted:
+	case event.BudgetExhausted:
 		o.gauges.Observe(&e)
 		o.callEvent(ctx, "guardrail.budget_exhausted", AttrTokens.Float64(e.Tokens))
-	case guardrail.EventTimeout:
+	case event.Timeout:
 		o.timeouts.Add(ctx, 1, o.timeoutsC.Get(dep, op, e.Phase, "").add...)
 		if st := stateOf(ctx); st != nil && st.timeout(e.Phase) {
 			break
 		}
 		trace.SpanFromContext(ctx).SetAttributes(AttrPhase.String(e.Phase))
-	case guardrail.EventBreakerTransition:
+	case event.BreakerTransition:
 		o.transitions.Add(ctx, 1, o.transC.Get(dep, e.From, e.To, e.Reason).add...)
 		o.gauges.Observe(&e)
 		o.transition(ctx, &e)
-	case guardrail.EventBreakerReject:
+	case event.BreakerReject:
 		o.rejections.Add(ctx, 1, o.pairC.Get(dep, op, "", "").add...)
 		o.callEvent(ctx, "guardrail.breaker.reject", AttrRetryIn.Float64(ms(e.Delay)))
-	case guardrail.EventBreakerProbe:
+	case event.BreakerProbe:
 		o.probes.Add(ctx, 1, o.pairC.Get(dep, op, "", "").add...)
 		o.callEvent(ctx, "guardrail.breaker.probe")
-	case guardrail.EventBulkheadReject:
+	case event.BulkheadReject:
 		o.bulkhead.Add(ctx, 1, o.bulkheadC.Get(dep, op, e.Reason, "").add...)
 		o.callEvent(ctx, "guardrail.bulkhead.reject", AttrReason.String(e.Reason))
-	case guardrail.EventShed:
+	case event.Shed:
 		o.shed.Add(ctx, 1, o.shedC.Get(dep, op, e.Priority, e.Reason).add...)
 		o.gauges.Observe(&e)
 		spanEvent(ctx, "guardrail.shed", AttrPriority.String(e.Priority),
 			AttrReason.String(e.Reason), AttrInFlight.Int(e.InFlight), AttrLimit.Int(e.Limit))
-	case guardrail.EventAdmit:
+	case event.Admit:
 		o.admitted.Add(ctx, 1, o.admitC.Get(dep, op, e.Priority, "").add...)
 		o.queueWait.Record(ctx, e.Duration.Seconds(), o.queueC.Get(dep, e.Priority, "", "").rec...)
 		o.gauges.Observe(&e)
 		if e.Duration > 0 {
 			spanEvent(ctx, "guardrail.admit", AttrPriority.String(e.Priority), AttrQueueWaitMS.Float64(ms(e.Duration)))
 		}
-	case guardrail.EventIdempotency:
+	case event.Idempotency:
 		o.idempotency.Add(ctx, 1, o.idempotentC.Get(dep, op, e.Reason, "").add...)
 		spanEvent(ctx, "guardrail.idempotency", AttrOutcome.String(e.Reason))
 	}
@@ -380,7 +382,7 @@ func (o *Observer) callEvent(ctx context.Context, name string, attrs ...attribut
 // transitions from the breaker's own hook, with no call's context), as a
 // span of its own, so that it still shows next to the traces it affects.
 // Inside a trace that is not sampled it records nothing.
-func (o *Observer) transition(ctx context.Context, e *guardrail.Event) {
+func (o *Observer) transition(ctx context.Context, e *event.Event) {
 	attrs := []attribute.KeyValue{
 		AttrDependency.String(e.Dependency), AttrFrom.String(e.From), AttrTo.String(e.To),
 		AttrReason.String(e.Reason), AttrCause.String(e.Detail),
@@ -408,7 +410,7 @@ func spanEvent(ctx context.Context, name string, attrs ...attribute.KeyValue) {
 // Span attributes are set after the span starts, and only on a span that
 // records, so an unsampled call allocates little; samplers see the span
 // name and parent, not the attributes.
-func (o *Observer) startCall(ctx context.Context, e *guardrail.Event) context.Context {
+func (o *Observer) startCall(ctx context.Context, e *event.Event) context.Context {
 	cc := &callCtx{}
 	ctx, cc.call = o.tracer.Start(ctx, CallSpanName)
 	cc.Context = ctx
@@ -424,7 +426,7 @@ func (o *Observer) startCall(ctx context.Context, e *guardrail.Event) context.Co
 	return cc
 }
 
-func (o *Observer) startAttempt(ctx context.Context, e *guardrail.Event) context.Context {
+func (o *Observer) startAttempt(ctx context.Context, e *event.Event) context.Context {
 	st := stateOf(ctx)
 	if st == nil {
 		return ctx // the call started before this observer saw it
@@ -476,7 +478,7 @@ type callState struct {
 	endTime time.Time
 }
 
-func (st *callState) endAttempt(e *guardrail.Event) {
+func (st *callState) endAttempt(e *event.Event) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.attempt == nil {
@@ -516,7 +518,7 @@ func (st *callState) flushLocked() {
 	}
 }
 
-func (st *callState) end(e *guardrail.Event) {
+func (st *callState) end(e *event.Event) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.attempt != nil && !st.ended {
@@ -528,7 +530,7 @@ func (st *callState) end(e *guardrail.Event) {
 		return
 	}
 	st.call.SetAttributes(AttrOutcome.String(e.Outcome), AttrAttempts.Int(e.Attempt))
-	if e.Outcome != guardrail.OutcomeOK {
+	if e.Outcome != event.OutcomeOK {
 		if e.Err != nil {
 			st.call.RecordError(e.Err)
 		}

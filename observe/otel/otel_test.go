@@ -12,6 +12,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -95,7 +97,7 @@ func TestCallRetriedTwice(t *testing.T) {
 			Backoff: backoff.Exponential(100*time.Millisecond, time.Second),
 		}
 		n := 0
-		ctx := guardrail.WithOperation(context.Background(), "GetPrice")
+		ctx := event.WithOperation(context.Background(), "GetPrice")
 		start := time.Now()
 		v, err := guardrail.Do(ctx, p, func(context.Context) (int, error) {
 			n++
@@ -113,7 +115,7 @@ func TestCallRetriedTwice(t *testing.T) {
 			t.Fatalf("%d call spans, %d attempt spans; want 1 and 3", len(calls), len(attempts))
 		}
 		call := calls[0]
-		if got := attr(call, gotel.AttrOutcome).AsString(); got != guardrail.OutcomeOK {
+		if got := attr(call, gotel.AttrOutcome).AsString(); got != event.OutcomeOK {
 			t.Errorf("call outcome = %q", got)
 		}
 		if got := attr(call, gotel.AttrAttempts).AsInt64(); got != 3 {
@@ -190,8 +192,8 @@ func TestAttemptTimeoutPhase(t *testing.T) {
 		if len(calls) != 1 || len(attempts) != 2 {
 			t.Fatalf("%d calls, %d attempts", len(calls), len(attempts))
 		}
-		if got := attr(attempts[0], gotel.AttrPhase).AsString(); got != guardrail.PhaseAttempt {
-			t.Errorf("attempt 1 timeout phase = %q, want %q", got, guardrail.PhaseAttempt)
+		if got := attr(attempts[0], gotel.AttrPhase).AsString(); got != event.PhaseAttempt {
+			t.Errorf("attempt 1 timeout phase = %q, want %q", got, event.PhaseAttempt)
 		}
 		if got := attempts[0].EndTime().Sub(attempts[0].StartTime()); got != 50*time.Millisecond {
 			t.Errorf("attempt 1 lasted %v, want 50ms", got)
@@ -209,17 +211,17 @@ func TestAttemptTimeoutPhase(t *testing.T) {
 // transition reported during a call are events of the call span.
 func TestRefusedRetryAndBreakerEvents(t *testing.T) {
 	f := newFixture(t, 0)
-	breakerTransition := guardrail.ObserverFunc(func(ctx context.Context, e guardrail.Event) context.Context {
-		if e.Kind == guardrail.EventBudgetExhausted {
+	breakerTransition := event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+		if e.Kind == event.BudgetExhausted {
 			// A transition reported with a call's context (the attempt's
 			// end carries the attempt's own context, so use a call event).
-			f.obs.Observe(ctx, guardrail.Event{Kind: guardrail.EventBreakerTransition, Dependency: e.Dependency, From: "closed", To: "open", Reason: "failure rate 1 of 1 calls >= 0.5"})
+			f.obs.Observe(ctx, event.Event{Kind: event.BreakerTransition, Dependency: e.Dependency, From: "closed", To: "open", Reason: "failure rate 1 of 1 calls >= 0.5"})
 		}
 		return ctx
 	})
 	b := budget.New(budget.Config{Max: 1})
 	b.TryRetry() // empty it
-	p := &guardrail.Policy{Name: "ledger", Idempotent: true, Budget: b, Observer: guardrail.Observers(f.obs, breakerTransition)}
+	p := &guardrail.Policy{Name: "ledger", Idempotent: true, Budget: b, Observer: event.Join(f.obs, breakerTransition)}
 	_, err := guardrail.Do(context.Background(), p, func(context.Context) (int, error) {
 		return 0, guardrail.Transient(errors.New("503"))
 	})
@@ -233,7 +235,7 @@ func TestRefusedRetryAndBreakerEvents(t *testing.T) {
 	if got, want := strings.Join(eventNames(calls[0]), ","), "guardrail.budget_exhausted,"+gotel.TransitionSpanName+",guardrail.retry_refused,exception"; got != want {
 		t.Errorf("call events = %s, want %s", got, want)
 	}
-	if calls[0].Status().Code != codes.Error || calls[0].Status().Description != guardrail.OutcomeBudgetExhausted {
+	if calls[0].Status().Code != codes.Error || calls[0].Status().Description != event.OutcomeBudgetExhausted {
 		t.Errorf("call status = %+v", calls[0].Status())
 	}
 	for _, e := range calls[0].Events() {
@@ -329,7 +331,7 @@ func TestMetrics(t *testing.T) {
 		p := &guardrail.Policy{Name: "pricing", Idempotent: true, Backoff: backoff.None(), Budget: budget.Unlimited(), Observer: f.obs}
 		f.obs.WatchPolicy(p)
 		f.obs.WatchBreaker("pricing", p.CircuitBreaker()) // watched through the policy already: counted once
-		ctx, cancel := context.WithTimeout(guardrail.WithOperation(context.Background(), "Get"), time.Second)
+		ctx, cancel := context.WithTimeout(event.WithOperation(context.Background(), "Get"), time.Second)
 		defer cancel()
 		for i := range 4 {
 			n := 0
@@ -382,7 +384,7 @@ func TestMetricCardinality(t *testing.T) {
 	f := newFixture(t, 10)
 	p := &guardrail.Policy{Name: "users", Observer: f.obs}
 	for i := range 10_000 {
-		ctx := guardrail.WithOperation(context.Background(), fmt.Sprintf("/users/%d", i))
+		ctx := event.WithOperation(context.Background(), fmt.Sprintf("/users/%d", i))
 		_, _ = guardrail.Do(ctx, p, func(context.Context) (int, error) { return 1, nil })
 	}
 	got := collect(t, f.reader)
@@ -485,7 +487,7 @@ func TestPolicyBreakerTransitionSpan(t *testing.T) {
 			t.Errorf("the transition span has a parent, %v", tr.Parent())
 		}
 		rejected := calls[2]
-		if got := attr(rejected, gotel.AttrOutcome).AsString(); got != guardrail.OutcomeCircuitOpen {
+		if got := attr(rejected, gotel.AttrOutcome).AsString(); got != event.OutcomeCircuitOpen {
 			t.Errorf("third call outcome = %q", got)
 		}
 		if got := strings.Join(eventNames(rejected), ","); got != "guardrail.breaker.reject,exception" {

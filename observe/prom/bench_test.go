@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/guardrail-go/guardrail"
@@ -22,7 +24,7 @@ func BenchmarkDo(b *testing.B) {
 		benchDo(b, p)
 	})
 	b.Run("observer=nop", func(b *testing.B) {
-		nop := guardrail.ObserverFunc(func(ctx context.Context, _ guardrail.Event) context.Context { return ctx })
+		nop := event.ObserverFunc(func(ctx context.Context, _ event.Event) context.Context { return ctx })
 		p := &guardrail.Policy{Name: "pricing", Observer: nop}
 		benchDo(b, p)
 	})
@@ -35,7 +37,7 @@ func BenchmarkDo(b *testing.B) {
 }
 
 func benchDo(b *testing.B, p *guardrail.Policy) {
-	ctx := guardrail.WithOperation(context.Background(), "GET /price")
+	ctx := event.WithOperation(context.Background(), "GET /price")
 	b.ReportAllocs()
 	for b.Loop() {
 		_, _ = guardrail.Do(ctx, p, okOp)
@@ -48,11 +50,11 @@ func benchDo(b *testing.B, p *guardrail.Policy) {
 func BenchmarkObserveSuccessPath(b *testing.B) {
 	c := prom.New(prom.Config{})
 	ctx := context.Background()
-	ev := func(k guardrail.EventKind, outcome string) guardrail.Event {
-		return guardrail.Event{Kind: k, Dependency: "pricing", Operation: "GET /price", Attempt: 1, Outcome: outcome, Remaining: -1}
+	ev := func(k event.Kind, outcome string) event.Event {
+		return event.Event{Kind: k, Dependency: "pricing", Operation: "GET /price", Attempt: 1, Outcome: outcome, Remaining: -1}
 	}
-	start, astart := ev(guardrail.EventCallStart, ""), ev(guardrail.EventAttemptStart, "")
-	aend, end := ev(guardrail.EventAttemptEnd, guardrail.OutcomeSuccess), ev(guardrail.EventCallEnd, guardrail.OutcomeOK)
+	start, astart := ev(event.CallStart, ""), ev(event.AttemptStart, "")
+	aend, end := ev(event.AttemptEnd, event.AttemptSuccess), ev(event.CallEnd, event.OutcomeOK)
 	b.ReportAllocs()
 	for b.Loop() {
 		c.Observe(ctx, start)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -22,7 +24,7 @@ func Example() {
 	p := &guardrail.Policy{Name: "pricing", Idempotent: true, Backoff: backoff.None(), Observer: metrics}
 	metrics.WatchPolicy(p) // export its breaker and retry budget from the first scrape
 
-	ctx := guardrail.WithOperation(context.Background(), "GetPrice")
+	ctx := event.WithOperation(context.Background(), "GetPrice")
 	calls := 0
 	_, _ = guardrail.Do(ctx, p, func(context.Context) (int, error) {
 		calls++

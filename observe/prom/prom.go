@@ -5,6 +5,8 @@ import (
 	"context"
 	"sync/atomic"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/guardrail-go/guardrail"
@@ -46,7 +48,7 @@ type Config struct {
 }
 
 // Collector turns guardrail events into the guardrail_* series listed in
-// docs/metrics.md. It is both a guardrail.Observer (set it as
+// docs/metrics.md. It is both a event.Observer (set it as
 // Policy.Observer, or combine it with guardrail.Observers) and a
 // prometheus.Collector (register it once). Gauges of state that events
 // report only when it changes (breaker state, budget tokens, shedder load)
@@ -184,7 +186,7 @@ func New(cfg Config) *Collector {
 			dur:   c.callDur.WithLabelValues(lv[0], lv[1]),
 		}
 		dep, op, outcome := lv[0], lv[1], lv[2]
-		if outcome == guardrail.OutcomeOK {
+		if outcome == event.OutcomeOK {
 			s.newRetry = func() prometheus.Counter { return c.retryOK.WithLabelValues(dep, op) }
 		} else {
 			s.newRetry = func() prometheus.Counter { return c.retryFailed.WithLabelValues(dep, op, outcome) }
@@ -216,51 +218,51 @@ func New(cfg Config) *Collector {
 	return c
 }
 
-// Observe records e. It implements guardrail.Observer and returns ctx
+// Observe records e. It implements event.Observer and returns ctx
 // unchanged.
-func (c *Collector) Observe(ctx context.Context, e guardrail.Event) context.Context {
+func (c *Collector) Observe(ctx context.Context, e event.Event) context.Context {
 	dep, op := e.Dependency, e.Operation
 	switch e.Kind {
-	case guardrail.EventAttemptStart:
+	case event.AttemptStart:
 		if e.Remaining >= 0 {
 			c.remainingC.Get(dep, op, "", "").Observe(e.Remaining.Seconds())
 		}
-	case guardrail.EventAttemptEnd:
+	case event.AttemptEnd:
 		s := c.attemptC.Get(dep, op, e.Outcome, "")
 		s.count.Inc()
 		s.dur.Observe(e.Duration.Seconds())
-	case guardrail.EventCallEnd:
+	case event.CallEnd:
 		s := c.callC.Get(dep, op, e.Outcome, "")
 		s.count.Inc()
 		s.dur.Observe(e.Duration.Seconds())
 		if e.Attempt > 1 {
 			s.retry().Inc()
 		}
-	case guardrail.EventRetry:
+	case event.Retry:
 		c.retriesC.Get(dep, op, e.Reason, "").Inc()
-	case guardrail.EventRetryRefused:
+	case event.RetryRefused:
 		c.refusedC.Get(dep, op, e.Reason, "").Inc()
-	case guardrail.EventBudgetExhausted:
+	case event.BudgetExhausted:
 		c.gauges.Observe(&e)
-	case guardrail.EventTimeout:
+	case event.Timeout:
 		c.timeoutsC.Get(dep, op, e.Phase, "").Inc()
-	case guardrail.EventBreakerTransition:
+	case event.BreakerTransition:
 		c.transC.Get(dep, e.From, e.To, e.Reason).Inc()
 		c.gauges.Observe(&e)
-	case guardrail.EventBreakerReject:
+	case event.BreakerReject:
 		c.rejectC.Get(dep, op, "", "").Inc()
-	case guardrail.EventBreakerProbe:
+	case event.BreakerProbe:
 		c.probeC.Get(dep, op, "", "").Inc()
-	case guardrail.EventBulkheadReject:
+	case event.BulkheadReject:
 		c.bulkheadC.Get(dep, op, e.Reason, "").Inc()
-	case guardrail.EventShed:
+	case event.Shed:
 		c.shedC.Get(dep, op, e.Priority, e.Reason).Inc()
 		c.gauges.Observe(&e)
-	case guardrail.EventAdmit:
+	case event.Admit:
 		c.admitC.Get(dep, op, e.Priority, "").Inc()
 		c.queueC.Get(dep, e.Priority, "", "").Observe(e.Duration.Seconds())
 		c.gauges.Observe(&e)
-	case guardrail.EventIdempotency:
+	case event.Idempotency:
 		c.idempotentC.Get(dep, op, e.Reason, "").Inc()
 	}
 	return ctx

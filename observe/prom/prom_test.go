@@ -12,6 +12,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -127,7 +129,7 @@ func TestWorkload(t *testing.T) {
 				return n, nil
 			}
 		}
-		ctx := guardrail.WithOperation(context.Background(), "GetStock")
+		ctx := event.WithOperation(context.Background(), "GetStock")
 		dctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 
@@ -171,7 +173,7 @@ func TestWorkload(t *testing.T) {
 			"guardrail_calls_total" + l("inventory", `outcome="budget_exhausted",`): 1,
 			"guardrail_calls_total" + l("inventory", `outcome="error",`):            1,
 			"guardrail_calls_total" + l("search", `outcome="error",`):               1,
-			"guardrail_calls_total" + l("payments", `outcome="outcome_unknown",`):   1,
+			"guardrail_calls_total" + l("payments", `outcome="unknown",`):           1,
 		})
 		diff(t, only(got, "guardrail_attempts_total"), map[string]float64{
 			"guardrail_attempts_total" + l("inventory", `outcome="success",`): 2,
@@ -304,8 +306,8 @@ func TestBreakerGroupAndEvents(t *testing.T) {
 	c.WatchBreakerGroup(g)
 	g.Get("a.internal")
 	g.Get("b.internal").ForceOpen()
-	c.Observe(context.Background(), guardrail.Event{Kind: guardrail.EventBreakerTransition, Dependency: "ledger", From: "closed", To: "open", Reason: "failure_rate"})
-	c.Observe(context.Background(), guardrail.Event{Kind: guardrail.EventBreakerTransition, Dependency: "ledger", From: "open", To: "half_open", Reason: "open_elapsed"})
+	c.Observe(context.Background(), event.Event{Kind: event.BreakerTransition, Dependency: "ledger", From: "closed", To: "open", Reason: "failure_rate"})
+	c.Observe(context.Background(), event.Event{Kind: event.BreakerTransition, Dependency: "ledger", From: "open", To: "half_open", Reason: "open_elapsed"})
 	diff(t, only(samples(t, reg), "guardrail_breaker_state"), map[string]float64{
 		`guardrail_breaker_state{dependency="a.internal",state="closed"}`:    1,
 		`guardrail_breaker_state{dependency="a.internal",state="open"}`:      0,
@@ -327,12 +329,12 @@ func TestServerEvents(t *testing.T) {
 	reg.MustRegister(c)
 	ctx := context.Background()
 	for range 3 {
-		c.Observe(ctx, guardrail.Event{Kind: guardrail.EventShed, Dependency: "api", Operation: "POST /orders", Priority: "batch", Reason: guardrail.ReasonCapacity, InFlight: 100, Limit: 100})
+		c.Observe(ctx, event.Event{Kind: event.Shed, Dependency: "api", Operation: "POST /orders", Priority: "batch", Reason: event.ReasonCapacity, InFlight: 100, Limit: 100})
 	}
-	c.Observe(ctx, guardrail.Event{Kind: guardrail.EventAdmit, Dependency: "api", Operation: "POST /orders", Priority: "critical", InFlight: 99, Limit: 120, Duration: 5 * time.Millisecond})
-	c.Observe(ctx, guardrail.Event{Kind: guardrail.EventIdempotency, Dependency: "api", Operation: "POST /orders", Reason: guardrail.ReasonReplayed})
-	c.Observe(ctx, guardrail.Event{Kind: guardrail.EventBulkheadReject, Dependency: "db", Operation: "Query", Reason: guardrail.ReasonBulkheadFull})
-	c.Observe(ctx, guardrail.Event{Kind: guardrail.EventTimeout, Dependency: "db", Operation: "Query", Phase: guardrail.PhaseConnect})
+	c.Observe(ctx, event.Event{Kind: event.Admit, Dependency: "api", Operation: "POST /orders", Priority: "critical", InFlight: 99, Limit: 120, Duration: 5 * time.Millisecond})
+	c.Observe(ctx, event.Event{Kind: event.Idempotency, Dependency: "api", Operation: "POST /orders", Reason: event.ReasonReplayed})
+	c.Observe(ctx, event.Event{Kind: event.BulkheadReject, Dependency: "db", Operation: "Query", Reason: event.ReasonBulkheadFull})
+	c.Observe(ctx, event.Event{Kind: event.Timeout, Dependency: "db", Operation: "Query", Phase: event.PhaseConnect})
 
 	got := samples(t, reg)
 	diff(t, only(got, "guardrail_shed_total", "guardrail_admitted_total", "guardrail_idempotency_total",
@@ -368,7 +370,7 @@ func TestCardinality(t *testing.T) {
 	p := &guardrail.Policy{Name: "users", Observer: c}
 	run := func(from int) {
 		for i := from; i < from+10_000; i++ {
-			ctx := guardrail.WithOperation(context.Background(), fmt.Sprintf("GET /users/%d", i))
+			ctx := event.WithOperation(context.Background(), fmt.Sprintf("GET /users/%d", i))
 			_, _ = guardrail.DoCall(ctx, p, guardrail.Call{Dependency: fmt.Sprintf("shard-%d.internal", i%500)}, okOp)
 		}
 	}
@@ -406,7 +408,7 @@ func TestUnfitLabelValues(t *testing.T) {
 	c := prom.New(prom.Config{})
 	reg.MustRegister(c)
 	for _, op := range []string{"\xff\xfe", strings.Repeat("a", 500)} {
-		c.Observe(context.Background(), guardrail.Event{Kind: guardrail.EventCallEnd, Dependency: "x", Operation: op, Outcome: guardrail.OutcomeOK})
+		c.Observe(context.Background(), event.Event{Kind: event.CallEnd, Dependency: "x", Operation: op, Outcome: event.OutcomeOK})
 	}
 	diff(t, only(samples(t, reg), "guardrail_calls_total"), map[string]float64{
 		`guardrail_calls_total{dependency="x",operation="other",outcome="ok"}`: 2,
@@ -425,8 +427,8 @@ func TestConcurrentObserveAndScrape(t *testing.T) {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			for i := range 500 {
-				c.Observe(context.Background(), guardrail.Event{Kind: guardrail.EventCallEnd, Dependency: fmt.Sprint(g), Operation: fmt.Sprint(i % 9), Outcome: guardrail.OutcomeOK, Attempt: 2})
-				c.Observe(context.Background(), guardrail.Event{Kind: guardrail.EventBreakerTransition, Dependency: fmt.Sprint(i % 7), From: "closed", To: "open"})
+				c.Observe(context.Background(), event.Event{Kind: event.CallEnd, Dependency: fmt.Sprint(g), Operation: fmt.Sprint(i % 9), Outcome: event.OutcomeOK, Attempt: 2})
+				c.Observe(context.Background(), event.Event{Kind: event.BreakerTransition, Dependency: fmt.Sprint(i % 7), From: "closed", To: "open"})
 			}
 		}()
 	}
@@ -450,15 +452,15 @@ func TestConcurrentObserveAndScrape(t *testing.T) {
 // FuzzObserve: any event, whatever its strings, is recorded without panic
 // and the registry still gathers (label values stay valid).
 func FuzzObserve(f *testing.F) {
-	f.Add(uint8(guardrail.EventCallEnd), "pricing", "GET /x", "ok", "backoff", "attempt", "batch", "closed", "open")
-	f.Add(uint8(guardrail.EventShed), "\xff", strings.Repeat("z", 200), "", "capacity", "", "", "", "")
-	f.Add(uint8(guardrail.EventBreakerTransition), "other", "other", "other", "other", "other", "other", "weird", "")
+	f.Add(uint8(event.CallEnd), "pricing", "GET /x", "ok", "backoff", "attempt", "batch", "closed", "open")
+	f.Add(uint8(event.Shed), "\xff", strings.Repeat("z", 200), "", "capacity", "", "", "", "")
+	f.Add(uint8(event.BreakerTransition), "other", "other", "other", "other", "other", "other", "weird", "")
 	c := prom.New(prom.Config{MaxLabelValues: 10})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 	f.Fuzz(func(t *testing.T, kind uint8, dep, op, outcome, reason, phase, priority, from, to string) {
-		e := guardrail.Event{
-			Kind: guardrail.EventKind(kind), Dependency: dep, Operation: op, Outcome: outcome,
+		e := event.Event{
+			Kind: event.Kind(kind), Dependency: dep, Operation: op, Outcome: outcome,
 			Reason: reason, Phase: phase, Priority: priority, From: from, To: to,
 			Remaining: time.Second, Attempt: 2, InFlight: 3, Limit: 4,
 		}
@@ -508,7 +510,7 @@ func TestShedder(t *testing.T) {
 		`guardrail_shed_in_flight{dependency="api"}`: 0,
 		`guardrail_shed_limit{dependency="api"}`:     4,
 	})
-	ctx := guardrail.WithOperation(context.Background(), "GET /feed")
+	ctx := event.WithOperation(context.Background(), "GET /feed")
 	var tokens []shed.Token
 	for range 3 {
 		if tok, err := s.Acquire(ctx, shed.Sheddable); err == nil {

@@ -6,7 +6,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail/observe/slogobs"
 )
 
@@ -30,14 +31,14 @@ func Example() {
 	// Set it as a Policy's Observer (with guardrail.Observers to combine
 	// it with metrics); here, events as the breaker and the shedder send them.
 	ctx := context.Background()
-	obs.Observe(ctx, guardrail.Event{
-		Kind: guardrail.EventBreakerTransition, Dependency: "payments",
+	obs.Observe(ctx, event.Event{
+		Kind: event.BreakerTransition, Dependency: "payments",
 		From: "closed", To: "open", Reason: "failure_rate", Detail: "failure rate 0.55 of 20 calls >= 0.5",
 		Delay: 33 * time.Second, // the open time, jittered
 	})
-	obs.Observe(ctx, guardrail.Event{
-		Kind: guardrail.EventShed, Dependency: "api", Operation: "POST /orders",
-		Priority: "sheddable", Reason: guardrail.ReasonCapacity, InFlight: 100, Limit: 100,
+	obs.Observe(ctx, event.Event{
+		Kind: event.Shed, Dependency: "api", Operation: "POST /orders",
+		Priority: "sheddable", Reason: event.ReasonCapacity, InFlight: 100, Limit: 100,
 	})
 	// Output:
 	// level=WARN msg="guardrail: breaker transition" dependency=payments from=closed to=open reason=failure_rate cause="failure rate 0.55 of 20 calls >= 0.5" open_for=33s config.failure_rate=0.5 config.min_requests=20 config.open_for=30s

@@ -9,7 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail/observe/internal/series"
 )
 
@@ -61,7 +62,7 @@ type Config struct {
 	BreakerConfig func(dependency string) slog.Value
 }
 
-// Observer is a guardrail.Observer that logs with log/slog:
+// Observer is a event.Observer that logs with log/slog:
 //
 //   - each breaker transition, with its reason (a fixed set), its cause in
 //     words with the numbers that decided it ("failure rate 0.55 of 20
@@ -95,7 +96,7 @@ type Observer struct {
 }
 
 type burstKey struct {
-	kind guardrail.EventKind
+	kind event.Kind
 	dep  string
 }
 
@@ -141,28 +142,28 @@ func (o *Observer) log() *slog.Logger {
 	return slog.Default()
 }
 
-// Observe logs e as described on Observer. It implements guardrail.Observer
+// Observe logs e as described on Observer. It implements event.Observer
 // and returns ctx unchanged.
-func (o *Observer) Observe(ctx context.Context, e guardrail.Event) context.Context {
+func (o *Observer) Observe(ctx context.Context, e event.Event) context.Context {
 	switch e.Kind {
-	case guardrail.EventBreakerTransition:
+	case event.BreakerTransition:
 		o.transition(ctx, &e)
-	case guardrail.EventShed, guardrail.EventBreakerReject, guardrail.EventBulkheadReject, guardrail.EventBudgetExhausted:
+	case event.Shed, event.BreakerReject, event.BulkheadReject, event.BudgetExhausted:
 		o.reject(ctx, &e)
-	case guardrail.EventIdempotency:
-		if e.Reason == guardrail.ReasonStoreError {
+	case event.Idempotency:
+		if e.Reason == event.ReasonStoreError {
 			o.reject(ctx, &e)
 			break
 		}
 		o.debug(ctx, MsgIdempotency, &e, slog.String("outcome", e.Reason))
-	case guardrail.EventRetry:
+	case event.Retry:
 		o.debug(ctx, MsgRetry, &e, slog.Int("attempt", e.Attempt), slog.Duration("delay", e.Delay), slog.String("reason", e.Reason), errAttr(e.Err))
-	case guardrail.EventRetryRefused:
+	case event.RetryRefused:
 		o.debug(ctx, MsgRetryRefused, &e, slog.Int("attempt", e.Attempt), slog.String("reason", e.Reason), errAttr(e.Err))
-	case guardrail.EventTimeout:
+	case event.Timeout:
 		o.debug(ctx, MsgTimeout, &e, slog.Int("attempt", e.Attempt), slog.String("phase", e.Phase), errAttr(e.Err))
-	case guardrail.EventCallEnd:
-		if e.Outcome != guardrail.OutcomeOK {
+	case event.CallEnd:
+		if e.Outcome != event.OutcomeOK {
 			o.debug(ctx, MsgCallFailed, &e, slog.String("outcome", e.Outcome), slog.Int("attempts", e.Attempt),
 				slog.Duration("duration", e.Duration), errAttr(e.Err))
 		}
@@ -177,7 +178,7 @@ func errAttr(err error) slog.Attr {
 	return slog.String("error", err.Error())
 }
 
-func (o *Observer) debug(ctx context.Context, msg string, e *guardrail.Event, attrs ...slog.Attr) {
+func (o *Observer) debug(ctx context.Context, msg string, e *event.Event, attrs ...slog.Attr) {
 	l := o.log()
 	if !l.Enabled(ctx, slog.LevelDebug) {
 		return
@@ -186,7 +187,7 @@ func (o *Observer) debug(ctx context.Context, msg string, e *guardrail.Event, at
 	l.LogAttrs(ctx, slog.LevelDebug, msg, all...)
 }
 
-func (o *Observer) transition(ctx context.Context, e *guardrail.Event) {
+func (o *Observer) transition(ctx context.Context, e *event.Event) {
 	level := slog.LevelInfo
 	if e.To == "open" {
 		level = slog.LevelWarn
@@ -211,7 +212,7 @@ func (o *Observer) transition(ctx context.Context, e *guardrail.Event) {
 	o.log().LogAttrs(ctx, level, MsgBreakerTransition, attrs...)
 }
 
-func (o *Observer) reject(ctx context.Context, e *guardrail.Event) {
+func (o *Observer) reject(ctx context.Context, e *event.Event) {
 	k := burstKey{e.Kind, o.deps.Fold(e.Dependency)}
 	now := time.Now()
 	o.mu.Lock()
@@ -233,7 +234,7 @@ func (o *Observer) reject(ctx context.Context, e *guardrail.Event) {
 }
 
 // add counts e; the caller holds Observer.mu.
-func (b *burst) add(e *guardrail.Event) {
+func (b *burst) add(e *event.Event) {
 	b.count++
 	b.total++
 	if e.Reason != "" {
@@ -353,22 +354,22 @@ func (o *Observer) Close() error {
 	return nil
 }
 
-func kindMessage(k guardrail.EventKind) (string, slog.Level) {
+func kindMessage(k event.Kind) (string, slog.Level) {
 	switch k {
-	case guardrail.EventShed:
+	case event.Shed:
 		return MsgShed, slog.LevelWarn
-	case guardrail.EventBreakerReject:
+	case event.BreakerReject:
 		return MsgBreakerReject, slog.LevelWarn
-	case guardrail.EventBulkheadReject:
+	case event.BulkheadReject:
 		return MsgBulkheadReject, slog.LevelWarn
-	case guardrail.EventBudgetExhausted:
+	case event.BudgetExhausted:
 		return MsgBudgetExhausted, slog.LevelWarn
 	default:
 		return MsgStoreError, slog.LevelError
 	}
 }
 
-func (o *Observer) logStart(ctx context.Context, k burstKey, e *guardrail.Event) {
+func (o *Observer) logStart(ctx context.Context, k burstKey, e *event.Event) {
 	msg, level := kindMessage(k.kind)
 	attrs := []slog.Attr{
 		slog.String("dependency", e.Dependency),
@@ -376,14 +377,14 @@ func (o *Observer) logStart(ctx context.Context, k burstKey, e *guardrail.Event)
 		slog.String("operation", e.Operation),
 	}
 	switch k.kind {
-	case guardrail.EventShed:
+	case event.Shed:
 		attrs = append(attrs, slog.String("priority", e.Priority), slog.String("reason", e.Reason),
 			slog.Int("in_flight", e.InFlight), slog.Int("limit", e.Limit))
-	case guardrail.EventBreakerReject:
+	case event.BreakerReject:
 		attrs = append(attrs, slog.Duration("retry_in", e.Delay))
-	case guardrail.EventBulkheadReject:
+	case event.BulkheadReject:
 		attrs = append(attrs, slog.String("reason", e.Reason), slog.Int("in_flight", e.InFlight), slog.Int("limit", e.Limit))
-	case guardrail.EventBudgetExhausted:
+	case event.BudgetExhausted:
 		attrs = append(attrs, slog.Float64("tokens", e.Tokens))
 	}
 	if e.Err != nil {
@@ -414,9 +415,9 @@ func (o *Observer) logSummary(ctx context.Context, s summary) {
 			attrs = append(attrs, countsGroup("by_priority", s.byPriority))
 		}
 		switch s.key.kind {
-		case guardrail.EventShed, guardrail.EventBulkheadReject:
+		case event.Shed, event.BulkheadReject:
 			attrs = append(attrs, slog.Int("max_in_flight", s.maxInFlight), slog.Int("limit", s.limit))
-		case guardrail.EventBudgetExhausted:
+		case event.BudgetExhausted:
 			attrs = append(attrs, slog.Float64("tokens", s.tokens))
 		}
 		if s.lastErr != "" {

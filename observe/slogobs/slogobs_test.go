@@ -11,6 +11,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"go.uber.org/goleak"
 
 	"github.com/guardrail-go/guardrail"
@@ -81,9 +83,9 @@ func TestBreakerTransition(t *testing.T) {
 	})
 	defer o.Close()
 	ctx := context.Background()
-	o.Observe(ctx, guardrail.Event{Kind: guardrail.EventBreakerTransition, Dependency: "payments", From: "closed", To: "open",
+	o.Observe(ctx, event.Event{Kind: event.BreakerTransition, Dependency: "payments", From: "closed", To: "open",
 		Reason: "failure_rate", Detail: "failure rate 0.55 of 20 calls >= 0.5", Delay: 33 * time.Second})
-	o.Observe(ctx, guardrail.Event{Kind: guardrail.EventBreakerTransition, Dependency: "payments", From: "open", To: "half_open", Reason: "open_elapsed"})
+	o.Observe(ctx, event.Event{Kind: event.BreakerTransition, Dependency: "payments", From: "open", To: "half_open", Reason: "open_elapsed"})
 	expect(t, rec.take(),
 		"WARN guardrail: breaker transition dependency=payments from=closed to=open reason=failure_rate cause=failure rate 0.55 of 20 calls >= 0.5 open_for=33s config.failure_rate=0.5 config.min_requests=20 config.open=30s",
 		"INFO guardrail: breaker transition dependency=payments from=open to=half_open reason=open_elapsed cause=open_elapsed config.failure_rate=0.5 config.min_requests=20 config.open=30s",
@@ -98,11 +100,11 @@ func TestShedBurst(t *testing.T) {
 		rec := &recorder{level: slog.LevelInfo}
 		o := slogobs.New(slogobs.Config{Logger: slog.New(rec), Interval: 10 * time.Second})
 		ctx := context.Background()
-		shed := func(i int) guardrail.Event {
-			e := guardrail.Event{Kind: guardrail.EventShed, Dependency: "api", Operation: "POST /orders",
-				Priority: "sheddable", Reason: guardrail.ReasonCapacity, InFlight: 100, Limit: 100}
+		shed := func(i int) event.Event {
+			e := event.Event{Kind: event.Shed, Dependency: "api", Operation: "POST /orders",
+				Priority: "sheddable", Reason: event.ReasonCapacity, InFlight: 100, Limit: 100}
 			if i%4 == 0 {
-				e.Priority, e.Reason, e.InFlight = "normal", guardrail.ReasonQueueFull, 101
+				e.Priority, e.Reason, e.InFlight = "normal", event.ReasonQueueFull, 101
 			}
 			return e
 		}
@@ -143,14 +145,14 @@ func TestBurstsPerDependencyAndKind(t *testing.T) {
 		o := slogobs.New(slogobs.Config{Logger: slog.New(rec)})
 		ctx := context.Background()
 		for range 3 {
-			o.Observe(ctx, guardrail.Event{Kind: guardrail.EventBreakerReject, Dependency: "a", Delay: time.Second})
-			o.Observe(ctx, guardrail.Event{Kind: guardrail.EventBreakerReject, Dependency: "b", Delay: time.Second})
-			o.Observe(ctx, guardrail.Event{Kind: guardrail.EventBudgetExhausted, Dependency: "a", Tokens: 0.5})
-			o.Observe(ctx, guardrail.Event{Kind: guardrail.EventIdempotency, Dependency: "a", Reason: guardrail.ReasonStoreError, Err: errors.New("redis: connection refused")})
+			o.Observe(ctx, event.Event{Kind: event.BreakerReject, Dependency: "a", Delay: time.Second})
+			o.Observe(ctx, event.Event{Kind: event.BreakerReject, Dependency: "b", Delay: time.Second})
+			o.Observe(ctx, event.Event{Kind: event.BudgetExhausted, Dependency: "a", Tokens: 0.5})
+			o.Observe(ctx, event.Event{Kind: event.Idempotency, Dependency: "a", Reason: event.ReasonStoreError, Err: errors.New("redis: connection refused")})
 		}
 		time.Sleep(time.Second)
 		o.Close()
-		o.Observe(ctx, guardrail.Event{Kind: guardrail.EventBreakerReject, Dependency: "a"})
+		o.Observe(ctx, event.Event{Kind: event.BreakerReject, Dependency: "a"})
 		expect(t, rec.take(),
 			"WARN guardrail: calls rejected by breaker dependency=a burst=start operation= retry_in=1s summary_every=10s",
 			"WARN guardrail: calls rejected by breaker dependency=b burst=start operation= retry_in=1s summary_every=10s",
@@ -177,7 +179,7 @@ func TestDebugRecords(t *testing.T) {
 			o := slogobs.New(slogobs.Config{Logger: slog.New(rec)})
 			defer o.Close()
 			p := &guardrail.Policy{Name: "search", Idempotent: true, MaxAttempts: 2, Backoff: backoff.Constant(time.Millisecond), Observer: o}
-			_, _ = guardrail.Do(guardrail.WithOperation(context.Background(), "Find"), p, func(context.Context) (int, error) {
+			_, _ = guardrail.Do(event.WithOperation(context.Background(), "Find"), p, func(context.Context) (int, error) {
 				return 0, guardrail.Transient(errors.New("503"))
 			})
 			if level == slog.LevelInfo {
@@ -203,7 +205,7 @@ func TestConcurrent(t *testing.T) {
 		for g := range 4 {
 			wg.Go(func() {
 				for i := range 500 {
-					o.Observe(context.Background(), guardrail.Event{Kind: guardrail.EventShed, Dependency: fmt.Sprint(g % 2), Reason: guardrail.ReasonCapacity})
+					o.Observe(context.Background(), event.Event{Kind: event.Shed, Dependency: fmt.Sprint(g % 2), Reason: event.ReasonCapacity})
 					if i%50 == 0 {
 						time.Sleep(300 * time.Millisecond)
 					}

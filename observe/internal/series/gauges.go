@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
@@ -72,14 +74,14 @@ func NewGauges(fs *Folders) *Gauges {
 }
 
 // Observe records what e says about a gauge, if anything.
-func (g *Gauges) Observe(e *guardrail.Event) {
+func (g *Gauges) Observe(e *event.Event) {
 	switch e.Kind {
-	case guardrail.EventBreakerTransition:
+	case event.BreakerTransition:
 		to := g.state.Fold(e.To)
 		g.states.Get(e.Dependency, "", "", "").state.Store(&to)
-	case guardrail.EventBudgetExhausted:
+	case event.BudgetExhausted:
 		g.tokens.Get(e.Dependency, "", "", "").bits.Store(math.Float64bits(e.Tokens))
-	case guardrail.EventShed, guardrail.EventAdmit:
+	case event.Shed, event.Admit:
 		l := g.loads.Get(e.Dependency, "", "", "")
 		l.inFlight.Store(int64(e.InFlight))
 		l.limit.Store(int64(e.Limit))

@@ -7,7 +7,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/event"
+
 	"github.com/guardrail-go/guardrail/budget"
 )
 
@@ -35,11 +36,11 @@ func TestGauges(t *testing.T) {
 		}
 	}, nil)
 	// Events: a watched dependency ignores them, another is exported.
-	g.Observe(&guardrail.Event{Kind: guardrail.EventBreakerTransition, Dependency: "a", To: "closed"})
+	g.Observe(&event.Event{Kind: event.BreakerTransition, Dependency: "a", To: "closed"})
 	g.WatchBudget("a", budget.New(budget.Config{Max: 4}))
 	g.WatchBudget("a", budget.Unlimited())
-	g.Observe(&guardrail.Event{Kind: guardrail.EventBudgetExhausted, Dependency: "b", Tokens: 0.25})
-	g.Observe(&guardrail.Event{Kind: guardrail.EventShed, Dependency: "b", InFlight: 9, Limit: 10})
+	g.Observe(&event.Event{Kind: event.BudgetExhausted, Dependency: "b", Tokens: 0.25})
+	g.Observe(&event.Event{Kind: event.Shed, Dependency: "b", InFlight: 9, Limit: 10})
 
 	got := collect(g)
 	want := map[string]float64{

@@ -58,7 +58,7 @@ var (
 	Calls = &Def{
 		Name: "guardrail_calls_total", OTel: "guardrail.calls", Kind: Counter,
 		Labels: []string{LDependency, LOperation, LOutcome},
-		Help:   "Guarded calls (original requests, not attempts) by how they ended: ok, error, circuit_open, budget_exhausted, deadline, bulkhead_full, outcome_unknown, canceled.",
+		Help:   "Guarded calls (original requests, not attempts) by how they ended: ok, error, circuit_open, budget_exhausted, deadline, bulkhead_full, unknown, canceled.",
 	}
 	CallDuration = &Def{
 		Name: "guardrail_call_duration_seconds", OTel: "guardrail.call.duration", Kind: Histogram, Unit: "s",

@@ -1,16 +1,19 @@
-package guardrail
+// Package event is the vocabulary every guardrail package reports in: the
+// Observer interface and the events, outcomes, reasons and phases it receives.
+package event
 
 import (
 	"context"
 	"time"
 )
 
-// Observer receives the events of guarded calls: the seam for metrics, traces
-// and logs. Adapters live in observe/prom, observe/otel and observe/slogobs.
+// Observer receives the events of guarded calls and guarded servers: the seam
+// for metrics, traces and logs. Adapters live in observe/prom, observe/otel
+// and observe/slogobs.
 //
 // Observe is called synchronously on the caller's goroutine, so it must be
 // fast and must not block; it must be safe for concurrent use. For
-// EventCallStart and EventAttemptStart the returned context replaces ctx for
+// CallStart and AttemptStart the returned context replaces ctx for
 // the rest of the call or attempt (a tracer puts its span there, and the same
 // context comes back with the matching End event); for every other kind the
 // result is ignored and ctx should be returned unchanged.
@@ -26,80 +29,80 @@ type ObserverFunc func(ctx context.Context, e Event) context.Context
 // Observe calls f(ctx, e).
 func (f ObserverFunc) Observe(ctx context.Context, e Event) context.Context { return f(ctx, e) }
 
-// EventKind says what happened.
-type EventKind uint8
+// Kind says what happened.
+type Kind uint8
 
 // The event kinds. Fields of Event not listed for a kind are zero.
 const (
-	_ EventKind = iota
-	// EventCallStart: a guarded call begins. Dependency, Operation, Remaining.
-	EventCallStart
-	// EventCallEnd: the call returned. Outcome (a call outcome such as
+	_ Kind = iota
+	// CallStart: a guarded call begins. Dependency, Operation, Remaining.
+	CallStart
+	// CallEnd: the call returned. Outcome (a call outcome such as
 	// OutcomeOK or OutcomeCircuitOpen), Attempt (attempts made), Duration, Err.
-	EventCallEnd
-	// EventAttemptStart: attempt number Attempt (1-based) begins. Delay is the
+	CallEnd
+	// AttemptStart: attempt number Attempt (1-based) begins. Delay is the
 	// backoff waited before it, Remaining the time left on the deadline (-1 when
 	// the context has none).
-	EventAttemptStart
-	// EventAttemptEnd: attempt Attempt ended after Duration. Outcome is
-	// OutcomeSuccess, OutcomeFailure or OutcomeIgnored (what the breaker saw),
+	AttemptStart
+	// AttemptEnd: attempt Attempt ended after Duration. Outcome is
+	// AttemptSuccess, AttemptFailure or AttemptIgnored (what the breaker saw),
 	// Err the attempt's error.
-	EventAttemptEnd
-	// EventRetry: a retry was scheduled after attempt Attempt. Delay is the wait,
+	AttemptEnd
+	// Retry: a retry was scheduled after attempt Attempt. Delay is the wait,
 	// Reason why (ReasonRetryAfter, ReasonBackoff), Err the error retried.
-	EventRetry
-	// EventRetryRefused: a retryable failure was not retried. Reason says why
+	Retry
+	// RetryRefused: a retryable failure was not retried. Reason says why
 	// (ReasonBudget, ReasonDeadline, ReasonAttempts, ReasonNotIdempotent).
-	EventRetryRefused
-	// EventBudgetExhausted: the retry budget refused a retry; Tokens left.
-	EventBudgetExhausted
-	// EventBreakerTransition: the breaker moved From -> To. Reason is the
+	RetryRefused
+	// BudgetExhausted: the retry budget refused a retry; Tokens left.
+	BudgetExhausted
+	// BreakerTransition: the breaker moved From -> To. Reason is the
 	// cause from a fixed set (breaker.Reason: "failure_rate", "probe_failed",
 	// "forced_open"...), Detail the same in words ("failure rate 0.55 of 20
 	// calls >= 0.5").
-	EventBreakerTransition
-	// EventBreakerReject: the breaker refused a call; Delay is the time until
+	BreakerTransition
+	// BreakerReject: the breaker refused a call; Delay is the time until
 	// the next probe.
-	EventBreakerReject
-	// EventBreakerProbe: a half-open probe was admitted.
-	EventBreakerProbe
-	// EventBulkheadReject: the bulkhead was full (Reason ReasonBulkheadFull or
+	BreakerReject
+	// BreakerProbe: a half-open probe was admitted.
+	BreakerProbe
+	// BulkheadReject: the bulkhead was full (Reason ReasonBulkheadFull or
 	// ReasonDeadline when the wait could not fit the time left).
-	EventBulkheadReject
-	// EventShed: a server shed a request. Priority, Reason, InFlight, Limit.
-	EventShed
-	// EventAdmit: a server admitted a request. Priority, InFlight, Limit, and
+	BulkheadReject
+	// Shed: a server shed a request. Priority, Reason, InFlight, Limit.
+	Shed
+	// Admit: a server admitted a request. Priority, InFlight, Limit, and
 	// Duration spent queued.
-	EventAdmit
-	// EventIdempotency: the idempotency middleware decided. Reason is one of
+	Admit
+	// Idempotency: the idempotency middleware decided. Reason is one of
 	// ReasonStored, ReasonReplayed, ReasonConflict, ReasonMismatch,
 	// ReasonReleased, ReasonStoreError.
-	EventIdempotency
-	// EventTimeout: a timeout expired in Phase (PhaseAttempt, PhaseConnect,
+	Idempotency
+	// Timeout: a timeout expired in Phase (PhaseAttempt, PhaseConnect,
 	// PhaseTLS, PhaseWrite, PhaseResponseHeader, PhaseBodyIdle).
-	EventTimeout
+	Timeout
 )
 
 var kindNames = [...]string{
-	EventCallStart:         "call_start",
-	EventCallEnd:           "call_end",
-	EventAttemptStart:      "attempt_start",
-	EventAttemptEnd:        "attempt_end",
-	EventRetry:             "retry",
-	EventRetryRefused:      "retry_refused",
-	EventBudgetExhausted:   "budget_exhausted",
-	EventBreakerTransition: "breaker_transition",
-	EventBreakerReject:     "breaker_reject",
-	EventBreakerProbe:      "breaker_probe",
-	EventBulkheadReject:    "bulkhead_reject",
-	EventShed:              "shed",
-	EventAdmit:             "admit",
-	EventIdempotency:       "idempotency",
-	EventTimeout:           "timeout",
+	CallStart:         "call_start",
+	CallEnd:           "call_end",
+	AttemptStart:      "attempt_start",
+	AttemptEnd:        "attempt_end",
+	Retry:             "retry",
+	RetryRefused:      "retry_refused",
+	BudgetExhausted:   "budget_exhausted",
+	BreakerTransition: "breaker_transition",
+	BreakerReject:     "breaker_reject",
+	BreakerProbe:      "breaker_probe",
+	BulkheadReject:    "bulkhead_reject",
+	Shed:              "shed",
+	Admit:             "admit",
+	Idempotency:       "idempotency",
+	Timeout:           "timeout",
 }
 
 // String returns the kind's snake_case name.
-func (k EventKind) String() string {
+func (k Kind) String() string {
 	if int(k) < len(kindNames) && kindNames[k] != "" {
 		return kindNames[k]
 	}
@@ -111,11 +114,11 @@ func (k EventKind) String() string {
 // small fixed set (the constants below, a Policy's Name) and are safe as
 // metric labels, except Operation, which is whatever the caller set.
 type Event struct {
-	Kind       EventKind
+	Kind       Kind
 	Dependency string        // Policy.Name, a host, a breaker group key
 	Operation  string        // set by the caller with WithOperation; may be empty
 	Attempt    int           // 1-based attempt number
-	Outcome    string        // Outcome* constants
+	Outcome    string        // a call outcome (Outcome*) or an attempt outcome (Attempt*)
 	Reason     string        // Reason* constants or a breaker cause
 	Phase      string        // Phase* constants
 	From, To   string        // breaker states
@@ -130,7 +133,7 @@ type Event struct {
 	Limit      int           // shedder or bulkhead limit
 }
 
-// Call outcomes (EventCallEnd) and attempt outcomes (EventAttemptEnd).
+// Call outcomes (CallEnd) and attempt outcomes (AttemptEnd).
 const (
 	OutcomeOK              = "ok"
 	OutcomeError           = "error"
@@ -138,12 +141,15 @@ const (
 	OutcomeBudgetExhausted = "budget_exhausted"
 	OutcomeDeadline        = "deadline"
 	OutcomeBulkheadFull    = "bulkhead_full"
-	OutcomeUnknown         = "outcome_unknown"
+	OutcomeUnknown         = "unknown"
 	OutcomeCanceled        = "canceled"
+)
 
-	OutcomeSuccess = "success"
-	OutcomeFailure = "failure"
-	OutcomeIgnored = "ignored"
+// Attempt outcomes: how the breaker counted one attempt (AttemptEnd).
+const (
+	AttemptSuccess = "success"
+	AttemptFailure = "failure"
+	AttemptIgnored = "ignored"
 )
 
 // Reasons carried by retry, budget, bulkhead, shed and idempotency events.
@@ -158,7 +164,7 @@ const (
 	ReasonBulkheadFull  = "bulkhead_full"
 
 	ReasonCapacity   = "capacity"    // shed: in-flight at the limit for this priority
-	ReasonRetryShed  = "retry"       // shed: a retry refused to keep retries under their ratio
+	ReasonRetryRatio = "retry_ratio" // shed: a retry refused to keep retries under their ratio
 	ReasonQueueTime  = "queue_time"  // shed: waited in the queue past the target
 	ReasonQueueFull  = "queue_full"  // shed: the queue was full
 	ReasonExpired    = "expired"     // shed: the caller's deadline had already passed
@@ -170,7 +176,7 @@ const (
 	ReasonStoreError = "store_error" // idempotency: the store failed
 )
 
-// Timeout phases (EventTimeout and typed timeout errors).
+// Timeout phases (Timeout and typed timeout errors).
 const (
 	PhaseAttempt        = "attempt"
 	PhaseConnect        = "connect"
@@ -180,10 +186,10 @@ const (
 	PhaseBodyIdle       = "body_idle"
 )
 
-// Observers returns an Observer that passes every event to each of obs in
+// Join returns an Observer that passes every event to each of obs in
 // order, threading the context through them. Nil entries are skipped; with
 // no non-nil entry it returns nil, so the result costs nothing.
-func Observers(obs ...Observer) Observer {
+func Join(obs ...Observer) Observer {
 	var list multiObserver
 	for _, o := range obs {
 		switch o := o.(type) {
