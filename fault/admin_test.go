@@ -62,12 +62,10 @@ func TestAdminChangesRulesAtRunTime(t *testing.T) {
 		t.Errorf("counters = %+v, want teapot matched 2 fired 2", s.Counters)
 	}
 
-	// The GET answer is a config: send it back with a change, in YAML this time.
-	code, body = adminDo(t, admin, "PUT", "/rules", `
-rules:
-  - {name: teapot, kind: error, status: 503, match: {path: /x}}
-  - {name: slow, kind: latency, delay: 1ms}
-`, "")
+	// The GET answer is a config: send it back with a change, by hand this time.
+	code, body = adminDo(t, admin, "PUT", "/rules", `{"rules": [
+  {"name": "teapot", "kind": "error", "status": 503, "match": {"path": "/x"}},
+  {"name": "slow", "kind": "latency", "delay": "1ms"}]}`, "")
 	if code != 200 {
 		t.Fatalf("PUT = %d %s", code, body)
 	}

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // MaxConfigSize is the largest config document ParseConfig accepts.
@@ -286,77 +284,9 @@ func ParseConfig(data []byte) (Config, error) {
 	if len(data) > MaxConfigSize {
 		return Config{}, fmt.Errorf("%w: document larger than %d bytes", ErrInvalid, MaxConfigSize)
 	}
-	if !json.Valid(data) {
-		var err error
-		if data, err = yamlToJSON(data); err != nil {
-			return Config{}, err
-		}
-	}
 	var cfg Config
 	err := cfg.UnmarshalJSON(data)
 	return cfg, err
-}
-
-// yamlToJSON re-encodes a YAML document as JSON, so that one strict decoder
-// checks both formats.
-func yamlToJSON(data []byte) ([]byte, error) {
-	var v any
-	if err := yaml.Unmarshal(data, &v); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	v, err := jsonValue(v, 0)
-	if err != nil {
-		return nil, err
-	}
-	out, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	return out, nil
-}
-
-// jsonValue turns YAML's maps with arbitrary keys into JSON objects.
-func jsonValue(v any, depth int) (any, error) {
-	if depth > 100 {
-		return nil, fmt.Errorf("%w: document nested too deep", ErrInvalid)
-	}
-	switch v := v.(type) {
-	case map[string]any:
-		for k, e := range v {
-			e, err := jsonValue(e, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			v[k] = e
-		}
-		return v, nil
-	case map[any]any:
-		m := make(map[string]any, len(v))
-		for k, e := range v {
-			ks, ok := k.(string)
-			if !ok {
-				return nil, fmt.Errorf("%w: key %v is not a string", ErrInvalid, k)
-			}
-			e, err := jsonValue(e, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			m[ks] = e
-		}
-		return m, nil
-	case []any:
-		for i, e := range v {
-			e, err := jsonValue(e, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			v[i] = e
-		}
-		return v, nil
-	case time.Time:
-		return v.Format(time.RFC3339Nano), nil
-	}
-	return v, nil
 }
 
 // UnmarshalJSON reads c from the JSON config file format (see ParseConfig),

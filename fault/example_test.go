@@ -67,19 +67,15 @@ func ExampleInjector_Transport() {
 }
 
 func ExampleParseConfig() {
-	cfg, err := fault.ParseConfig([]byte(`
-seed: 7
-rules:
-  - name: slow-reads
-    match: {methods: [GET], path: /orders/**}
-    kind: latency
-    p50: 20ms
-    p99: 800ms
-  - name: flaky-writes
-    probability: 0.05
-    match: {methods: [POST]}
-    kind: lose_response
-`))
+	cfg, err := fault.ParseConfig([]byte(`{
+  "seed": 7,
+  "rules": [
+    {"name": "slow-reads", "match": {"methods": ["GET"], "path": "/orders/**"},
+     "kind": "latency", "p50": "20ms", "p99": "800ms"},
+    {"name": "flaky-writes", "probability": 0.05, "match": {"methods": ["POST"]},
+     "kind": "lose_response"}
+  ]
+}`))
 	if err != nil {
 		panic(err)
 	}
@@ -87,7 +83,7 @@ rules:
 		fmt.Println(r.Name, r.Fault.Kind(), r.Probability, r.Match.Methods)
 	}
 
-	_, err = fault.ParseConfig([]byte(`rules: [{name: typo, kind: error, status: 200}]`))
+	_, err = fault.ParseConfig([]byte(`{"rules": [{"name": "typo", "kind": "error", "status": 200}]}`))
 	fmt.Println(err)
 	// Output:
 	// slow-reads latency 1 [GET]

@@ -63,7 +63,7 @@ func (f *faultFlags) config(fs *flag.FlagSet) (cfg fault.Config, seed uint64, fr
 		if err != nil {
 			return cfg, 0, false, err
 		}
-		if cfg, err = fault.ParseConfig(data); err != nil {
+		if cfg, err = parseFaultConfig(data); err != nil {
 			return cfg, 0, false, fmt.Errorf("%s: %w", f.rulesFile, err)
 		}
 		fromFile = cfg.Rand != nil
@@ -159,7 +159,7 @@ func serveFaults(ctx context.Context, name string, fs *flag.FlagSet, f *faultFla
 			ln.Close()
 			return err
 		}
-		servers = append(servers, &http.Server{Handler: in.Admin(fault.AdminConfig{AllowRemote: f.allowRemote}),
+		servers = append(servers, &http.Server{Handler: in.Admin(fault.AdminConfig{AllowRemote: f.allowRemote, Parse: parseFaultConfig}),
 			ReadHeaderTimeout: 10 * time.Second, ErrorLog: logger})
 		listeners = append(listeners, aln)
 	}

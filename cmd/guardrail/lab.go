@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/guardrail-go/guardrail/internal/lab"
+	"github.com/guardrail-go/guardrail/cmd/guardrail/internal/lab"
 )
 
 func init() {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail/budget"
-	"github.com/guardrail-go/guardrail/sim"
+	"github.com/guardrail-go/guardrail/internal/sim"
 )
 
 func init() {

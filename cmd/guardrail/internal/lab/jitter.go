@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/guardrail-go/guardrail/sim"
+	"github.com/guardrail-go/guardrail/internal/sim"
 )
 
 type jitterParams struct {

@@ -18,7 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/guardrail-go/guardrail/budget"
-	"github.com/guardrail-go/guardrail/observe/grafana"
+	"github.com/guardrail-go/guardrail/observe/prom/grafana"
 	"github.com/guardrail-go/guardrail/observe/prom"
 )
 
@@ -304,7 +304,7 @@ func labelValuesQuery(def string) string {
 // series, with its type and labels, and its PromQL names only those series.
 func TestDocsListEverySeries(t *testing.T) {
 	fams := registered(t)
-	doc, err := os.ReadFile("../../docs/metrics.md")
+	doc, err := os.ReadFile("../../../docs/metrics.md")
 	if err != nil {
 		t.Fatal(err)
 	}

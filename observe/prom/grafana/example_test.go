@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/guardrail-go/guardrail/observe/grafana"
+	"github.com/guardrail-go/guardrail/observe/prom/grafana"
 )
 
 func ExampleDashboard() {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail/budget"
-	"github.com/guardrail-go/guardrail/sim"
+	"github.com/guardrail-go/guardrail/internal/sim"
 )
 
 // The card's scenario without jitter: 1000 clients fail together and retry

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/guardrail-go/guardrail/fault"
+	"go.yaml.in/yaml/v3"
+)
+
+// parseFaultConfig reads a fault rule file in JSON or YAML. The fault package
+// reads JSON only, so that its module needs nothing outside the standard
+// library; YAML is re-encoded as JSON here, so that one strict decoder checks
+// both formats.
+func parseFaultConfig(data []byte) (fault.Config, error) {
+	if len(data) > fault.MaxConfigSize {
+		return fault.Config{}, fmt.Errorf("%w: document larger than %d bytes", fault.ErrInvalid, fault.MaxConfigSize)
+	}
+	if !json.Valid(data) {
+		var err error
+		if data, err = yamlToJSON(data); err != nil {
+			return fault.Config{}, err
+		}
+	}
+	return fault.ParseConfig(data)
+}
+
+// yamlToJSON re-encodes a YAML document as JSON, so that one strict decoder
+// checks both formats.
+func yamlToJSON(data []byte) ([]byte, error) {
+	var v any
+	if err := yaml.Unmarshal(data, &v); err != nil {
+		return nil, fmt.Errorf("%w: %v", fault.ErrInvalid, err)
+	}
+	v, err := jsonValue(v, 0)
+	if err != nil {
+		return nil, err
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", fault.ErrInvalid, err)
+	}
+	return out, nil
+}
+
+// jsonValue turns YAML's maps with arbitrary keys into JSON objects.
+func jsonValue(v any, depth int) (any, error) {
+	if depth > 100 {
+		return nil, fmt.Errorf("%w: document nested too deep", fault.ErrInvalid)
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			e, err := jsonValue(e, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			v[k] = e
+		}
+		return v, nil
+	case map[any]any:
+		m := make(map[string]any, len(v))
+		for k, e := range v {
+			ks, ok := k.(string)
+			if !ok {
+				return nil, fmt.Errorf("%w: key %v is not a string", fault.ErrInvalid, k)
+			}
+			e, err := jsonValue(e, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			m[ks] = e
+		}
+		return m, nil
+	case []any:
+		for i, e := range v {
+			e, err := jsonValue(e, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			v[i] = e
+		}
+		return v, nil
+	case time.Time:
+		return v.Format(time.RFC3339Nano), nil
+	}
+	return v, nil
+}
