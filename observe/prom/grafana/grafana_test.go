@@ -18,8 +18,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/guardrail-go/guardrail/budget"
-	"github.com/guardrail-go/guardrail/observe/prom/grafana"
 	"github.com/guardrail-go/guardrail/observe/prom"
+	"github.com/guardrail-go/guardrail/observe/prom/grafana"
 )
 
 // family is what the Prometheus collector registers under one name.
