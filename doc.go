@@ -1,3 +1,56 @@
 // Package guardrail runs calls to a dependency under one policy of deadlines,
 // safe retries, a retry budget, a circuit breaker and a bulkhead.
+//
+// # Conventions
+//
+// Every package of guardrail follows the same rules, so that what is learnt
+// in one holds in all.
+//
+// Zero values. A zero field of a Config, or of a Policy, means the default
+// its comment documents, and a zero Config is valid and safe. Defaults are
+// exported as constants (breaker.DefaultWindow) or, where people want to
+// start from ours, as a DefaultConfig function.
+//
+// Negative values. A negative duration or size turns that limit off, and
+// only in the fields whose comment says "negative means no limit" (a
+// timeout, a wait, a size cap). In every other field (a count, a ratio, a
+// threshold) a negative value means nothing, and it is invalid. guardrail
+// never replaces an invalid value with a default.
+//
+// Invalid values are reported as early as the type allows, by an error that
+// names the field, what it held and what is allowed:
+//
+//	breaker: Config.FailureRate is 1.5; want a value in (0, 1]
+//
+// A type built by a constructor reports at construction: every New that
+// takes a Config returns (*T, error). A plain struct used without a
+// constructor, such as Policy, reports at first use: Do returns the error
+// without running the operation.
+//
+// Middleware. Every server-side piece (deadline.Server, shed.Shedder,
+// idempotency.Server, fault.Injector, the OpenTelemetry adapter) is a value
+// built by New with a method
+//
+//	Middleware(next http.Handler) http.Handler
+//
+// whose method value is the func(http.Handler) http.Handler that routers
+// take: r.Use(dl.Middleware, sh.Middleware, keys.Middleware). Client-side
+// pieces wrap an http.RoundTripper; a nil one means http.DefaultTransport.
+//
+// Randomness. A field that draws random numbers is a Rand func() float64
+// returning uniform draws in [0, 1); nil means math/rand/v2. It must be safe
+// for concurrent use when the value that holds it is; a *rand.Rand adapts
+// as a method value, r.Float64, behind a mutex.
+//
+// Names. A duration's name says what it bounds (AttemptTimeout,
+// MinAttemptTime, OpenFor); a count's name says what it counts
+// (MaxAttempts). Every package has a sentinel error per condition, with the
+// package name as the prefix of its message, and a typed error only where it
+// carries data; the typed error Is its sentinel.
+//
+// Events. Every package reports through one event.Observer, in the
+// vocabulary of package event. A nil Observer costs nothing.
+//
+// Concurrency. Every exported type says whether it is safe for concurrent
+// use. Nothing in guardrail starts a goroutine per call.
 package guardrail
