@@ -79,6 +79,7 @@ type attempt struct {
 	body    io.ReadCloser // the response body, once handed over
 	trace   httptrace.ClientTrace
 	vals    [4]string // values of the headers the attempt adds (see call.header)
+	digits  [40]byte  // the bytes of its deadline headers' values
 
 	// reading is the time at which the current body Read began, 0 between
 	// Reads: the body-idle check reads it instead of the timer being
@@ -121,13 +122,15 @@ func (t *Transport) newAttempt(c *call, actx context.Context, now time.Time) *at
 	}
 	a.trace.GotConn = a.gotConn
 	a.trace.WroteRequest = a.wroteRequest
-	a.trace.TLSHandshakeStart = a.tlsStart
-	if !t.reportsConn {
+	if t.mayHandshake(c.req) {
+		a.trace.TLSHandshakeStart = a.tlsStart
+	}
+	if t.http == nil {
 		a.trace.GetConn = a.getConn
 	}
 	a.ctx = httptrace.WithClientTrace(ctx, &a.trace)
 	a.mu.Lock()
-	if t.reportsConn {
+	if t.http != nil {
 		// *http.Transport asks for a connection first thing: GetConn
 		// would only tell us what we know.
 		a.phase = phaseConnect
@@ -135,6 +138,24 @@ func (t *Transport) newAttempt(c *call, actx context.Context, now time.Time) *at
 	a.arm(start)
 	a.mu.Unlock()
 	return a
+}
+
+// mayHandshake reports whether sending req may take a TLS handshake: it is
+// an HTTPS request, or the base transport may send it through a proxy
+// (which may be an HTTPS one). A request that cannot need no hook for it,
+// which saves an allocation per attempt.
+func (t *Transport) mayHandshake(req *http.Request) bool {
+	if req.URL.Scheme != "http" || t.http == nil {
+		return true
+	}
+	if t.http.Proxy == nil {
+		return false
+	}
+	// The base calls Proxy for each request too; for an HTTP request and
+	// http.ProxyFromEnvironment without HTTP_PROXY that is a few
+	// comparisons.
+	u, err := t.http.Proxy(req)
+	return u != nil || err != nil
 }
 
 // deadlineTime returns the attempt's deadline (AttemptTimeout) as a time,

@@ -77,7 +77,7 @@ func TestBaseGivingUpAsTheConnectLimitRunsOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr.reportsConn = true // as *http.Transport: connecting from the start
+	tr.http = &http.Transport{} // connecting from the start, as *http.Transport
 	req, _ := http.NewRequest(http.MethodGet, "http://example.test/", nil)
 	_, err = tr.RoundTrip(req)
 	var te *TimeoutError
@@ -113,7 +113,8 @@ func TestDeadlineValuesMatchDeadlineSet(t *testing.T) {
 		5 * time.Second, time.Hour, 365 * 24 * time.Hour} {
 		h := http.Header{}
 		deadline.Set(h, now, d)
-		timeout, at := deadlineValues(now, d)
+		var buf [40]byte
+		timeout, at := deadlineValues(now, d, &buf)
 		if timeout != h.Get(deadline.HeaderTimeout) || at != h.Get(deadline.HeaderDeadline) {
 			t.Errorf("d = %v: got %q, %q; deadline.Set wrote %q, %q", d, timeout, at,
 				h.Get(deadline.HeaderTimeout), h.Get(deadline.HeaderDeadline))
@@ -139,7 +140,8 @@ func TestAttemptHeaders(t *testing.T) {
 		t.Fatalf("headers() = %v, %v: want the context's deadline, and headers needed", dl, need)
 	}
 	var vals [4]string
-	h := c.header(dl, time.Now(), &vals)
+	var digits [40]byte
+	h := c.header(dl, time.Now(), &vals, &digits)
 	for key, want := range map[string]string{"X-Caller": "yes", deadline.HeaderRetryAttempt: "2", HeaderIdempotencyKey: "k1"} {
 		if got := h[key]; len(got) != 1 || got[0] != want {
 			t.Errorf("%s = %q, want [%q]", key, got, want)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/guardrail-go/guardrail/event"
 
@@ -73,13 +74,13 @@ import (
 // A Transport is safe for concurrent use by multiple goroutines. It does
 // not modify the caller's request, and starts no goroutine of its own.
 type Transport struct {
-	base        http.RoundTripper
-	reportsConn bool // base is an *http.Transport: it asks for a connection first thing
-	s           settings
-	observer    event.Observer // Config.Observer, for events after the engine returned
-	breakers    *breaker.Group
-	bulkheads   *bulkheads       // nil: none
-	policy      guardrail.Policy // must not be copied: holds the budget
+	base      http.RoundTripper
+	http      *http.Transport // base, if it is one: it asks for a connection first thing
+	s         settings
+	observer  event.Observer // Config.Observer, for events after the engine returned
+	breakers  *breaker.Group
+	bulkheads *bulkheads       // nil: none
+	policy    guardrail.Policy // must not be copied: holds the budget
 }
 
 // NewTransport returns a Transport that sends requests through base under
@@ -100,7 +101,7 @@ func NewTransport(base http.RoundTripper, cfg Config) (*Transport, error) {
 		base = http.DefaultTransport
 	}
 	t := &Transport{base: base, s: cfg.settings(), observer: cfg.Observer}
-	_, t.reportsConn = base.(*http.Transport)
+	t.http, _ = base.(*http.Transport)
 	t.policy = guardrail.Policy{
 		Name:        cfg.Name,
 		MaxAttempts: cfg.MaxAttempts,
@@ -375,7 +376,7 @@ func (c *call) attempt(actx context.Context) (*http.Response, error) {
 		r.Body, r.GetBody, r.ContentLength = body, getBody, length
 	}
 	if headers {
-		r.Header = c.header(dl, now, &a.vals)
+		r.Header = c.header(dl, now, &a.vals, &a.digits)
 	}
 	resp, err := t.base.RoundTrip(r)
 	if err != nil {
@@ -454,11 +455,11 @@ func (c *call) headers(a *attempt) (time.Time, bool) {
 }
 
 // header returns the headers of attempt c.n, whose deadline is dl (zero:
-// none), with the values it adds kept in vals. now is the attempt's start.
+// none), with the values it adds kept in vals and the deadline's digits in
+// digits, both parts of the attempt. now is the attempt's start.
 //
-// It allocates the map and one string for the deadline's digits, whatever
-// it adds.
-func (c *call) header(dl time.Time, now time.Time, vals *[4]string) http.Header {
+// It allocates the map alone, whatever it adds.
+func (c *call) header(dl time.Time, now time.Time, vals *[4]string, digits *[40]byte) http.Header {
 	hasDeadline := !dl.IsZero()
 	// A shallow copy: the caller's value slices are shared, never written
 	// (a key we set gets a slice of its own), and the base transport only
@@ -467,35 +468,37 @@ func (c *call) header(dl time.Time, now time.Time, vals *[4]string) http.Header 
 	for k, v := range c.req.Header {
 		h[k] = v
 	}
+	var keys [4]string
 	n := 0
-	set := func(key, v string) {
-		vals[n] = v
-		h[key] = vals[n : n+1 : n+1]
-		n++
-	}
 	if hasDeadline {
-		timeout, at := deadlineValues(now, dl.Sub(now)-c.t.s.reserve)
-		set(deadline.HeaderTimeout, timeout)
-		set(deadline.HeaderDeadline, at)
+		vals[0], vals[1] = deadlineValues(now, dl.Sub(now)-c.t.s.reserve, digits)
+		keys[0], keys[1] = deadline.HeaderTimeout, deadline.HeaderDeadline
+		n = 2
 	}
 	if c.n > 1 {
-		set(deadline.HeaderRetryAttempt, strconv.Itoa(c.n-1))
+		keys[n], vals[n] = deadline.HeaderRetryAttempt, strconv.Itoa(c.n-1)
+		n++
 	}
 	if c.idemKey != "" {
-		set(HeaderIdempotencyKey, c.idemKey)
+		keys[n], vals[n] = HeaderIdempotencyKey, c.idemKey
+		n++
+	}
+	for i := range n {
+		h[keys[i]] = vals[i : i+1 : i+1] // a slice of its own: appending to one spills into no other
 	}
 	return h
 }
 
 // deadlineValues returns what deadline.Set writes for a request leaving at
-// now with time left d, in one allocation.
-func deadlineValues(now time.Time, d time.Duration) (timeout, at string) {
+// now with time left d, written in buf, which must not change afterwards:
+// the strings are views of it (unsafe.String), so that they cost no
+// allocation of their own; buf lives in the attempt, as long as they do.
+func deadlineValues(now time.Time, d time.Duration, buf *[40]byte) (timeout, at string) {
 	d = max(d, 0)
-	var buf [40]byte
 	b := strconv.AppendInt(buf[:0], int64(d/time.Millisecond), 10)
 	n := len(b)
 	b = strconv.AppendInt(b, now.Add(d).UnixMilli(), 10)
-	s := string(b)
+	s := unsafe.String(&buf[0], len(b))
 	return s[:n], s[n:]
 }
 
