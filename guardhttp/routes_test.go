@@ -96,7 +96,11 @@ func (tg *target) hang(r *http.Request) {
 func startProxy(t *testing.T) *url.URL {
 	t.Helper()
 	out := &http.Transport{}
-	var tunnels sync.WaitGroup
+	var (
+		tunnels sync.WaitGroup
+		mu      sync.Mutex
+		closing bool // no tunnel opens once the test ends
+	)
 	p := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodConnect {
 			up, err := net.Dial("tcp", r.Host)
@@ -108,6 +112,13 @@ func startProxy(t *testing.T) *url.URL {
 			down, buf, err := http.NewResponseController(w).Hijack()
 			if err != nil {
 				up.Close()
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if closing {
+				up.Close()
+				down.Close()
 				return
 			}
 			tunnels.Add(2)
@@ -144,6 +155,9 @@ func startProxy(t *testing.T) *url.URL {
 		p.CloseClientConnections()
 		p.Close()
 		out.CloseIdleConnections()
+		mu.Lock()
+		closing = true
+		mu.Unlock()
 		tunnels.Wait()
 	})
 	u, _ := url.Parse(p.URL)
