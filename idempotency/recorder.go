@@ -58,8 +58,9 @@ func (r *recorder) FlushError() error {
 // Flush implements http.Flusher for handlers that type-assert it.
 func (r *recorder) Flush() { _ = r.FlushError() }
 
-// Hijack records that the handler took the connection: its response is
-// then unknown and the key is released.
+// Hijack records that the handler took the connection: its outcome is
+// then unknown, and the key is completed as such unless the handler
+// called Release.
 func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, rw, err := http.NewResponseController(r.w).Hijack()
 	if err == nil {

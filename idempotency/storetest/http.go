@@ -42,6 +42,28 @@ func RunHTTP(t *testing.T, h Harness) {
 	}
 }
 
+// middleware returns the Server's Middleware for a test; a Config that sets
+// no scope is single-tenant, which is what a test with one caller means.
+func middleware(store idempotency.Store, cfg idempotency.Config) func(http.Handler) http.Handler {
+	if cfg.Scope == nil {
+		cfg.SingleTenant = true
+	}
+	srv, err := idempotency.New(store, cfg)
+	if err != nil {
+		panic(err)
+	}
+	return srv.Middleware
+}
+
+// must returns v, and panics if err is not nil: for constructors given a
+// Config known to be valid.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // payments is a handler whose side effect (a charge) is counted.
@@ -110,7 +132,7 @@ func postWithRetries(t *testing.T, ctx context.Context, client *http.Client, url
 func testResponseLost(t *testing.T, s Subject) {
 	pay := &payments{}
 	mux := http.NewServeMux()
-	mux.Handle("POST /payments", idempotency.Middleware(s.Store, idempotency.Config{Logger: discardLogger()})(pay))
+	mux.Handle("POST /payments", middleware(s.Store, idempotency.Config{Logger: discardLogger()})(pay))
 
 	var (
 		attempts atomic.Int32
@@ -207,7 +229,7 @@ func testClientGaveUp(t *testing.T, s Subject) {
 		return ctx
 	})
 	mux := http.NewServeMux()
-	mux.Handle("POST /payments", idempotency.Middleware(s.Store, idempotency.Config{Logger: discardLogger(), Observer: obs})(pay))
+	mux.Handle("POST /payments", middleware(s.Store, idempotency.Config{Logger: discardLogger(), Observer: obs})(pay))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mux.ServeHTTP(w, r)
 	}))
@@ -277,7 +299,7 @@ func testConcurrent50(t *testing.T, s Subject) {
 	const n = 50
 	var runs atomic.Int32
 	hold := make(chan struct{})
-	h := idempotency.Middleware(s.Store, idempotency.Config{Logger: discardLogger()})(
+	h := middleware(s.Store, idempotency.Config{Logger: discardLogger()})(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
 			<-hold
@@ -382,8 +404,8 @@ func testOutage(t *testing.T, s Subject) {
 	})
 	var logs lockedBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	closed := idempotency.Middleware(s.Store, idempotency.Config{Logger: logger})(handler)
-	open := idempotency.Middleware(s.Store, idempotency.Config{Logger: logger, FailOpen: true})(handler)
+	closed := middleware(s.Store, idempotency.Config{Logger: logger})(handler)
+	open := middleware(s.Store, idempotency.Config{Logger: logger, FailOpen: true})(handler)
 	mux := http.NewServeMux()
 	mux.Handle("POST /closed", closed)
 	mux.Handle("POST /open", open)
@@ -482,7 +504,7 @@ func testRenewal(t *testing.T, s Subject) {
 		runs atomic.Int32
 		hold = make(chan struct{})
 	)
-	h := idempotency.Middleware(probe, idempotency.Config{Lease: leaseFor, Logger: slog.New(slog.NewTextHandler(&logs, nil))})(
+	h := middleware(probe, idempotency.Config{Lease: leaseFor, Logger: slog.New(slog.NewTextHandler(&logs, nil))})(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if runs.Add(1) == 1 {
 				<-hold

@@ -64,7 +64,8 @@ func (p idemParams) newStore(ctx context.Context) (idempotency.Store, func(), er
 	tag := hex.EncodeToString(suffix)
 	switch p.store {
 	case "memory":
-		return memstore.New(memstore.Config{}), func() {}, nil
+		s, err := memstore.New(memstore.Config{})
+		return s, func() {}, err
 	case "redis":
 		c := redis.NewClient(&redis.Options{Addr: p.redis, MaxRetries: 1, DialTimeout: time.Second})
 		if err := c.Ping(ctx).Err(); err != nil {
@@ -84,8 +85,11 @@ func (p idemParams) newStore(ctx context.Context) (idempotency.Store, func(), er
 			return nil, nil, fmt.Errorf("postgres at %s: %w", p.postgres, err)
 		}
 		table := "guardrail_lab_" + tag
-		s := pgstore.New(pool, pgstore.Config{Table: table})
-		if err := s.Migrate(ctx); err != nil {
+		s, err := pgstore.New(pool, pgstore.Config{Table: table})
+		if err == nil {
+			err = s.Migrate(ctx)
+		}
+		if err != nil {
 			pool.Close()
 			return nil, nil, err
 		}
@@ -166,7 +170,12 @@ func (p idemParams) row(ctx context.Context, env *Env, store idempotency.Store, 
 	}
 	defer inj.Close()
 	mux := http.NewServeMux()
-	mux.Handle("POST /payments", idempotency.Middleware(store, idempotency.Config{})(pay))
+	// One client makes every payment: one key scope is right.
+	keys, err := idempotency.New(store, idempotency.Config{Name: "payments", SingleTenant: true})
+	if err != nil {
+		return idemOut{}, err
+	}
+	mux.Handle("POST /payments", keys.Middleware(pay))
 	srv, err := serve(inj.Middleware(mux))
 	if err != nil {
 		return idemOut{}, err
