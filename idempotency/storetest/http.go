@@ -22,10 +22,13 @@ import (
 )
 
 // RunHTTP runs the middleware's end-to-end tests on real loopback HTTP
-// against the store: the seed's lost-response scenario, 50 concurrent
-// requests with one key, a store outage, and a handler that outlives its
-// lease three times over. It never runs in a bubble; the lease test takes
-// about three seconds of real time.
+// against the store: a response lost after the charge was committed, a
+// client that gives up after the commit, 50 concurrent requests with one
+// key, a store outage, a handler that outlives its lease three times over,
+// a handler that charges and then panics, and 100 payments through a fault
+// Injector that loses responses, placed inside and outside the middleware.
+// It never runs in a bubble; the lease test takes about three seconds of
+// real time.
 func RunHTTP(t *testing.T, h Harness) {
 	tests := []struct {
 		name string
@@ -36,6 +39,9 @@ func RunHTTP(t *testing.T, h Harness) {
 		{"Concurrent50", testConcurrent50},
 		{"StoreOutage", testOutage},
 		{"LeaseRenewedWhileHandlerRuns", testRenewal},
+		{"PanicAfterCharge", testPanicAfterCharge},
+		{"LoseResponseInsideMiddleware", testLoseResponse(true)},
+		{"LoseResponseOutsideMiddleware", testLoseResponse(false)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, h.New(t)) })
@@ -89,8 +95,8 @@ func (p *payments) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"charge":"ch_%d","request":%s}`, n, body)
 }
 
-// postWithRetries is the client of the seed: one key per intent, sent
-// unchanged on every attempt, retried on a transport error, 409 or 503.
+// postWithRetries is a careful client: one key per intent, sent unchanged
+// on every attempt, retried on a transport error, 409 or 503.
 func postWithRetries(t *testing.T, ctx context.Context, client *http.Client, url, key, body string, attempts int, before func(attempt int) context.Context) (*http.Response, []byte) {
 	t.Helper()
 	for attempt := 1; attempt <= attempts; attempt++ {
@@ -125,7 +131,7 @@ func postWithRetries(t *testing.T, ctx context.Context, client *http.Client, url
 	return nil, nil
 }
 
-// testResponseLost is seed 000's "POST loses its response after commit":
+// testResponseLost is a POST that loses its response after the commit:
 // the server charges, writes 201, and the connection is cut before the
 // client reads a byte. The client retries with the same key: the charge
 // happened once and the client gets the stored answer, byte for byte.
@@ -206,8 +212,8 @@ func testResponseLost(t *testing.T, s Subject) {
 	}
 }
 
-// testClientGaveUpAfterCommit is seed 003's "timeout on POST /payments":
-// the client gives up (its context ends) after the server committed but
+// testClientGaveUp is a client timeout on POST /payments: the client gives
+// up (its context ends) after the server committed but
 // before the response; the server notices the closed connection, yet the
 // middleware still stores the response, and the retry gets it.
 func testClientGaveUp(t *testing.T, s Subject) {
