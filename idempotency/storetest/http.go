@@ -61,14 +61,6 @@ func middleware(store idempotency.Store, cfg idempotency.Config) func(http.Handl
 	return srv.Middleware
 }
 
-// must returns v, and panics if err is not nil: for constructors given a
-// Config known to be valid.
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
-	}
-	return v
-}
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
