@@ -61,7 +61,6 @@ func middleware(store idempotency.Store, cfg idempotency.Config) func(http.Handl
 	return srv.Middleware
 }
 
-
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // payments is a handler whose side effect (a charge) is counted.
