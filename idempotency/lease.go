@@ -53,8 +53,9 @@ func leaseOf(ctx context.Context) (*renewal, error) {
 }
 
 // errReturned is why a lease is no longer the request's once its handler
-// has returned: the key is being completed or released.
-var errReturned = fmt.Errorf("%w: the handler has returned", ErrLeaseLost)
+// has returned or hijacked the connection: the key is being, or has been,
+// completed or released.
+var errReturned = fmt.Errorf("%w: the handler has returned or hijacked the connection", ErrLeaseLost)
 
 // leaseKey is the context key of the *renewal of a request the middleware
 // runs under a lease, or of unprotected{} for one it lets through.
@@ -171,9 +172,12 @@ func Confirm(ctx context.Context) error {
 // retries get 500 until the key expires (see Server.Middleware). It does
 // no I/O and cannot be undone.
 //
+// A hijack settles the key when the connection is taken over, so call
+// Release before hijacking.
+//
 // It returns nil once recorded, and nil for a request let through
 // unprotected (nothing to release); an error matching ErrLeaseLost if the
-// handler has already returned; and ErrNoLease when ctx does not come from
+// handler has already returned or hijacked the connection; and ErrNoLease when ctx does not come from
 // a request the middleware handles. It is safe for concurrent use.
 func Release(ctx context.Context) error {
 	rn, err := leaseOf(ctx)
@@ -259,9 +263,11 @@ func (m *Server) renew(r *http.Request, route, key, token string, lease time.Dur
 // on Held and Confirm report the lease lost. (A Confirm already in flight
 // is the caller's own call; the store refuses it once the key is completed
 // or released, and it changes nothing before.) With CancelOnLeaseLost the
-// handler's context is cancelled, as net/http would once the request ends.
-// It returns whether the handler called Release.
-func (rn *renewal) stop() (released bool) {
+// handler's context is cancelled if cancelContext is set, as net/http
+// would once the request ends; a hijack stops renewal without it, because
+// the handler still runs and its context stays valid until it returns. It
+// may be called again, and returns whether the handler called Release.
+func (rn *renewal) stop(cancelContext bool) (released bool) {
 	rn.mu.Lock()
 	rn.stopped = true
 	if rn.timer != nil {
@@ -269,7 +275,9 @@ func (rn *renewal) stop() (released bool) {
 	}
 	if rn.abort != nil {
 		rn.expiry.Stop()
-		rn.abort(nil)
+		if cancelContext {
+			rn.abort(nil)
+		}
 	}
 	if rn.cancel != nil {
 		rn.cancel()

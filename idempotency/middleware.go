@@ -371,9 +371,11 @@ func validToken(s string) bool {
 // stored. The caller has to find out what happened (look the resource up)
 // before trying again with a new key. A handler that knows it committed
 // nothing can call Release first: the key is then released, however the
-// handler ends, and a retry runs it again. A panic is re-raised once the
-// key is recorded, so net/http (or a recovering middleware outside this
-// one) sees it as before.
+// handler ends, and a retry runs it again. A hijacked key is settled as
+// the connection is taken over, before the handler can close it, so that
+// a client retrying at once finds the outcome recorded; a panic is
+// re-raised once the key is recorded, so net/http (or a recovering
+// middleware outside this one) sees it as before.
 //
 // When the store fails the request is refused with 503 and Retry-After (or
 // run unprotected with FailOpen), and logged.
@@ -565,6 +567,10 @@ func (m *Server) leaseFor(ctx context.Context) time.Duration {
 func (m *Server) run(w http.ResponseWriter, r *http.Request, next http.Handler, route, skey, token string, lease time.Duration, begun time.Time) {
 	rec := &recorder{w: w, max: m.maxResp, keep: m.keep}
 	rn, hr := m.renew(r, route, skey, token, lease, begun)
+	// Settle the key when the connection is taken over, before the handler
+	// gets it: once the handler can close it, the client may retry at once,
+	// and the retry must find the outcome recorded, not the key in flight.
+	rec.onHijack = func() { m.settle(rn, r, route, skey, token, false, "hijacked") }
 	returned := false
 	defer func() {
 		if returned {
@@ -574,12 +580,10 @@ func (m *Server) run(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		// committed before it panicked: record the outcome as unknown,
 		// unless it released the key, then let the panic go on up.
 		v := recover()
-		released := rn.stop()
-		if released {
-			m.release(r, route, skey, token, "panic after Release")
-		} else {
-			m.unknown(r, route, skey, token, "panic")
+		if !rec.hijacked {
+			m.settle(rn, r, route, skey, token, true, "panic")
 		}
+		rn.stop(true)
 		if v != nil {
 			panic(v)
 		}
@@ -592,16 +596,13 @@ func (m *Server) run(w http.ResponseWriter, r *http.Request, next http.Handler, 
 	gaveUp := rec.status == 0 && hr.Context().Err() != nil
 	// Stop renewing before finishing the key, so that no renewal runs
 	// after the handler's request is over.
-	released := rn.stop()
+	released := rn.stop(true)
 
 	switch {
+	case rec.hijacked:
+		return // settled when the connection was taken over
 	case released:
 		m.release(r, route, skey, token, "released by the handler")
-		return
-	case rec.hijacked:
-		// Whatever the handler did with the connection, no response of
-		// ours went out, and it may have committed.
-		m.unknown(r, route, skey, token, "hijacked")
 		return
 	case gaveUp && r.Context().Err() != nil:
 		m.release(r, route, skey, token, "client gone, nothing written")
@@ -667,6 +668,17 @@ func (m *Server) release(r *http.Request, route, skey, token, why string) {
 		return
 	}
 	m.emit(r, event.ReasonReleased, nil)
+}
+
+// settle finishes the key of a request whose outcome is unknown (a panic,
+// a hijack): renewal stops, then the key is released if the handler called
+// Release, and completed with the unknown outcome otherwise.
+func (m *Server) settle(rn *renewal, r *http.Request, route, skey, token string, cancelContext bool, why string) {
+	if rn.stop(cancelContext) {
+		m.release(r, route, skey, token, why+" after Release")
+		return
+	}
+	m.unknown(r, route, skey, token, why)
 }
 
 // unknown completes the key with the unknown-outcome response, so that

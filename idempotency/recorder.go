@@ -20,6 +20,7 @@ type recorder struct {
 	max      int // body bytes kept; negative means no limit
 	omitted  bool
 	hijacked bool
+	onHijack func() // settles the key once the connection is taken over
 }
 
 func (r *recorder) Header() http.Header { return r.w.Header() }
@@ -59,12 +60,15 @@ func (r *recorder) FlushError() error {
 func (r *recorder) Flush() { _ = r.FlushError() }
 
 // Hijack records that the handler took the connection: its outcome is
-// then unknown, and the key is completed as such unless the handler
-// called Release.
+// then unknown, and the key is completed as such (or released, if the
+// handler called Release before) before the connection is handed over.
 func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, rw, err := http.NewResponseController(r.w).Hijack()
-	if err == nil {
+	if err == nil && !r.hijacked {
 		r.hijacked = true
+		if r.onHijack != nil {
+			r.onHijack()
+		}
 	}
 	return c, rw, err
 }
