@@ -565,12 +565,12 @@ func (m *Server) leaseFor(ctx context.Context) time.Duration {
 // run runs the handler under the lock token holds, locked at begun for
 // lease and renewed while it runs, then stores or releases.
 func (m *Server) run(w http.ResponseWriter, r *http.Request, next http.Handler, route, skey, token string, lease time.Duration, begun time.Time) {
-	rec := &recorder{w: w, max: m.maxResp, keep: m.keep}
 	rn, hr := m.renew(r, route, skey, token, lease, begun)
-	// Settle the key when the connection is taken over, before the handler
-	// gets it: once the handler can close it, the client may retry at once,
-	// and the retry must find the outcome recorded, not the key in flight.
-	rec.onHijack = func() { m.settle(rn, r, route, skey, token, false, "hijacked") }
+	// The recorder settles the key when the connection is taken over,
+	// before the handler gets it: once the handler can close it, the
+	// client may retry at once, and the retry must find the outcome
+	// recorded, not the key in flight.
+	rec := &recorder{w: w, max: m.maxResp, keep: m.keep, hj: hijackKey{s: m, rn: rn, r: r, route: route, skey: skey, token: token}}
 	returned := false
 	defer func() {
 		if returned {
