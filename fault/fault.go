@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -114,8 +113,9 @@ func (l Latency) validate() (string, error) {
 	return "", nil
 }
 
-// sample draws one delay. l must be valid.
-func (l Latency) sample(r *rand.Rand) time.Duration {
+// sample draws one delay from rnd, with one draw per call (so a seeded
+// source replays the same delays). l must be valid.
+func (l Latency) sample(rnd func() float64) time.Duration {
 	switch {
 	case l.Delay > 0:
 		return l.Delay
@@ -130,7 +130,7 @@ func (l Latency) sample(r *rand.Rand) time.Duration {
 		d := float64(l.P50)
 		if l.P99 > l.P50 {
 			sigma := math.Log(float64(l.P99)/float64(l.P50)) / z99
-			d *= math.Exp(sigma * r.NormFloat64())
+			d *= math.Exp(sigma * normal(rnd()))
 		}
 		switch {
 		case d >= float64(hi):
@@ -140,12 +140,35 @@ func (l Latency) sample(r *rand.Rand) time.Duration {
 		}
 		return time.Duration(d)
 	default:
-		span := uint64(l.Max - l.Min)
-		if span == math.MaxUint64 {
-			return l.Min + time.Duration(r.Uint64())
+		// Uniform over [Min, Max], both included: the span has one more
+		// value than Max-Min.
+		span := l.Max - l.Min
+		off := time.Duration(unit(rnd()) * (float64(span) + 1))
+		if off < 0 || off > span { // rounding at the top of a huge span
+			off = span
 		}
-		return l.Min + time.Duration(r.Uint64N(span+1))
+		return l.Min + off
 	}
+}
+
+// normal maps a uniform draw u in [0, 1) to a standard normal one, by the
+// inverse of the normal distribution function.
+func normal(u float64) float64 {
+	// Keep u off 0, where the inverse is -Inf: 2^-53 is the smallest u for
+	// which 2u-1 is not -1, about 8.2 standard deviations below the mean.
+	u = max(unit(u), 0x1p-53)
+	return math.Sqrt2 * math.Erfinv(2*u-1)
+}
+
+// unit brings a draw from a Config.Rand that is not in [0, 1) back into it.
+func unit(u float64) float64 {
+	switch {
+	case u >= 0 && u < 1:
+		return u
+	case u >= 1:
+		return math.Nextafter(1, 0)
+	}
+	return 0 // negative or NaN
 }
 
 // Status answers with an HTTP error status instead of running the handler
