@@ -34,7 +34,8 @@ func (e *NoFallbackError) Unwrap() error { return e.Err }
 // CacheConfig configures a Cache. The zero value keeps up to 10,000 keys for
 // a minute each and falls back on every error. A zero field means its
 // default and a negative one is invalid: NewCache reports it by name.
-// NewCache copies the config, so changing it later has no effect.
+// NewCache copies the config, so changing it later has no effect;
+// ShouldFallback is called concurrently by the Cache's users.
 type CacheConfig struct {
 	// TTL is how long after it was stored a value may still be served as a
 	// fallback: the staleness the business accepts (a price a minute old, a

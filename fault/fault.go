@@ -62,6 +62,7 @@ type Fault interface {
 //     99th percentile, kept within [Min, Max]; a zero Max means 10 × P99.
 //
 // A zero Latency is invalid.
+// Like every Fault, it is a plain value, safe for concurrent use.
 type Latency struct {
 	Delay    time.Duration // fixed delay; zero means another shape
 	Min, Max time.Duration // uniform range, or the bounds of the long tail
@@ -173,6 +174,7 @@ func unit(u float64) float64 {
 
 // Status answers with an HTTP error status instead of running the handler
 // (server side) or sending the request (client side).
+// Like every Fault, it is a plain value, safe for concurrent use.
 type Status struct {
 	// Code is the status, 400 to 599 (429, 500, 502, 503, 504 are the usual).
 	// Zero means 503.
@@ -263,6 +265,7 @@ func (s Status) header(now time.Time) http.Header {
 // client sees syscall.ECONNRESET at once, not a timeout. Server side the
 // connection is hijacked and closed with SO_LINGER 0 (an HTTP/2 stream is
 // reset instead); client side the request is not sent.
+// Like every Fault, it is a plain value, safe for concurrent use.
 type Reset struct{}
 
 // Kind returns KindReset.
@@ -273,6 +276,7 @@ func (Reset) validate() (string, error) { return "", nil }
 // Hang never answers: the request is held until the client gives up (its
 // context ends or it closes the connection) or the Injector is closed, and
 // then the connection is aborted. Nothing outlives the request.
+// Like every Fault, it is a plain value, safe for concurrent use.
 type Hang struct{}
 
 // Kind returns KindHang.
@@ -282,6 +286,7 @@ func (Hang) validate() (string, error) { return "", nil }
 
 // SlowBody delivers the response body Bytes at a time, waiting Every before
 // each piece. The status and headers are sent at once.
+// Like every Fault, it is a plain value, safe for concurrent use.
 type SlowBody struct {
 	Bytes int           // bytes per piece; zero means 1
 	Every time.Duration // wait before each piece; zero means 100ms
@@ -314,6 +319,7 @@ func (s SlowBody) rate() (int, time.Duration) {
 // StallBody sends the status, the headers and the first Bytes of the body,
 // then nothing more until the client gives up or the Injector is closed; then
 // the connection is aborted.
+// Like every Fault, it is a plain value, safe for concurrent use.
 type StallBody struct {
 	Bytes int // body bytes sent before the stall; zero means none
 }
@@ -333,6 +339,7 @@ func (s StallBody) validate() (string, error) {
 // At least one byte is always missing (an empty body is announced as one
 // byte). A response that cannot carry a body (HEAD, 204, 304) is cut before
 // its headers instead.
+// Like every Fault, it is a plain value, safe for concurrent use.
 type Truncate struct {
 	Bytes int // body bytes sent; zero means half the body
 }
@@ -361,6 +368,7 @@ func (t Truncate) cut(n int64) int64 {
 // the connection with a reset before any byte of the response reaches the
 // client. The work is committed but the client sees syscall.ECONNRESET: the
 // case idempotency keys exist for.
+// Like every Fault, it is a plain value, safe for concurrent use.
 type LoseResponse struct{}
 
 // Kind returns KindLoseResponse.
@@ -372,6 +380,7 @@ func (LoseResponse) validate() (string, error) { return "", nil }
 // refused connection (errors.Is(err, syscall.ECONNREFUSED)) without being
 // sent. Server side a connection already accepted cannot be refused, so it is
 // reset as with Reset; point the client at a DeadServer for a real refusal.
+// Like every Fault, it is a plain value, safe for concurrent use.
 type Refuse struct{}
 
 // Kind returns KindRefuse.

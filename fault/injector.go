@@ -91,10 +91,10 @@ type counter struct {
 // Counter reports how often one rule matched a request and how often it
 // fired (injected its fault). It is a snapshot, a plain value.
 type Counter struct {
-	Rule    string `json:"rule"`
-	Kind    Kind   `json:"kind"`
-	Matched uint64 `json:"matched"`
-	Fired   uint64 `json:"fired"`
+	Rule    string `json:"rule"`    // the rule's name, or HeaderRule
+	Kind    Kind   `json:"kind"`    // the rule's fault
+	Matched uint64 `json:"matched"` // requests the rule matched
+	Fired   uint64 `json:"fired"`   // requests it injected its fault into
 }
 
 // New returns an Injector configured by cfg, or a *RuleError if a rule is
