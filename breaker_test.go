@@ -53,7 +53,7 @@ func TestZeroPolicyHasADefaultBreaker(t *testing.T) {
 	})
 }
 
-// Card 019 outage: 30 requests answered from the last-good cache, and only
+// An outage: 30 requests answered from the last-good cache, and only
 // the calls needed to trip the breaker reach pricing.
 func TestOutageAnsweredByFallback(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -78,7 +78,7 @@ func TestOutageAnsweredByFallback(t *testing.T) {
 	})
 }
 
-// Card 019: a pricing service that hangs is answered at the attempt
+// A pricing service that hangs is answered at the attempt
 // timeout (1.2 s), from the fallback, not at some default 10 s.
 func TestHangingDependencyAnsweredAtAttemptTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

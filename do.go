@@ -49,7 +49,8 @@ func Do[T any](ctx context.Context, p *Policy, op func(context.Context) (T, erro
 }
 
 // Idempotence says whether one call may be repeated, for Call.Idempotent.
-// Its zero value defers to the Policy.
+// Its zero value defers to the Policy. It is a plain value, safe for
+// concurrent use.
 type Idempotence uint8
 
 // The values of Idempotence.
@@ -68,7 +69,8 @@ const (
 // Call refines a Policy for one call, for callers such as an HTTP transport
 // that decide per request what Do otherwise reads from the Policy. The zero
 // Call changes nothing: every field's zero value means "as the Policy
-// says".
+// says". A Call is a plain value that DoCall copies; the Breaker and
+// Bulkhead it points to are safe for concurrent use.
 type Call struct {
 	// Idempotent, when not IdempotenceOfPolicy, replaces
 	// Policy.Idempotent for this call.

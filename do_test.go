@@ -285,7 +285,7 @@ func TestRetryAfterBeyondCapOrDeadlineEndsAtOnce(t *testing.T) {
 	})
 }
 
-// Seed 003 card 036: 1000 calls to a dead dependency with 3 attempts each
+// 1000 calls to a dead dependency with 3 attempts each
 // make 3000 attempts without a budget and about 1110 with a 10 % budget.
 func TestBudgetCapsAmplification(t *testing.T) {
 	run := func(b *budget.Budget) (attempts int, exhausted int) {

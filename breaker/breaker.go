@@ -10,7 +10,7 @@ import (
 	"github.com/guardrail-go/guardrail/event"
 )
 
-// State is a breaker's state.
+// State is a breaker's state: a plain value, safe for concurrent use.
 type State uint8
 
 // The states of a breaker.
@@ -142,7 +142,8 @@ func (b *Breaker) clockAt(t time.Time) int64 { return int64(t.Sub(b.epoch)) }
 // result with Done exactly once; later calls of Done are not detected and
 // would count the call again. The zero Permit is valid and records nothing.
 // A Permit is a small value: copy it freely, and call Done from any
-// goroutine.
+// goroutine (once in all: it is not safe to report one call twice, from
+// one goroutine or several).
 type Permit struct {
 	b *Breaker
 	w uint64 // state word at Allow
@@ -534,6 +535,7 @@ func (b *Breaker) force(to State, flags uint64, r Reason, cause string) {
 // Metrics is a snapshot of a breaker for monitoring: a plain value, owned by
 // its caller.
 type Metrics struct {
+	// State is the state at the snapshot.
 	State State
 	// Forced is true while the state was forced (ForceOpen, ForceClosed) or
 	// the mode is MetricsOnly or Disabled.
@@ -543,6 +545,7 @@ type Metrics struct {
 	// ratios to Calls (0 when Calls is 0). They are zero while open or
 	// half-open: the window restarts empty when the breaker closes.
 	Calls, Failures, Slow int
+	// FailureRate and SlowRate are Failures/Calls and Slow/Calls.
 	FailureRate, SlowRate float64
 	// Probes is the number of half-open probes in flight.
 	Probes int

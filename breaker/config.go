@@ -32,7 +32,8 @@ const maxBuckets = 1000
 // maxCountWindow bounds the memory of a count window (one byte per call).
 const maxCountWindow = 1 << 20
 
-// Mode selects how much of the state machine runs.
+// Mode selects how much of the state machine runs. It is a plain value,
+// safe for concurrent use.
 type Mode uint8
 
 const (
