@@ -309,3 +309,28 @@ func TestSharedBreakerDoesNotHoldItsPolicies(t *testing.T) {
 	}
 	runtime.KeepAlive(br)
 }
+
+// A deadline that passes while the call waits for a bulkhead slot ends the
+// call with ErrDeadline, as a deadline does anywhere else in Do, not with a
+// bare context.DeadlineExceeded.
+func TestDeadlineDuringBulkheadWaitIsErrDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bh := newBulkhead(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour})
+		held, _ := bh.Acquire(context.Background())
+		defer held.Release()
+		var outcome string
+		p := &guardrail.Policy{MaxAttempts: 1, Bulkhead: bh, MinAttemptTime: -1, Breaker: noBreaker(),
+			Observer: event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+				if e.Kind == event.CallEnd {
+					outcome = e.Outcome
+				}
+				return ctx
+			})}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, err := guardrail.Do(ctx, p, okOp)
+		if !errors.Is(err, guardrail.ErrDeadline) || !errors.Is(err, context.DeadlineExceeded) || outcome != event.OutcomeDeadline {
+			t.Fatalf("err = %v, outcome %q; want ErrDeadline wrapping the context's error, outcome deadline", err, outcome)
+		}
+	})
+}

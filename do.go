@@ -458,18 +458,18 @@ func (c *call) rejected(err error) error {
 	return &Error{Kind: ErrCircuitOpen, Attempts: c.attempts, RetryIn: retryIn, Err: cause}
 }
 
-// bulkheadRejected turns a bulkhead's refusal into ErrBulkheadFull, or the
+// bulkheadRejected turns a bulkhead's refusal into ErrBulkheadFull, the
+// caller's deadline passing during the wait into ErrDeadline, and the
 // caller's own cancellation into ctx.Err().
 func (c *call) bulkheadRejected(err error) error {
 	if !errors.Is(err, bulkhead.ErrFull) {
 		// The caller's context ended while waiting: cancelled, or its
-		// deadline passed (which is the deadline's outcome, not the
-		// bulkhead's).
-		c.outcome = event.OutcomeDeadline
+		// deadline passed, which is ErrDeadline as anywhere else in Do.
 		if errors.Is(err, context.Canceled) {
 			c.outcome = event.OutcomeCanceled
+			return err
 		}
-		return err
+		return c.giveUp(ErrDeadline, 0)
 	}
 	if c.obs != nil {
 		e := c.event(event.BulkheadReject, time.Time{})
