@@ -176,6 +176,8 @@ const (
 	ReasonMismatch   = "mismatch"    // idempotency: same key, other payload (422)
 	ReasonReleased   = "released"    // idempotency: 5xx or panic, key released
 	ReasonStoreError = "store_error" // idempotency: the store failed
+	// ReasonOutcomeUnknown: idempotency: the handler panicked or hijacked the connection; its key answers 500 until it expires.
+	ReasonOutcomeUnknown = "outcome_unknown"
 )
 
 // Timeout phases (Timeout and typed timeout errors).
