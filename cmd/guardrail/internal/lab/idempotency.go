@@ -21,7 +21,6 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
-	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/fault"
 	"github.com/guardrail-go/guardrail/guardhttp"
@@ -204,7 +203,7 @@ func (p idemParams) row(ctx context.Context, env *Env, store idempotency.Store, 
 	// Row 1 is a blind retry helper: any error, any method, retry.
 	naive := newHTTPClient(true)
 	naivePol := &guardrail.Policy{Name: "payments", MaxAttempts: attempts, Idempotent: true, Budget: budget.Unlimited(),
-		Backoff: backoff.FullJitter(time.Millisecond, 20*time.Millisecond), Breaker: breaker.New(breaker.Config{Mode: breaker.Disabled})}
+		Backoff: backoff.FullJitter(time.Millisecond, 20*time.Millisecond), Breaker: disabledBreaker()}
 	// Rows 2 and 3 are guardhttp, which retries a POST only with a key; in
 	// row 3 it attaches one per payment (the same on every attempt).
 	client := guarded(true, guardhttp.Config{Name: "payments", MaxAttempts: attempts, IdempotencyKeys: withKey,
