@@ -372,8 +372,9 @@ func validToken(s string) bool {
 // before trying again with a new key. A handler that knows it committed
 // nothing can call Release first: the key is then released, however the
 // handler ends, and a retry runs it again. A hijacked key is settled as
-// the connection is taken over, before the handler can close it, so that
-// a client retrying at once finds the outcome recorded; a panic is
+// the connection is taken over, before the handler can close it (Hijack
+// returns after that store call), so that a client retrying at once finds
+// the outcome recorded; a panic is
 // re-raised once the key is recorded, so net/http (or a recovering
 // middleware outside this one) sees it as before.
 //

@@ -861,6 +861,15 @@ func TestHijackRecordsUnknownOutcome(t *testing.T) {
 					t.Errorf("hijack through the middleware: %v", err)
 					return
 				}
+				// Settled before the handler got the connection, so a
+				// client retrying as soon as it is closed finds the
+				// outcome recorded.
+				if len(done) != 1 {
+					t.Error("the key was not settled when Hijack returned")
+				}
+				if err := idempotency.Release(r.Context()); !errors.Is(err, idempotency.ErrLeaseLost) {
+					t.Errorf("Release after the hijack: %v, want ErrLeaseLost", err)
+				}
 				c.Close()
 			}))
 			srv := httptest.NewServer(mw)
