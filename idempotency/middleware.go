@@ -213,23 +213,23 @@ type Server struct {
 	retryAfterHeader string
 }
 
-// ErrConfig is matched (errors.Is) by every error New returns for an
-// invalid Config.
-var ErrConfig = errors.New("idempotency: invalid Config")
+// ErrInvalidConfig is the sentinel of every error New returns for a Config
+// it rejects.
+var ErrInvalidConfig = errors.New("idempotency: invalid config")
 
 // configError is an invalid Config field: it names the field, what it held
-// and what is allowed, and matches ErrConfig.
+// and what is allowed. It Is ErrInvalidConfig.
 type configError struct{ msg string }
 
 func (e *configError) Error() string        { return "idempotency: Config." + e.msg }
-func (e *configError) Is(target error) bool { return target == ErrConfig }
+func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
 
 func invalid(format string, args ...any) error {
 	return &configError{msg: fmt.Sprintf(format, args...)}
 }
 
 // New returns a Server that keeps its keys in store, configured by cfg. It
-// returns an error, matching ErrConfig and naming the field, when cfg is
+// returns an error, matching ErrInvalidConfig and naming the field, when cfg is
 // invalid: in particular when it sets neither Scope nor SingleTenant, since
 // keys would then be shared by every caller and one caller could be
 // replayed another's stored response. It returns an error if store is nil.

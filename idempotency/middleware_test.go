@@ -319,8 +319,8 @@ func TestScopes(t *testing.T) {
 func TestNewRequiresAScope(t *testing.T) {
 	store := must(memstore.New(memstore.Config{}))
 	_, err := idempotency.New(store, idempotency.Config{})
-	if !errors.Is(err, idempotency.ErrConfig) {
-		t.Fatalf("New with a zero Config: %v, want ErrConfig", err)
+	if !errors.Is(err, idempotency.ErrInvalidConfig) {
+		t.Fatalf("New with a zero Config: %v, want ErrInvalidConfig", err)
 	}
 	for _, want := range []string{"Config.Scope", "SingleTenant", "share one namespace", "replayed that caller's stored response"} {
 		if !strings.Contains(err.Error(), want) {
@@ -328,7 +328,7 @@ func TestNewRequiresAScope(t *testing.T) {
 		}
 	}
 	_, err = idempotency.New(store, idempotency.Config{SingleTenant: true, Scope: byUser})
-	if !errors.Is(err, idempotency.ErrConfig) || !strings.Contains(err.Error(), "exactly one") {
+	if !errors.Is(err, idempotency.ErrInvalidConfig) || !strings.Contains(err.Error(), "exactly one") {
 		t.Errorf("New with both Scope and SingleTenant: %v", err)
 	}
 	for _, cfg := range []idempotency.Config{{SingleTenant: true}, {Scope: byUser}} {
@@ -358,8 +358,8 @@ func TestNewValidates(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.cfg.SingleTenant = true
 			_, err := idempotency.New(store, tt.cfg)
-			if !errors.Is(err, idempotency.ErrConfig) || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("New: %v, want ErrConfig saying %q", err, tt.want)
+			if !errors.Is(err, idempotency.ErrInvalidConfig) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New: %v, want ErrInvalidConfig saying %q", err, tt.want)
 			}
 		})
 	}
