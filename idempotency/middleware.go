@@ -49,7 +49,8 @@ const (
 // there would put every caller's keys in one namespace, and a caller who
 // learnt another's key would be replayed that caller's response. With
 // SingleTenant set and nothing else, POST and PATCH with an Idempotency-Key
-// are deduplicated for 24 hours and requests without one pass through.
+// are deduplicated for 24 hours and requests without one pass through. A
+// Config is a plain value, safe to share while nobody modifies it.
 type Config struct {
 	// Name names the protected service in events (event.Event.Dependency),
 	// so that the events of several Servers in one process can be told
@@ -229,10 +230,11 @@ func invalid(format string, args ...any) error {
 }
 
 // New returns a Server that keeps its keys in store, configured by cfg. It
-// returns an error, matching ErrInvalidConfig and naming the field, when cfg is
-// invalid: in particular when it sets neither Scope nor SingleTenant, since
-// keys would then be shared by every caller and one caller could be
-// replayed another's stored response. It returns an error if store is nil.
+// returns an error that Is ErrInvalidConfig, naming the field, when cfg is
+// invalid: in particular when it sets neither Scope nor SingleTenant,
+// since keys would then be shared by every caller and one caller could be
+// replayed another's stored response. It returns an error if store is
+// nil.
 func New(store Store, cfg Config) (*Server, error) {
 	if store == nil {
 		return nil, errors.New("idempotency: New: nil Store")
@@ -374,9 +376,9 @@ func validToken(s string) bool {
 // handler ends, and a retry runs it again. A hijacked key is settled as
 // the connection is taken over, before the handler can close it (Hijack
 // returns after that store call), so that a client retrying at once finds
-// the outcome recorded; a panic is
-// re-raised once the key is recorded, so net/http (or a recovering
-// middleware outside this one) sees it as before.
+// the outcome recorded. A panic is re-raised once the key is recorded, so
+// net/http (or a recovering middleware outside this one) sees it as
+// before.
 //
 // When the store fails the request is refused with 503 and Retry-After (or
 // run unprotected with FailOpen), and logged.

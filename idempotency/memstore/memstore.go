@@ -19,7 +19,8 @@ const (
 	DefaultMaxBytes   = 64 << 20
 )
 
-// Config bounds a Store; New copies it. The zero value is valid.
+// Config bounds a Store; New copies it. The zero value is valid. A Config
+// is a plain value, safe to share while nobody modifies it.
 type Config struct {
 	// MaxEntries caps the keys held, in flight and completed. Zero means
 	// 100,000; a negative value is invalid.

@@ -28,7 +28,8 @@ type DB interface {
 }
 
 // Config configures a Store; New copies it and reports an invalid Table.
-// The zero value is valid.
+// The zero value is valid. A Config is a plain value, safe to share while
+// nobody modifies it.
 type Config struct {
 	// Table is the table's name, optionally schema-qualified
 	// ("billing.idempotency"), each name at most 63 bytes (PostgreSQL
