@@ -76,6 +76,7 @@ type Config struct {
 	// looking its key up in any shared scope could hand it someone else's
 	// response; the error is logged, not sent. Return a fixed name such as
 	// "anonymous" to let anonymous requests share one scope on purpose.
+	// It is called before the body is read, and must not read it.
 	// Exactly one of Scope and SingleTenant must be set.
 	Scope func(*http.Request) (string, error)
 
@@ -441,6 +442,21 @@ func (m *Server) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		return
 	}
 
+	// Attribute the request before reading its body: a request that
+	// cannot be costs nothing more.
+	var scope string
+	if m.cfg.Scope != nil {
+		if scope, err = m.cfg.Scope(r); err == nil && scope == "" {
+			err = errors.New("empty scope")
+		}
+		if err != nil {
+			m.log.WarnContext(r.Context(), "idempotency: Config.Scope could not attribute the request to a caller; refusing it with 403 rather than looking its key up in a shared scope",
+				"err", err, "method", r.Method, "route", m.route(r))
+			m.problem(w, http.StatusForbidden, "Caller unknown for Idempotency-Key",
+				"This request could not be attributed to a caller, so its Idempotency-Key cannot be looked up; the request was not processed.")
+			return
+		}
+	}
 	body, status, err := m.readBody(r)
 	if err != nil {
 		m.problem(w, status, http.StatusText(status), err.Error())
@@ -451,19 +467,6 @@ func (m *Server) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	fp := fingerprint(r, body)
 
 	ctx := r.Context()
-	var scope string
-	if m.cfg.Scope != nil {
-		if scope, err = m.cfg.Scope(r); err == nil && scope == "" {
-			err = errors.New("empty scope")
-		}
-		if err != nil {
-			m.log.WarnContext(ctx, "idempotency: Config.Scope could not attribute the request to a caller; refusing it with 403 rather than looking its key up in a shared scope",
-				"err", err, "method", r.Method, "route", m.route(r))
-			m.problem(w, http.StatusForbidden, "Caller unknown for Idempotency-Key",
-				"This request could not be attributed to a caller, so its Idempotency-Key cannot be looked up; the request was not processed.")
-			return
-		}
-	}
 	route := m.route(r)
 	skey := scopedKey(scope, r.Method, route, key)
 
