@@ -940,3 +940,23 @@ func FuzzMiddlewareHeaders(f *testing.F) {
 		}
 	})
 }
+
+// readCounter counts the reads of a request body.
+type readCounter struct{ n atomic.Int32 }
+
+func (c *readCounter) Read(p []byte) (int, error) { c.n.Add(1); return 0, io.EOF }
+
+// A request Scope refuses is answered before its body is read.
+func TestScopeRefusalReadsNoBody(t *testing.T) {
+	h := &counter{}
+	mw := newMW(idempotency.Config{Scope: byUser}, h)
+	body := &readCounter{}
+	req := httptest.NewRequest(http.MethodPost, "/payments", body)
+	req.Header.Set(idempotency.HeaderKey, "k")
+	rec := httptest.NewRecorder()
+	mw.ServeHTTP(rec, req)
+	wantCode(t, rec, http.StatusForbidden)
+	if n := body.n.Load(); n != 0 || h.runs.Load() != 0 {
+		t.Errorf("body read %d times, handler ran %d times; want neither", n, h.runs.Load())
+	}
+}
