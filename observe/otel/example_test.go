@@ -39,7 +39,7 @@ func Example() {
 		for _, a := range s.Attributes() {
 			switch a.Key {
 			case gotel.AttrAttempt, gotel.AttrOutcome, gotel.AttrAttempts:
-				fmt.Printf(" %s=%s", a.Key, a.Value.Emit())
+				fmt.Printf(" %s=%s", a.Key, a.Value.String())
 			}
 		}
 		fmt.Println()

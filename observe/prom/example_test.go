@@ -17,7 +17,10 @@ import (
 )
 
 func Example() {
-	metrics := prom.New(prom.Config{})
+	metrics, err := prom.New(prom.Config{})
+	if err != nil {
+		panic(err)
+	}
 	reg := prometheus.NewRegistry() // or prometheus.DefaultRegisterer
 	reg.MustRegister(metrics)
 
@@ -42,6 +45,9 @@ func Example() {
 		for _, m := range f.GetMetric() {
 			var labels []string
 			for _, l := range m.GetLabel() {
+				if l.GetValue() == "" { // to PromQL, an empty label is no label
+					continue
+				}
 				labels = append(labels, l.GetName()+"="+l.GetValue())
 			}
 			fmt.Printf("%s{%s} %v\n", f.GetName(), strings.Join(labels, ","), m.GetCounter().GetValue()+m.GetGauge().GetValue())

@@ -4,6 +4,7 @@ package slogobs
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sort"
 	"sync"
@@ -40,7 +41,12 @@ const (
 	BurstEnd     = "end"     // a whole interval without rejection: the burst is over
 )
 
-// Config configures an Observer. The zero Config is valid.
+// ErrInvalidConfig is the error every invalid Config field Is. The error
+// New returns names the field, what it held and what is allowed.
+var ErrInvalidConfig = errors.New("slogobs: invalid Config")
+
+// Config configures an Observer. The zero Config is valid. A Config is a
+// plain value, read once by New.
 type Config struct {
 	// Logger receives the records. Nil means slog.Default() at the time
 	// of each record.
@@ -50,7 +56,8 @@ type Config struct {
 	// record at its start, then at most one per Interval per dependency
 	// and kind of rejection while it lasts, and one when a whole Interval
 	// passed without any. Zero means DefaultInterval (10 s); a negative
-	// value means 1 s.
+	// value is invalid (a burst always needs an interval to be summarised
+	// over).
 	Interval time.Duration
 
 	// BreakerConfig returns the effective configuration of the breaker of
@@ -62,7 +69,7 @@ type Config struct {
 	BreakerConfig func(dependency string) slog.Value
 }
 
-// Observer is a event.Observer that logs with log/slog:
+// Observer is an event.Observer that logs with log/slog:
 //
 //   - each breaker transition, with its reason (a fixed set), its cause in
 //     words with the numbers that decided it ("failure rate 0.55 of 20
@@ -115,14 +122,16 @@ type burst struct {
 	timer       *time.Timer
 }
 
-// New returns an Observer configured by cfg.
-func New(cfg Config) *Observer {
+// New returns an Observer configured by cfg, or an error that Is
+// ErrInvalidConfig and names the invalid field.
+func New(cfg Config) (*Observer, error) {
 	iv := cfg.Interval
 	switch {
 	case iv == 0:
 		iv = DefaultInterval
 	case iv < 0:
-		iv = time.Second
+		return nil, &series.ConfigError{Pkg: "slogobs", Field: "Config.Interval", Value: iv.String(),
+			Want: "0 (the default, 10s) or more", Sentinel: ErrInvalidConfig}
 	}
 	o := &Observer{
 		logger:        cfg.Logger,
@@ -132,7 +141,7 @@ func New(cfg Config) *Observer {
 		bursts:        make(map[burstKey]*burst),
 	}
 	o.written = sync.NewCond(&o.mu)
-	return o
+	return o, nil
 }
 
 func (o *Observer) log() *slog.Logger {
