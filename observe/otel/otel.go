@@ -63,7 +63,9 @@ var ErrInvalidConfig = errors.New("otel: invalid Config")
 
 // Config configures an Observer. The zero Config is valid: it uses the
 // global providers (otel.GetTracerProvider, otel.GetMeterProvider) and the
-// global propagator. A Config is a plain value, read once by New.
+// global propagator. A Config is a plain value: New reads it once, so
+// changing it afterwards has no effect; the providers and the propagator it
+// holds must be safe for concurrent use, as OpenTelemetry's are.
 type Config struct {
 	// TracerProvider makes the spans. Nil means otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
@@ -490,6 +492,7 @@ type callCtx struct {
 	callState
 }
 
+// Value returns the call's state for stateKey, else the parent's value.
 func (c *callCtx) Value(key any) any {
 	if key == (stateKey{}) {
 		return &c.callState

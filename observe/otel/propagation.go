@@ -30,6 +30,7 @@ type transport struct {
 	p    propagation.TextMapPropagator
 }
 
+// RoundTrip sends req, or a clone of it carrying the trace context, to next.
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	p := t.p
 	if p == nil {

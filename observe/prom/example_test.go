@@ -13,6 +13,7 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/observe/prom"
 )
 
@@ -63,4 +64,38 @@ func Example() {
 	// guardrail_retries_total{dependency=pricing,operation=GetPrice,reason=backoff} 1
 	// guardrail_retry_budget_tokens{dependency=pricing} 9
 	// guardrail_retry_success_total{dependency=pricing,operation=GetPrice} 1
+}
+
+// A guardhttp client named "users" keeps one breaker per host. Watching its
+// group under the client's name exports each breaker under the dependency
+// its calls report, with the host as the key, so calls, transitions and
+// state join on dependency.
+func ExampleCollector_WatchBreakerGroup() {
+	metrics, err := prom.New(prom.Config{})
+	if err != nil {
+		panic(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics)
+
+	hosts := breaker.NewGroup(breaker.GroupConfig{}) // in a client: transport.Breakers()
+	metrics.WatchBreakerGroup("users", hosts)
+	hosts.Get("10.0.0.7:443")
+	hosts.Get("10.0.0.8:443").ForceOpen()
+
+	families, _ := reg.Gather()
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if m.GetGauge().GetValue() == 1 { // each breaker's current state
+				var labels []string
+				for _, l := range m.GetLabel() {
+					labels = append(labels, l.GetName()+"="+l.GetValue())
+				}
+				fmt.Printf("%s{%s}\n", f.GetName(), strings.Join(labels, ","))
+			}
+		}
+	}
+	// Output:
+	// guardrail_breaker_state{dependency=users,key=10.0.0.7:443,state=closed}
+	// guardrail_breaker_state{dependency=users,key=10.0.0.8:443,state=open}
 }

@@ -31,7 +31,8 @@ const DefaultMaxLabelValues = series.DefaultMaxValues
 var ErrInvalidConfig = errors.New("prom: invalid Config")
 
 // Config configures a Collector. The zero Config is valid. A Config is a
-// plain value, read once by New.
+// plain value: New reads it once and keeps its own copy of what it needs,
+// so changing it afterwards has no effect.
 type Config struct {
 	// ConstLabels are added to every series, for labels that are fixed for
 	// the process, such as {"region": "eu-west-1"}. Nil means none. A name

@@ -46,7 +46,9 @@ const (
 var ErrInvalidConfig = errors.New("slogobs: invalid Config")
 
 // Config configures an Observer. The zero Config is valid. A Config is a
-// plain value, read once by New.
+// plain value: New reads it once, so changing it afterwards has no effect;
+// the Logger and BreakerConfig it holds are called from many goroutines and
+// must be safe for concurrent use.
 type Config struct {
 	// Logger receives the records. Nil means slog.Default() at the time
 	// of each record.

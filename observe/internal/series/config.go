@@ -7,7 +7,8 @@ import (
 
 // ConfigError is an invalid field of an adapter's Config. Its message
 // names the field, what it held and what is allowed, and it Is the
-// adapter's sentinel.
+// adapter's sentinel. Like most errors, it is not modified once returned
+// and is safe for concurrent use.
 type ConfigError struct {
 	Pkg      string // the adapter's package name: the message's prefix
 	Field    string // the field, as "Config.MaxLabelValues"

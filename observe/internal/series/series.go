@@ -2,7 +2,7 @@
 // adapter, and bounds the values their labels may take.
 package series
 
-// Kind is a series' metric type.
+// Kind is a series' metric type, a plain value.
 type Kind uint8
 
 // The metric types.
@@ -24,18 +24,18 @@ func (k Kind) String() string {
 	}
 }
 
-// Def describes one series. Name is the Prometheus name; OTel is the
-// OpenTelemetry instrument name, chosen so that the OpenTelemetry
-// Prometheus translation (dots to underscores, "_seconds" for unit "s",
-// "_total" for counters) gives back Name, and a dashboard works with either
-// adapter.
+// Def describes one series. The OpenTelemetry instrument name is chosen so
+// that the OpenTelemetry Prometheus translation (dots to underscores,
+// "_seconds" for unit "s", "_total" for counters) gives back the Prometheus
+// name, and a dashboard works with either adapter. A Def is never modified:
+// it is safe for concurrent use.
 type Def struct {
-	Name   string
-	OTel   string
-	Kind   Kind
-	Unit   string // UCUM unit for OpenTelemetry; "s" for durations
-	Labels []string
-	Help   string
+	Name   string   // the Prometheus name
+	OTel   string   // the OpenTelemetry instrument name
+	Kind   Kind     // the metric type
+	Unit   string   // UCUM unit for OpenTelemetry; "s" for durations
+	Labels []string // label names, in the order adapters pass values
+	Help   string   // the help text, listing the values of its labels
 }
 
 // Label names. Values come from a small fixed set (the Outcome*, Attempt*,
