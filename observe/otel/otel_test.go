@@ -220,7 +220,7 @@ func TestRefusedRetryAndBreakerEvents(t *testing.T) {
 		}
 		return ctx
 	})
-	b := budget.New(budget.Config{Max: 1})
+	b := must(budget.New(budget.Config{Max: 1}))
 	b.TryRetry() // empty it
 	p := &guardrail.Policy{Name: "ledger", Idempotent: true, Budget: b, Observer: event.Join(f.obs, breakerTransition)}
 	_, err := guardrail.Do(context.Background(), p, func(context.Context) (int, error) {
@@ -331,7 +331,7 @@ func TestMetrics(t *testing.T) {
 		f := newFixture(t, 0)
 		p := &guardrail.Policy{Name: "pricing", Idempotent: true, Backoff: backoff.None(), Budget: budget.Unlimited(), Observer: f.obs}
 		f.obs.WatchPolicy(p)
-		f.obs.WatchBreaker("pricing", p.CircuitBreaker()) // watched through the policy already: counted once
+		f.obs.WatchBreaker("pricing", p.BreakerInUse()) // watched through the policy already: counted once
 		ctx, cancel := context.WithTimeout(event.WithOperation(context.Background(), "Get"), time.Second)
 		defer cancel()
 		for i := range 4 {
@@ -456,7 +456,7 @@ func TestPolicyBreakerTransitionSpan(t *testing.T) {
 		f := newFixture(t, 0)
 		p := &guardrail.Policy{
 			Name: "ledger", MaxAttempts: 1, Observer: f.obs,
-			Breaker: breaker.New(breaker.Config{Name: "ledger", MinRequests: 2, OpenFor: 5 * time.Second, OpenJitter: -1}),
+			Breaker: must(breaker.New(breaker.Config{Name: "ledger", MinRequests: 2, OpenFor: 5 * time.Second, NoOpenJitter: true, Observer: f.obs})),
 		}
 		for range 3 {
 			_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) {
@@ -524,7 +524,7 @@ func TestInvalidConfig(t *testing.T) {
 // under that name adds no second data point for the same breaker.
 func TestBreakerGroupUnderName(t *testing.T) {
 	f := newFixture(t, 0)
-	g := breaker.NewGroup(breaker.GroupConfig{})
+	g := must(breaker.NewGroup(breaker.GroupConfig{}))
 	f.obs.WatchBreakerGroup("users", g)
 	g.Get("u1:443").ForceOpen()
 	f.obs.Observe(context.Background(), event.Event{Kind: event.BreakerTransition, Dependency: "users", From: "closed", To: "open", Reason: "forced_open"})
@@ -545,4 +545,13 @@ func TestBreakerGroupUnderName(t *testing.T) {
 			t.Errorf("unexpected %s = %v", k, got[k])
 		}
 	}
+}
+
+// must returns v, for constructors given a configuration the test knows is
+// valid.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

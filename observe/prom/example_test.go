@@ -78,7 +78,10 @@ func ExampleCollector_WatchBreakerGroup() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics)
 
-	hosts := breaker.NewGroup(breaker.GroupConfig{}) // in a client: transport.Breakers()
+	hosts, err := breaker.NewGroup(breaker.GroupConfig{}) // in a client: transport.Breakers()
+	if err != nil {
+		panic(err)
+	}
 	metrics.WatchBreakerGroup("users", hosts)
 	hosts.Get("10.0.0.7:443")
 	hosts.Get("10.0.0.8:443").ForceOpen()

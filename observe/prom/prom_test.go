@@ -104,7 +104,7 @@ func TestWorkload(t *testing.T) {
 
 		inventory := &guardrail.Policy{
 			Name: "inventory", Idempotent: true, Backoff: backoff.Constant(100 * time.Millisecond),
-			Budget:   budget.New(budget.Config{Ratio: 0.1, Max: 2}),
+			Budget:   must(budget.New(budget.Config{Ratio: 0.1, Max: 2})),
 			Observer: c,
 		}
 		search := &guardrail.Policy{
@@ -211,9 +211,9 @@ func TestWorkload(t *testing.T) {
 			"guardrail_call_duration_seconds_sum" + l("payments", ""):                       0.2,
 		})
 		diff(t, only(got, "guardrail_retry_budget_tokens"), map[string]float64{
-			`guardrail_retry_budget_tokens{dependency="inventory",region="eu"}`: inventory.RetryBudget().Tokens(),
+			`guardrail_retry_budget_tokens{dependency="inventory",region="eu"}`: inventory.BudgetInUse().Tokens(),
 		})
-		if tok := inventory.RetryBudget().Tokens(); tok < 0.1 || tok > 0.2 {
+		if tok := inventory.BudgetInUse().Tokens(); tok < 0.1 || tok > 0.2 {
 			t.Errorf("inventory tokens = %v, want 0.1 <= tokens <= 0.2", tok)
 		}
 
@@ -245,7 +245,7 @@ func TestBreakerTrip(t *testing.T) {
 		reg.MustRegister(c)
 		p := &guardrail.Policy{
 			Name: "payments", MaxAttempts: 1, Observer: c,
-			Breaker: breaker.New(breaker.Config{Name: "payments", MinRequests: 4, OpenFor: 10 * time.Second, OpenJitter: -1}),
+			Breaker: must(breaker.New(breaker.Config{Name: "payments", MinRequests: 4, OpenFor: 10 * time.Second, NoOpenJitter: true, Observer: c})),
 		}
 		c.WatchPolicy(p)
 		state := func(closed, open, halfOpen float64) map[string]float64 {
@@ -304,11 +304,11 @@ func TestBreakerGroupAndEvents(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	c := newCollector(t, prom.Config{})
 	reg.MustRegister(c)
-	hosts := breaker.NewGroup(breaker.GroupConfig{})
+	hosts := must(breaker.NewGroup(breaker.GroupConfig{}))
 	c.WatchBreakerGroup("", hosts)
 	hosts.Get("a.internal")
 	hosts.Get("b.internal").ForceOpen()
-	users := breaker.NewGroup(breaker.GroupConfig{})
+	users := must(breaker.NewGroup(breaker.GroupConfig{}))
 	c.WatchBreakerGroup("users", users)
 	users.Get("u1.internal:443").ForceOpen()
 	c.Observe(context.Background(), event.Event{Kind: event.BreakerTransition, Dependency: "ledger", From: "closed", To: "open", Reason: "failure_rate"})
@@ -588,4 +588,13 @@ func TestInvalidConfig(t *testing.T) {
 	if err := prometheus.NewPedanticRegistry().Register(c); err != nil {
 		t.Errorf("Register: %v", err)
 	}
+}
+
+// must returns v, for constructors given a configuration the test knows is
+// valid.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

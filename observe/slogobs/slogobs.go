@@ -67,7 +67,7 @@ type Config struct {
 	// Nil means no configuration is logged. breaker.Config implements
 	// slog.LogValuer, so for a policy's breaker this is
 	//
-	//	func(string) slog.Value { return p.CircuitBreaker().Config().LogValue() }
+	//	func(string) slog.Value { return p.BreakerInUse().Config().LogValue() }
 	BreakerConfig func(dependency string) slog.Value
 }
 

@@ -240,7 +240,7 @@ func TestPolicyBreakerTrip(t *testing.T) {
 		o := newObserver(t, slogobs.Config{Logger: slog.New(rec)})
 		p := &guardrail.Policy{
 			Name: "ledger", MaxAttempts: 1, Observer: o,
-			Breaker: breaker.New(breaker.Config{Name: "ledger", MinRequests: 4, OpenFor: 5 * time.Second, OpenJitter: -1}),
+			Breaker: must(breaker.New(breaker.Config{Name: "ledger", MinRequests: 4, OpenFor: 5 * time.Second, NoOpenJitter: true, Observer: o})),
 		}
 		for range 10 {
 			_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) {
@@ -277,3 +277,13 @@ func TestInvalidConfig(t *testing.T) {
 		t.Errorf("error = %q, want %q", got, want)
 	}
 }
+
+// must returns v, for constructors given a configuration the test knows is
+// valid.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+

@@ -38,7 +38,7 @@ func TestGauges(t *testing.T) {
 	}, nil)
 	// Events: a watched dependency ignores them, another is exported.
 	g.Observe(&event.Event{Kind: event.BreakerTransition, Dependency: "a", To: "closed"})
-	g.WatchBudget("a", budget.New(budget.Config{Max: 4}))
+	g.WatchBudget("a", must(budget.New(budget.Config{Max: 4})))
 	g.WatchBudget("a", budget.Unlimited())
 	g.Observe(&event.Event{Kind: event.BudgetExhausted, Dependency: "b", Tokens: 0.25})
 	g.Observe(&event.Event{Kind: event.Shed, Dependency: "b", InFlight: 9, Limit: 10})
@@ -71,7 +71,7 @@ func TestGauges(t *testing.T) {
 // counts once; two functions count twice (they cannot be told apart).
 func TestWatchTwice(t *testing.T) {
 	g := NewGauges(NewFolders(0))
-	b := budget.New(budget.Config{Max: 3})
+	b := must(budget.New(budget.Config{Max: 3}))
 	g.WatchBudget("x", b)
 	g.WatchBudget("x", b)
 	id := new(int)
@@ -105,4 +105,13 @@ func TestGroupUnderName(t *testing.T) {
 	if !maps.Equal(got, want) {
 		t.Errorf("got %v\nwant %v", got, want)
 	}
+}
+
+// must returns v, for constructors given a configuration the test knows is
+// valid.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -171,7 +171,7 @@ var (
 	Idempotency = &Def{
 		Name: "guardrail_idempotency_total", OTel: "guardrail.idempotency", Kind: Counter,
 		Labels: []string{LDependency, LOperation, LOutcome},
-		Help:   "Idempotency-Key decisions: stored, replayed, conflict, mismatch, released, store_error.",
+		Help:   "Idempotency-Key decisions: stored, replayed, conflict, mismatch, released, store_error, outcome_unknown.",
 	}
 )
 
