@@ -27,6 +27,7 @@ const (
 	MsgBulkheadReject    = "guardrail: calls rejected by bulkhead"
 	MsgBudgetExhausted   = "guardrail: retries refused by budget"
 	MsgStoreError        = "guardrail: idempotency store failing"
+	MsgOutcomeUnknown    = "guardrail: idempotency outcome unknown"
 	MsgRetry             = "guardrail: retry"
 	MsgRetryRefused      = "guardrail: retry refused"
 	MsgTimeout           = "guardrail: timeout"
@@ -79,7 +80,10 @@ type Config struct {
 //     configuration from Config.BreakerConfig: at Warn when the breaker
 //     opens, at Info otherwise;
 //   - bursts of rejections (load shed, breaker rejections, full bulkheads,
-//     retries refused by the budget, idempotency store errors) summarised
+//     retries refused by the budget, idempotency store errors, and requests
+//     whose outcome the idempotency middleware could not know because the
+//     handler panicked or took the connection: their keys answer 500 until
+//     they expire) summarised
 //     per dependency, never one line per rejected request: a record when
 //     the burst starts, at most one per Config.Interval with the counts by
 //     reason (and priority), and one when it ends;
@@ -104,9 +108,13 @@ type Observer struct {
 	written *sync.Cond // signalled when writing drops to 0; uses mu
 }
 
+// burstKey is a kind of rejection of one dependency. Idempotency
+// decisions of two reasons (store errors, unknown outcomes) are bursts of
+// their own.
 type burstKey struct {
-	kind event.Kind
-	dep  string
+	kind   event.Kind
+	reason string // for event.Idempotency only
+	dep    string
 }
 
 // burst counts the rejections of one kind for one dependency.
@@ -162,7 +170,7 @@ func (o *Observer) Observe(ctx context.Context, e event.Event) context.Context {
 	case event.Shed, event.BreakerReject, event.BulkheadReject, event.BudgetExhausted:
 		o.reject(ctx, &e)
 	case event.Idempotency:
-		if e.Reason == event.ReasonStoreError {
+		if e.Reason == event.ReasonStoreError || e.Reason == event.ReasonOutcomeUnknown {
 			o.reject(ctx, &e)
 			break
 		}
@@ -224,7 +232,10 @@ func (o *Observer) transition(ctx context.Context, e *event.Event) {
 }
 
 func (o *Observer) reject(ctx context.Context, e *event.Event) {
-	k := burstKey{e.Kind, o.deps.Fold(e.Dependency)}
+	k := burstKey{kind: e.Kind, dep: o.deps.Fold(e.Dependency)}
+	if e.Kind == event.Idempotency {
+		k.reason = e.Reason
+	}
 	now := time.Now()
 	o.mu.Lock()
 	if o.closed {
@@ -357,7 +368,13 @@ func (o *Observer) Close() error {
 	o.mu.Unlock()
 	sort.Slice(pending, func(i, j int) bool {
 		a, b := pending[i].key, pending[j].key
-		return a.kind < b.kind || a.kind == b.kind && a.dep < b.dep
+		if a.kind != b.kind {
+			return a.kind < b.kind
+		}
+		if a.reason != b.reason {
+			return a.reason < b.reason
+		}
+		return a.dep < b.dep
 	})
 	for _, s := range pending {
 		o.logSummary(context.Background(), s)
@@ -365,8 +382,8 @@ func (o *Observer) Close() error {
 	return nil
 }
 
-func kindMessage(k event.Kind) (string, slog.Level) {
-	switch k {
+func kindMessage(k burstKey) (string, slog.Level) {
+	switch k.kind {
 	case event.Shed:
 		return MsgShed, slog.LevelWarn
 	case event.BreakerReject:
@@ -375,13 +392,15 @@ func kindMessage(k event.Kind) (string, slog.Level) {
 		return MsgBulkheadReject, slog.LevelWarn
 	case event.BudgetExhausted:
 		return MsgBudgetExhausted, slog.LevelWarn
-	default:
-		return MsgStoreError, slog.LevelError
 	}
+	if k.reason == event.ReasonOutcomeUnknown {
+		return MsgOutcomeUnknown, slog.LevelWarn
+	}
+	return MsgStoreError, slog.LevelError
 }
 
 func (o *Observer) logStart(ctx context.Context, k burstKey, e *event.Event) {
-	msg, level := kindMessage(k.kind)
+	msg, level := kindMessage(k)
 	attrs := []slog.Attr{
 		slog.String("dependency", e.Dependency),
 		slog.String("burst", BurstStart),
@@ -406,7 +425,7 @@ func (o *Observer) logStart(ctx context.Context, k burstKey, e *event.Event) {
 }
 
 func (o *Observer) logSummary(ctx context.Context, s summary) {
-	msg, level := kindMessage(s.key.kind)
+	msg, level := kindMessage(s.key)
 	if s.phase == BurstEnd {
 		level = slog.LevelInfo
 	}

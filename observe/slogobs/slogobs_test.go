@@ -287,3 +287,26 @@ func must[T any](v T, err error) T {
 	return v
 }
 
+// TestIdempotencyOutcomeUnknown: unknown outcomes (a handler that panicked
+// or took the connection, whose key now answers 500) are a burst of their
+// own at Warn, apart from store errors of the same dependency; other
+// idempotency decisions are Debug records only.
+func TestIdempotencyOutcomeUnknown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{level: slog.LevelInfo}
+		o := newObserver(t, slogobs.Config{Logger: slog.New(rec)})
+		ctx := context.Background()
+		for range 2 {
+			o.Observe(ctx, event.Event{Kind: event.Idempotency, Dependency: "api", Operation: "POST /orders", Reason: event.ReasonOutcomeUnknown})
+			o.Observe(ctx, event.Event{Kind: event.Idempotency, Dependency: "api", Operation: "POST /orders", Reason: event.ReasonStoreError})
+			o.Observe(ctx, event.Event{Kind: event.Idempotency, Dependency: "api", Operation: "POST /orders", Reason: event.ReasonReplayed})
+		}
+		o.Close()
+		expect(t, rec.take(),
+			"WARN guardrail: idempotency outcome unknown dependency=api burst=start operation=POST /orders summary_every=10s",
+			"ERROR guardrail: idempotency store failing dependency=api burst=start operation=POST /orders summary_every=10s",
+			"WARN guardrail: idempotency outcome unknown dependency=api burst=ongoing count=1 window=0s total=2 burst_duration=0s by_reason.outcome_unknown=1",
+			"ERROR guardrail: idempotency store failing dependency=api burst=ongoing count=1 window=0s total=2 burst_duration=0s by_reason.store_error=1",
+		)
+	})
+}
