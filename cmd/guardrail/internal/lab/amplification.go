@@ -48,10 +48,10 @@ func amplification() Experiment {
 
 func (p ampParams) run(ctx context.Context, env *Env) (*Result, error) {
 	if p.tiers < 1 || p.attempts < 1 || p.users < 1 {
-		return nil, fmt.Errorf("amplification: tiers, attempts and users must be at least 1")
+		return nil, flagErrorf("--tiers, --attempts and --users must be at least 1, not %d, %d and %d", p.tiers, p.attempts, p.users)
 	}
 	if p.dbMode != "reset" && p.dbMode != "refused" {
-		return nil, fmt.Errorf("amplification: --db must be reset or refused, not %q", p.dbMode)
+		return nil, flagErrorf("--db must be reset or refused, not %q", p.dbMode)
 	}
 	r := &Result{Experiment: "amplification", Title: fmt.Sprintf("%d tiers down to a dead DB (seed 003, card 036)", p.tiers)}
 	rows := []struct {

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -42,6 +43,16 @@ func jitter() Experiment {
 }
 
 func (p jitterParams) run(ctx context.Context, env *Env) (*Result, error) {
+	// sim.Config reads zero as its default; a flag of 0 means 0, which
+	// the simulation cannot run.
+	switch {
+	case p.clients < 1 || p.capacity < 1 || p.attempts < 1:
+		return nil, flagErrorf("--clients, --capacity and --max-attempts must be at least 1, not %d, %d and %d", p.clients, p.capacity, p.attempts)
+	case p.slot <= 0 || p.base <= 0 || p.cap <= 0:
+		return nil, flagErrorf("--slot, --base and --cap must be positive, not %v, %v and %v", p.slot, p.base, p.cap)
+	case p.fineSlot < 0:
+		return nil, flagErrorf("--fine-slot must not be negative, not %v", p.fineSlot)
+	}
 	seed := p.seed
 	if seed == 0 {
 		seed = env.Seed
@@ -54,6 +65,9 @@ func (p jitterParams) run(ctx context.Context, env *Env) (*Result, error) {
 	r := &Result{Experiment: "jitter", Title: fmt.Sprintf("%d clients failing at t=0, %d requests per %v slot (seed 003, card 018; simulation)", p.clients, p.capacity, p.slot)}
 	env.Progress("jitter: simulating %d strategies", len(names))
 	rows, err := sim.Jitter(ctx, cfg)
+	if errors.Is(err, sim.ErrConfig) {
+		return nil, flagErrorf("%s", strings.TrimPrefix(err.Error(), "sim: "))
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -252,9 +252,10 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 	// numbers and 2.4 in a quick run, whatever C the machine really gives.
 	//
 	// A row whose load still fell behind its schedule after every try
-	// measured this machine, not the shedder: its checks are not judged,
-	// and a failed check says so instead, so the lab neither passes on
-	// numbers it did not get nor blames the shedder for a stalled process.
+	// measured this machine, not the shedder: the checks that need it are
+	// reported as not judged, so the lab neither passes on numbers it did
+	// not get nor blames the shedder for a stalled process.
+	const unmeasured = "a row this check needs could not keep its load on schedule"
 	measured := func(rows ...int) bool {
 		for _, i := range rows {
 			if p.lagged(results[i]) {
@@ -265,7 +266,7 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 	}
 	for i, res := range results {
 		if p.lagged(res) {
-			r.check(false, "load kept its schedule ("+rows[i].label+")",
+			r.notJudged("load kept its schedule ("+rows[i].label+")",
 				"%d tries, the best at %.1f rps with a p99 lag of %v (want >= 95%% of %.0f rps, lag under %v): this machine was too busy to measure the row, so its checks were not judged",
 				shedTries, res.sendRate, res.lagP99.Round(100*time.Microsecond), p.rps, p.maxLag())
 		}
@@ -275,15 +276,21 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 		ratio := fixed.goodput(p.duration) / none.goodput(p.duration)
 		r.check(ratio >= 2, "shedding more than doubles goodput",
 			"shed at %d: %.1f rps, no shedding: %.1f rps (%.2fx, want >= 2x)", p.limit, fixed.goodput(p.duration), none.goodput(p.duration), ratio)
+	} else {
+		r.notJudged("shedding more than doubles goodput", unmeasured)
 	}
 	for i, row := range rows[1:] {
 		if s := results[i+1].summary(nil); measured(i + 1) {
 			r.check(s.timeout == 0, "no timeouts with shedding ("+row.label+")", "%d of %d requests timed out", s.timeout, s.sent)
+		} else {
+			r.notJudged("no timeouts with shedding ("+row.label+")", unmeasured)
 		}
 	}
 	if measured(1) {
 		r.check(fixed.ok > 0 && fixed.p99ok <= p.timeout/2, "admitted requests answered well in time",
 			"shed at %d: p99 of the 200s %v, want <= half the client timeout (%v)", p.limit, fixed.p99ok.Round(time.Millisecond), p.timeout/2)
+	} else {
+		r.notJudged("admitted requests answered well in time", unmeasured)
 	}
 	var refused, noRA, timed int
 	var p90, p99 time.Duration
@@ -301,6 +308,8 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 	if timed > 0 {
 		r.check(p90 < p.service/2, "refusals are fast",
 			"worst p90 of the 503s over the rows %v (p99 %v), want under half a query (%v)", p90.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), p.service/2)
+	} else if refused > 0 {
+		r.notJudged("refusals are fast", unmeasured)
 	}
 	top := mix[0]
 	ts := results[len(results)-1].summary(func(o *shot) bool { return o.prio == top.p })
@@ -310,6 +319,8 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 	case measured(len(results) - 1):
 		r.check(pct(ts.ok, ts.sent) >= 95, top.p.String()+" keeps its success",
 			"%s: %d of %d succeeded (%.1f%%, want >= 95%%)", top.p, ts.ok, ts.sent, pct(ts.ok, ts.sent))
+	default:
+		r.notJudged(top.p.String()+" keeps its success", unmeasured)
 	}
 
 	// Notes.
