@@ -91,7 +91,11 @@ func (p deadlineParams) run(ctx context.Context, env *Env) (*Result, error) {
 	urls := map[string]string{}
 	for name, d := range map[string]time.Duration{"A": p.a, "B": p.b, "C": p.c} {
 		w := &worker{name: name, d: d, done: make(chan struct{}, 16)}
-		s, err := serve(deadline.Middleware(deadline.Config{Max: p.slo}, w))
+		dl, err := deadline.New(deadline.Config{Max: p.slo})
+		if err != nil {
+			return nil, err
+		}
+		s, err := serve(dl.Middleware(w))
 		if err != nil {
 			return nil, err
 		}
