@@ -101,7 +101,7 @@ func (p idemParams) run(ctx context.Context, env *Env) (*Result, error) {
 	if p.loss < 0 || p.loss >= 1 {
 		return nil, fmt.Errorf("idempotency: --loss must be in [0, 1)")
 	}
-	r := &Result{Experiment: "idempotency", Title: fmt.Sprintf("POST /payments, %.0f%% of responses lost after commit (seeds 000, 002, 003), keys in %s", p.loss*100, p.store)}
+	r := &Result{Experiment: "idempotency", Title: fmt.Sprintf("POST /payments, %.0f%% of responses lost after commit, keys in %s: charges with and without an Idempotency-Key", p.loss*100, p.store)}
 	rows := []struct {
 		label string
 		key   bool
@@ -173,7 +173,8 @@ func (p idemParams) row(ctx context.Context, env *Env, store idempotency.Store, 
 	}
 	defer srv.Close()
 
-	// Row 1 is the blind helper of the seeds: any error, any method, retry.
+	// Row 1 is the blind retry helper services often carry: any error, any
+	// method, retry.
 	naive := newHTTPClient(true)
 	naivePol := &guardrail.Policy{Name: "payments", MaxAttempts: attempts, Idempotent: true, Budget: budget.Unlimited(),
 		Backoff: backoff.FullJitter(time.Millisecond, 20*time.Millisecond), Breaker: breaker.New(breaker.Config{Mode: breaker.Disabled})}

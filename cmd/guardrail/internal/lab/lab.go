@@ -1,6 +1,8 @@
-// Package lab runs the experiments of `guardrail lab`: the incidents of the
-// source articles replayed on real loopback HTTP (and one simulation), each
-// printing its numbers and checking that the guardrail did what it should.
+// Package lab runs the experiments of `guardrail lab`: the failures that take
+// services down (retry storms, a dead dependency, a slow one, lost responses,
+// overload) reproduced on real loopback HTTP servers (and one simulation),
+// each printing its numbers and checking that the guardrail did what it
+// should.
 package lab
 
 import (
@@ -52,7 +54,7 @@ type Env struct {
 // Result is what an experiment measured.
 type Result struct {
 	Experiment string
-	Title      string   // the seed card it replays
+	Title      string   // what the experiment shows, with its parameters
 	Rows       []Row    // the table, in order
 	Notes      []string // printed under the table
 	Checks     []Check  // what the guardrail should have done
@@ -248,8 +250,8 @@ func (c Col) jsonValue() any {
 	return c.Value
 }
 
-// WriteTable prints r in the shape of the source articles: a label padded to
-// the widest, then key=value columns.
+// WriteTable prints r as text: a label padded to the widest, then key=value
+// columns, then the notes and the checks with their verdicts.
 func WriteTable(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "\n== %s: %s\n", r.Experiment, r.Title)
 	width := 0

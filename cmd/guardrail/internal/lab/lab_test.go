@@ -129,7 +129,7 @@ func TestJitter(t *testing.T) {
 	}
 	none := byRow["no jitter"]
 	if got := col(t, none, "total_calls").(int); got != 5500 {
-		t.Errorf("no jitter: %d calls, want the seed's 5500", got)
+		t.Errorf("no jitter: %d calls, want the arithmetic's 5500", got)
 	}
 	if got := col(t, none, "all_done_at_ms").(time.Duration); got != 32700*time.Millisecond {
 		t.Errorf("no jitter: done at %v, want 32.7s", got)
@@ -143,7 +143,7 @@ func TestJitter(t *testing.T) {
 }
 
 func TestDeadline(t *testing.T) {
-	// Card 037 at half the scale; the servers' 10ms reserve stays small.
+	// The default deadline chain at half the scale; the servers' 10ms reserve stays small.
 	res := runExp(t, "deadline", "--a", "350ms", "--b", "300ms", "--c", "1500ms", "--per-a", "400ms", "--per-bc", "450ms",
 		"--budget", "950ms", "--slo", "1s", "--disconnect", "150ms")
 	if !col(t, res.Rows[0], "partial").(bool) {

@@ -98,7 +98,7 @@ func (p retryAfterParams) run(ctx context.Context, env *Env) (*Result, error) {
 	if p.status != 429 && p.status != 503 {
 		return nil, fmt.Errorf("retry-after: --status must be 429 or 503")
 	}
-	r := &Result{Experiment: "retry-after", Title: fmt.Sprintf("a server answering %d with Retry-After (seeds 000, 003)", p.status)}
+	r := &Result{Experiment: "retry-after", Title: fmt.Sprintf("a server answering %d with Retry-After: retries wait as long as asked, and none outlives its caller's deadline", p.status)}
 	rows := []struct {
 		label    string
 		date     bool

@@ -37,7 +37,7 @@ type shedParams struct {
 func shedding() Experiment {
 	return Experiment{
 		Name:    "shedding",
-		Summary: "3x overload on a 10-slot pool: refusing early with 503 more than doubles goodput (seed 003 card 053)",
+		Summary: "3x overload on a 10-slot database pool: refusing early with 503 more than doubles goodput",
 		Setup: func(fs *flag.FlagSet, quick bool) Run {
 			p := shedParams{slots: 10, service: 50 * time.Millisecond, rps: 600, duration: 3 * time.Second, timeout: time.Second,
 				limit: 30, mix: "critical=10,normal=40,sheddable=50", mixUnder: "fixed"}
@@ -193,7 +193,7 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 	}
 	capacity := float64(p.slots) / p.service.Seconds()
 	n := int(math.Round(p.rps * p.duration.Seconds()))
-	r := &Result{Experiment: "shedding", Title: fmt.Sprintf("%.0f rps for %v on a %d-slot x %v pool (~%.0f rps), client timeout %v (seed 003, card 053)",
+	r := &Result{Experiment: "shedding", Title: fmt.Sprintf("%.0f rps for %v on a %d-slot x %v pool (~%.0f rps), client timeout %v: waiting in line against refusing early",
 		p.rps, p.duration, p.slots, p.service, capacity, p.timeout)}
 
 	rows := []shedRow{
@@ -250,7 +250,7 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 	// of capacity C) waits i(1/C - 1/3C) for a slot, so only the first
 	// 1.5 C (timeout - service) succeed, however long the run; at a limit L
 	// the pool serves C per second for the whole duration D, plus L. The
-	// ratio, (D + L/C) / (1.5 (timeout - service)), is 2.2 at the card's
+	// ratio, (D + L/C) / (1.5 (timeout - service)), is 2.2 at the default
 	// numbers and 2.4 in a quick run, whatever C the machine really gives.
 	//
 	// A row whose load still fell behind its schedule after every try
@@ -395,7 +395,7 @@ func pct(a, b int) float64 {
 	return 100 * float64(a) / float64(b)
 }
 
-// cols returns the seed's columns for one summary.
+// cols returns the table's columns for one summary.
 func (p shedParams) cols(s shotSummary) []Col {
 	lat := func(key, name string, d time.Duration, have bool) Col {
 		if !have {
@@ -488,7 +488,7 @@ func quantile(d []time.Duration, q float64) time.Duration {
 	return d[max(0, min(i, len(d)-1))]
 }
 
-// dbPool is the card's "DB pool": slots queries at a time, each holding its
+// dbPool is the service's database pool: slots queries at a time, each holding its
 // slot for service. A request waits for a slot first come, first served,
 // and leaves the wait when its client goes away; a query, once started, runs
 // to its end.
