@@ -65,6 +65,10 @@ func sheddingProblems(t *testing.T, res *Result) []string {
 	for _, c := range res.Failed() {
 		out = append(out, "check failed: "+c.Name+": "+c.Detail)
 	}
+	// A check not judged measured nothing: no attempt passes with one.
+	for _, c := range res.NotJudged() {
+		out = append(out, "check not judged: "+c.Name+": "+c.Detail)
+	}
 	byLabel := map[string]Row{}
 	for _, r := range res.Rows {
 		byLabel[r.Label] = r
