@@ -18,7 +18,9 @@ const (
 )
 
 // Config configures a Server. The zero value is valid: DefaultMax, a
-// DefaultReserve and a 504 for expired requests.
+// DefaultReserve and a 504 for expired requests. It is a plain value that
+// New copies; Expired and Now are called concurrently, from the requests'
+// goroutines.
 type Config struct {
 	// Max caps the deadline a request may ask for, and is the deadline of a
 	// request that announces none: a caller cannot make the server work

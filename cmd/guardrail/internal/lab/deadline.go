@@ -131,14 +131,14 @@ func (p deadlineParams) run(ctx context.Context, env *Env) (*Result, error) {
 		var out outcome
 		defer func() { out.took = time.Since(t0); handlerDone <- out }()
 
-		ga := fallback.NewGroup(dctx)
+		ga := fallback.NewFanout(dctx)
 		a := fallback.Required(ga, "A", p.perA, call(clientA, urls["A"]))
 		if out.err = ga.Wait(); out.err != nil {
 			http.Error(rw, out.err.Error(), http.StatusBadGateway)
 			return
 		}
 		body["A"], _ = a.Value()
-		g := fallback.NewGroup(dctx)
+		g := fallback.NewFanout(dctx)
 		b := fallback.Required(g, "B", p.perBC, call(clientBC, urls["B"]))
 		c := fallback.Optional(g, "C", p.perBC, call(clientBC, urls["C"]))
 		if out.err = g.Wait(); out.err != nil {
