@@ -265,6 +265,12 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		fmt.Fprintf(stderr, "report written to %s\n", lf.report)
 	}
+	checks := 0
+	for _, res := range results {
+		checks += len(res.Checks)
+	}
+	fmt.Fprintf(stderr, "guardrail lab: %d experiment(s) in %v, %d check(s): %d pass, %d fail, %d not judged\n",
+		len(results), time.Since(start).Round(100*time.Millisecond), checks, checks-len(failed)-len(unjudged), len(failed), len(unjudged))
 	if len(unjudged) > 0 {
 		fmt.Fprintf(stderr, "guardrail lab: %d check(s) not judged, the run could not measure what they need (they do not change the exit status):\n  %s\n",
 			len(unjudged), strings.Join(unjudged, "\n  "))

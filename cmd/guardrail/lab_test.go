@@ -122,7 +122,7 @@ func TestLabVerdictsDecideTheExitCode(t *testing.T) {
 		t.Fatalf("a check not judged: exit %d, want 0; stderr:\n%s", code, errOut)
 	}
 	if !strings.Contains(out, "[not judged] the check: why: not_judged") || !strings.Contains(errOut, "1 check(s) not judged") ||
-		!strings.Contains(errOut, "unjudged: the check") || strings.Contains(errOut, "failed") {
+		!strings.Contains(errOut, "unjudged: the check") || !strings.Contains(errOut, "1 check(s): 0 pass, 0 fail, 1 not judged") || strings.Contains(errOut, "failed") {
 		t.Errorf("a check not judged:\nstdout %q\nstderr %q", out, errOut)
 	}
 
@@ -131,6 +131,7 @@ func TestLabVerdictsDecideTheExitCode(t *testing.T) {
 		t.Fatalf("a failed check: exit %d, want 1; stderr:\n%s", code, errOut)
 	}
 	if !strings.Contains(out, "[FAIL] the check") || !strings.Contains(out, "[pass] the check") ||
+		!strings.Contains(errOut, "3 experiment(s) in ") || !strings.Contains(errOut, "3 check(s): 1 pass, 1 fail, 1 not judged\n") ||
 		!strings.Contains(errOut, "1 check(s) failed:\n  fails: the check: why: fail") {
 		t.Errorf("a failed check:\nstdout %q\nstderr %q", out, errOut)
 	}
