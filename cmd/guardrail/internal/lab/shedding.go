@@ -76,14 +76,14 @@ func parseMix(s string) ([]mixShare, error) {
 		name, w, ok := strings.Cut(strings.TrimSpace(part), "=")
 		p, pok := shed.ParsePriority(name)
 		if !ok || !pok {
-			return nil, fmt.Errorf("shedding: --mix: %q is not priority=weight (priorities: critical, high, normal, low, sheddable)", part)
+			return nil, flagErrorf("--mix: %q is not priority=weight (priorities: critical, high, normal, low, sheddable)", part)
 		}
 		v, err := strconv.ParseFloat(strings.TrimSpace(w), 64)
 		if err != nil || !(v > 0) || math.IsInf(v, 0) {
-			return nil, fmt.Errorf("shedding: --mix: weight of %s must be a positive number, not %q", name, w)
+			return nil, flagErrorf("--mix: weight of %s must be a positive number, not %q", name, w)
 		}
 		if seen[p] {
-			return nil, fmt.Errorf("shedding: --mix: %s given twice", p)
+			return nil, flagErrorf("--mix: %s given twice", p)
 		}
 		seen[p] = true
 		out = append(out, mixShare{p, v})
@@ -133,7 +133,7 @@ func (p shedParams) validate() error {
 	case p.limit < 1:
 		return errors.New("shedding: --limit must be at least 1")
 	case p.mixUnder != "fixed" && p.mixUnder != "adaptive":
-		return fmt.Errorf("shedding: --priorities-under must be fixed or adaptive, not %q", p.mixUnder)
+		return flagErrorf("--priorities-under must be fixed or adaptive, not %q", p.mixUnder)
 	}
 	return nil
 }
