@@ -95,29 +95,31 @@ type selected struct {
 func parseLab(args []string, quick bool) (*labFlags, []selected, *selected, error) {
 	lf := newLabFlags()
 	var sel []selected
-	var lead []string // the flags before the first name
-	cur := &lead
+	var lead []string           // the flags before the first name
+	flags := func() *[]string { // those of the last name, or lead
+		if len(sel) == 0 {
+			return &lead
+		}
+		return &sel[len(sel)-1].flags
+	}
 	fs := lf.fs
 	byName := map[string]lab.Experiment{}
 	for _, e := range experiments() {
 		byName[e.Name] = e
 	}
+	onlyNames := false // after "--"
 	for i := 0; i < len(args); i++ {
 		a := args[i]
-		if a == "--" || len(a) < 2 || a[0] != '-' {
-			name := a
-			if a == "--" {
-				if i+1 == len(args) {
-					break
-				}
-				i++
-				name = args[i]
-			}
-			e, ok := byName[name]
+		if a == "--" && !onlyNames {
+			onlyNames = true
+			continue
+		}
+		if onlyNames || len(a) < 2 || a[0] != '-' {
+			e, ok := byName[a]
 			if !ok {
-				return nil, nil, nil, usageError{fmt.Sprintf("unknown experiment %q (have %s)", name, strings.Join(names(), ", "))}
+				return nil, nil, nil, usageError{fmt.Sprintf("unknown experiment %q (have %s)", a, strings.Join(names(), ", "))}
 			}
-			efs := newFlagSet("lab " + name)
+			efs := newFlagSet("lab " + a)
 			run := e.Setup(efs, quick)
 			// The lab's flags work after a name too; an experiment's own
 			// flag of the same name (jitter's --seed) wins there.
@@ -127,23 +129,24 @@ func parseLab(args []string, quick bool) (*labFlags, []selected, *selected, erro
 				}
 			})
 			sel = append(sel, selected{exp: e, run: run, fs: efs})
-			cur, fs = &sel[len(sel)-1].flags, efs
+			fs = efs
 			continue
 		}
 		if name, ok := unknownFlag(fs, a); ok {
 			// Stop here: the flag's value, if it has one, would pass for
 			// an experiment's name.
 			err := fmt.Errorf("flag provided but not defined: -%s", name)
-			if fs == lf.fs {
+			if len(sel) == 0 {
 				return nil, nil, nil, usageError{err.Error() + experimentFlagHint(name)}
 			}
 			s := sel[len(sel)-1]
 			return nil, nil, nil, helpHint{usageError{s.exp.Name + ": " + err.Error()}, "guardrail lab " + s.exp.Name + " --help"}
 		}
-		*cur = append(*cur, a)
+		f := flags()
+		*f = append(*f, a)
 		if takesValue(fs, a) && i+1 < len(args) {
 			i++
-			*cur = append(*cur, args[i])
+			*f = append(*f, args[i])
 		}
 	}
 	var help *selected

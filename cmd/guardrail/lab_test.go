@@ -203,6 +203,14 @@ func TestLabFlagsBeforeAndAfterNames(t *testing.T) {
 	if code != 0 || a.n != 3 || b.n != 4 {
 		t.Errorf("lab a --n 3 b --n 4: exit %d, n %d and %d: %s", code, a.n, b.n, errOut)
 	}
+	// "--" ends the flags: what follows are names.
+	a.runs, b.runs = 0, 0
+	if code, _, errOut := runCmd(t, "lab", "--quick", "--", "a", "b"); code != 0 || a.runs != 1 || b.runs != 1 {
+		t.Errorf("lab --quick -- a b: exit %d, runs %d and %d: %s", code, a.runs, b.runs, errOut)
+	}
+	if code, _, errOut := runCmd(t, "lab", "a", "--", "--n"); code != 2 || !strings.Contains(errOut, `unknown experiment "--n"`) {
+		t.Errorf("lab a -- --n: exit %d, stderr %q; want an unknown experiment", code, errOut)
+	}
 	// No name runs them all.
 	a.runs, b.runs = 0, 0
 	if code, _, errOut := runCmd(t, "lab", "--quick"); code != 0 || a.runs != 1 || b.runs != 1 {
