@@ -91,7 +91,9 @@ type selected struct {
 // parseLab splits the lab's command line into its experiments, each with
 // the flags that follow its name, and parses them. The experiments' defaults
 // depend on --quick, wherever it stands, so the caller parses twice: first
-// to learn --quick, then with the defaults it chooses.
+// to learn --quick, then with the defaults it chooses. When -h or --help was
+// given, help is what it asked about: an experiment after its name, the lab
+// itself (a selected with no run) before any name.
 func parseLab(args []string, quick bool) (*labFlags, []selected, *selected, error) {
 	lf := newLabFlags()
 	var sel []selected
