@@ -285,13 +285,6 @@ func guardClient(b *testing.B) *http.Client {
 	return c
 }
 
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
-	}
-	return v
-}
-
 // okServer starts a loopback server that answers "ok", closed when b ends.
 func okServer(b *testing.B) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

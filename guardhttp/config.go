@@ -88,7 +88,7 @@ type Config struct {
 	// starting an attempt with: with less, the request ends with
 	// guardrail.ErrDeadline instead of sending an attempt that cannot
 	// finish, and a retry whose delay plus MinAttemptTime does not fit is
-	// not made. Zero means guardrail.DefaultMinAttempt (50 ms); negative
+	// not made. Zero means guardrail.DefaultMinAttemptTime (50 ms); negative
 	// means no limit (no minimum).
 	MinAttemptTime time.Duration
 
@@ -212,7 +212,7 @@ func (c *Config) settings() settings {
 	s := settings{
 		name:           c.Name,
 		attemptTimeout: max(c.AttemptTimeout, 0),
-		minAttempt:     orDefault(c.MinAttemptTime, guardrail.DefaultMinAttempt),
+		minAttempt:     orDefault(c.MinAttemptTime, guardrail.DefaultMinAttemptTime),
 		connect:        orDefault(c.ConnectTimeout, DefaultConnectTimeout),
 		tls:            orDefault(c.TLSHandshakeTimeout, DefaultTLSHandshakeTimeout),
 		write:          orDefault(c.WriteTimeout, DefaultWriteTimeout),
@@ -244,17 +244,27 @@ func (c *Config) settings() settings {
 // NewClient about their Config Is.
 var ErrInvalidConfig = errors.New("guardhttp: invalid Config")
 
-// configError is an invalid field of a Config.
-type configError struct{ msg string }
+// configError is an invalid field of a Config; err is the cause, when
+// the field is the configuration of another package.
+type configError struct {
+	msg string
+	err error
+}
 
 func (e *configError) Error() string        { return e.msg }
 func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
+func (e *configError) Unwrap() error        { return e.err }
 
 // validate reports the first invalid field of c. Durations and sizes
 // cannot be invalid: zero is their default, negative turns them off.
 func (c *Config) validate() error {
 	if c.MaxAttempts < 0 {
-		return &configError{fmt.Sprintf("guardhttp: Config.MaxAttempts is %d; want 0 (the default, %d) or more", c.MaxAttempts, guardrail.DefaultMaxAttempts)}
+		return &configError{msg: fmt.Sprintf("guardhttp: Config.MaxAttempts is %d; want 0 (the default, %d) or more", c.MaxAttempts, guardrail.DefaultMaxAttempts)}
+	}
+	if c.Bulkhead != nil {
+		if _, err := bulkhead.New(*c.Bulkhead); err != nil {
+			return &configError{msg: "guardhttp: Config.Bulkhead: " + err.Error(), err: err}
+		}
 	}
 	return nil
 }

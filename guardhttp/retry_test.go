@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/event"
 
 	"github.com/guardrail-go/guardrail"
@@ -481,7 +482,7 @@ func TestBudgetExhaustedAfterA503ReturnsThe503(t *testing.T) {
 	c := newClient(t, guardhttp.Config{
 		MaxAttempts: 5,
 		Backoff:     backoff.None(),
-		Budget:      budget.New(budget.Config{Max: 1}), // one retry in the bucket
+		Budget:      must(budget.New(budget.Config{Max: 1})), // one retry in the bucket
 		Observer:    rec,
 	})
 	resp, err := get(t, context.Background(), c, srv.URL)
@@ -504,7 +505,7 @@ func TestBudgetExhaustedWithoutAResponseIsAnError(t *testing.T) {
 	c := newClient(t, guardhttp.Config{
 		ResponseHeaderTimeout: 20 * time.Millisecond,
 		Backoff:               backoff.None(),
-		Budget:                budget.New(budget.Config{Max: 1}),
+		Budget:                must(budget.New(budget.Config{Max: 1})),
 	})
 	_, err := get(t, context.Background(), c, "http://"+ln.Addr().String())
 	if !errors.Is(err, guardrail.ErrBudgetExhausted) {
@@ -580,6 +581,10 @@ func TestInvalidConfigIsRefusedAtConstruction(t *testing.T) {
 	}
 	if _, err := guardhttp.NewTransport(nil, guardhttp.Config{MaxAttempts: -2}); !errors.Is(err, guardhttp.ErrInvalidConfig) {
 		t.Errorf("NewTransport: err = %v, want ErrInvalidConfig", err)
+	}
+	_, err = guardhttp.NewClient(guardhttp.Config{Bulkhead: &bulkhead.Config{MaxConcurrent: -1}})
+	if !errors.Is(err, guardhttp.ErrInvalidConfig) || !strings.Contains(err.Error(), "Config.Bulkhead") {
+		t.Errorf("NewClient with a bad bulkhead: err = %v, want one naming Config.Bulkhead", err)
 	}
 	noLimits := guardhttp.Config{
 		AttemptTimeout: -1, MinAttemptTime: -1, ConnectTimeout: -1, TLSHandshakeTimeout: -1,

@@ -3,7 +3,6 @@ package lab
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -51,7 +50,7 @@ type overheadClient struct {
 
 func (p overheadParams) run(ctx context.Context, env *Env) (*Result, error) {
 	if p.rounds < 1 || p.block < 1 {
-		return nil, fmt.Errorf("--rounds and --block must be positive")
+		return nil, flagErrorf("--rounds and --block must be positive")
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok")
