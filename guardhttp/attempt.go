@@ -151,9 +151,12 @@ func (t *Transport) mayHandshake(req *http.Request) bool {
 	if t.http.Proxy == nil {
 		return false
 	}
-	// The base calls Proxy for each request too; for an HTTP request and
-	// http.ProxyFromEnvironment without HTTP_PROXY that is a few
-	// comparisons.
+	if !t.envProxy {
+		return true // a Proxy of the caller's, which may be costly to ask twice
+	}
+	// http.ProxyFromEnvironment, as NewClient's base has: the base asks it
+	// about each request too, and for an HTTP request without HTTP_PROXY
+	// its answer is a few comparisons.
 	u, err := t.http.Proxy(req)
 	return u != nil || err != nil
 }

@@ -76,6 +76,7 @@ import (
 type Transport struct {
 	base      http.RoundTripper
 	http      *http.Transport // base, if it is one: it asks for a connection first thing
+	envProxy  bool            // http's Proxy is http.ProxyFromEnvironment (NewClient's)
 	s         settings
 	observer  event.Observer // Config.Observer, for events after the engine returned
 	breakers  *breaker.Group
@@ -175,6 +176,7 @@ func NewClient(cfg Config) (*http.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	t.envProxy = true
 	return &http.Client{Transport: t}, nil
 }
 
