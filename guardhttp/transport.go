@@ -383,7 +383,10 @@ func (c *call) attempt(actx context.Context) (*http.Response, error) {
 		return nil, c.mark(err, guardrail.Verdict{Outcome: breaker.Ignored})
 	}
 	dl, headers := c.headers(a)
-	r := c.req.WithContext(a.ctx) // a shallow copy
+	// A shallow copy of the caller's request, in the attempt: WithContext's
+	// own copy does not outlive this line, so it costs no allocation.
+	a.req = *c.req.WithContext(a.ctx)
+	r := &a.req
 	if !same {
 		r.Body, r.GetBody, r.ContentLength = body, getBody, length
 	}
