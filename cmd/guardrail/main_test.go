@@ -126,3 +126,38 @@ func TestVersion(t *testing.T) {
 		t.Errorf("versionText without VCS information:\n%s", got)
 	}
 }
+
+// splitArgs loses no argument and keeps the order of each kind: the flags
+// (with their values) and the operands, with only the first "--" dropped.
+func FuzzSplitArgs(f *testing.F) {
+	f.Add("a\x00-b\x00--n\x00-1\x00--\x00-x")
+	f.Add("--s=v\x00-\x00--bogus\x00x")
+	f.Fuzz(func(t *testing.T, joined string) {
+		args := strings.Split(joined, "\x00")
+		fs := newFlagSet("x")
+		fs.Bool("b", false, "")
+		fs.Int("n", 0, "")
+		fs.String("s", "", "")
+		flags, operands := splitArgs(fs, args)
+		n := len(flags) + len(operands)
+		if n != len(args) && (n != len(args)-1 || !slices.Contains(args, "--")) {
+			t.Fatalf("splitArgs(%q) = %q, %q: %d arguments, want %d (one less for a \"--\")", args, flags, operands, n, len(args))
+		}
+		if !subsequence(flags, args) || !subsequence(operands, args) {
+			t.Fatalf("splitArgs(%q) = %q, %q: not in the order given", args, flags, operands)
+		}
+		if err := fs.Parse(flags); err == nil && fs.NArg() != 0 {
+			t.Fatalf("splitArgs(%q): flags %q leave operands %q to Parse", args, flags, fs.Args())
+		}
+	})
+}
+
+// subsequence reports whether sub appears in s in order.
+func subsequence(sub, s []string) bool {
+	for _, x := range s {
+		if len(sub) > 0 && sub[0] == x {
+			sub = sub[1:]
+		}
+	}
+	return len(sub) == 0
+}
