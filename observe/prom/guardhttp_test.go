@@ -31,7 +31,10 @@ func TestCardinalityThroughGuardHTTP(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	c := newCollector(t, prom.Config{})
 	reg.MustRegister(c)
-	tr := guardhttp.NewTransport(srv.Client().Transport, guardhttp.Config{Name: "users", Observer: c, MaxAttempts: 2, Backoff: backoff.None()})
+	tr, err := guardhttp.NewTransport(srv.Client().Transport, guardhttp.Config{Name: "users", Observer: c, MaxAttempts: 2, Backoff: backoff.None()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	client := &http.Client{Transport: tr}
 	defer tr.CloseIdleConnections()
 
@@ -75,7 +78,10 @@ func TestGuardHTTPEventsAreCounted(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	c := newCollector(t, prom.Config{})
 	reg.MustRegister(c)
-	tr := guardhttp.NewTransport(srv.Client().Transport, guardhttp.Config{Name: "users", Observer: c})
+	tr, err := guardhttp.NewTransport(srv.Client().Transport, guardhttp.Config{Name: "users", Observer: c})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer tr.CloseIdleConnections()
 	for i := range 5 {
 		resp, err := (&http.Client{Transport: tr}).Get(fmt.Sprintf("%s/u/%d", srv.URL, i))
@@ -109,7 +115,10 @@ func TestGuardHTTPOneDependencyPerBreaker(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	c := newCollector(t, prom.Config{})
 	reg.MustRegister(c)
-	tr := guardhttp.NewTransport(srv.Client().Transport, guardhttp.Config{Name: "users", Observer: c})
+	tr, err := guardhttp.NewTransport(srv.Client().Transport, guardhttp.Config{Name: "users", Observer: c})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer tr.CloseIdleConnections()
 	c.WatchBreakerGroup("users", tr.Breakers())
 	client := &http.Client{Transport: tr}

@@ -164,11 +164,11 @@ func (p ampParams) scenario(ctx context.Context, allTiers bool, ratio float64, u
 	// Build from the DB up: tier 0 is the data-service, nearest the DB.
 	for i := 0; i < p.tiers; i++ {
 		cfg := guardhttp.Config{
-			Name:        fmt.Sprintf("tier%d", i),
-			MaxAttempts: 1,
-			MinAttempt:  -1,
-			Backoff:     backoff.FullJitter(p.base, 100*p.base),
-			Budget:      budget.Unlimited(),
+			Name:           fmt.Sprintf("tier%d", i),
+			MaxAttempts:    1,
+			MinAttemptTime: -1,
+			Backoff:        backoff.FullJitter(p.base, 100*p.base),
+			Budget:         budget.Unlimited(),
 			// The rows measure retries alone: breakers off unless the row
 			// asks for guardrail's default one.
 			Breakers: noBreakers(),
@@ -189,7 +189,7 @@ func (p ampParams) scenario(ctx context.Context, allTiers bool, ratio float64, u
 		if i == 0 && dialer != nil {
 			base.DialContext = dialer.DialContext
 		}
-		client := &http.Client{Transport: guardhttp.NewTransport(base, cfg)}
+		client := &http.Client{Transport: mustTransport(base, cfg)}
 		target := next
 		s, err := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if _, err := get(r.Context(), client, target); err != nil {
