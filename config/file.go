@@ -45,7 +45,7 @@ type Dependency struct {
 	Calls []string `yaml:"calls"`
 	// Routes lists routes of the dependency whose idempotence matters to
 	// retries. Descriptive: it only feeds the warnings.
-	Routes []*Route `yaml:"routes"`
+	Routes   []*Route `yaml:"routes"`
 	Settings `yaml:",inline"`
 }
 
