@@ -53,7 +53,11 @@ func parseFile(name string, data []byte) (*File, map[string]int, []Diagnostic) {
 			d.errorf(1, "", "the file is empty; want a mapping with at least one of version, defaults, dependencies, servers")
 			return f, d.lines, d.diags
 		}
-		d.errorf(syntaxLine(err), "", "%s", syntaxMessage(err))
+		if l := tabIndent(data); l > 0 {
+			d.errorf(l, "", "the line is indented with a tab; YAML indents with spaces")
+		} else {
+			d.errorf(syntaxLine(err), "", "%s", syntaxMessage(err))
+		}
 		return f, d.lines, d.diags
 	}
 	var extra yaml.Node
@@ -70,13 +74,31 @@ func parseFile(name string, data []byte) (*File, map[string]int, []Diagnostic) {
 	return f, d.lines, d.diags
 }
 
+// tabIndent returns the first line whose indentation holds a tab, or 0:
+// yaml.v3 reports that error on the line before.
+func tabIndent(data []byte) int {
+	for i, l := range bytes.Split(data, []byte("\n")) {
+		trimmed := bytes.TrimLeft(l, " \t")
+		if len(trimmed) > 0 && bytes.IndexByte(l[:len(l)-len(trimmed)], '\t') >= 0 {
+			return i + 1
+		}
+	}
+	return 0
+}
+
 var lineRE = regexp.MustCompile(`line (\d+)`)
 
-// syntaxLine finds the line in a yaml.v3 syntax error ("yaml: line 3: ...").
+// syntaxLine finds the line in a yaml.v3 syntax error ("yaml: line 3:
+// ..."). yaml.v3 counts the lines of its parser's errors ("did not find
+// expected ...") from 0 and those of its scanner's from 1; the parser's are
+// shifted to count from 1 too.
 func syntaxLine(err error) int {
 	if m := lineRE.FindStringSubmatch(err.Error()); m != nil {
 		if n, e := strconv.Atoi(m[1]); e == nil {
-			return n
+			if strings.Contains(err.Error(), "did not find expected") {
+				n++
+			}
+			return max(n, 1)
 		}
 	}
 	return 1
@@ -106,7 +128,9 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string, depth int) 
 		d.errorf(n.Line, path, "anchors and aliases are not supported; write the settings out, or put shared ones in defaults")
 		return
 	}
-	d.lines[path] = n.Line
+	if _, ok := d.lines[path]; !ok {
+		d.lines[path] = n.Line
+	}
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		d.errorf(n.Line, path, "is empty; write a value, or leave the key out for the default")
 		return
@@ -139,6 +163,7 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string, depth int) 
 				continue
 			}
 			seen[k.Value] = true
+			d.lines[join(path, k.Value)] = k.Line
 			e := reflect.New(t.Elem()).Elem()
 			d.decode(val, e, join(path, k.Value), depth+1)
 			m.SetMapIndex(reflect.ValueOf(k.Value), e)
@@ -207,6 +232,7 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string, depth in
 			continue
 		}
 		seen[name] = true
+		d.lines[join(path, name)] = k.Line
 		d.decode(val, v.FieldByIndex(idx), join(path, name), depth+1)
 	}
 }

@@ -424,8 +424,13 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 
 	// Retry budget.
 	if rb := s.RetryBudget; rb != nil && val(rb.Unlimited) {
-		if rb.Ratio != nil || rb.Max != nil || rb.MinPerSecond != nil {
-			diags = append(diags, c.diag(SeverityError, c.where(name, "retry_budget.unlimited"), "is true with ratio, max or min_per_second set; want either unlimited or a budget"))
+		// unlimited overrides a budget inherited from the defaults, but
+		// one section saying both is a contradiction.
+		at := c.where(name, "retry_budget.unlimited")
+		for _, k := range []string{"ratio", "max", "min_per_second"} {
+			if w := c.where(name, "retry_budget."+k); strings.HasPrefix(w, strings.TrimSuffix(at, "unlimited")) && c.lines[w] != 0 {
+				diags = append(diags, c.diag(SeverityError, at, "is true with %s set beside it; want either unlimited or a budget", k))
+			}
 		}
 	} else {
 		bc := budget.Config{}
