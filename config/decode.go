@@ -166,6 +166,9 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string, depth int) 
 			d.lines[join(path, k.Value)] = k.Line
 			e := reflect.New(t.Elem()).Elem()
 			d.decode(val, e, join(path, k.Value), depth+1)
+			if e.Kind() == reflect.Pointer && e.IsNil() {
+				continue // reported: an entry that did not decode is left out
+			}
 			m.SetMapIndex(reflect.ValueOf(k.Value), e)
 		}
 		v.Set(m)

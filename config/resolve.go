@@ -112,9 +112,9 @@ type ResolvedServer struct {
 func Parse(name string, data []byte) (*Checked, error) {
 	f, lines, diags := parseFile(name, data)
 	c := &Checked{Name: name, File: f, lines: lines}
-	if len(diags) == 0 {
-		diags = append(diags, c.resolve()...)
-	}
+	// A key that did not decode stays unset; the rest is still checked, so
+	// that one run reports every error.
+	diags = append(diags, c.resolve()...)
 	c.Errors, c.Warnings = split(diags)
 	if len(c.Errors) > 0 {
 		return c, &Error{Diagnostics: c.Errors}

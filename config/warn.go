@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -101,14 +102,33 @@ func (d *ResolvedDependency) worstCase() time.Duration {
 		return 0
 	}
 	n := d.attempts()
-	total := time.Duration(n) * at
+	total := satMul(at, n)
 	s := d.strategy()
 	var prev time.Duration
-	for r := range n - 1 {
+	// Backoff reaches its cap within 64 retries; the rest wait the cap.
+	for r := range min(n-1, 64) {
 		prev = s.Delay(r, prev, 1-1e-9)
-		total += prev
+		total = satAdd(total, prev)
+	}
+	if n-1 > 64 {
+		total = satAdd(total, satMul(prev, n-1-64))
 	}
 	return total
+}
+
+// satMul and satAdd saturate instead of overflowing.
+func satMul(d time.Duration, n int) time.Duration {
+	if d > 0 && n > 0 && d > math.MaxInt64/time.Duration(n) {
+		return math.MaxInt64
+	}
+	return d * time.Duration(n)
+}
+
+func satAdd(a, b time.Duration) time.Duration {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // timeout returns the time d's callers may wait for it: its deadline, else
@@ -236,16 +256,17 @@ func (c *Checked) chainWarnings() []Diagnostic {
 	// Retries at more than one tier: walk every chain from its roots.
 	var walk func(name string, chain []string, product int, tiers []string, seen map[string]bool)
 	reported := map[string]bool{}
+	steps := 0 // bounds the walk: a file with many diamonds has exponentially many chains
 	walk = func(name string, chain []string, product int, tiers []string, seen map[string]bool) {
 		d := c.dependency(name)
-		if d == nil || seen[name] {
+		if steps++; d == nil || seen[name] || steps > 10000 {
 			return
 		}
 		seen[name] = true
 		defer delete(seen, name)
 		chain = append(chain, name)
 		if n := d.attempts(); n > 1 {
-			product *= n
+			product = min(product*n, 1<<30)
 			tiers = append(tiers, fmt.Sprintf("%s (%d)", name, n))
 		}
 		if len(tiers) > 1 && !reported[name] {
