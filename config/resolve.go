@@ -487,10 +487,10 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 		IdempotencyKeys: val(s.IdempotencyKeys), DeadlineReserve: val(s.DeadlineReserve),
 		Bulkhead: r.Bulkhead,
 	}
-	if r.Bulkhead == nil { // its errors are reported above, by key
-		_, err = guardhttp.NewTransport(http.DefaultTransport, r.HTTP)
-		diags = append(diags, c.coreErrors(err, reflect.TypeFor[Settings](), name, "")...)
-	}
+	plain := r.HTTP
+	plain.Bulkhead = nil // its errors are reported above, by key
+	_, err = guardhttp.NewTransport(http.DefaultTransport, plain)
+	diags = append(diags, c.coreErrors(err, reflect.TypeFor[Settings](), name, "")...)
 	return diags
 }
 

@@ -75,8 +75,11 @@ func (c *Checked) checkCalls() []Diagnostic {
 
 // attempts returns the effective attempts of d.
 func (d *ResolvedDependency) attempts() int {
-	if n := val(d.Settings.MaxAttempts); n > 0 {
+	switch n := val(d.Settings.MaxAttempts); {
+	case n > 0:
 		return n
+	case n < 0:
+		return 1 // invalid, and reported so; no warning builds on it
 	}
 	return guardrail.DefaultMaxAttempts
 }
