@@ -13,6 +13,7 @@ import (
 )
 
 // AdminConfig configures the admin endpoint.
+// It is a plain value.
 type AdminConfig struct {
 	// Authorize decides whether a request may change state (force a
 	// breaker open, close or reset it): a nil error lets it. It is
@@ -67,6 +68,7 @@ func NewAdmin(reg *Registry, cfg AdminConfig) (*Admin, error) {
 func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
 
 // BreakerStatus is one breaker in the listing.
+// It is a plain value.
 type BreakerStatus struct {
 	Dependency  string         `json:"dependency"`
 	Key         string         `json:"key,omitempty"` // the host, for an HTTP dependency
@@ -81,6 +83,7 @@ type BreakerStatus struct {
 }
 
 // BudgetStatus is one retry budget in the listing.
+// It is a plain value.
 type BudgetStatus struct {
 	Dependency string  `json:"dependency"`
 	Unlimited  bool    `json:"unlimited"`
@@ -89,6 +92,7 @@ type BudgetStatus struct {
 }
 
 // BulkheadStatus is one bulkhead in the listing.
+// It is a plain value.
 type BulkheadStatus struct {
 	Dependency string `json:"dependency"`
 	InFlight   int    `json:"in_flight"`
@@ -97,6 +101,7 @@ type BulkheadStatus struct {
 }
 
 // ShedderStatus is one shedder in the listing.
+// It is a plain value.
 type ShedderStatus struct {
 	Server   string            `json:"server"`
 	InFlight int               `json:"in_flight"`
@@ -109,6 +114,7 @@ type ShedderStatus struct {
 }
 
 // Status is the admin listing.
+// It is a plain value.
 type Status struct {
 	File      string           `json:"file"`
 	Reload    ReloadStats      `json:"reload"`

@@ -7,7 +7,8 @@ import (
 	"strings"
 )
 
-// Severity says whether a Diagnostic stops the file from loading.
+// Severity says whether a Diagnostic stops the file from loading. A plain
+// value.
 type Severity string
 
 // Severities.
@@ -44,7 +45,8 @@ func (d Diagnostic) String() string {
 }
 
 // Error is the error of a file that does not load: every error
-// Diagnostic, in line order. It Is ErrInvalid.
+// Diagnostic, in line order. It Is ErrInvalid. It is immutable once
+// returned.
 type Error struct {
 	Diagnostics []Diagnostic
 }

@@ -136,3 +136,27 @@ func TestRiskyCopiesWarn(t *testing.T) {
 		})
 	}
 }
+
+// JSON is YAML to the parser: the same errors, on the same lines.
+func TestJSONFileNamesItsLines(t *testing.T) {
+	c, err := Parse("policy.json", []byte(`{
+  "defaults": {"max_attempts": 2},
+  "dependencies": {
+    "payments": {
+      "reason": "slow provider",
+      "attempt_timeout": "5"
+    },
+    "ledger": {"kind": "policy", "reason": "r", "idempotent": true}
+  }
+}`))
+	if err == nil || len(c.Errors) != 1 {
+		t.Fatalf("got %v; want one error", err)
+	}
+	if got, want := c.Errors[0].String(), `policy.json:6: dependencies.payments.attempt_timeout: "5" has no unit; write 5s`; got != want {
+		t.Errorf("got %s; want %s", got, want)
+	}
+	ok, err := Parse("policy.json", []byte(`{"dependencies": {"a": {"reason": "r", "attempt_timeout": "500ms"}}}`))
+	if err != nil || len(ok.Dependencies) != 1 || ok.Dependencies[0].HTTP.AttemptTimeout.String() != "500ms" {
+		t.Errorf("a valid JSON file: %v", err)
+	}
+}

@@ -21,6 +21,8 @@ type File struct {
 }
 
 // Review is who stands behind a departure from the defaults, and why.
+// It is a plain value, safe to read concurrently and not to change while
+// it is read.
 type Review struct {
 	// Reason says why the settings differ from the defaults. It is required
 	// as soon as a dependency sets anything the defaults set, so that every
@@ -34,6 +36,8 @@ type Review struct {
 
 // Dependency is one dependency's client settings: the defaults, overridden
 // field by field.
+// It is a plain value, safe to read concurrently and not to change while
+// it is read.
 type Dependency struct {
 	Review `yaml:",inline"`
 	// Kind is "http" (the default: Registry.HTTPClient) or "policy" (a
@@ -50,6 +54,8 @@ type Dependency struct {
 }
 
 // Route is a route of a dependency, for the warnings about retries.
+// It is a plain value, safe to read concurrently and not to change while
+// it is read.
 type Route struct {
 	Method *string `yaml:"method"`
 	Path   *string `yaml:"path"`
@@ -60,6 +66,8 @@ type Route struct {
 
 // Settings are the client settings of a dependency, or the defaults. Each
 // field is the guardhttp.Config or guardrail.Policy field of the same name.
+// It is a plain value, safe to read concurrently and not to change while
+// it is read.
 type Settings struct {
 	MaxAttempts    *int           `yaml:"max_attempts"`
 	AttemptTimeout *time.Duration `yaml:"attempt_timeout"`
@@ -89,6 +97,8 @@ type Settings struct {
 }
 
 // Backoff selects a backoff.Strategy.
+// It is a plain value, safe to read concurrently and not to change while
+// it is read.
 type Backoff struct {
 	// Strategy is full_jitter (the default), equal_jitter, exponential,
 	// decorrelated, constant or none.
@@ -98,6 +108,8 @@ type Backoff struct {
 }
 
 // RetryBudget is a budget.Config, or an unlimited budget.
+// It is a plain value, safe to read concurrently and not to change while
+// it is read.
 type RetryBudget struct {
 	Ratio        *float64 `yaml:"ratio"`
 	Max          *float64 `yaml:"max"`
@@ -107,6 +119,8 @@ type RetryBudget struct {
 }
 
 // Breaker is a breaker.Config (and, for HTTP, the group's limits).
+// It is a plain value, safe to read concurrently and not to change while
+// it is read.
 type Breaker struct {
 	Window         *time.Duration `yaml:"window"`
 	Buckets        *int           `yaml:"buckets"`
@@ -131,6 +145,8 @@ type Breaker struct {
 }
 
 // Bulkhead is a bulkhead.Config; Disabled removes one the defaults set.
+// It is a plain value, safe to read concurrently and not to change while
+// it is read.
 type Bulkhead struct {
 	MaxConcurrent *int           `yaml:"max_concurrent"`
 	MaxQueue      *int           `yaml:"max_queue"`
@@ -139,6 +155,8 @@ type Bulkhead struct {
 }
 
 // Server is the server-side guardrails of one server (or route group).
+// It is a plain value, safe to read concurrently and not to change while
+// it is read.
 type Server struct {
 	Review `yaml:",inline"`
 	// Calls names the dependencies the server calls while it answers.
@@ -149,12 +167,16 @@ type Server struct {
 }
 
 // ServerDeadline is a deadline.Config.
+// It is a plain value, safe to read concurrently and not to change while
+// it is read.
 type ServerDeadline struct {
 	Max     *time.Duration `yaml:"max"`
 	Reserve *time.Duration `yaml:"reserve"`
 }
 
 // Shed is a shed.Config.
+// It is a plain value, safe to read concurrently and not to change while
+// it is read.
 type Shed struct {
 	Limit         *int           `yaml:"limit"`
 	MaxQueue      *int           `yaml:"max_queue"`
@@ -173,6 +195,8 @@ type Shed struct {
 }
 
 // Adaptive is a shed.Adaptive.
+// It is a plain value, safe to read concurrently and not to change while
+// it is read.
 type Adaptive struct {
 	InitialLimit   *int           `yaml:"initial_limit"`
 	MinLimit       *int           `yaml:"min_limit"`
@@ -186,6 +210,8 @@ type Adaptive struct {
 }
 
 // ServerIdempotency is an idempotency.Config without its functions.
+// It is a plain value, safe to read concurrently and not to change while
+// it is read.
 type ServerIdempotency struct {
 	// Scope is "single_tenant" (every caller in one key scope) or "caller"
 	// (the code passes the Scope function to Registry.Idempotency).

@@ -30,7 +30,7 @@ import (
 var ErrUnknown = errors.New("config: no such name in the policy file")
 
 // Options are what a Registry needs besides the file. The zero value is
-// valid.
+// valid. A plain value; what it points to must be safe for concurrent use.
 type Options struct {
 	// Observer receives the events of every value the Registry builds:
 	// calls, retries, breaker transitions, shedding. Nil costs nothing.
@@ -181,6 +181,9 @@ func (r *Registry) ReloadBytes(data []byte) error {
 	}
 	r.count(nil)
 	r.log.Info("config: reloaded", "file", r.path, "changed", changed, "warnings", len(c.Warnings))
+	for _, w := range c.Warnings {
+		r.log.Warn("config: "+w.String(), "file", r.path)
+	}
 	if r.opts.OnReload != nil {
 		r.opts.OnReload(ReloadResult{File: r.path, Changed: changed, Warnings: c.Warnings})
 	}

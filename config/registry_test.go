@@ -25,6 +25,7 @@ import (
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/guardhttp"
+	"github.com/guardrail-go/guardrail/idempotency/memstore"
 )
 
 const testFile = `
@@ -466,5 +467,53 @@ func TestWatchSignalReloadsOnSIGHUP(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no reload 10 s after SIGHUP")
+	}
+}
+
+// The idempotency section builds a working middleware on the store the
+// code gives, and a reload rebuilds it on the same store.
+func TestIdempotencyFollowsReload(t *testing.T) {
+	file := testFile + "    idempotency: {scope: single_tenant, ttl: 1h}\n"
+	reg, err := New("policy.yaml", []byte(file), Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Idempotency("api", store, func(*http.Request) (string, error) { return "x", nil }); err == nil {
+		t.Error("a Scope function for a single_tenant file was accepted")
+	}
+	keys, err := reg.Idempotency("api", store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	ts := newServer(t, keys.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		io.WriteString(w, "charged")
+	})))
+	post := func() string {
+		req, _ := http.NewRequest(http.MethodPost, ts.URL, strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", "k1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.Header.Get("Idempotent-Replayed")
+	}
+	post()
+	old := keys.Current()
+	if err := reg.ReloadBytes([]byte(strings.Replace(file, "ttl: 1h", "ttl: 2h", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if keys.Current() == old {
+		t.Error("the reload did not rebuild the idempotency middleware")
+	}
+	if got := post(); got != "true" || runs.Load() != 1 {
+		t.Errorf("a retry after the reload: replayed %q, handler ran %d times; want a replay from the same store, 1 run", got, runs.Load())
 	}
 }

@@ -28,6 +28,7 @@ type Report struct {
 }
 
 // DependencyReport is one dependency's part of a Report.
+// It is a plain value.
 type DependencyReport struct {
 	Name     string `json:"name"`
 	Kind     string `json:"kind"`
@@ -42,6 +43,7 @@ type DependencyReport struct {
 }
 
 // Difference is one setting that departs from the defaults.
+// It is a plain value.
 type Difference struct {
 	Key     string `json:"key"`
 	Value   string `json:"value"`
@@ -50,12 +52,14 @@ type Difference struct {
 }
 
 // Setting is one effective setting.
+// It is a plain value.
 type Setting struct {
 	Key   string `json:"key"`
 	Value string `json:"value"`
 }
 
 // ServerReport is one server's part of a Report.
+// It is a plain value.
 type ServerReport struct {
 	Name      string    `json:"name"`
 	Reason    string    `json:"reason,omitempty"`

@@ -47,6 +47,7 @@ type Checked struct {
 
 // ResolvedDependency is one dependency's settings: the defaults overridden
 // by what the dependency sets, and the guardrail values they configure.
+// It is a plain value, safe to read concurrently.
 type ResolvedDependency struct {
 	Name string
 	Kind string
@@ -79,6 +80,7 @@ type ResolvedDependency struct {
 }
 
 // PolicyFields are the plain fields of a guardrail.Policy.
+// It is a plain value, safe to read concurrently.
 type PolicyFields struct {
 	Name           string
 	MaxAttempts    int
@@ -90,6 +92,7 @@ type PolicyFields struct {
 }
 
 // ResolvedServer is one server's settings.
+// It is a plain value, safe to read concurrently.
 type ResolvedServer struct {
 	Name string
 	Review
