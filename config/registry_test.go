@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -515,5 +516,40 @@ func TestIdempotencyFollowsReload(t *testing.T) {
 	}
 	if got := post(); got != "true" || runs.Load() != 1 {
 		t.Errorf("a retry after the reload: replayed %q, handler ran %d times; want a replay from the same store, 1 run", got, runs.Load())
+	}
+}
+
+// A dependency's deadline bounds the whole request, and the server hears
+// of it.
+func TestHTTPDeadlineBoundsTheRequest(t *testing.T) {
+	file := strings.Replace(testFile, "    max_attempts: 1\n", "    max_attempts: 1\n    deadline: 300ms\n", 1)
+	reg, err := New("policy.yaml", []byte(file), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	announced := make(chan string, 1)
+	ts := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		announced <- r.Header.Get("X-Request-Timeout")
+		<-r.Context().Done() // hangs until the client gives up
+	}))
+	client, _ := reg.HTTPClient("other")
+	start := time.Now()
+	_, err = client.Get(ts.URL)
+	if took := time.Since(start); err == nil || took > 5*time.Second {
+		t.Fatalf("a hanging server: %v after %v; want an error at the 300ms deadline", err, took)
+	}
+	if ms, err := strconv.Atoi(<-announced); err != nil || ms > 300 || ms < 1 {
+		t.Errorf("X-Request-Timeout %d (%v); want at most 300 ms", ms, err)
+	}
+	// A response in time is read whole: the deadline ends with its body.
+	ok := newServer(t, &counting{})
+	resp, err := client.Get(ok.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || string(body) != "ok" {
+		t.Errorf("body %q, %v; want ok", body, err)
 	}
 }
