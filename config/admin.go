@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/budget"
 )
 
 // AdminConfig configures the admin endpoint.
@@ -89,6 +90,8 @@ type BudgetStatus struct {
 	Unlimited  bool    `json:"unlimited"`
 	Tokens     float64 `json:"tokens"`
 	Max        float64 `json:"max"`
+	// Settings are the budget's configuration with defaults applied.
+	Settings map[string]any `json:"settings,omitempty"`
 }
 
 // BulkheadStatus is one bulkhead in the listing.
@@ -111,6 +114,9 @@ type ShedderStatus struct {
 	Shed     uint64            `json:"shed"`
 	ByReason map[string]uint64 `json:"shed_by_reason"`
 	MinRTT   string            `json:"min_rtt,omitempty"`
+	// Settings are the shedder's configuration as the file sets it; a
+	// zero is the shed package's default.
+	Settings map[string]any `json:"settings,omitempty"`
 }
 
 // Status is the admin listing.
@@ -150,18 +156,27 @@ func (r *Registry) Status() Status {
 	defer r.mu.Unlock()
 	st := Status{File: r.path, Reload: r.Stats(), Breakers: []BreakerStatus{}, Budgets: []BudgetStatus{},
 		Bulkheads: []BulkheadStatus{}, Shedders: []ShedderStatus{}}
+	checked := r.checked.Load()
+	budgetSettings := func(name string) map[string]any {
+		for _, d := range checked.Dependencies {
+			if d.Name == name && d.Budget != nil {
+				return map[string]any{"ratio": orF(d.Budget.Ratio, budget.DefaultRatio), "max": orF(d.Budget.Max, budget.DefaultMax), "min_per_second": d.Budget.MinPerSecond}
+			}
+		}
+		return nil
+	}
 	for _, name := range sortedKeys(r.https) {
 		v := r.https[name].cur.Load()
 		v.cfg.Breakers.Range(func(key string, b *breaker.Breaker) bool {
 			st.Breakers = append(st.Breakers, breakerStatus(name, key, b))
 			return true
 		})
-		st.Budgets = append(st.Budgets, BudgetStatus{Dependency: name, Unlimited: isInf(v.cfg.Budget.Max()), Tokens: finite(v.cfg.Budget.Tokens()), Max: finite(v.cfg.Budget.Max())})
+		st.Budgets = append(st.Budgets, BudgetStatus{Dependency: name, Unlimited: isInf(v.cfg.Budget.Max()), Tokens: finite(v.cfg.Budget.Tokens()), Max: finite(v.cfg.Budget.Max()), Settings: budgetSettings(name)})
 	}
 	for _, name := range sortedKeys(r.policies) {
 		p := r.policies[name].Current()
 		st.Breakers = append(st.Breakers, breakerStatus(name, "", p.Breaker))
-		st.Budgets = append(st.Budgets, BudgetStatus{Dependency: name, Unlimited: isInf(p.Budget.Max()), Tokens: finite(p.Budget.Tokens()), Max: finite(p.Budget.Max())})
+		st.Budgets = append(st.Budgets, BudgetStatus{Dependency: name, Unlimited: isInf(p.Budget.Max()), Tokens: finite(p.Budget.Tokens()), Max: finite(p.Budget.Max()), Settings: budgetSettings(name)})
 		if p.Bulkhead != nil {
 			st.Bulkheads = append(st.Bulkheads, BulkheadStatus{Dependency: name, InFlight: p.Bulkhead.InFlight(), Waiting: p.Bulkhead.Waiting(), Limit: p.Bulkhead.Limit()})
 		}
@@ -174,6 +189,13 @@ func (r *Registry) Status() Status {
 		ss := ShedderStatus{Server: name, InFlight: s.InFlight, Limit: s.Limit, Queued: s.Queued, Admitted: s.Admitted, Shed: s.Shed, ByReason: s.ShedByReason}
 		if s.MinRTT > 0 {
 			ss.MinRTT = s.MinRTT.String()
+		}
+		for _, srv := range checked.Servers {
+			if c := srv.Shed; srv.Name == name && c != nil {
+				ss.Settings = map[string]any{"limit": c.Limit, "max_queue": c.MaxQueue, "retry_ratio": c.RetryRatio,
+					"retry_burst": c.RetryBurst, "retry_pressure": c.RetryPressure, "max_header_priority": c.MaxHeaderPriority.String(),
+					"queue_target": c.QueueTarget.String(), "retry_after": c.RetryAfter.String()}
+			}
 		}
 		st.Shedders = append(st.Shedders, ss)
 	}

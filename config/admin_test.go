@@ -128,6 +128,11 @@ func TestAdminListsAndForcesBreakers(t *testing.T) {
 			}
 		}
 	}
+	for _, b := range st.Budgets {
+		if b.Dependency == "svc" && (b.Settings["ratio"] != 0.5 || b.Max != 100 || b.Tokens > 100) {
+			t.Errorf("svc budget %+v; want ratio 0.5, max 100", b)
+		}
+	}
 	if !found || len(st.Budgets) != 3 || len(st.Shedders) != 1 || len(st.Bulkheads) != 1 {
 		t.Errorf("listing %+v; want the svc breaker, 3 budgets, 1 shedder, 1 bulkhead", st)
 	}
