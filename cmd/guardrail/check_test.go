@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,8 +33,24 @@ func runCheckOn(t *testing.T, doc string, flags ...string) (int, string, string)
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), append(append([]string{"check"}, flags...), path), &stdout, &stderr)
+	code := runCommand(checkCommand, append(flags, path), &stdout, &stderr)
 	return code, strings.ReplaceAll(stdout.String(), path, "policy.yaml"), stderr.String()
+}
+
+// runCommand runs c as main's run does once the command is registered,
+// and returns its exit code.
+func runCommand(c command, args []string, stdout, stderr *bytes.Buffer) int {
+	err := c.run(context.Background(), args, stdout, stderr)
+	var ue usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ue):
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "guardrail %s: %v\n", c.name, err)
+		return exitFailed
+	}
 }
 
 func TestCheckDocumentedExample(t *testing.T) {
@@ -126,7 +144,7 @@ func TestCheckStrictAndJSON(t *testing.T) {
 
 func TestCheckUsage(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if code := run(context.Background(), []string{"check"}, &stdout, &stderr); code != exitUsage {
+	if code := runCommand(checkCommand, nil, &stdout, &stderr); code != exitUsage {
 		t.Errorf("check without a file: exit %d; want %d", code, exitUsage)
 	}
 }
