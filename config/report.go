@@ -199,8 +199,18 @@ func effective(d *ResolvedDependency) []Setting {
 	if d.Kind == KindHTTP {
 		bc = d.Group.Config
 	}
+	// The window's size does not change the other settings; a small one
+	// keeps a report of a file with large count windows from allocating
+	// them.
+	big := bc.CountWindow
+	if big > 4096 && bc.MinRequests <= 4096 {
+		bc.CountWindow = 4096
+	}
 	if b, err := breaker.New(bc); err == nil {
 		e := b.Config()
+		if big > e.CountWindow {
+			e.CountWindow = big
+		}
 		add("breaker.mode", e.Mode.String())
 		if e.CountWindow > 0 {
 			add("breaker.count_window", strconv.Itoa(e.CountWindow))

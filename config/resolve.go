@@ -42,7 +42,8 @@ type Checked struct {
 	// Errors and Warnings are the findings, in line order.
 	Errors, Warnings []Diagnostic
 
-	lines map[string]int
+	lines  map[string]int
+	byName map[string]*ResolvedDependency // built after resolve, by dependency
 }
 
 // ResolvedDependency is one dependency's settings: the defaults overridden
@@ -261,6 +262,10 @@ func (c *Checked) resolve() []Diagnostic {
 		diags = append(diags, c.build(r)...)
 		c.Dependencies = append(c.Dependencies, r)
 	}
+	c.byName = make(map[string]*ResolvedDependency, len(c.Dependencies))
+	for _, d := range c.Dependencies {
+		c.byName[d.Name] = d
+	}
 	snames := make([]string, 0, len(f.Servers))
 	for n := range f.Servers {
 		snames = append(snames, n)
@@ -461,7 +466,9 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 
 	if r.Kind == KindPolicy {
 		r.Breaker = bc
-		_, err := breaker.New(bc)
+		// A group checks the Config as New does, without allocating the
+		// breaker's window (a count window may hold a million calls).
+		_, err := breaker.NewGroup(breaker.GroupConfig{Config: bc})
 		diags = append(diags, c.coreErrors(err, reflect.TypeFor[Breaker](), name, "breaker")...)
 		r.Policy = PolicyFields{
 			Name: name, MaxAttempts: val(s.MaxAttempts), AttemptTimeout: val(s.AttemptTimeout),

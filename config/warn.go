@@ -18,12 +18,7 @@ import (
 const LongTimeout = 10 * time.Second
 
 func (c *Checked) dependency(name string) *ResolvedDependency {
-	for _, d := range c.Dependencies {
-		if d.Name == name {
-			return d
-		}
-	}
-	return nil
+	return c.byName[name]
 }
 
 // checkCalls reports names in calls lists that name no dependency, and
@@ -262,7 +257,7 @@ func (c *Checked) chainWarnings() []Diagnostic {
 	steps := 0 // bounds the walk: a file with many diamonds has exponentially many chains
 	walk = func(name string, chain []string, product int, tiers []string, seen map[string]bool) {
 		d := c.dependency(name)
-		if steps++; d == nil || seen[name] || steps > 10000 {
+		if steps++; d == nil || seen[name] || steps > 10000 || len(chain) > 64 {
 			return
 		}
 		seen[name] = true
@@ -272,7 +267,7 @@ func (c *Checked) chainWarnings() []Diagnostic {
 			product = min(product*n, 1<<30)
 			tiers = append(tiers, fmt.Sprintf("%s (%d)", name, n))
 		}
-		if len(tiers) > 1 && !reported[name] {
+		if len(tiers) == 2 && !reported[name] { // the first tier that multiplies; deeper ones repeat it
 			reported[name] = true
 			w = append(w, c.warn(c.where(name, "max_attempts"), "retries at %d tiers of the chain %s: %s; a failure of %s can cost up to %d attempts for one call at the top, and retries multiply at each tier; retry at one tier only (usually the one nearest the user) and set max_attempts: 1 at the others",
 				len(tiers), strings.Join(chain, " -> "), strings.Join(tiers, ", "), name, product))
