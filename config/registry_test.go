@@ -553,3 +553,30 @@ func TestHTTPDeadlineBoundsTheRequest(t *testing.T) {
 		t.Errorf("body %q, %v; want ok", body, err)
 	}
 }
+
+// A budget whose settings did not change keeps its tokens across a
+// reload; one whose settings changed starts full.
+func TestReloadKeepsBudgetTokens(t *testing.T) {
+	reg, err := New("policy.yaml", []byte(testFile), Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger, _ := reg.Policy("ledger")
+	b := ledger.Current().Budget
+	for range 40 {
+		b.TryRetry()
+	}
+	if err := reg.ReloadBytes([]byte(strings.Replace(testFile, "attempt_timeout: 1s", "attempt_timeout: 2s", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if got := ledger.Current(); got.AttemptTimeout != 2*time.Second || got.Budget != b || b.Tokens() != 60 {
+		t.Errorf("after a reload of the attempt timeout: timeout %v, same budget %v, %v tokens; want 2s, the same budget, 60 tokens",
+			got.AttemptTimeout, got.Budget == b, b.Tokens())
+	}
+	if err := reg.ReloadBytes([]byte(strings.Replace(testFile, "max: 100}", "max: 50}", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if nb := ledger.Current().Budget; nb == b || nb.Tokens() != 50 {
+		t.Errorf("after a reload of the budget: %v tokens; want a new budget, full at 50", nb.Tokens())
+	}
+}
