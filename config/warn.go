@@ -181,7 +181,7 @@ func (c *Checked) warnings() []Diagnostic {
 		// Attempts that cannot fit the deadline.
 		if wc := d.worstCase(); d.Deadline > 0 && wc > d.Deadline {
 			w = append(w, c.warn(c.where(name, "deadline"), "is %v, but %d attempts of attempt_timeout %v plus up to %v of backoff take up to %v: the last attempts are cut short or never made; lower max_attempts or attempt_timeout, or raise the deadline",
-				d.Deadline, n, val(s.AttemptTimeout), (wc - time.Duration(n)*val(s.AttemptTimeout)).Round(time.Millisecond), wc.Round(time.Millisecond)))
+				d.Deadline, n, val(s.AttemptTimeout), (wc-time.Duration(n)*val(s.AttemptTimeout)).Round(time.Millisecond), wc.Round(time.Millisecond)))
 		}
 		// Long timeouts.
 		for _, k := range []struct {
