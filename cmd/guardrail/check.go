@@ -10,8 +10,9 @@ import (
 	"github.com/guardrail-go/guardrail/config"
 )
 
-// checkCommand is 'guardrail check'. It is not registered here: the
-// command table of main.go lists it.
+func init() { register(checkCommand) }
+
+// checkCommand is 'guardrail check'.
 var checkCommand = command{name: "check", summary: "check a policy file: effective settings, differences from the defaults with their reasons, warnings", run: runCheck}
 
 const checkUsage = `usage: guardrail check [--strict] [--json] FILE
