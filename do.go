@@ -92,6 +92,9 @@ type Call struct {
 	// Throttler, when not nil, replaces Policy.Throttler for this call (one
 	// throttle per host).
 	Throttler *Throttler
+	// NoHedge, when true, keeps this call from being hedged though the
+	// Policy hedges (a request whose body cannot be sent twice).
+	NoHedge bool
 	// Discard, when not nil, is given each value of T that an attempt of a
 	// hedged call returned with a nil error but that lost the race to
 	// another attempt, so that what it holds is released (an HTTP
@@ -127,7 +130,7 @@ func DoCall[T any](ctx context.Context, p *Policy, c Call, op func(context.Conte
 	if c.Throttler != nil {
 		cl.throttle = c.Throttler
 	}
-	if s.hedge != nil && cl.idempotent {
+	if s.hedge != nil && cl.idempotent && !c.NoHedge {
 		cl.hedged = true
 	}
 	return run(&cl, op)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,13 @@ const (
 	DefaultHedgeWindow        = 1000
 	DefaultHedgeOverloadPause = 10 * time.Second
 )
+
+// ErrHedgeLost is the cause (context.Cause) of the context of an attempt
+// of a hedged call that was cancelled because another attempt answered
+// first, or because the call ended. An operation that detaches work from
+// its attempt context (an HTTP transport whose response body outlives the
+// attempt) ends that work when it sees this cause.
+var ErrHedgeLost = errors.New("guardrail: another attempt of the hedged call won")
 
 // hedgeMinSamples is how many latencies an adaptive delay waits for before
 // it hedges at all: a percentile of fewer says nothing.
@@ -76,6 +84,18 @@ type HedgeConfig struct {
 	// means DefaultHedgeOverloadPause; a negative value is invalid (hedging
 	// that never pauses is what overloads a struggling dependency).
 	OverloadPause time.Duration
+}
+
+// Validate reports the fields of c that hold invalid values, as Do would
+// at first use of a Policy holding it, for callers that build a Policy
+// from configuration and want to fail at start-up. The error Is
+// ErrInvalidPolicy.
+func (c HedgeConfig) Validate() error {
+	var errs []error
+	newHedger(c, func(field string, v any, want string) {
+		errs = append(errs, fmt.Errorf("%w: HedgeConfig.%s is %v; want %s", ErrInvalidPolicy, strings.TrimPrefix(field, "Hedge."), v, want))
+	})
+	return errors.Join(errs...)
 }
 
 // hedger is a Policy's resolved HedgeConfig and its shared state.
@@ -259,9 +279,9 @@ type round[T any] struct {
 	over    bool // a winner is chosen or the caller gave up: no more hedges
 	primary bool // the caller's attempt returned
 	won     *hedgeResult[T]
-	sent    int // hedges sent
-	running int // hedges in flight
-	cancels []context.CancelFunc
+	sent    int                       // hedges sent
+	running int                       // hedges in flight
+	cancels []context.CancelCauseFunc // the caller's attempt's first
 }
 
 // hedgedAttempt is attempt for a call whose Policy hedges: it runs op on
@@ -277,13 +297,17 @@ func hedgedAttempt[T any](c *call, op func(context.Context) (T, error), actx con
 		h.observe(c.s.classify, err, time.Since(start))
 		return v, err, timedOut
 	}
-	if cancel == nil {
-		// A hedge that wins must be able to end the caller's attempt.
-		actx, cancel = context.WithCancel(actx)
+	// A hedge that wins must be able to end the caller's attempt, and say
+	// why (ErrHedgeLost), for operations that detach from the context.
+	actx, cancelCause := context.WithCancelCause(actx)
+	if inner := cancel; inner != nil {
+		cancel = func() { cancelCause(nil); inner() }
+	} else {
+		cancel = func() { cancelCause(nil) }
 	}
 	r := &round[T]{c: hedgeCall{ctx: c.ctx, s: c.s, obs: c.obs, breaker: c.breaker, bulkhead: c.bulkhead, throttle: c.throttle,
 		discard: c.discard, dependency: c.dependency, operation: c.operation}, op: op, delay: d, base: c.attempts, wake: make(chan struct{}, 1)}
-	r.cancels = append(make([]context.CancelFunc, 0, h.maxHedges+1), cancel)
+	r.cancels = append(make([]context.CancelCauseFunc, 0, h.maxHedges+1), cancelCause)
 	r.mu.Lock()
 	r.timer = time.AfterFunc(d, r.launch)
 	r.mu.Unlock()
@@ -356,10 +380,12 @@ func (r *round[T]) finish(c *call) {
 	c.hedges += sent
 }
 
-// cancelAll ends every attempt of the round; the caller holds mu.
+// cancelAll ends every attempt of the round still running with the cause
+// ErrHedgeLost (an attempt that ended already keeps its own cause); the
+// caller holds mu.
 func (r *round[T]) cancelAll() {
 	for _, cancel := range r.cancels {
-		cancel()
+		cancel(ErrHedgeLost)
 	}
 }
 
@@ -395,12 +421,11 @@ func (r *round[T]) launch() {
 	}
 	r.sent++
 	r.running++
-	var actx context.Context
-	var cancel context.CancelFunc
+	actx, cancel := context.WithCancelCause(c.ctx)
 	if at := c.s.attemptTimeout; at > 0 {
-		actx, cancel = context.WithTimeout(c.ctx, at)
-	} else {
-		actx, cancel = context.WithCancel(c.ctx)
+		var stop context.CancelFunc
+		actx, stop = context.WithTimeout(actx, at)
+		context.AfterFunc(actx, stop) // frees the timer when the attempt ends
 	}
 	r.cancels = append(r.cancels, cancel)
 	if r.sent < h.maxHedges {
@@ -467,7 +492,7 @@ func (r *round[T]) gate(now time.Time) (string, breaker.Permit, func()) {
 
 // run runs hedge n and hands its result to the round: a success that
 // comes first wins, anything else is recorded here.
-func (r *round[T]) run(actx context.Context, cancel context.CancelFunc, permit breaker.Permit, release func(), n int, start time.Time) {
+func (r *round[T]) run(actx context.Context, cancel context.CancelCauseFunc, permit breaker.Permit, release func(), n int, start time.Time) {
 	c := &r.c
 	done := false
 	defer func() {
@@ -476,7 +501,7 @@ func (r *round[T]) run(actx context.Context, cancel context.CancelFunc, permit b
 			// The panic goes on up this goroutine's stack, which ends the
 			// program as any goroutine's panic does; record it first.
 			permit.Done(breaker.Failure, time.Since(start))
-			cancel()
+			cancel(nil)
 			r.mu.Lock()
 			r.running--
 			r.mu.Unlock()
@@ -495,9 +520,8 @@ func (r *round[T]) run(actx context.Context, cancel context.CancelFunc, permit b
 		r.won = &hedgeResult[T]{v: v, permit: permit, start: start, actx: actx, attempt: n}
 		r.over = true
 		r.timer.Stop()
-		for _, cancel := range r.cancels {
-			cancel() // the caller's attempt and the other hedges: this one won
-		}
+		cancel(nil) // this attempt has ended, and won: not a loser's cause
+		r.cancelAll()
 	}
 	r.mu.Unlock()
 	r.signal()
@@ -505,7 +529,7 @@ func (r *round[T]) run(actx context.Context, cancel context.CancelFunc, permit b
 		c.s.hedge.observe(c.s.classify, nil, d)
 		return // the caller records the winner as its attempt
 	}
-	cancel()
+	cancel(nil)
 	o, outcome := breaker.Success, event.AttemptSuccess
 	switch {
 	case err == nil:
@@ -516,7 +540,7 @@ func (r *round[T]) run(actx context.Context, cancel context.CancelFunc, permit b
 		if c.throttle != nil {
 			c.throttle.accepted(now)
 		}
-	case actx.Err() != nil && errors.Is(err, context.Canceled) || errors.Is(actx.Err(), context.Canceled):
+	case errors.Is(context.Cause(actx), ErrHedgeLost) || c.ctx.Err() != nil:
 		// Cancelled because another attempt won, or the caller gave up.
 		o, outcome = breaker.Ignored, event.AttemptIgnored
 		if c.throttle != nil {
