@@ -1,0 +1,18 @@
+// Package guardhttp is a stub of the real package for the analyzers' tests.
+package guardhttp
+
+import "net/http"
+
+type Config struct {
+	Name            string
+	MaxAttempts     int
+	IdempotencyKeys bool
+}
+
+type Transport struct{}
+
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) { return nil, nil }
+
+func NewTransport(base http.RoundTripper, cfg Config) *Transport { return &Transport{} }
+
+func NewClient(cfg Config) *http.Client { return &http.Client{Transport: NewTransport(nil, cfg)} }
