@@ -23,9 +23,26 @@ const (
 	pkgGRPC       = "google.golang.org/grpc"
 )
 
-// skipFile reports whether f is a test or generated file.
+// skipFile reports whether f is a test or generated file, or belongs to a
+// test-support package: one whose non-test files import "testing"
+// (helpers such as a conformance suite or a test proxy), whose calls go to
+// test servers too.
 func skipFile(pass *analysis.Pass, f *ast.File) bool {
-	return isTestFile(pass, f) || ast.IsGenerated(f)
+	return isTestFile(pass, f) || ast.IsGenerated(f) || testSupport(pass)
+}
+
+func testSupport(pass *analysis.Pass) bool {
+	for _, f := range pass.Files {
+		if isTestFile(pass, f) {
+			continue
+		}
+		for _, imp := range f.Imports {
+			if imp.Path.Value == `"testing"` {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // callee returns the function or method a call statically calls, or nil.
@@ -119,9 +136,30 @@ func callerContext(info *types.Info, stack []ast.Node) (ctxParam, bool) {
 			if p, ok := paramContext(info, ft); ok {
 				return p, true
 			}
+			if _, lit := n.(*ast.FuncLit); lit && i > 0 && runsLater(info, stack[i-1]) {
+				return ctxParam{}, false
+			}
 		}
 	}
 	return ctxParam{}, false
+}
+
+// runsLater reports whether a function literal whose parent is p is kept
+// to run after the enclosing call returns: returned, stored, or handed to
+// a cleanup hook. The caller's context may be done by then.
+func runsLater(info *types.Info, p ast.Node) bool {
+	switch p := p.(type) {
+	case *ast.ReturnStmt, *ast.AssignStmt, *ast.ValueSpec, *ast.KeyValueExpr, *ast.CompositeLit:
+		return true
+	case *ast.CallExpr:
+		if fn := callee(info, p); fn != nil {
+			switch fn.Name() {
+			case "Cleanup", "AfterFunc", "RegisterOnShutdown", "OnStop", "OnShutdown":
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func paramContext(info *types.Info, ft *ast.FuncType) (ctxParam, bool) {

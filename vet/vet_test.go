@@ -8,7 +8,7 @@ import (
 )
 
 func TestTimeout(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), vet.Timeout, "timeout")
+	analysistest.Run(t, analysistest.TestData(), vet.Timeout, "timeout", "testsupport")
 }
 
 func TestDeadline(t *testing.T) {

@@ -60,3 +60,17 @@ func suppressed(ctx context.Context, db *sql.DB) {
 	//guardrail:ignore deadline the audit row must be written even when the caller gave up
 	db.ExecContext(context.Background(), "insert")
 }
+
+func cleanupLater(ctx context.Context, db *sql.DB) func() {
+	return func() {
+		db.ExecContext(context.Background(), "drop table t") // runs after the caller returned: fine
+	}
+}
+
+func storedHook(ctx context.Context, db *sql.DB) {
+	hook := func() { db.ExecContext(context.Background(), "unlock") } // kept for later: fine
+	_ = hook
+	func() {
+		db.ExecContext(context.Background(), "select 1") // want `drops the caller's deadline`
+	}()
+}
