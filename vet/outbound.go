@@ -19,6 +19,8 @@ var clientPackages = []string{
 	"github.com/elastic/go-elasticsearch/",
 	"github.com/segmentio/kafka-go",
 	"github.com/nats-io/nats.go",
+	"github.com/twmb/franz-go/",
+	"cloud.google.com/go/",
 }
 
 var sqlTypes = []string{"DB", "Conn", "Tx", "Stmt"}

@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/token"
 	"go/types"
+	"strings"
 
 	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/analysis/passes/inspect"
@@ -113,6 +114,11 @@ func timeoutCall(pass *analysis.Pass, r *reporter, vals *values, call *ast.CallE
 	case isFunc(fn, "net/http", "Get", "Head", "Post", "PostForm"):
 		r.report(call.Pos(), "http.%s uses http.DefaultClient, which has no timeout: a server that stops answering holds the call forever; use a client with Timeout, or a request with a context deadline", fn.Name())
 	case isFunc(fn, "net", "Dial", "DialTCP"):
+		if len(call.Args) > 0 {
+			if nw, ok := constString(info, call.Args[0]); ok && strings.HasPrefix(nw, "unix") {
+				return // a local socket: connect does not wait on a network
+			}
+		}
 		r.report(call.Pos(), "net.%s has no timeout: an unreachable host holds it for the kernel's connect timeout (minutes); use net.DialTimeout or a net.Dialer's DialContext", fn.Name())
 	case isMethod(fn, "net", "Dialer", "Dial"):
 		sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr)

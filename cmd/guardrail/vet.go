@@ -129,6 +129,7 @@ func vetPackages(ctx context.Context, dir string, patterns []string, analyzers [
 	}
 	var out []finding
 	seen := map[finding]bool{}
+	failed := map[string]bool{}
 	wd, _ := os.Getwd()
 	if dir != "" {
 		wd, _ = filepath.Abs(dir)
@@ -138,7 +139,11 @@ func vetPackages(ctx context.Context, dir string, patterns []string, analyzers [
 			continue
 		}
 		if act.Err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", act.Package.PkgPath, act.Err)
+			msg := fmt.Sprintf("%s: %v", act.Package.PkgPath, act.Err)
+			if !failed[msg] {
+				failed[msg] = true
+				fmt.Fprintln(stderr, msg)
+			}
 			continue
 		}
 		for _, d := range act.Diagnostics {
