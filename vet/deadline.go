@@ -109,7 +109,10 @@ func reachesOutbound(info *types.Info, vals *values, body *ast.BlockStmt, e ast.
 // varReachesOutbound reports whether the context variable obj, assigned
 // once, is used as the context of an outbound call in body.
 func varReachesOutbound(info *types.Info, vals *values, body *ast.BlockStmt, obj types.Object, depth int) (string, bool) {
-	if obj == nil || len(vals.of[obj]) != 1 || !isContext(obj.Type()) {
+	if obj == nil || len(vals.of[obj]) != 1 || !isContext(obj.Type()) || isParam(info, obj) {
+		// A parameter given Background is a nil guard
+		// (if ctx == nil { ctx = context.Background() }): no caller's
+		// deadline is lost there.
 		return "", false
 	}
 	var what string
@@ -137,4 +140,39 @@ func varReachesOutbound(info *types.Info, vals *values, body *ast.BlockStmt, obj
 		return true
 	})
 	return what, found
+}
+
+// isParam reports whether obj is a parameter of a function.
+func isParam(info *types.Info, obj types.Object) bool {
+	v, ok := obj.(*types.Var)
+	if !ok || v.IsField() {
+		return false
+	}
+	// Parameters live in the scope of their function's signature, which
+	// go/types records as the scope of the FuncType.
+	s := v.Parent()
+	if s == nil {
+		return false
+	}
+	for n, sc := range info.Scopes {
+		if sc == s {
+			_, isFunc := n.(*ast.FuncType)
+			return isFunc && paramIn(n.(*ast.FuncType), v)
+		}
+	}
+	return false
+}
+
+func paramIn(ft *ast.FuncType, v *types.Var) bool {
+	if ft.Params == nil {
+		return false
+	}
+	for _, f := range ft.Params.List {
+		for _, n := range f.Names {
+			if n.Pos() == v.Pos() {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -190,6 +190,20 @@ func reqGetsContext(info *types.Info, vals *values, call *ast.CallExpr, stack []
 			if sel, ok := ast.Unparen(n.Fun).(*ast.SelectorExpr); ok && (sel.Sel.Name == "WithContext" || sel.Sel.Name == "Clone") && objOf(info, sel.X) == req {
 				found = true
 			}
+			// Handed over with a context (client.Do(ctx, req),
+			// withContext(ctx, req)): the callee attaches it.
+			hasReq, hasCtx := false, false
+			for _, a := range n.Args {
+				if objOf(info, a) == req {
+					hasReq = true
+				}
+				if isContext(info.TypeOf(a)) {
+					hasCtx = true
+				}
+			}
+			if hasReq && hasCtx {
+				found = true
+			}
 		case *ast.ReturnStmt:
 			for _, res := range n.Results {
 				if objOf(info, res) == req {

@@ -74,3 +74,11 @@ func storedHook(ctx context.Context, db *sql.DB) {
 		db.ExecContext(context.Background(), "select 1") // want `drops the caller's deadline`
 	}()
 }
+
+func nilGuard(ctx context.Context, c *http.Client) {
+	if ctx == nil {
+		ctx = context.Background() // a nil guard keeps no caller's deadline from anyone: fine
+	}
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://x", nil)
+	c.Do(req)
+}

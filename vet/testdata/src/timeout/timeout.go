@@ -94,3 +94,12 @@ func suppressed() {
 	//guardrail:ignore retryloop a suppression of another check leaves this one
 	http.Get("http://x") // want `http.Get uses`
 }
+
+type apiClient struct{}
+
+func (apiClient) Do(ctx context.Context, req *http.Request) {}
+
+func handedOver(ctx context.Context, c apiClient) {
+	req, _ := http.NewRequest("GET", "http://x", nil) // handed over with ctx, which the callee attaches: fine
+	c.Do(ctx, req)
+}
