@@ -188,7 +188,11 @@ func funcValueCall(info *types.Info, call *ast.CallExpr) bool {
 
 // errResult returns the variable the error result of call is assigned to.
 func errResult(info *types.Info, call *ast.CallExpr, stack []ast.Node) types.Object {
-	sig, ok := types.Unalias(info.TypeOf(call.Fun)).(*types.Signature)
+	t := info.TypeOf(call.Fun)
+	if t == nil {
+		return nil
+	}
+	sig, ok := t.Underlying().(*types.Signature)
 	if !ok || sig.Results().Len() == 0 || !isError(sig.Results().At(sig.Results().Len()-1).Type()) {
 		return nil
 	}
@@ -503,6 +507,11 @@ func bounded(info *types.Info, s *loopScan, cond ast.Expr) bool {
 	}
 	for _, ifs := range s.ifs {
 		if hasBoundCompare(info, s, ifs.Cond) {
+			return true
+		}
+		// if !retry { return err }: something besides the error's being
+		// nil ends the loop (a strategy's verdict, a flag).
+		if leaves(ifs.Body) && !errCompare(info, s.errs, ifs.Cond, token.EQL) && !errCompare(info, s.errs, ifs.Cond, token.NEQ) {
 			return true
 		}
 	}

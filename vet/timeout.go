@@ -283,7 +283,7 @@ func clientLiteral(pass *analysis.Pass, r *reporter, vals *values, lit *ast.Comp
 	if t, ok := fieldOf(lit, "Transport"); ok && !transportUnbounded(info, vals, t) {
 		return
 	}
-	if laterConfigured(vals, stack, lit, "Timeout", "Transport") {
+	if laterConfigured(vals, stack, lit, "Timeout", "Transport") || configuredByCallee(pass, vals, stack, lit) {
 		return
 	}
 	r.report(lit.Pos(), "http.Client without Timeout and without a Transport that sets timeouts: a server that stops answering holds the call forever; set Timeout, or a Transport with ResponseHeaderTimeout (or use guardhttp)")
@@ -325,4 +325,85 @@ func transportUnbounded(info *types.Info, vals *values, e ast.Expr) bool {
 		}
 	}
 	return true
+}
+
+// configuredByCallee reports whether the literal at the top of stack is an
+// argument of a call whose callee may set its Timeout or Transport: any
+// function of another package, or one of this package that assigns a field
+// of that parameter or hands it on to another call.
+func configuredByCallee(pass *analysis.Pass, vals *values, stack []ast.Node, lit ast.Node) bool {
+	var call *ast.CallExpr
+	argIdx := -1
+	for i := len(stack) - 2; i >= 0 && call == nil; i-- {
+		switch p := stack[i].(type) {
+		case *ast.UnaryExpr, *ast.ParenExpr:
+			continue
+		case *ast.CallExpr:
+			for j, a := range p.Args {
+				if within(a, lit.Pos()) {
+					call, argIdx = p, j
+				}
+			}
+			if call == nil {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	if call == nil {
+		return false
+	}
+	fn := callee(pass.TypesInfo, call)
+	if fn == nil || fn.Pkg() != pass.Pkg {
+		return true
+	}
+	decl := funcDecl(pass, fn)
+	if decl == nil || decl.Body == nil {
+		return true
+	}
+	var params []*ast.Ident
+	for _, f := range decl.Type.Params.List {
+		params = append(params, f.Names...)
+		if len(f.Names) == 0 {
+			params = append(params, nil)
+		}
+	}
+	if argIdx >= len(params) || params[argIdx] == nil {
+		return true
+	}
+	param := pass.TypesInfo.Defs[params[argIdx]]
+	if param == nil || vals.escapes[param] {
+		return true
+	}
+	if len(vals.fields[param]) > 0 {
+		return true
+	}
+	handed := false
+	ast.Inspect(decl.Body, func(n ast.Node) bool {
+		if c, ok := n.(*ast.CallExpr); ok {
+			for _, a := range c.Args {
+				if objOf(pass.TypesInfo, a) == param {
+					handed = true
+				}
+			}
+		}
+		return !handed
+	})
+	return handed
+}
+
+// funcDecl finds the declaration of fn among the pass's files.
+func funcDecl(pass *analysis.Pass, fn *types.Func) *ast.FuncDecl {
+	for _, f := range pass.Files {
+		if !within(f, fn.Pos()) {
+			continue
+		}
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && pass.TypesInfo.Defs[fd.Name] == fn {
+				return fd
+			}
+		}
+	}
+	return nil
 }

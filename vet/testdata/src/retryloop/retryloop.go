@@ -160,3 +160,39 @@ func suppressed(op func() error) {
 		time.Sleep(time.Second)
 	}
 }
+
+type Operation func() error
+
+type Backoff interface {
+	Next(n int) (time.Duration, bool)
+}
+
+// strategy leaves the bound and the delay to a strategy we cannot see.
+func strategy(operation Operation, b Backoff, notify func(error)) error {
+	var err error
+	n := 0
+	for {
+		if err = operation(); err == nil {
+			return nil
+		}
+		n++
+		wait, retry := b.Next(n)
+		if !retry {
+			return err
+		}
+		notify(err)
+		time.Sleep(wait)
+	}
+}
+
+// namedOp is a retry through a named func type, with a constant delay.
+func namedOp(operation Operation) error {
+	var err error
+	for i := 0; i < 3; i++ { // want `sleeps a constant delay` `retries every error`
+		if err = operation(); err == nil {
+			return nil
+		}
+		time.Sleep(time.Second)
+	}
+	return err
+}

@@ -103,3 +103,24 @@ func handedOver(ctx context.Context, c apiClient) {
 	req, _ := http.NewRequest("GET", "http://x", nil) // handed over with ctx, which the callee attaches: fine
 	c.Do(ctx, req)
 }
+
+func newClient(c *http.Client) *http.Client {
+	if c.Transport == nil {
+		c.Transport = &http.Transport{ResponseHeaderTimeout: time.Second}
+	}
+	return c
+}
+
+func keep(c *http.Client) *http.Client { return c }
+
+func viaConstructors() {
+	_ = newClient(&http.Client{})                // the callee sets a Transport: fine
+	_ = keep(&http.Client{})                     // want `http.Client without Timeout`
+	_, _ = strings.NewReader(""), &http.Client{} // want `http.Client without Timeout`
+}
+
+func elsewhere() {
+	otherPackage(&http.Client{}) // fine: a function we cannot see may configure it
+}
+
+var otherPackage = func(*http.Client) {}
