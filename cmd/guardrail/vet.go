@@ -7,13 +7,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/guardrail-go/guardrail/vet"
 	"golang.org/x/tools/go/analysis"
-	"golang.org/x/tools/go/analysis/checker"
-	"golang.org/x/tools/go/packages"
 )
 
 func init() {
@@ -97,86 +94,28 @@ func runVet(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 // vetPackages loads the packages patterns match and runs analyzers on them,
-// printing findings to stdout sorted by position. It returns their number.
+// printing findings to stdout (paths relative to the directory) and package
+// errors to stderr. It returns the number of findings.
 func vetPackages(ctx context.Context, dir string, patterns []string, analyzers []*analysis.Analyzer, stdout, stderr io.Writer) (int, error) {
-	cfg := &packages.Config{
-		Context: ctx,
-		Dir:     dir,
-		Mode:    packages.LoadSyntax | packages.NeedModule,
-	}
-	pkgs, err := packages.Load(cfg, patterns...)
-	if err != nil {
-		return 0, fmt.Errorf("loading packages: %w", err)
-	}
-	if len(pkgs) == 0 {
-		return 0, fmt.Errorf("no packages match %s", strings.Join(patterns, " "))
-	}
-	broken := 0
-	packages.Visit(pkgs, nil, func(p *packages.Package) {
-		for _, e := range p.Errors {
-			fmt.Fprintln(stderr, e)
-			broken++
-		}
-	})
-	graph, err := checker.Analyze(analyzers, pkgs, nil)
+	findings, pkgErrs, err := vet.Check(ctx, vet.CheckConfig{Dir: dir, Analyzers: analyzers}, patterns...)
 	if err != nil {
 		return 0, err
 	}
-	type finding struct {
-		file      string
-		line, col int
-		msg       string
+	for _, e := range pkgErrs {
+		fmt.Fprintln(stderr, e)
 	}
-	var out []finding
-	seen := map[finding]bool{}
-	failed := map[string]bool{}
 	wd, _ := os.Getwd()
 	if dir != "" {
 		wd, _ = filepath.Abs(dir)
 	}
-	for act := range graph.All() {
-		if !act.IsRoot {
-			continue
+	for _, f := range findings {
+		if rel, err := filepath.Rel(wd, f.Pos.Filename); err == nil && !strings.HasPrefix(rel, "..") {
+			f.Pos.Filename = rel
 		}
-		if act.Err != nil {
-			msg := fmt.Sprintf("%s: %v", act.Package.PkgPath, act.Err)
-			if !failed[msg] {
-				failed[msg] = true
-				fmt.Fprintln(stderr, msg)
-			}
-			continue
-		}
-		for _, d := range act.Diagnostics {
-			p := act.Package.Fset.Position(d.Pos)
-			file := p.Filename
-			if rel, err := filepath.Rel(wd, file); err == nil && !strings.HasPrefix(rel, "..") {
-				file = rel
-			}
-			f := finding{file, p.Line, p.Column, d.Message}
-			if !seen[f] {
-				seen[f] = true
-				out = append(out, f)
-			}
-		}
+		fmt.Fprintln(stdout, f)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.file != b.file {
-			return a.file < b.file
-		}
-		if a.line != b.line {
-			return a.line < b.line
-		}
-		if a.col != b.col {
-			return a.col < b.col
-		}
-		return a.msg < b.msg
-	})
-	for _, f := range out {
-		fmt.Fprintf(stdout, "%s:%d:%d: %s\n", f.file, f.line, f.col, f.msg)
+	if len(pkgErrs) > 0 && len(findings) == 0 {
+		return 0, fmt.Errorf("%d package error(s)", len(pkgErrs))
 	}
-	if broken > 0 && len(out) == 0 {
-		return 0, fmt.Errorf("%d package error(s)", broken)
-	}
-	return len(out), nil
+	return len(findings), nil
 }
