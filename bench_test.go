@@ -2,6 +2,7 @@ package guardrail_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -26,7 +27,7 @@ func BenchmarkDo(b *testing.B) {
 }
 
 // BenchmarkDoDeadline: the caller's context has a deadline, so Do reads the
-// clock once to check MinAttempt.
+// clock once to check MinAttemptTime.
 func BenchmarkDoDeadline(b *testing.B) {
 	p := &guardrail.Policy{}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
@@ -92,7 +93,7 @@ func BenchmarkTimeNow(b *testing.B) {
 // BenchmarkDoNoBreaker is BenchmarkDo without the default breaker: the
 // breaker's share of the success path is the difference.
 func BenchmarkDoNoBreaker(b *testing.B) {
-	p := &guardrail.Policy{Breaker: breaker.New(breaker.Config{Mode: breaker.Disabled})}
+	p := &guardrail.Policy{Breaker: newBreaker(breaker.Config{Mode: breaker.Disabled})}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -102,7 +103,7 @@ func BenchmarkDoNoBreaker(b *testing.B) {
 
 // BenchmarkDoBulkhead adds a bulkhead to the default policy.
 func BenchmarkDoBulkhead(b *testing.B) {
-	p := &guardrail.Policy{Bulkhead: bulkhead.New(bulkhead.Config{MaxConcurrent: 64})}
+	p := &guardrail.Policy{Bulkhead: newBulkhead(bulkhead.Config{MaxConcurrent: 64})}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -114,6 +115,34 @@ func BenchmarkDoBulkhead(b *testing.B) {
 // building and delivering the events.
 func BenchmarkDoObserved(b *testing.B) {
 	p := &guardrail.Policy{Observer: event.ObserverFunc(func(ctx context.Context, _ event.Event) context.Context { return ctx })}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = guardrail.Do(ctx, p, okOp)
+	}
+}
+
+var errBench = errors.New("bench: refused")
+
+func permanentOp(context.Context) (int, error) { return 0, guardrail.Permanent(errBench) }
+
+// BenchmarkDoPermanentError is the failure path that makes one attempt: the
+// operation fails with an error that is not retried.
+func BenchmarkDoPermanentError(b *testing.B) {
+	p := &guardrail.Policy{}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = guardrail.Do(ctx, p, permanentOp)
+	}
+}
+
+// BenchmarkDoCircuitOpen is the failure path that makes no attempt: the
+// breaker is open and Do rejects the call.
+func BenchmarkDoCircuitOpen(b *testing.B) {
+	br := newBreaker(breaker.Config{})
+	br.ForceOpen()
+	p := &guardrail.Policy{Breaker: br}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

@@ -23,6 +23,8 @@ type bulkheads struct {
 	m  map[string]*bulkhead.Bulkhead
 }
 
+// newBulkheads returns a group of bulkheads configured by cfg, which
+// Config.validate checked.
 func newBulkheads(cfg bulkhead.Config) *bulkheads {
 	return &bulkheads{cfg: cfg, maxKeys: breaker.DefaultMaxKeys, m: make(map[string]*bulkhead.Bulkhead)}
 }
@@ -46,7 +48,7 @@ func (g *bulkheads) get(key string) *bulkhead.Bulkhead {
 			}
 		}
 	}
-	b = bulkhead.New(g.cfg)
+	b, _ = bulkhead.New(g.cfg) // Config.validate checked g.cfg
 	g.m[key] = b
 	return b
 }

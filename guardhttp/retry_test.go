@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/event"
 
 	"github.com/guardrail-go/guardrail"
@@ -481,7 +482,7 @@ func TestBudgetExhaustedAfterA503ReturnsThe503(t *testing.T) {
 	c := newClient(t, guardhttp.Config{
 		MaxAttempts: 5,
 		Backoff:     backoff.None(),
-		Budget:      budget.New(budget.Config{Max: 1}), // one retry in the bucket
+		Budget:      must(budget.New(budget.Config{Max: 1})), // one retry in the bucket
 		Observer:    rec,
 	})
 	resp, err := get(t, context.Background(), c, srv.URL)
@@ -504,7 +505,7 @@ func TestBudgetExhaustedWithoutAResponseIsAnError(t *testing.T) {
 	c := newClient(t, guardhttp.Config{
 		ResponseHeaderTimeout: 20 * time.Millisecond,
 		Backoff:               backoff.None(),
-		Budget:                budget.New(budget.Config{Max: 1}),
+		Budget:                must(budget.New(budget.Config{Max: 1})),
 	})
 	_, err := get(t, context.Background(), c, "http://"+ln.Addr().String())
 	if !errors.Is(err, guardrail.ErrBudgetExhausted) {
@@ -571,16 +572,42 @@ func TestCustomClassifier(t *testing.T) {
 	}
 }
 
-func TestInvalidConfigFailsEveryRequest(t *testing.T) {
+// An invalid Config is refused when the client is built, with an error
+// that names the field; what negative means no limit is accepted.
+func TestInvalidConfigIsRefusedAtConstruction(t *testing.T) {
+	_, err := guardhttp.NewClient(guardhttp.Config{MaxAttempts: -1})
+	if !errors.Is(err, guardhttp.ErrInvalidConfig) || !strings.Contains(err.Error(), "Config.MaxAttempts is -1") {
+		t.Errorf("NewClient: err = %v, want one naming Config.MaxAttempts", err)
+	}
+	if _, err := guardhttp.NewTransport(nil, guardhttp.Config{MaxAttempts: -2}); !errors.Is(err, guardhttp.ErrInvalidConfig) {
+		t.Errorf("NewTransport: err = %v, want ErrInvalidConfig", err)
+	}
+	_, err = guardhttp.NewClient(guardhttp.Config{Bulkhead: &bulkhead.Config{MaxConcurrent: -1}})
+	if !errors.Is(err, guardhttp.ErrInvalidConfig) || !strings.Contains(err.Error(), "Config.Bulkhead") {
+		t.Errorf("NewClient with a bad bulkhead: err = %v, want one naming Config.Bulkhead", err)
+	}
+	for _, bad := range []struct {
+		cfg   guardhttp.Config
+		field string
+	}{
+		{guardhttp.Config{AttemptTimeout: -1}, "Config.AttemptTimeout is -1ns"},
+		{guardhttp.Config{MaxBufferedBody: -1}, "Config.MaxBufferedBody is -1"},
+	} {
+		if _, err := guardhttp.NewClient(bad.cfg); !errors.Is(err, guardhttp.ErrInvalidConfig) || !strings.Contains(err.Error(), bad.field) {
+			t.Errorf("NewClient(%+v): err = %v, want one naming %s", bad.cfg, err, bad.field)
+		}
+	}
+	noLimits := guardhttp.Config{
+		MinAttemptTime: -1, ConnectTimeout: -1, TLSHandshakeTimeout: -1,
+		WriteTimeout: -1, ResponseHeaderTimeout: -1, BodyIdleTimeout: -1,
+		DeadlineReserve: -1, MaxRetryAfter: -1,
+	}
+	c := newClient(t, noLimits)
 	sc := &script{statuses: []int{200}}
 	srv := newServer(t, sc.handler)
-	c := newClient(t, guardhttp.Config{MaxAttempts: -1})
-	body := &closeCounter{Reader: strings.NewReader("x")}
-	req, _ := http.NewRequest(http.MethodPut, srv.URL, body)
-	if _, err := c.Do(req); !errors.Is(err, guardrail.ErrInvalidPolicy) {
-		t.Errorf("err = %v, want guardrail.ErrInvalidPolicy", err)
+	resp, err := get(t, context.Background(), c, srv.URL)
+	if err != nil {
+		t.Fatalf("no limits: %v", err)
 	}
-	if body.closes.Load() != 1 || len(sc.requests()) != 0 {
-		t.Errorf("body closed %d times, server saw %d requests; want 1 and 0", body.closes.Load(), len(sc.requests()))
-	}
+	resp.Body.Close()
 }

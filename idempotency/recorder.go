@@ -20,6 +20,16 @@ type recorder struct {
 	max      int // body bytes kept; negative means no limit
 	omitted  bool
 	hijacked bool
+	hj       hijackKey // settles the key once the connection is taken over
+}
+
+// hijackKey is what settling a request's key on a hijack needs, kept in the
+// recorder rather than in a closure so that it costs no allocation.
+type hijackKey struct {
+	s                  *Server
+	rn                 *renewal
+	r                  *http.Request
+	route, skey, token string
 }
 
 func (r *recorder) Header() http.Header { return r.w.Header() }
@@ -58,12 +68,16 @@ func (r *recorder) FlushError() error {
 // Flush implements http.Flusher for handlers that type-assert it.
 func (r *recorder) Flush() { _ = r.FlushError() }
 
-// Hijack records that the handler took the connection: its response is
-// then unknown and the key is released.
+// Hijack records that the handler took the connection: its outcome is
+// then unknown, and the key is completed as such (or released, if the
+// handler called Release before) before the connection is handed over.
 func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, rw, err := http.NewResponseController(r.w).Hijack()
-	if err == nil {
+	if err == nil && !r.hijacked {
 		r.hijacked = true
+		if k := r.hj; k.s != nil {
+			k.s.settle(k.rn, k.r, k.route, k.skey, k.token, false, "hijacked")
+		}
 	}
 	return c, rw, err
 }

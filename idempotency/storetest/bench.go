@@ -32,6 +32,7 @@ func benchKey(prefix string) string {
 // the difference within one run:
 //
 //   - bare: the handler alone;
+//   - nokey: a request without a key, passed through;
 //   - first: a new key each time (lock, run, store: two store round trips);
 //   - replay: the same key each time (one round trip, handler not run).
 func BenchmarkMiddleware(b *testing.B, s idempotency.Store) {
@@ -47,12 +48,18 @@ func BenchmarkMiddleware(b *testing.B, s idempotency.Store) {
 			b.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
 	}
-	mw := idempotency.Middleware(s, idempotency.Config{Logger: discardLogger()})(benchHandler)
+	mw := middleware(s, idempotency.Config{Logger: discardLogger()})(benchHandler)
 	prefix := idempotency.NewToken()[:8] + "-"
 	b.Run("bare", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			serve(b, benchHandler, "")
+		}
+	})
+	b.Run("nokey", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			serve(b, mw, "")
 		}
 	})
 	b.Run("first", func(b *testing.B) {
@@ -89,7 +96,7 @@ func BenchmarkMiddlewareParallel(b *testing.B, s idempotency.Store) {
 			}
 		}
 	}
-	mw := idempotency.Middleware(s, idempotency.Config{Logger: discardLogger()})(benchHandler)
+	mw := middleware(s, idempotency.Config{Logger: discardLogger()})(benchHandler)
 	prefix := idempotency.NewToken()[:8] + "-"
 	b.Run("bare", func(b *testing.B) {
 		b.ReportAllocs()

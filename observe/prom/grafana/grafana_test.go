@@ -32,7 +32,7 @@ type family struct {
 // each has once every kind of event was observed.
 func registered(t *testing.T) map[string]family {
 	t.Helper()
-	c := prom.New(prom.Config{})
+	c := newCollector(t, prom.Config{})
 	fams := make(map[string]family)
 	ch := make(chan *prometheus.Desc)
 	go func() { c.Describe(ch); close(ch) }()
@@ -53,7 +53,7 @@ func registered(t *testing.T) map[string]family {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 	c.WatchBreakerState("d", func() string { return "closed" })
-	c.WatchBudget("d", budget.New(budget.Config{}))
+	c.WatchBudget("d", must(budget.New(budget.Config{})))
 	c.WatchLoad("d", func() (int, int) { return 1, 2 })
 	ctx := context.Background()
 	for k := event.CallStart; k <= event.Timeout; k++ {
@@ -373,4 +373,23 @@ type fakeT struct{ errs []string }
 func (f *fakeT) Helper() {}
 func (f *fakeT) Errorf(format string, args ...any) {
 	f.errs = append(f.errs, fmt.Sprintf(format, args...))
+}
+
+// newCollector returns prom.New(cfg), failing the test on an error.
+func newCollector(t testing.TB, cfg prom.Config) *prom.Collector {
+	t.Helper()
+	c, err := prom.New(cfg)
+	if err != nil {
+		t.Fatalf("prom.New: %v", err)
+	}
+	return c
+}
+
+// must returns v, for constructors given a configuration the test knows is
+// valid.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -29,10 +29,10 @@ type breakerParams struct {
 func breakerExp() Experiment {
 	return Experiment{
 		Name:    "breaker",
-		Summary: "a pricing service that fails, 404s and hangs, behind a breaker with a stale-price fallback (card 019)",
+		Summary: "a pricing service that fails, answers 404 and hangs, behind a breaker with a last-good-price fallback",
 		Setup: func(fs *flag.FlagSet, quick bool) Run {
 			p := breakerParams{openFor: time.Second, attemptTimeout: 1200 * time.Millisecond, hang: 5 * time.Second, outageMin: 4, requests: 30}
-			fs.DurationVar(&p.openFor, "open-for", p.openFor, "how long the breaker stays open (the card's demo uses 1s; the default is 30s)")
+			fs.DurationVar(&p.openFor, "open-for", p.openFor, "how long the breaker stays open (1s keeps the run short; the breaker package's default is 30s)")
 			fs.DurationVar(&p.attemptTimeout, "attempt-timeout", p.attemptTimeout, "per-attempt timeout, a little above pricing's p99 (800ms)")
 			fs.DurationVar(&p.hang, "hang", p.hang, "how long the slow pricing service takes")
 			fs.IntVar(&p.outageMin, "outage-min-requests", p.outageMin, "the outage rows' breaker minimum volume")
@@ -99,13 +99,20 @@ type shop struct {
 }
 
 func newShop(p *pricing, cfg breaker.Config, attemptTimeout time.Duration) (*shop, *breaker.Breaker) {
-	group := breaker.NewGroup(breaker.GroupConfig{Config: cfg})
+	group, err := breaker.NewGroup(breaker.GroupConfig{Config: cfg})
+	if err != nil {
+		panic(err) // the experiment's own constants
+	}
+	cache, err := fallback.NewCache[string, price](fallback.CacheConfig{TTL: time.Hour,
+		// A 404 says the price is gone: serving the old one would lie.
+		ShouldFallback: func(err error) bool { var se statusError; return !errors.As(err, &se) || se.code != 404 }})
+	if err != nil {
+		panic(err) // the config is a constant, and valid
+	}
 	s := &shop{
 		pricing: p,
 		client:  guarded(true, guardhttp.Config{Name: "pricing", MaxAttempts: 1, AttemptTimeout: attemptTimeout, Breakers: group}),
-		cache: fallback.NewCache[string, price](fallback.CacheConfig{TTL: time.Hour,
-			// A 404 says the price is gone: serving the old one would lie.
-			ShouldFallback: func(err error) bool { var se statusError; return !errors.As(err, &se) || se.code != 404 }}),
+		cache:   cache,
 	}
 	// guardhttp keys breakers by host: this is the one pricing's calls use.
 	return s, group.Get(strings.TrimPrefix(p.srv.URL, "http://"))
@@ -128,7 +135,7 @@ func (s *shop) price(ctx context.Context, sku string) (fallback.Result[price], e
 }
 
 func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
-	r := &Result{Experiment: "breaker", Title: "pricing behind a breaker and a last-good fallback (seed 003, card 019)"}
+	r := &Result{Experiment: "breaker", Title: "pricing behind a breaker and a last-good fallback: what opens the breaker, what does not, and what callers get"}
 	pr, err := newPricing()
 	if err != nil {
 		return nil, err
@@ -163,11 +170,11 @@ func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
 	}
 
 	// 1-2. Low traffic: 1 success and 2 failures, without and with a minimum volume.
-	for _, min := range []int{-1, def.MinRequests} {
-		env.Progress("breaker: low traffic, min requests %d", max(min, 0))
-		s, br := newShop(pr, breaker.Config{MinRequests: min, OpenFor: p.openFor}, p.attemptTimeout)
+	for _, min := range []int{1, def.MinRequests} {
+		env.Progress("breaker: low traffic, min requests %d", min)
 		tripped := -1 // failures counted when it tripped
-		br.Subscribe(func(t breaker.Transition) { tripped = t.Failures })
+		s, br := newShop(pr, breaker.Config{MinRequests: min, OpenFor: p.openFor,
+			OnTransition: func(t breaker.Transition) { tripped = t.Failures }}, p.attemptTimeout)
 		pr.set(nil)
 		o := ask(s, 1)
 		pr.set(fault.Status{Code: 503})
@@ -178,8 +185,8 @@ func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
 		if tripped >= 0 {
 			o.failures = tripped
 		}
-		add(fmt.Sprintf("low traffic, MinRequests %d", max(min, 0)), o)
-		if min < 0 {
+		add(fmt.Sprintf("low traffic, MinRequests %d", min), o)
+		if min == 1 {
 			r.check(o.opened, "no minimum volume trips at low traffic", "1 success, then failures: opened after %d call(s): %v", o.calls, o.opened)
 		} else {
 			r.check(!o.opened, "a minimum volume holds at low traffic", "1 success + 2 failures opened the breaker: %v", o.opened)
@@ -198,7 +205,6 @@ func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
 	// 4. Outage: the breaker trips after the minimum volume, the rest is
 	// answered stale at once. Its transitions make the state timeline.
 	env.Progress("breaker: outage, %d requests", p.requests)
-	s, br = newShop(pr, breaker.Config{MinRequests: p.outageMin, OpenFor: p.openFor, OpenJitter: -1}, p.attemptTimeout)
 	var mu sync.Mutex
 	t0 := time.Now()
 	type point struct {
@@ -206,11 +212,12 @@ func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
 		state breaker.State
 	}
 	timeline := []point{{0, breaker.Closed}}
-	br.Subscribe(func(t breaker.Transition) {
-		mu.Lock()
-		timeline = append(timeline, point{time.Since(t0), t.To})
-		mu.Unlock()
-	})
+	s, br = newShop(pr, breaker.Config{MinRequests: p.outageMin, OpenFor: p.openFor, NoOpenJitter: true,
+		OnTransition: func(t breaker.Transition) {
+			mu.Lock()
+			timeline = append(timeline, point{time.Since(t0), t.To})
+			mu.Unlock()
+		}}, p.attemptTimeout)
 	pr.set(nil)
 	if _, err := s.price(ctx, "p1"); err != nil { // a last-good price
 		return nil, fmt.Errorf("warming the cache: %w", err)

@@ -30,13 +30,24 @@ func newBaseTransport(keepAlive bool) *http.Transport {
 
 // guarded returns a guardhttp client over a pool of its own.
 func guarded(keepAlive bool, cfg guardhttp.Config) *http.Client {
-	return &http.Client{Transport: guardhttp.NewTransport(newBaseTransport(keepAlive), cfg)}
+	return &http.Client{Transport: mustTransport(newBaseTransport(keepAlive), cfg)}
+}
+
+// mustTransport is guardhttp.NewTransport for the experiments' Configs,
+// which are written in the code: an invalid one is a bug of the lab.
+func mustTransport(base http.RoundTripper, cfg guardhttp.Config) *guardhttp.Transport {
+	t, err := guardhttp.NewTransport(base, cfg)
+	if err != nil {
+		panic("lab: " + err.Error())
+	}
+	return t
 }
 
 // noBreakers is a breaker group whose breakers never trip, for experiments
 // that measure something else.
 func noBreakers() *breaker.Group {
-	return breaker.NewGroup(breaker.GroupConfig{Config: breaker.Config{Mode: breaker.Disabled}})
+	g, _ := breaker.NewGroup(breaker.GroupConfig{Config: breaker.Config{Mode: breaker.Disabled}}) // a valid Config
+	return g
 }
 
 // get issues GET url, reads and closes the body, and returns the status; a
@@ -56,4 +67,10 @@ func get(ctx context.Context, c *http.Client, url string) (int, error) {
 		return resp.StatusCode, statusError{resp.StatusCode}
 	}
 	return resp.StatusCode, nil
+}
+
+// disabledBreaker is a breaker that admits every call and records nothing.
+func disabledBreaker() *breaker.Breaker {
+	b, _ := breaker.New(breaker.Config{Mode: breaker.Disabled}) // a valid Config
+	return b
 }

@@ -26,7 +26,7 @@ type deadlineParams struct {
 func deadlineExp() Experiment {
 	return Experiment{
 		Name:    "deadline",
-		Summary: "a 1.9 s deadline propagated to A, then B and optional C: a partial answer in time, and a disconnect stopping everything (card 037)",
+		Summary: "a 1.9 s deadline propagated to A, then B and optional C: a partial answer in time, and a disconnect stopping everything",
 		Setup: func(fs *flag.FlagSet, quick bool) Run {
 			p := deadlineParams{a: 700 * time.Millisecond, b: 600 * time.Millisecond, c: 3 * time.Second,
 				perA: 800 * time.Millisecond, perBC: 900 * time.Millisecond, budget: 1900 * time.Millisecond,
@@ -86,12 +86,16 @@ func (w *worker) take() []string {
 }
 
 func (p deadlineParams) run(ctx context.Context, env *Env) (*Result, error) {
-	r := &Result{Experiment: "deadline", Title: fmt.Sprintf("API with a %v SLO: A, then B || optional C, %v deadline in headers (seed 003, card 037)", p.slo, p.budget)}
+	r := &Result{Experiment: "deadline", Title: fmt.Sprintf("API with a %v SLO: A, then B || optional C, under a %v deadline sent in headers", p.slo, p.budget)}
 	workers := map[string]*worker{}
 	urls := map[string]string{}
 	for name, d := range map[string]time.Duration{"A": p.a, "B": p.b, "C": p.c} {
 		w := &worker{name: name, d: d, done: make(chan struct{}, 16)}
-		s, err := serve(deadline.Middleware(deadline.Config{Max: p.slo}, w))
+		dl, err := deadline.New(deadline.Config{Max: p.slo})
+		if err != nil {
+			return nil, err
+		}
+		s, err := serve(dl.Middleware(w))
 		if err != nil {
 			return nil, err
 		}
@@ -127,14 +131,14 @@ func (p deadlineParams) run(ctx context.Context, env *Env) (*Result, error) {
 		var out outcome
 		defer func() { out.took = time.Since(t0); handlerDone <- out }()
 
-		ga := fallback.NewGroup(dctx)
+		ga := fallback.NewFanout(dctx)
 		a := fallback.Required(ga, "A", p.perA, call(clientA, urls["A"]))
 		if out.err = ga.Wait(); out.err != nil {
 			http.Error(rw, out.err.Error(), http.StatusBadGateway)
 			return
 		}
 		body["A"], _ = a.Value()
-		g := fallback.NewGroup(dctx)
+		g := fallback.NewFanout(dctx)
 		b := fallback.Required(g, "B", p.perBC, call(clientBC, urls["B"]))
 		c := fallback.Optional(g, "C", p.perBC, call(clientBC, urls["C"]))
 		if out.err = g.Wait(); out.err != nil {
