@@ -9,9 +9,9 @@ import (
 	"github.com/guardrail-go/guardrail/guardhttp"
 )
 
-var client = guardhttp.NewClient(guardhttp.Config{Name: "payments"})
-var keyed = guardhttp.NewClient(guardhttp.Config{Name: "payments", IdempotencyKeys: true})
-var single = guardhttp.NewClient(guardhttp.Config{MaxAttempts: 1})
+var client, _ = guardhttp.NewClient(guardhttp.Config{Name: "payments"})
+var keyed, _ = guardhttp.NewClient(guardhttp.Config{Name: "payments", IdempotencyKeys: true})
+var single, _ = guardhttp.NewClient(guardhttp.Config{MaxAttempts: 1})
 
 func charge(ctx context.Context, body []byte) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://pay/charges", bytes.NewReader(body))

@@ -16,14 +16,14 @@ var policy = &guardrail.Policy{Name: "users"}
 var once = &guardrail.Policy{Name: "users", MaxAttempts: 1}
 
 func aroundGuardhttp(ctx context.Context, req *http.Request) {
-	client := guardhttp.NewClient(guardhttp.Config{Name: "users"})
+	client, _ := guardhttp.NewClient(guardhttp.Config{Name: "users"})
 	guardrail.Do(ctx, policy, func(ctx context.Context) (*http.Response, error) {
 		return client.Do(req) // want `\[stacked\] guardrail.Do retries \(3 attempts\) around a guardhttp client, which retries on its own \(3 attempts\): the attempts multiply to 9`
 	})
 	guardrail.Do(ctx, once, func(ctx context.Context) (*http.Response, error) {
 		return client.Do(req) // the outer layer does not retry: fine
 	})
-	single := guardhttp.NewClient(guardhttp.Config{MaxAttempts: 1})
+	single, _ := guardhttp.NewClient(guardhttp.Config{MaxAttempts: 1})
 	guardrail.Do(ctx, policy, func(ctx context.Context) (*http.Response, error) {
 		return single.Do(req) // the client does not retry: fine
 	})
@@ -32,7 +32,11 @@ func aroundGuardhttp(ctx context.Context, req *http.Request) {
 type service struct{ client *http.Client }
 
 func newService() *service {
-	return &service{client: &http.Client{Transport: guardhttp.NewTransport(nil, guardhttp.Config{MaxAttempts: 4})}}
+	t, err := guardhttp.NewTransport(nil, guardhttp.Config{MaxAttempts: 4})
+	if err != nil {
+		panic(err)
+	}
+	return &service{client: &http.Client{Transport: t}}
 }
 
 func (s *service) get(ctx context.Context, req *http.Request) {
@@ -79,5 +83,17 @@ func nested(ctx context.Context, op func(context.Context) (int, error)) {
 func unknownPolicy(ctx context.Context, p *guardrail.Policy, c *http.Client, req *http.Request) {
 	guardrail.Do(ctx, p, func(ctx context.Context) (*http.Response, error) {
 		return c.Do(req) // neither side can be traced: fine
+	})
+}
+
+func configuredAfter(ctx context.Context, req *http.Request) {
+	cfg := guardhttp.Config{Name: "users"}
+	cfg.MaxAttempts = 1
+	c, err := guardhttp.NewClient(cfg)
+	if err != nil {
+		return
+	}
+	guardrail.Do(ctx, policy, func(ctx context.Context) (*http.Response, error) {
+		return c.Do(req) // MaxAttempts set to 1 before the client was built: fine
 	})
 }
