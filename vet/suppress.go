@@ -43,9 +43,8 @@ func newReporter(pass *analysis.Pass) *reporter {
 				}
 				if s.reason == "" {
 					pass.Report(analysis.Diagnostic{
-						Pos:      c.Pos(),
-						Category: name,
-						Message:  "[" + name + "] suppression without a reason: write //guardrail:ignore " + name + " <why this is safe>",
+						Pos:     c.Pos(),
+						Message: "[" + name + "] suppression without a reason: write //guardrail:ignore " + name + " <why this is safe>",
 					})
 					continue
 				}
@@ -123,9 +122,8 @@ func (r *reporter) report(pos token.Pos, format string, args ...any) {
 	}
 	name := r.pass.Analyzer.Name
 	r.pass.Report(analysis.Diagnostic{
-		Pos:      pos,
-		Category: name,
-		Message:  "[" + name + "] " + sprintf(format, args...),
+		Pos:     pos,
+		Message: "[" + name + "] " + sprintf(format, args...),
 	})
 }
 
