@@ -97,3 +97,14 @@ func configuredAfter(ctx context.Context, req *http.Request) {
 		return c.Do(req) // MaxAttempts set to 1 before the client was built: fine
 	})
 }
+
+func retryableOverGuardhttp() {
+	gc, _ := guardhttp.NewClient(guardhttp.Config{Name: "users"})
+	rc := retryablehttp.NewClient()
+	rc.HTTPClient = gc                                     // want `go-retryablehttp \(5 attempts\) sends through a guardhttp client that retries on its own \(3 attempts\): the attempts multiply to 15`
+	_ = &retryablehttp.Client{HTTPClient: gc, RetryMax: 2} // want `go-retryablehttp \(3 attempts\)`
+	_ = &retryablehttp.Client{HTTPClient: gc, RetryMax: 0} // retries off on one side: fine
+	once, _ := guardhttp.NewClient(guardhttp.Config{MaxAttempts: 1})
+	rc2 := retryablehttp.NewClient()
+	rc2.HTTPClient = once // fine
+}
