@@ -30,9 +30,9 @@ package vet
 import "golang.org/x/tools/go/analysis"
 
 // Analyzers returns every check of the checklist, in a fixed order:
-// Timeout, Deadline, RetryLoop, Stacked, Idempotency.
+// Timeout, Deadline, RetryLoop, Stacked, Idempotency, Tiers.
 func Analyzers() []*analysis.Analyzer {
-	return []*analysis.Analyzer{Timeout, Deadline, RetryLoop, Stacked, Idempotency}
+	return []*analysis.Analyzer{Timeout, Deadline, RetryLoop, Stacked, Idempotency, Tiers}
 }
 
 // ByName returns the analyzers named in names, in the order of Analyzers,
@@ -71,5 +71,5 @@ type UnknownCheckError struct {
 }
 
 func (e *UnknownCheckError) Error() string {
-	return "vet: unknown check " + `"` + e.Name + `"` + "; want timeout, deadline, retryloop, stacked or idempotency"
+	return "vet: unknown check " + `"` + e.Name + `"` + "; want timeout, deadline, retryloop, stacked, idempotency or tiers"
 }

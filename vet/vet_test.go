@@ -26,3 +26,7 @@ func TestStacked(t *testing.T) {
 func TestIdempotency(t *testing.T) {
 	analysistest.Run(t, analysistest.TestData(), vet.Idempotency, "idempotency")
 }
+
+func TestTiers(t *testing.T) {
+	analysistest.Run(t, analysistest.TestData(), vet.Tiers, "tiers")
+}

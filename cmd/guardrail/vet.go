@@ -41,6 +41,8 @@ The checks:
                that retries itself, or around another guardrail.Do
   idempotency  a POST or PATCH sent through a retrying guardrail client
                without an Idempotency-Key
+  tiers        a lower tier with a longer timeout than its caller
+               (context.WithTimeout, Policy.AttemptTimeout, client Timeout)
 
 Test files are not checked. Silence a finding with a comment on its line
 or the line above, giving the reason (one without is itself reported):

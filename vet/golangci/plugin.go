@@ -13,7 +13,7 @@
 //	      guardrail:
 //	        type: module
 //	        settings:
-//	          checks: [timeout, deadline, retryloop, stacked, idempotency]
+//	          checks: [timeout, deadline, retryloop, stacked, idempotency, tiers]
 //
 // Leaving checks out runs them all.
 package golangci

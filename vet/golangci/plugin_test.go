@@ -33,8 +33,8 @@ func TestAllByDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(as) != 5 {
-		t.Fatalf("got %d analyzers; want 5", len(as))
+	if len(as) != 6 {
+		t.Fatalf("got %d analyzers; want 6", len(as))
 	}
 }
 

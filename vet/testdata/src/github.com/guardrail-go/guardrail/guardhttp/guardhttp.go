@@ -1,12 +1,16 @@
 // Package guardhttp is a stub of the real package for the analyzers' tests.
 package guardhttp
 
-import "net/http"
+import (
+	"net/http"
+	"time"
+)
 
 type Config struct {
 	Name            string
 	MaxAttempts     int
 	IdempotencyKeys bool
+	AttemptTimeout  time.Duration
 }
 
 type Transport struct{}
