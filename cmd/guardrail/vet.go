@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -49,25 +48,18 @@ or the line above, giving the reason (one without is itself reported):
 
 	//guardrail:ignore timeout the probe must wait as long as the kernel does
 
-Exits 1 when there are findings, 2 on a bad command line.
+A finding is a failure: the command exits 1 when there is one.
 
 Flags:
 `
 
 func runVet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("vet", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		io.WriteString(fs.Output(), vetUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("vet")
 	checks := fs.String("checks", "", "comma-separated checks to run (default: all)")
 	dir := fs.String("C", "", "run as if in this directory")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return usageError{err.Error()}
+	patterns, err := parseArgs(fs, args, stdout, flagHelp(vetUsage, fs))
+	if err != nil {
+		return err
 	}
 	var names []string
 	if *checks != "" {
@@ -79,9 +71,8 @@ func runVet(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	analyzers, err := vet.ByName(names)
 	if err != nil {
-		return usageError{err.Error()}
+		return usageError{"--checks: " + strings.TrimPrefix(err.Error(), "vet: ")}
 	}
-	patterns := fs.Args()
 	if len(patterns) == 0 {
 		patterns = []string{"./..."}
 	}
