@@ -266,6 +266,7 @@ func Experiments() []Experiment {
 		retryAfter(),
 		idempotencyExp(),
 		shedding(),
+		incident(),
 		overhead(),
 	}
 }
