@@ -139,7 +139,7 @@ func (p incParams) capacity() float64 { return float64(p.workers) / p.service.Se
 
 func (p incParams) validate() (incPlan, error) {
 	bad := func(format string, args ...any) (incPlan, error) {
-		return incPlan{}, fmt.Errorf("incident: "+format, args...)
+		return incPlan{}, flagErrorf("incident: "+format, args...)
 	}
 	switch {
 	case !(p.rps > 0) || p.rps > 5000:
@@ -447,8 +447,8 @@ func (p incParams) checks(r *Result, rows []incRow, threshold map[string]time.Du
 	notJudged := func(name string, row incRow) {
 		// A run whose load fell behind its schedule measured this machine,
 		// not the system: its check is not judged.
-		r.note("not judged: %s (%s): the load generator fell behind its schedule (%.1f rps of %.0f, p99 lag %v, want >= 95%% and under %v): this machine was too busy.",
-			name, strings.Join(strings.Fields(row.label()), " "), row.res.sendRate, row.res.rateWanted, row.res.lagP99.Round(100*time.Microsecond), p.maxLag())
+		r.notJudged(name, "%s: the load generator fell behind its schedule (%.1f rps of %.0f, p99 lag %v, want >= 95%% and under %v): this machine was too busy to measure the run",
+			strings.Join(strings.Fields(row.label()), " "), row.res.sendRate, row.res.rateWanted, row.res.lagP99.Round(100*time.Microsecond), p.maxLag())
 	}
 	for _, row := range rows {
 		res := row.res
@@ -464,7 +464,7 @@ func (p incParams) checks(r *Result, rows []incRow, threshold map[string]time.Du
 			if before >= 50 {
 				// Near the threshold an outage tips the system over one time
 				// and not the next: this one came back by itself.
-				r.note("not judged: %s: this run was not degraded when the load dropped (goodput %.1f%% since the outage): it did not tip over this time.", name, before)
+				r.notJudged(name, "this run was not degraded when the load dropped (goodput %.1f%% since the outage): it did not tip over this time", before)
 				continue
 			}
 			r.check(rec >= 0, name, "%s: goodput %.1f%% from the outage's end until the load dropped; after %v at %.0f%% load, recovery %s from the load's return",
@@ -927,7 +927,8 @@ func (p incParams) scenario(ctx context.Context, env *Env, variant string, guard
 	}()
 	newTransport := func() *http.Transport { t := p.pooled(); transports = append(transports, t); return t }
 
-	var tierClient func(tier int) func(r *http.Request, url string) int
+	type caller func(r *http.Request, url string) int
+	var tierClient func(tier int) (caller, error)
 	if guarded {
 		dl := func(max time.Duration) (func(http.Handler) http.Handler, error) {
 			s, err := deadline.New(deadline.Config{Max: max})
@@ -954,13 +955,17 @@ func (p incParams) scenario(ctx context.Context, env *Env, variant string, guard
 		if err != nil {
 			return nil, err
 		}
-		tierClient = func(tier int) func(r *http.Request, url string) int {
+		tierClient = func(tier int) (caller, error) {
 			cfg := guardhttp.Config{Name: fmt.Sprintf("tier%d", tier), MaxAttempts: 1, Breakers: noBreakers(), Budget: budget.Unlimited()}
 			if tier == 0 { // data, nearest the DB
 				cfg.MaxAttempts, cfg.AttemptTimeout, cfg.Breakers, cfg.Budget = p.attempts, p.attemptTimeout, brk, bud
 				cfg.Backoff = backoff.FullJitter(backoff.DefaultBase, 100*backoff.DefaultBase)
 			}
-			c := &http.Client{Transport: guardhttp.NewTransport(newTransport(), cfg)}
+			gt, err := guardhttp.NewTransport(newTransport(), cfg)
+			if err != nil {
+				return nil, err
+			}
+			c := &http.Client{Transport: gt}
 			return func(r *http.Request, url string) int {
 				req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, url, nil)
 				if err != nil {
@@ -974,11 +979,11 @@ func (p incParams) scenario(ctx context.Context, env *Env, variant string, guard
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 				return resp.StatusCode
-			}
+			}, nil
 		}
 	} else {
 		timeouts := []time.Duration{p.dbTimeout, p.svcTimeout, p.bffTimeout}
-		tierClient = func(tier int) func(r *http.Request, url string) int {
+		tierClient = func(tier int) (caller, error) {
 			h := naiveHelper{client: &http.Client{Transport: newTransport(), Timeout: timeouts[tier]},
 				attempts: p.naiveAttempts, backoff: p.naiveBackoff, jitter: p.naiveJitter, rand: jrand}
 			return func(r *http.Request, url string) int {
@@ -987,7 +992,7 @@ func (p incParams) scenario(ctx context.Context, env *Env, variant string, guard
 					ctx = r.Context()
 				}
 				return h.get(ctx, url, r.Header.Get(headerUserDeadline))
-			}
+			}, nil
 		}
 	}
 	db.handler = trackedHandler(&handlers, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -1014,7 +1019,10 @@ func (p incParams) scenario(ctx context.Context, env *Env, variant string, guard
 		}
 	}()
 	for tier := range 3 {
-		call := tierClient(tier)
+		call, err := tierClient(tier)
+		if err != nil {
+			return nil, err
+		}
 		target := next
 		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			code := call(r, target)
@@ -1053,10 +1061,10 @@ func (p incParams) scenario(ctx context.Context, env *Env, variant string, guard
 	bff := next
 
 	// The schedule: the offered rate (dropped during a relief, below).
-	var due []time.Duration
 	interval := time.Duration(float64(time.Second) / p.rps)
-	for t := time.Duration(0); t < end; t += interval {
-		due = append(due, t)
+	due := make([]time.Duration, int(math.Ceil(end.Seconds()*p.rps-1e-9)))
+	for i := range due {
+		due[i] = time.Duration(float64(i) * float64(time.Second) / p.rps)
 	}
 	nb := int(span / p.step)
 	offered := make([]atomic.Int64, nb)
