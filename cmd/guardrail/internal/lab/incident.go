@@ -240,6 +240,9 @@ func (row incRow) label() string {
 	return l
 }
 
+// name is the row's label without the table's padding.
+func (row incRow) name() string { return strings.Join(strings.Fields(row.label()), " ") }
+
 func fmtSec(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s" }
 
 // incTries is how many times a guarded run is made at most while its load
@@ -260,7 +263,7 @@ func (p incParams) run(ctx context.Context, env *Env) (*Result, error) {
 	runOne := func(variant string, guarded bool, outage time.Duration, relief bool) (incRow, error) {
 		row := incRow{variant: variant, guarded: guarded, outage: outage, relief: relief}
 		for try := 1; ; try++ {
-			env.Progress("incident: %s (try %d)", strings.Join(strings.Fields(row.label()), " "), try)
+			env.Progress("incident: %s (try %d)", row.name(), try)
 			res, err := p.scenario(ctx, env, variant, guarded, outage, relief)
 			if err != nil {
 				return row, err
@@ -268,12 +271,12 @@ func (p incParams) run(ctx context.Context, env *Env) (*Result, error) {
 			row.res = res
 			p.judge(&row)
 			if p.timeline {
-				timelines = append(timelines, fmt.Sprintf("timeline of %s (try %d):\n%s", strings.Join(strings.Fields(row.label()), " "), try, res.timeline()))
+				timelines = append(timelines, fmt.Sprintf("timeline of %s (try %d):\n%s", row.name(), try, res.timeline()))
 			}
 			if row.measured || !guarded || try == incTries {
 				return row, nil
 			}
-			reruns = append(reruns, fmt.Sprintf("%s (try %d: %.1f rps, p99 lag %v)", strings.Join(strings.Fields(row.label()), " "), try,
+			reruns = append(reruns, fmt.Sprintf("%s (try %d: %.1f rps, p99 lag %v)", row.name(), try,
 				res.sendRate, res.lagP99.Round(100*time.Microsecond)))
 		}
 	}
@@ -374,7 +377,7 @@ func (p incParams) run(ctx context.Context, env *Env) (*Result, error) {
 			r.note("%s: the naive system recovered after every outage of the sweep (up to %v): no threshold found.", v, maxOutageOf(rows, v))
 		}
 	}
-	p.checks(r, rows, threshold, proof)
+	p.checks(r, rows, threshold)
 
 	// Notes.
 	r.note("naive: every tier retries %d attempts (backoff %v doubling, plus 0-%v jitter), no budget, no breaker, no deadline sent; timeouts grow with depth: BFF->order %v, order->data %v, data->DB %v; a tier's retry helper %s.",
@@ -443,12 +446,12 @@ func (p incParams) judge(row *incRow) {
 	row.measured = !res.lagged(p)
 }
 
-func (p incParams) checks(r *Result, rows []incRow, threshold map[string]time.Duration, proof *incRow) {
+func (p incParams) checks(r *Result, rows []incRow, threshold map[string]time.Duration) {
 	notJudged := func(name string, row incRow) {
 		// A run whose load fell behind its schedule measured this machine,
 		// not the system: its check is not judged.
 		r.notJudged(name, "%s: the load generator fell behind its schedule (%.1f rps of %.0f, p99 lag %v, want >= 95%% and under %v): this machine was too busy to measure the run",
-			strings.Join(strings.Fields(row.label()), " "), row.res.sendRate, row.res.rateWanted, row.res.lagP99.Round(100*time.Microsecond), p.maxLag())
+			row.name(), row.res.sendRate, row.res.rateWanted, row.res.lagP99.Round(100*time.Microsecond), p.maxLag())
 	}
 	for _, row := range rows {
 		res := row.res
@@ -468,7 +471,7 @@ func (p incParams) checks(r *Result, rows []incRow, threshold map[string]time.Du
 				continue
 			}
 			r.check(rec >= 0, name, "%s: goodput %.1f%% from the outage's end until the load dropped; after %v at %.0f%% load, recovery %s from the load's return",
-				strings.Join(strings.Fields(row.label()), " "), res.goodputPct(res.trigEnd, res.reliefStart), (res.reliefEnd - res.reliefStart).Round(time.Millisecond), 100*p.reliefRate, fmtOpt(rec))
+				row.name(), res.goodputPct(res.trigEnd, res.reliefStart), (res.reliefEnd - res.reliefStart).Round(time.Millisecond), 100*p.reliefRate, fmtOpt(rec))
 		case !row.guarded:
 			th := threshold[row.variant]
 			if th <= 0 || row.outage < th {
@@ -494,8 +497,10 @@ func (p incParams) checks(r *Result, rows []incRow, threshold map[string]time.Du
 			ceiling := (1+p.budgetRatio)*float64(reqs) + budget.DefaultMax
 			r.check(float64(calls) <= ceiling, fmt.Sprintf("guarded: the retry budget caps the calls reaching the DB (%s %v)", row.variant, row.outage),
 				"%d calls for %d user requests, want at most %.0f ((1 + %g) x requests + %g initial tokens)", calls, reqs, ceiling, p.budgetRatio, float64(budget.DefaultMax))
+			loadName := fmt.Sprintf("guarded keeps the DB's load within its capacity while it recovers (%s %v)", row.variant, row.outage)
 			if !row.measured {
 				notJudged(name, row)
+				notJudged(loadName, row)
 				continue
 			}
 			r.check(row.recovery >= 0 && row.recovery <= p.recoveryTarget, name, "recovery %s, want <= %v", fmtOpt(row.recovery), p.recoveryTarget)
@@ -505,11 +510,9 @@ func (p incParams) checks(r *Result, rows []incRow, threshold map[string]time.Du
 				until = min(res.end, res.trigEnd+row.recovery+p.holdFor)
 			}
 			peak := res.peakDBRate(p, res.trigEnd, until)
-			name = fmt.Sprintf("guarded keeps the DB's load within its capacity while it recovers (%s %v)", row.variant, row.outage)
-			r.check(peak <= p.capacity(), name, "at most %.0f calls/s reached the DB (in one %v), capacity %.0f/s", peak, p.step, p.capacity())
+			r.check(peak <= p.capacity(), loadName, "at most %.0f calls/s reached the DB (in one %v), capacity %.0f/s", peak, p.step, p.capacity())
 		}
 	}
-	_ = proof
 }
 
 func fmtOpt(d time.Duration) string {
@@ -526,21 +529,25 @@ func fmtOpt(d time.Duration) string {
 // ones decide by themselves who is answered in time.
 func (p incParams) maxLag() time.Duration { return max(p.service, p.userDeadline/20) }
 
-// incRun is what one run measured, in buckets of p.step since the load
+// incRun is what one run measured, in buckets of step since the load
 // started.
 type incRun struct {
-	start               time.Time
-	trigStart, trigEnd  time.Duration
-	reliefStart         time.Duration
-	reliefEnd           time.Duration
-	end                 time.Duration // the last request's schedule
-	offered, ok, done   []int64       // by send bucket
-	dbIn, dbRun, dbLost []int64       // calls reaching the DB by arrival; queries run, and run for a user gone, by completion
-	sendRate            float64
-	rateWanted          float64
-	lagP99              time.Duration
-	step                time.Duration
-	maxLag              []time.Duration // by send bucket
+	step        time.Duration
+	trigStart   time.Duration // the DB goes down
+	trigEnd     time.Duration // and comes back
+	reliefStart time.Duration // the offered load drops (proof runs only)
+	reliefEnd   time.Duration // and comes back
+	end         time.Duration // the end of the last request's slot in the schedule
+
+	offered, ok []int64 // requests sent, and answered 200 in time, by send bucket
+	dbIn        []int64 // calls reaching the DB (before any middleware), by arrival
+	dbRun       []int64 // queries the DB ran, by completion
+	dbLost      []int64 // of those, queries whose user had given up
+
+	sendRate   float64         // achieved, over the judged part of the run
+	rateWanted float64         // scheduled, over the same part
+	lagP99     time.Duration   // start behind schedule, over the same part
+	maxLag     []time.Duration // the worst start lag, by send bucket
 }
 
 func (res *incRun) bucket(d time.Duration) int { return int(d / res.step) }
@@ -1091,7 +1098,7 @@ func (p incParams) scenario(ctx context.Context, env *Env, variant string, guard
 
 	// The load. A run stops early once its outcome is settled: recovered
 	// (and held), or degraded for 5x the outage.
-	res := &incRun{start: start, trigStart: trigStart, trigEnd: trigEnd, reliefStart: reliefStart, step: p.step}
+	res := &incRun{trigStart: trigStart, trigEnd: trigEnd, reliefStart: reliefStart, step: p.step}
 	settledFrom := trigEnd
 	settled := func(now time.Duration) bool {
 		// The buckets the load has left behind and whose every request has
@@ -1197,9 +1204,9 @@ func (p incParams) scenario(ctx context.Context, env *Env, variant string, guard
 		res.end = due[n-1] + interval
 	}
 	nbUsed := res.bucket(res.end + p.step - 1)
-	res.offered, res.ok, res.done = make([]int64, nbUsed), make([]int64, nbUsed), make([]int64, nbUsed)
+	res.offered, res.ok = make([]int64, nbUsed), make([]int64, nbUsed)
 	for k := range nbUsed {
-		res.offered[k], res.ok[k], res.done[k] = offered[k].Load(), okc[k].Load(), finished[k].Load()
+		res.offered[k], res.ok[k] = offered[k].Load(), okc[k].Load()
 	}
 	res.dbIn, res.dbRun, res.dbLost = db.in.snapshot(nbUsed), db.ran.snapshot(nbUsed), db.lost.snapshot(nbUsed)
 
@@ -1247,10 +1254,12 @@ func (p incParams) scenario(ctx context.Context, env *Env, variant string, guard
 func (p incParams) charts(rows []incRow, variants []string, threshold map[string]time.Duration) []Chart {
 	var out []Chart
 	perBucket := p.rps * p.step.Seconds()
+	// A run stops once its outcome is settled, so the runs of one chart
+	// last differently: the chart ends with the shortest.
 	timeline := func(title string, rs ...incRow) Chart {
-		n := 0
+		n := len(rs[0].res.offered)
 		for _, r := range rs {
-			n = max(n, len(r.res.offered))
+			n = min(n, len(r.res.offered))
 		}
 		c := Chart{Title: title, Kind: "line", XLabel: "seconds since the load started (by send time)", YLabel: fmt.Sprintf("answered in time per %v", p.step)}
 		for k := range n {
@@ -1266,13 +1275,13 @@ func (p incParams) charts(rows []incRow, variants []string, threshold map[string
 		c.Series = append(c.Series, Series{Name: "DB down (outage)", Values: band})
 		for _, r := range rs {
 			v := make([]float64, n)
-			for k := range r.res.ok {
+			for k := range v {
 				v[k] = float64(r.res.ok[k])
 			}
 			c.Series = append(c.Series, Series{Name: r.config(), Values: v})
 		}
 		offered := make([]float64, n)
-		for k := range rs[0].res.offered {
+		for k := range offered {
 			offered[k] = float64(rs[0].res.offered[k])
 		}
 		c.Series = append(c.Series, Series{Name: "offered (" + rs[0].config() + ")", Values: offered})
@@ -1290,7 +1299,7 @@ func (p incParams) charts(rows []incRow, variants []string, threshold map[string
 			}
 		}
 		if len(pair) > 0 {
-			out = append(out, timeline(fmt.Sprintf("Goodput over time, DB %s for %v", v, T), pair...))
+			out = append(out, timeline(fmt.Sprintf("Goodput over time, DB %s for %v (until the shorter run ended)", v, T), pair...))
 		}
 		rec := Chart{Title: fmt.Sprintf("Recovery time against outage length (%s; a run that never recovered is drawn at its observed length)", v),
 			Kind: "bar", XLabel: "outage", YLabel: "recovery (ms)"}

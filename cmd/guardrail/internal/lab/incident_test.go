@@ -349,3 +349,45 @@ func TestIncidentRejectsBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// A run whose load fell behind its schedule measured the machine: its
+// timing checks are not judged, never failed, even when its numbers are
+// bad; the counts are judged whatever the machine did.
+func TestIncidentBusyMachineIsNotJudged(t *testing.T) {
+	p := incParams{rps: 300, workers: 10, service: 20 * time.Millisecond, userDeadline: time.Second, recoverFrac: 0.9,
+		holdFor: time.Second, recoveryTarget: time.Second, budgetRatio: 0.1, reliefFor: time.Second}
+	down := func() *incRun {
+		res := synthRun(append(fill(5, 30), fill(25, 0)...)...)
+		res.dbIn = fill(30, 0)
+		res.rateWanted, res.sendRate, res.lagP99 = 300, 300, 300*time.Millisecond // a stalled machine
+		return res
+	}
+	rows := []incRow{
+		{variant: "refuse", outage: time.Second, res: down()},
+		{variant: "refuse", outage: time.Second, guarded: true, res: down()},
+		{variant: "refuse", outage: time.Second, relief: true, res: down()},
+	}
+	rows[2].res.reliefStart, rows[2].res.reliefEnd = 1600*time.Millisecond, 2000*time.Millisecond
+	for i := range rows {
+		p.judge(&rows[i])
+		if rows[i].measured {
+			t.Fatalf("%s: a p99 start lag of 300ms counts as measured", rows[i].name())
+		}
+	}
+	r := &Result{}
+	p.checks(r, rows, map[string]time.Duration{"refuse": time.Second})
+	var judged, notJudged int
+	for _, c := range r.Checks {
+		switch {
+		case c.Verdict == Fail:
+			t.Errorf("failed on a busy machine: %s: %s", c.Name, c.Detail)
+		case c.Verdict == NotJudged:
+			notJudged++
+		case strings.Contains(c.Name, "retry budget"):
+			judged++
+		}
+	}
+	if notJudged != 4 || judged != 1 {
+		t.Errorf("%d checks not judged, %d judged (%v); want 4 (naive degraded, guarded recovery and DB load, the proof) and the budget's count", notJudged, judged, r.Checks)
+	}
+}
