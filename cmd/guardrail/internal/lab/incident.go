@@ -902,6 +902,27 @@ func (p incParams) pooled() *http.Transport {
 	return t
 }
 
+// schedule returns when a run's trigger starts and ends, when its relief
+// starts (proof runs), and the end of its schedule, since the load started.
+func (p incParams) schedule(guarded bool, outage time.Duration, relief bool) (trigStart, trigEnd, reliefStart, end time.Duration) {
+	trigStart = p.warmup
+	trigEnd = trigStart + outage
+	// A run whose check is a recovery lasts long enough to decide it: a
+	// recovery at the target, then the hold that confirms it. It stops as
+	// soon as it has both.
+	decide := max(p.after, p.recoveryTarget+p.holdFor+p.step)
+	switch {
+	case relief:
+		reliefStart = trigEnd + p.reliefAfter
+		end = reliefStart + p.reliefFor + decide
+	case guarded:
+		end = trigEnd + decide
+	default:
+		end = trigEnd + p.after
+	}
+	return trigStart, trigEnd, reliefStart, end
+}
+
 // scenario builds the system in one configuration, sends the load, fails
 // the DB for outage and returns what it measured.
 func (p incParams) scenario(ctx context.Context, env *Env, variant string, guarded bool, outage time.Duration, relief bool) (*incRun, error) {
@@ -911,14 +932,7 @@ func (p incParams) scenario(ctx context.Context, env *Env, variant string, guard
 	var jitterMu sync.Mutex
 	jrand := func() float64 { jitterMu.Lock(); defer jitterMu.Unlock(); return rng.Float64() }
 
-	trigStart := p.warmup
-	trigEnd := trigStart + outage
-	end := trigEnd + p.after
-	var reliefStart time.Duration
-	if relief {
-		reliefStart = trigEnd + p.reliefAfter
-		end = reliefStart + p.reliefFor + p.after
-	}
+	trigStart, trigEnd, reliefStart, end := p.schedule(guarded, outage, relief)
 	span := end + p.userDeadline + 2*time.Second
 	start := time.Now().Add(50 * time.Millisecond) // the servers start meanwhile
 

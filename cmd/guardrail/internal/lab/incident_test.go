@@ -391,3 +391,39 @@ func TestIncidentBusyMachineIsNotJudged(t *testing.T) {
 		t.Errorf("%d checks not judged, %d judged (%v); want 4 (naive degraded, guarded recovery and DB load, the proof) and the budget's count", notJudged, judged, r.Checks)
 	}
 }
+
+// A run whose check is a recovery lasts long enough to decide it, however
+// short --after: the quick run once cut a guarded run 1.5 s after the
+// outage, before a recovery within 1 s could be held for 1 s, and failed it.
+func TestIncidentRunsLongEnoughToDecide(t *testing.T) {
+	e, _ := Lookup("incident")
+	fs := flag.NewFlagSet("incident", flag.ContinueOnError)
+	e.Setup(fs, true)
+	var p incParams
+	// The quick defaults, read back from the flags.
+	for _, name := range []string{"after", "hold", "recovery-target", "step", "warmup", "relief-after", "relief-for"} {
+		if fs.Lookup(name) == nil {
+			t.Fatalf("no --%s flag", name)
+		}
+	}
+	get := func(name string) time.Duration {
+		d, err := time.ParseDuration(fs.Lookup(name).Value.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	p.after, p.holdFor, p.recoveryTarget, p.step, p.warmup = get("after"), get("hold"), get("recovery-target"), get("step"), get("warmup")
+	p.reliefAfter, p.reliefFor = get("relief-after"), get("relief-for")
+	need := p.recoveryTarget + p.holdFor
+	for _, outage := range []time.Duration{500 * time.Millisecond, 2 * time.Second} {
+		_, trigEnd, _, end := p.schedule(true, outage, false)
+		if end-trigEnd < need {
+			t.Errorf("guarded, outage %v: the run ends %v after the outage, want at least %v (the target, then the hold)", outage, end-trigEnd, need)
+		}
+		_, _, reliefStart, end := p.schedule(false, outage, true)
+		if end-(reliefStart+p.reliefFor) < need {
+			t.Errorf("load dropped, outage %v: the run ends %v after the longest relief, want at least %v", outage, end-(reliefStart+p.reliefFor), need)
+		}
+	}
+}
