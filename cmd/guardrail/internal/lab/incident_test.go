@@ -427,3 +427,38 @@ func TestIncidentRunsLongEnoughToDecide(t *testing.T) {
 		}
 	}
 }
+
+// A relief lasts until the whole system has drained, not only the DB's
+// queue: a retry chain waiting in a tier's pool holds that tier's handler,
+// and the handler set counts it. (A relief once ended after 100 ms with the
+// DB's queue empty and thousands of chains still waiting upstream.)
+func TestIncidentHandlersInFlight(t *testing.T) {
+	var hs handlerSet
+	release := make(chan struct{})
+	entered := make(chan struct{}, 3)
+	s, err := serve(hs.track(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := newHTTPClient(false)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() { _, _ = get(context.Background(), c, s.URL) })
+	}
+	for range 3 {
+		<-entered
+	}
+	if got := hs.inFlight.Load(); got != 3 {
+		t.Errorf("%d handlers in flight, want 3", got)
+	}
+	close(release)
+	wg.Wait()
+	hs.wg.Wait()
+	if got := hs.inFlight.Load(); got != 0 {
+		t.Errorf("%d handlers in flight after they returned, want 0", got)
+	}
+}
