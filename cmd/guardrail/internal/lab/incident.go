@@ -139,7 +139,7 @@ func (p incParams) capacity() float64 { return float64(p.workers) / p.service.Se
 
 func (p incParams) validate() (incPlan, error) {
 	bad := func(format string, args ...any) (incPlan, error) {
-		return incPlan{}, flagErrorf("incident: "+format, args...)
+		return incPlan{}, flagErrorf(format, args...)
 	}
 	switch {
 	case !(p.rps > 0) || p.rps > 5000:
@@ -233,15 +233,15 @@ func (row incRow) config() string {
 }
 
 func (row incRow) label() string {
-	l := fmt.Sprintf("%s %-6s %-7s", row.config(), row.variant, fmtSec(row.outage))
+	l := fmt.Sprintf("%s %s %s", row.config(), row.variant, fmtSec(row.outage))
 	if row.relief {
 		l += " + load dropped"
 	}
 	return l
 }
 
-// name is the row's label without the table's padding.
-func (row incRow) name() string { return strings.Join(strings.Fields(row.label()), " ") }
+// name is the row's label, as notes and checks cite it.
+func (row incRow) name() string { return row.label() }
 
 func fmtSec(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s" }
 
@@ -937,30 +937,42 @@ func (p incParams) schedule(guarded bool, outage time.Duration, relief bool) (tr
 	return trigStart, trigEnd, reliefStart, end
 }
 
-// scenario builds the system in one configuration, sends the load, fails
-// the DB for outage and returns what it measured.
-func (p incParams) scenario(ctx context.Context, env *Env, variant string, guarded bool, outage time.Duration, relief bool) (*incRun, error) {
-	runCtx, cancelRun := context.WithCancel(ctx)
-	defer cancelRun()
-	rng := rand.New(rand.NewPCG(env.Seed, uint64(outage)))
-	var jitterMu sync.Mutex
-	jrand := func() float64 { jitterMu.Lock(); defer jitterMu.Unlock(); return rng.Float64() }
+// incSystem is one configuration's servers on loopback.
+type incSystem struct {
+	db         *incDB
+	handlers   handlerSet
+	servers    []*server
+	transports []*http.Transport
+	bff        string // the URL users call
+}
 
-	trigStart, trigEnd, reliefStart, end := p.schedule(guarded, outage, relief)
-	span := end + p.userDeadline + 2*time.Second
-	start := time.Now().Add(50 * time.Millisecond) // the servers start meanwhile
+// close stops the servers and the DB and waits for every handler. Cancel
+// the run's context first: the naive tiers' retry loops run on it, and
+// hold their handlers until it ends. It may be called more than once.
+func (sys *incSystem) close() {
+	for _, s := range sys.servers {
+		s.Close()
+	}
+	sys.servers = nil
+	sys.db.close()
+	sys.handlers.wg.Wait()
+	for _, t := range sys.transports {
+		t.CloseIdleConnections()
+	}
+}
 
-	var handlers handlerSet
+// build starts the DB and the three tiers above it in one configuration.
+// The DB counts in buckets of p.step from start, over span.
+func (p incParams) build(runCtx context.Context, guarded bool, start time.Time, span time.Duration, rng *rand.Rand, jrand func() float64) (*incSystem, error) {
 	db := &incDB{p: p, runCtx: runCtx, in: newCounters(start, p.step, span), ran: newCounters(start, p.step, span), lost: newCounters(start, p.step, span)}
 	db.cond = sync.NewCond(&db.mu)
 	var dbH http.Handler = db
-	var transports []*http.Transport
-	defer func() {
-		for _, t := range transports {
-			t.CloseIdleConnections()
-		}
-	}()
-	newTransport := func() *http.Transport { t := p.pooled(); transports = append(transports, t); return t }
+	sys := &incSystem{db: db}
+	fail := func(err error) (*incSystem, error) {
+		sys.close() // nothing has served a request yet
+		return nil, err
+	}
+	newTransport := func() *http.Transport { t := p.pooled(); sys.transports = append(sys.transports, t); return t }
 
 	type caller func(r *http.Request, url string) int
 	var tierClient func(tier int) (caller, error)
@@ -974,21 +986,21 @@ func (p incParams) scenario(ctx context.Context, env *Env, variant string, guard
 		}
 		dbDL, err := dl(p.dbTimeout)
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		dbShed, err := shed.New(shed.Config{Name: "db", Limit: p.dbShedLimit, Shares: map[shed.Priority]float64{shed.Normal: 1}})
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		dbH = dbDL(dbShed.Middleware(db))
 		brk, err := breaker.NewGroup(breaker.GroupConfig{Config: breaker.Config{OpenFor: p.breakerOpen, Window: p.breakerWindow,
 			MinRequests: p.breakerMin, Rand: jrand}})
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		bud, err := budget.New(budget.Config{Ratio: p.budgetRatio})
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		tierClient = func(tier int) (caller, error) {
 			cfg := guardhttp.Config{Name: fmt.Sprintf("tier%d", tier), MaxAttempts: 1, Breakers: noBreakers(), Budget: budget.Unlimited()}
@@ -1030,33 +1042,26 @@ func (p incParams) scenario(ctx context.Context, env *Env, variant string, guard
 			}, nil
 		}
 	}
-	db.handler = handlers.track(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	db.handler = sys.handlers.track(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		db.in.addAt(time.Now())
 		dbH.ServeHTTP(w, r)
 	}))
 	ln, err := listenDB(rng)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	db.addr = ln.Addr().String()
 	db.serveOn(ln)
 	for range p.workers {
 		db.workers.Go(db.work)
 	}
-	defer db.close()
 
 	// The tiers, from the DB up: data, order, BFF.
 	next := "http://" + db.addr + "/query"
-	var servers []*server
-	defer func() {
-		for _, s := range servers {
-			s.Close()
-		}
-	}()
 	for tier := range 3 {
 		call, err := tierClient(tier)
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		target := next
 		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -1076,24 +1081,49 @@ func (p incParams) scenario(ctx context.Context, env *Env, variant string, guard
 				capAt = p.bffTimeout
 				s, err := shed.New(shed.Config{Name: "bff", Limit: p.bffShedLimit, Shares: map[shed.Priority]float64{shed.Normal: 1}})
 				if err != nil {
-					return nil, err
+					return fail(err)
 				}
 				h = s.Middleware(h)
 			}
 			d, err := deadline.New(deadline.Config{Max: capAt})
 			if err != nil {
-				return nil, err
+				return fail(err)
 			}
 			h = d.Middleware(h)
 		}
-		s, err := serve(handlers.track(h))
+		s, err := serve(sys.handlers.track(h))
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
-		servers = append(servers, s)
+		sys.servers = append(sys.servers, s)
 		next = s.URL + "/"
 	}
-	bff := next
+	sys.bff = next
+	return sys, nil
+}
+
+// scenario builds the system in one configuration, sends the load, fails
+// the DB for outage and returns what it measured.
+func (p incParams) scenario(ctx context.Context, env *Env, variant string, guarded bool, outage time.Duration, relief bool) (*incRun, error) {
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	rng := rand.New(rand.NewPCG(env.Seed, uint64(outage)))
+	var jitterMu sync.Mutex
+	jrand := func() float64 { jitterMu.Lock(); defer jitterMu.Unlock(); return rng.Float64() }
+
+	trigStart, trigEnd, reliefStart, end := p.schedule(guarded, outage, relief)
+	span := end + p.userDeadline + 2*time.Second
+	start := time.Now().Add(50 * time.Millisecond) // the servers start meanwhile
+
+	sys, err := p.build(runCtx, guarded, start, span, rng, jrand)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		cancelRun()
+		sys.close()
+	}()
+	db, bff := sys.db, sys.bff
 
 	// The schedule: the offered rate (dropped during a relief, below).
 	interval := time.Duration(float64(time.Second) / p.rps)
@@ -1177,7 +1207,7 @@ func (p incParams) scenario(ctx context.Context, env *Env, variant string, guard
 			// holds a handler at its tier for as long as it runs). Or for
 			// --relief-for at most.
 			switch {
-			case handlers.inFlight.Load() > int64(p.workers) || db.backlog() > p.workers:
+			case sys.handlers.inFlight.Load() > int64(p.workers) || db.backlog() > p.workers:
 				drainedSince = -1
 			case drainedSince < 0:
 				drainedSince = d
@@ -1220,12 +1250,7 @@ func (p incParams) scenario(ctx context.Context, env *Env, variant string, guard
 	if trigErr != nil {
 		return nil, trigErr
 	}
-	for _, s := range servers {
-		s.Close()
-	}
-	servers = nil
-	db.close()
-	handlers.wg.Wait()
+	sys.close()
 
 	full := len(due)
 	due, sent = due[:n], sent[:n]

@@ -244,7 +244,7 @@ func incidentProblems(t *testing.T, res *Result) (problems []string, judged bool
 	}
 	byLabel := map[string]Row{}
 	for _, r := range res.Rows {
-		byLabel[strings.Join(strings.Fields(r.Label), " ")] = r
+		byLabel[r.Label] = r
 		if !col(t, r, "measured").(bool) {
 			judged = false
 		}
