@@ -381,6 +381,32 @@ func (p incParams) run(ctx context.Context, env *Env) (*Result, error) {
 			r.note("%s: the naive system recovered after every outage of the sweep (up to %v): no threshold found.", v, maxOutageOf(rows, v))
 		}
 	}
+	// The per-outage checks below hold by the threshold's definition; this
+	// one is what can fail: the incident must reproduce, the naive system
+	// tipping over after the longest outage of the sweep.
+	for _, v := range variants {
+		var longest *incRow
+		for i := range rows {
+			if rows[i].variant == v && !rows[i].guarded && !rows[i].relief && (longest == nil || rows[i].outage > longest.outage) {
+				longest = &rows[i]
+			}
+		}
+		if longest == nil {
+			continue
+		}
+		name := fmt.Sprintf("the naive system tips over after the longest outage (%s %v)", v, longest.outage)
+		if !longest.measured {
+			r.notJudged(name, "%s: the load generator fell behind its schedule before the outage (%.1f rps of %.0f, p99 lag %v): this machine was too busy to measure the run",
+				longest.name(), longest.res.sendRate, longest.res.rateWanted, longest.res.lagP99.Round(100*time.Microsecond))
+			continue
+		}
+		observed := (longest.res.end - longest.res.trigEnd).Round(time.Millisecond)
+		degraded := fmt.Sprintf("until the run ended, %v after the outage", observed)
+		if longest.degraded >= 0 {
+			degraded = fmt.Sprintf("for %v after the outage, then back over 50%%", longest.degraded.Round(time.Millisecond))
+		}
+		r.check(longest.tipped, name, "goodput under 50%% %s; want 5x the outage (%v) or until the run ended", degraded, 5*longest.outage)
+	}
 	p.checks(r, rows, threshold)
 
 	// Notes.
