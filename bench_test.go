@@ -2,6 +2,7 @@ package guardrail_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -114,6 +115,34 @@ func BenchmarkDoBulkhead(b *testing.B) {
 // building and delivering the events.
 func BenchmarkDoObserved(b *testing.B) {
 	p := &guardrail.Policy{Observer: event.ObserverFunc(func(ctx context.Context, _ event.Event) context.Context { return ctx })}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = guardrail.Do(ctx, p, okOp)
+	}
+}
+
+var errBench = errors.New("bench: refused")
+
+func permanentOp(context.Context) (int, error) { return 0, guardrail.Permanent(errBench) }
+
+// BenchmarkDoPermanentError is the failure path that makes one attempt: the
+// operation fails with an error that is not retried.
+func BenchmarkDoPermanentError(b *testing.B) {
+	p := &guardrail.Policy{}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = guardrail.Do(ctx, p, permanentOp)
+	}
+}
+
+// BenchmarkDoCircuitOpen is the failure path that makes no attempt: the
+// breaker is open and Do rejects the call.
+func BenchmarkDoCircuitOpen(b *testing.B) {
+	br := breaker.New(breaker.Config{})
+	br.ForceOpen()
+	p := &guardrail.Policy{Breaker: br}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

@@ -56,7 +56,10 @@ func TestOutageAnsweredByFallback(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		br := breaker.New(breaker.Config{MinRequests: 4})
 		p := &guardrail.Policy{Name: "pricing", MaxAttempts: 1, Breaker: br}
-		cache := fallback.NewCache[string, int](fallback.CacheConfig{TTL: time.Hour})
+		cache, err := fallback.NewCache[string, int](fallback.CacheConfig{TTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
 		cache.Put("p1", 100)
 		dep := &counter{errs: []error{errBoom}}
 		stale := 0
@@ -80,7 +83,10 @@ func TestOutageAnsweredByFallback(t *testing.T) {
 func TestHangingDependencyAnsweredAtAttemptTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &guardrail.Policy{Name: "pricing", MaxAttempts: 1, AttemptTimeout: 1200 * time.Millisecond, Idempotent: true}
-		cache := fallback.NewCache[string, int](fallback.CacheConfig{TTL: time.Hour})
+		cache, err := fallback.NewCache[string, int](fallback.CacheConfig{TTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
 		cache.Put("p1", 100)
 		start := time.Now()
 		res, err := cache.Do(context.Background(), "p1", func(ctx context.Context) (int, error) {

@@ -1,6 +1,8 @@
 // Package deadline carries a request's deadline across HTTP hops.
 //
-// The wire format (guardrail's DESIGN) is two headers sent together:
+// The wire format is two headers sent together, so that a receiver whose
+// clock disagrees with the caller's still reads the right time left, and a
+// log or a proxy still sees when the caller gives up:
 //
 //	X-Request-Timeout:  <milliseconds left>     relative, immune to clock skew
 //	X-Request-Deadline: <unix epoch milliseconds> absolute, for logs and proxies
@@ -18,10 +20,18 @@ import (
 	"time"
 )
 
-// Header names of the wire protocol.
+// Header names of guardrail's wire protocol. This package owns them all, the
+// retry header included, so that the client (guardhttp) and the servers
+// (deadline, shed) read and write the same names.
 const (
-	HeaderTimeout      = "X-Request-Timeout"
-	HeaderDeadline     = "X-Request-Deadline"
+	// HeaderTimeout carries the caller's time left, in whole milliseconds.
+	HeaderTimeout = "X-Request-Timeout"
+	// HeaderDeadline carries the caller's deadline, in unix epoch
+	// milliseconds.
+	HeaderDeadline = "X-Request-Deadline"
+	// HeaderRetryAttempt carries the attempt number of a retry (1 for the
+	// first retry); it is absent or 0 on an original request. A server may
+	// shed retries before originals (see package shed).
 	HeaderRetryAttempt = "X-Retry-Attempt"
 )
 

@@ -128,3 +128,23 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// FromHeader reads both headers as untrusted input: whatever they hold, the
+// time left is within [0, limit], and a valid relative header wins.
+func FuzzFromHeader(f *testing.F) {
+	f.Add("1900", "1780000001900")
+	f.Add("", "1780000001900")
+	f.Add("garbage", "-1")
+	f.Add("99999999999999999999", "")
+	f.Fuzz(func(t *testing.T, timeout, dl string) {
+		const limit = 30 * time.Second
+		h := http.Header{deadline.HeaderTimeout: {timeout}, deadline.HeaderDeadline: {dl}}
+		d, ok := deadline.FromHeader(h, now, limit)
+		if d < 0 || d > limit || (!ok && d != 0) {
+			t.Fatalf("FromHeader(%q, %q) = %v, %v", timeout, dl, d, ok)
+		}
+		if rel, relOK := deadline.ParseTimeout(timeout, limit); relOK && (!ok || d != rel) {
+			t.Fatalf("FromHeader(%q, %q) = %v, %v; want the relative header's %v", timeout, dl, d, ok, rel)
+		}
+	})
+}

@@ -25,8 +25,15 @@ func Example() {
 	// 1s true
 }
 
-func ExampleMiddleware() {
-	h := deadline.Middleware(deadline.Config{Max: 2 * time.Second}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// The middleware gives the handler the caller's deadline, capped at the
+// server's Max, and answers a request whose deadline has passed without
+// running the handler.
+func ExampleServer_Middleware() {
+	dl, err := deadline.New(deadline.Config{Max: 2 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	h := dl.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, ok := r.Context().Deadline()
 		fmt.Fprintln(w, "deadline set:", ok)
 	}))

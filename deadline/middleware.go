@@ -2,6 +2,7 @@ package deadline
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 )
@@ -16,17 +17,22 @@ const (
 	DefaultReserve = 10 * time.Millisecond
 )
 
-// Config configures Middleware. The zero value is ready to use.
+// Config configures a Server. The zero value is valid: DefaultMax, a
+// DefaultReserve and a 504 for expired requests. It is a plain value that
+// New copies; Expired and Now are called concurrently, from the requests'
+// goroutines.
 type Config struct {
 	// Max caps the deadline a request may ask for, and is the deadline of a
 	// request that announces none: a caller cannot make the server work
 	// longer than the server allows. Zero means DefaultMax; a negative value
-	// means no cap, and no deadline for requests without the headers.
+	// means no limit: no cap, and no deadline for requests without the
+	// headers.
 	Max time.Duration
 
 	// Reserve is subtracted from the caller's time left so the answer can be
 	// written before the caller gives up. Zero means DefaultReserve; a
-	// negative value means none.
+	// negative value means no limit: nothing is kept back. A positive
+	// Reserve must be below Max, or no request could ever run.
 	Reserve time.Duration
 
 	// Expired answers a request whose deadline has already passed (or is
@@ -34,56 +40,77 @@ type Config struct {
 	// 504 Gateway Timeout with a short plain-text body.
 	Expired http.Handler
 
-	// Now returns the current time. Nil means time.Now.
+	// Now returns the current time, on the clock the caller's absolute
+	// X-Request-Deadline is compared with. Nil means time.Now. It only
+	// measures the time left: the request context's deadline is always set
+	// on the process's real clock, which is the one context timers use.
 	Now func() time.Time
+}
+
+// Server is the server side of the deadline protocol: its Middleware gives
+// each request a context that ends when the caller's deadline, capped at the
+// server's own maximum and less a reserve, does. Build one with New. A
+// Server holds only its configuration and is safe for concurrent use.
+type Server struct {
+	max     time.Duration // negative: no cap
+	reserve time.Duration // never negative
+	expired http.Handler
+	now     func() time.Time
+}
+
+// New returns a Server configured by cfg, or an error naming the field of
+// cfg that is invalid.
+func New(cfg Config) (*Server, error) {
+	s := &Server{max: cfg.Max, reserve: cfg.Reserve, expired: cfg.Expired, now: cfg.Now}
+	if s.max == 0 {
+		s.max = DefaultMax
+	}
+	switch {
+	case s.reserve == 0:
+		s.reserve = DefaultReserve
+	case s.reserve < 0:
+		s.reserve = 0
+	}
+	if s.max > 0 && s.reserve >= s.max {
+		return nil, fmt.Errorf("deadline: Config.Reserve is %v (%v in force); want less than Config.Max's %v, or negative for none", cfg.Reserve, s.reserve, s.max)
+	}
+	if s.expired == nil {
+		s.expired = http.HandlerFunc(writeExpired)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	return s, nil
 }
 
 // Middleware reads the caller's deadline from X-Request-Timeout (trusted
 // first: it is immune to clock skew) or X-Request-Deadline, caps it at
-// cfg.Max, keeps cfg.Reserve back, and runs next with a request context that
-// ends then. Values that do not parse (negative, fractional, garbage, too
-// long) are ignored, as if absent. A request whose deadline has passed is
-// answered at once by cfg.Expired and next never runs.
+// Config.Max, keeps Config.Reserve back, and runs next with a request
+// context that ends then. Values that do not parse (negative, fractional,
+// garbage, too long) are ignored, as if absent. A request whose deadline has
+// passed is answered at once by Config.Expired and next never runs.
 //
 // A client that disconnects already cancels the request context in
 // net/http; with the deadline in the same context, work next starts
 // downstream with r.Context() stops in both cases.
-func Middleware(cfg Config, next http.Handler) http.Handler {
-	limit := cfg.Max
-	if limit == 0 {
-		limit = DefaultMax
-	}
-	reserve := cfg.Reserve
-	switch {
-	case reserve == 0:
-		reserve = DefaultReserve
-	case reserve < 0:
-		reserve = 0
-	}
-	expired := cfg.Expired
-	if expired == nil {
-		expired = http.HandlerFunc(writeExpired)
-	}
-	now := cfg.Now
-	if now == nil {
-		now = time.Now
-	}
+func (s *Server) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t := now()
-		left, ok := FromHeader(r.Header, t, limit)
+		left, ok := FromHeader(r.Header, s.now(), s.max)
 		if !ok {
-			if limit < 0 {
+			if s.max < 0 {
 				next.ServeHTTP(w, r)
 				return
 			}
-			left = limit
+			left = s.max
 		}
-		left -= reserve
+		left -= s.reserve
 		if left <= 0 {
-			expired.ServeHTTP(w, r)
+			s.expired.ServeHTTP(w, r)
 			return
 		}
-		ctx, cancel := context.WithDeadline(r.Context(), t.Add(left))
+		// The time left was measured on Config.Now's clock; a context's
+		// deadline is on the real one, so it is set relative to now there.
+		ctx, cancel := context.WithTimeout(r.Context(), left)
 		defer cancel()
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -18,29 +19,44 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// serve runs one request through the middleware at a fixed time and reports
-// the deadline the handler saw (zero if it did not run).
-func serve(t *testing.T, cfg deadline.Config, h http.Header) (*httptest.ResponseRecorder, time.Duration, bool) {
+// serve runs one request through the middleware, with Config.Now at the
+// fixed time now, and reports the time the handler's context had left (-1
+// without a deadline) and whether the handler ran. It runs in a synctest
+// bubble, whose clock stands still while nothing blocks, so the time left
+// is exact.
+func serve(t *testing.T, cfg deadline.Config, h http.Header) (w *httptest.ResponseRecorder, left time.Duration, ran bool) {
 	t.Helper()
 	cfg.Now = func() time.Time { return now }
-	var left time.Duration
-	var ran, had bool
-	mw := deadline.Middleware(cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ran = true
-		var dl time.Time
-		dl, had = r.Context().Deadline()
-		left = dl.Sub(now)
-	}))
-	r := httptest.NewRequest("GET", "/", nil)
-	for k, v := range h {
-		r.Header[k] = v
+	dl, err := deadline.New(cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	w := httptest.NewRecorder()
-	mw.ServeHTTP(w, r)
-	if ran && !had {
-		left = -1
-	}
+	synctest.Test(t, func(t *testing.T) {
+		mw := dl.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ran = true
+			left = -1
+			if d, ok := r.Context().Deadline(); ok {
+				left = time.Until(d)
+			}
+		}))
+		r := httptest.NewRequest("GET", "/", nil)
+		for k, v := range h {
+			r.Header[k] = v
+		}
+		w = httptest.NewRecorder()
+		mw.ServeHTTP(w, r)
+	})
 	return w, left, ran
+}
+
+// mustNew returns deadline.New(cfg), failing the test on an error.
+func mustNew(t testing.TB, cfg deadline.Config) *deadline.Server {
+	t.Helper()
+	s, err := deadline.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 func TestMiddlewareSetsClampedDeadline(t *testing.T) {
@@ -94,9 +110,9 @@ func TestHostileHeadersAreHarmless(t *testing.T) {
 	}
 }
 
-// Card 037: a client that gives up at 300 ms stops the handler, and the
-// handler's downstream call stops with it, because both hang off the
-// request context.
+// A client that gives up at 300 ms stops the handler, and the handler's
+// downstream call stops with it, because both hang off the request context:
+// no work goes on for an answer nobody will read.
 func TestClientDisconnectStopsHandlerAndDownstream(t *testing.T) {
 	downstreamStopped := make(chan time.Time, 1)
 	downstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -109,7 +125,7 @@ func TestClientDisconnectStopsHandlerAndDownstream(t *testing.T) {
 	defer downstream.Close()
 
 	handlerStopped := make(chan error, 1)
-	api := httptest.NewServer(deadline.Middleware(deadline.Config{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	api := httptest.NewServer(mustNew(t, deadline.Config{}).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, _ := http.NewRequestWithContext(r.Context(), "GET", downstream.URL, nil)
 		resp, err := downstream.Client().Do(req)
 		if err == nil {
@@ -144,7 +160,7 @@ func TestClientDisconnectStopsHandlerAndDownstream(t *testing.T) {
 // outlives it is cut at the caller's deadline, not the server's maximum.
 func TestDeadlineEndsHandlerOverHTTP(t *testing.T) {
 	got := make(chan time.Duration, 1)
-	srv := httptest.NewServer(deadline.Middleware(deadline.Config{Max: time.Minute}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(mustNew(t, deadline.Config{Max: time.Minute}).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		<-r.Context().Done()
 		got <- time.Since(start)
@@ -163,8 +179,66 @@ func TestDeadlineEndsHandlerOverHTTP(t *testing.T) {
 	}
 }
 
+// Config.Now is the clock the caller's absolute deadline is read on, and it
+// may be far from the process's real clock (a test clock, a clock corrected
+// for skew). The context deadline must still be set on the real clock: from
+// an injected clock ten years in the past it used to be ten years in the
+// past too, so every request ran with an expired context, and from one in
+// the future it never ended.
+func TestInjectedClockDoesNotMoveTheContextDeadline(t *testing.T) {
+	for _, offset := range []time.Duration{-10 * 365 * 24 * time.Hour, 10 * 365 * 24 * time.Hour} {
+		injected := time.Now().Add(offset)
+		s := mustNew(t, deadline.Config{Reserve: -1, Now: func() time.Time { return injected }})
+		for name, h := range map[string]http.Header{
+			"relative": {deadline.HeaderTimeout: {"1900"}},
+			"absolute": {deadline.HeaderDeadline: {deadline.FormatDeadline(injected.Add(1900 * time.Millisecond))}},
+			"none":     {},
+		} {
+			want := 1900 * time.Millisecond
+			if name == "none" {
+				want = deadline.DefaultMax
+			}
+			var left time.Duration
+			var ctxErr error
+			mw := s.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				d, _ := r.Context().Deadline()
+				left, ctxErr = time.Until(d), r.Context().Err()
+			}))
+			r := httptest.NewRequest("GET", "/", nil)
+			r.Header = h
+			mw.ServeHTTP(httptest.NewRecorder(), r)
+			// The margin is for a loaded machine; the bug is off by years.
+			if ctxErr != nil || left > want || left < want-time.Second {
+				t.Errorf("clock off by %v, %s header: handler's context has %v left (err %v); want about %v",
+					offset, name, left, ctxErr, want)
+			}
+		}
+	}
+}
+
+func TestNewRejectsInvalidConfig(t *testing.T) {
+	for _, tt := range []struct {
+		cfg  deadline.Config
+		want string
+	}{
+		{deadline.Config{Max: time.Second, Reserve: time.Second}, "deadline: Config.Reserve is 1s (1s in force); want less than Config.Max's 1s, or negative for none"},
+		{deadline.Config{Max: 5 * time.Millisecond}, "deadline: Config.Reserve is 0s (10ms in force); want less than Config.Max's 5ms, or negative for none"},
+		{deadline.Config{Reserve: time.Minute}, "Config.Reserve is 1m0s"},
+	} {
+		_, err := deadline.New(tt.cfg)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("New(%+v) = %v; want an error containing %q", tt.cfg, err, tt.want)
+		}
+	}
+	for _, cfg := range []deadline.Config{{}, {Max: -1, Reserve: time.Hour}, {Max: 5 * time.Millisecond, Reserve: -1}, {Max: time.Second, Reserve: 999 * time.Millisecond}} {
+		if _, err := deadline.New(cfg); err != nil {
+			t.Errorf("New(%+v) = %v; want it valid", cfg, err)
+		}
+	}
+}
+
 func BenchmarkMiddleware(b *testing.B) {
-	mw := deadline.Middleware(deadline.Config{}, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	mw := mustNew(b, deadline.Config{}).Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	r := httptest.NewRequest("GET", "/", nil)
 	r.Header.Set(deadline.HeaderTimeout, "1900")
 	w := httptest.NewRecorder()

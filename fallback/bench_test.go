@@ -24,7 +24,7 @@ func BenchmarkBaselineMapStore(b *testing.B) {
 
 func BenchmarkCacheDo(b *testing.B) {
 	ctx := context.Background()
-	c := fallback.NewCache[string, int](fallback.CacheConfig{})
+	c := mustCache[string, int](b, fallback.CacheConfig{})
 	up := func(context.Context) (int, error) { return 100, nil }
 	down := func(context.Context) (int, error) { return 0, errDown }
 	c.Put("sku-1", 100)
@@ -44,12 +44,12 @@ func BenchmarkCacheDo(b *testing.B) {
 
 var errDown = errors.New("down")
 
-func BenchmarkGroup(b *testing.B) {
+func BenchmarkFanout(b *testing.B) {
 	ctx := context.Background()
 	part := func(context.Context) (int, error) { return 1, nil }
 	b.ReportAllocs()
 	for b.Loop() {
-		g := fallback.NewGroup(ctx)
+		g := fallback.NewFanout(ctx)
 		fallback.Required(g, "B", 0, part)
 		fallback.Optional(g, "C", 0, part)
 		g.Wait()

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -31,16 +32,18 @@ func (e *NoFallbackError) Is(target error) bool { return target == ErrNoFallback
 func (e *NoFallbackError) Unwrap() error { return e.Err }
 
 // CacheConfig configures a Cache. The zero value keeps up to 10,000 keys for
-// a minute each and falls back on every error. NewCache copies it, so
-// changing it later has no effect.
+// a minute each and falls back on every error. A zero field means its
+// default and a negative one is invalid: NewCache reports it by name.
+// NewCache copies the config, so changing it later has no effect;
+// ShouldFallback is called concurrently by the Cache's users.
 type CacheConfig struct {
 	// TTL is how long after it was stored a value may still be served as a
 	// fallback: the staleness the business accepts (a price a minute old, a
 	// profile an hour old). Older values are dropped, never served. Zero
-	// means 1 minute.
+	// means DefaultTTL.
 	TTL time.Duration
 	// MaxEntries bounds the number of keys; when full, the value stored
-	// longest ago is evicted. Zero means 10,000.
+	// longest ago is evicted. Zero means DefaultMaxEntries.
 	MaxEntries int
 	// ShouldFallback reports whether a call's error may be answered with a
 	// stale value. Nil means every error. Return false for errors that say
@@ -51,9 +54,8 @@ type CacheConfig struct {
 
 // Cache keeps the last good value of each key for a TTL, so that when the
 // call that produces it fails, the caller can answer with that value marked
-// stale instead of an error, and never with an invented one (seed 003: a
-// stale price with a TTL, hide the promotion, or a clear error; never a
-// price of 0).
+// stale instead of an error, and never with an invented one: a price a
+// minute old, shown as such, or a clear error, but never a price of 0.
 //
 // A Cache is bounded (CacheConfig.MaxEntries) and safe for concurrent use by
 // multiple goroutines. It does not deduplicate concurrent calls for the same
@@ -74,8 +76,25 @@ type entry[K comparable, V any] struct {
 	stored time.Time
 }
 
-// NewCache returns an empty Cache configured by c.
-func NewCache[K comparable, V any](c CacheConfig) *Cache[K, V] {
+// Defaults of CacheConfig.
+const (
+	// DefaultTTL is how long a value may be served as a fallback when
+	// CacheConfig.TTL is zero.
+	DefaultTTL = time.Minute
+	// DefaultMaxEntries is the number of keys kept when
+	// CacheConfig.MaxEntries is zero.
+	DefaultMaxEntries = 10_000
+)
+
+// NewCache returns an empty Cache configured by c, or an error naming the
+// field of c that is invalid.
+func NewCache[K comparable, V any](c CacheConfig) (*Cache[K, V], error) {
+	switch {
+	case c.TTL < 0:
+		return nil, fmt.Errorf("fallback: CacheConfig.TTL is %v; want 0 (the default %v) or more", c.TTL, DefaultTTL)
+	case c.MaxEntries < 0:
+		return nil, fmt.Errorf("fallback: CacheConfig.MaxEntries is %d; want 0 (the default %d) or more", c.MaxEntries, DefaultMaxEntries)
+	}
 	cache := &Cache[K, V]{
 		ttl:       c.TTL,
 		max:       c.MaxEntries,
@@ -83,13 +102,13 @@ func NewCache[K comparable, V any](c CacheConfig) *Cache[K, V] {
 		entries:   make(map[K]*list.Element),
 		order:     list.New(),
 	}
-	if cache.ttl <= 0 {
-		cache.ttl = time.Minute
+	if cache.ttl == 0 {
+		cache.ttl = DefaultTTL
 	}
-	if cache.max <= 0 {
-		cache.max = 10_000
+	if cache.max == 0 {
+		cache.max = DefaultMaxEntries
 	}
-	return cache
+	return cache, nil
 }
 
 // Result is the answer of Cache.Do: a fresh value, or the last good one

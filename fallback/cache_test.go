@@ -36,12 +36,12 @@ func (p *pricing) get(sku string) func(context.Context) (price, error) {
 	}
 }
 
-// Card 019's fallback: during an outage the last good price is served marked
-// stale, within its TTL; after the TTL, or for a SKU never seen, the answer
+// During an outage the last good price is served marked stale, within its
+// TTL; after the TTL, or for a SKU never seen, the answer
 // is an error, never a price of 0.
 func TestCacheServesLastGoodWithinTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := fallback.NewCache[string, price](fallback.CacheConfig{TTL: time.Minute})
+		c := mustCache[string, price](t, fallback.CacheConfig{TTL: time.Minute})
 		svc := &pricing{}
 		ctx := context.Background()
 
@@ -77,7 +77,7 @@ func TestCacheServesLastGoodWithinTTL(t *testing.T) {
 
 func TestCacheShouldFallback(t *testing.T) {
 	notFound := errors.New("pricing: 404")
-	c := fallback.NewCache[string, int](fallback.CacheConfig{
+	c := mustCache[string, int](t, fallback.CacheConfig{
 		ShouldFallback: func(err error) bool { return !errors.Is(err, notFound) },
 	})
 	c.Put("p1", 100)
@@ -93,7 +93,7 @@ func TestCacheShouldFallback(t *testing.T) {
 
 func TestCacheIsBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := fallback.NewCache[int, int](fallback.CacheConfig{MaxEntries: 3})
+		c := mustCache[int, int](t, fallback.CacheConfig{MaxEntries: 3})
 		for k := range 5 {
 			c.Put(k, k)
 			time.Sleep(time.Second)
@@ -119,7 +119,7 @@ func TestCacheIsBounded(t *testing.T) {
 }
 
 func TestCacheConcurrentUse(t *testing.T) {
-	c := fallback.NewCache[int, int](fallback.CacheConfig{MaxEntries: 50})
+	c := mustCache[int, int](t, fallback.CacheConfig{MaxEntries: 50})
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
@@ -141,6 +141,23 @@ func TestCacheConcurrentUse(t *testing.T) {
 	for k := range 100 {
 		if v, _, ok := c.Get(k); ok && v != k {
 			t.Errorf("Get(%d) = %d: a value crossed keys", k, v)
+		}
+	}
+}
+
+// NewCache refuses a negative TTL or MaxEntries, naming the field, instead
+// of replacing it with the default.
+func TestNewCacheRejectsInvalidConfig(t *testing.T) {
+	for _, tt := range []struct {
+		cfg  fallback.CacheConfig
+		want string
+	}{
+		{fallback.CacheConfig{TTL: -time.Second}, "fallback: CacheConfig.TTL is -1s; want 0 (the default 1m0s) or more"},
+		{fallback.CacheConfig{MaxEntries: -1}, "fallback: CacheConfig.MaxEntries is -1; want 0 (the default 10000) or more"},
+	} {
+		c, err := fallback.NewCache[string, int](tt.cfg)
+		if c != nil || err == nil || err.Error() != tt.want {
+			t.Errorf("NewCache(%+v) = %v, %v; want nil and %q", tt.cfg, c, err, tt.want)
 		}
 	}
 }

@@ -14,7 +14,10 @@ import (
 // During an outage, the last good price is served marked stale; a price
 // never seen is an error, not a price of 0.
 func ExampleCache_Do() {
-	prices := fallback.NewCache[string, int](fallback.CacheConfig{TTL: 5 * time.Minute})
+	prices, err := fallback.NewCache[string, int](fallback.CacheConfig{TTL: 5 * time.Minute})
+	if err != nil {
+		panic(err)
+	}
 	ctx := context.Background()
 	up := func(context.Context) (int, error) { return 100, nil }
 	down := func(context.Context) (int, error) { return 0, errors.New("pricing: timeout") }
@@ -31,16 +34,16 @@ func ExampleCache_Do() {
 	// fallback: no last-good value to serve: pricing: timeout
 }
 
-// Card 037: B is required and C optional; C fails (or runs past its 900 ms
-// budget, which is the same), so the answer comes without it, marked partial
-// in the body and the headers.
-func ExampleGroup() {
+// B is required and C optional; C fails (or runs past its 900 ms budget,
+// which is the same), so the answer comes without it, marked partial in the
+// body and the headers.
+func ExampleFanout() {
 	ctx, cancel := context.WithTimeout(context.Background(), 1900*time.Millisecond)
 	defer cancel()
 	callB := func(context.Context) (string, error) { return "ok", nil }
 	callC := func(context.Context) (string, error) { return "", errors.New("C: 503") }
 
-	g := fallback.NewGroup(ctx)
+	g := fallback.NewFanout(ctx)
 	b := fallback.Required(g, "B", 900*time.Millisecond, callB)
 	c := fallback.Optional(g, "C", 900*time.Millisecond, callC)
 	if err := g.Wait(); err != nil {

@@ -11,9 +11,8 @@ const HeaderPartial = "X-Partial"
 // complete responses. Call it before writing the header.
 //
 // Why no-store: a cache that keeps a partial response serves it as if it
-// were complete, to everyone, after the missing dependency has recovered
-// (seed 003: "partial response not marked: clients cache the incomplete
-// response as a full one"). The next request should reach the server and
+// were complete, to everyone, after the missing dependency has recovered.
+// The next request should reach the server and
 // get the complete answer; under overload the shedder, not a cache of
 // degraded answers, is what protects the server.
 func MarkPartial(h http.Header) {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -15,9 +16,19 @@ import (
 const MaxConfigSize = 1 << 20
 
 // NewRand returns the random source a seed stands for in a config file or on
-// a command line, so that the same seed replays the same faults everywhere.
-func NewRand(seed uint64) *rand.Rand {
-	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+// a command line, for Config.Rand: uniform draws in [0, 1) from a PCG
+// generator seeded with seed, so that the same seed replays the same faults
+// everywhere. The function is safe for concurrent use (a mutex guards the
+// generator); the sequence it returns is reproducible as long as the draws
+// happen in the same order, which concurrent requests do not promise.
+func NewRand(seed uint64) func() float64 {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	var mu sync.Mutex
+	return func() float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return r.Float64()
+	}
 }
 
 // The file schema. Durations are strings in time.ParseDuration syntax,

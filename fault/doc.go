@@ -16,8 +16,9 @@
 // rule counts the requests it matched and the times it fired (see Counters),
 // so a game day can set what was injected against what the client saw.
 //
-// Randomness comes from one *rand.Rand given in Config, so a fixed seed
-// replays the same faults for the same sequence of requests.
+// Randomness comes from one Config.Rand, a func() float64 like every Rand of
+// guardrail; NewRand(seed) makes one that replays the same faults for the
+// same sequence of requests.
 //
 // Rules can be written in Go, or read from a JSON or YAML file with
 // ParseConfig, and changed at run time through the admin endpoint (Admin),

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -63,6 +62,7 @@ type Fault interface {
 //     99th percentile, kept within [Min, Max]; a zero Max means 10 × P99.
 //
 // A zero Latency is invalid.
+// Like every Fault, it is a plain value, safe for concurrent use.
 type Latency struct {
 	Delay    time.Duration // fixed delay; zero means another shape
 	Min, Max time.Duration // uniform range, or the bounds of the long tail
@@ -114,8 +114,9 @@ func (l Latency) validate() (string, error) {
 	return "", nil
 }
 
-// sample draws one delay. l must be valid.
-func (l Latency) sample(r *rand.Rand) time.Duration {
+// sample draws one delay from rnd, with one draw per call (so a seeded
+// source replays the same delays). l must be valid.
+func (l Latency) sample(rnd func() float64) time.Duration {
 	switch {
 	case l.Delay > 0:
 		return l.Delay
@@ -130,7 +131,7 @@ func (l Latency) sample(r *rand.Rand) time.Duration {
 		d := float64(l.P50)
 		if l.P99 > l.P50 {
 			sigma := math.Log(float64(l.P99)/float64(l.P50)) / z99
-			d *= math.Exp(sigma * r.NormFloat64())
+			d *= math.Exp(sigma * normal(rnd()))
 		}
 		switch {
 		case d >= float64(hi):
@@ -140,16 +141,40 @@ func (l Latency) sample(r *rand.Rand) time.Duration {
 		}
 		return time.Duration(d)
 	default:
-		span := uint64(l.Max - l.Min)
-		if span == math.MaxUint64 {
-			return l.Min + time.Duration(r.Uint64())
+		// Uniform over [Min, Max], both included: the span has one more
+		// value than Max-Min.
+		span := l.Max - l.Min
+		off := time.Duration(unit(rnd()) * (float64(span) + 1))
+		if off < 0 || off > span { // rounding at the top of a huge span
+			off = span
 		}
-		return l.Min + time.Duration(r.Uint64N(span+1))
+		return l.Min + off
 	}
+}
+
+// normal maps a uniform draw u in [0, 1) to a standard normal one, by the
+// inverse of the normal distribution function.
+func normal(u float64) float64 {
+	// Keep u off 0, where the inverse is -Inf: 2^-53 is the smallest u for
+	// which 2u-1 is not -1, about 8.2 standard deviations below the mean.
+	u = max(unit(u), 0x1p-53)
+	return math.Sqrt2 * math.Erfinv(2*u-1)
+}
+
+// unit brings a draw from a Config.Rand that is not in [0, 1) back into it.
+func unit(u float64) float64 {
+	switch {
+	case u >= 0 && u < 1:
+		return u
+	case u >= 1:
+		return math.Nextafter(1, 0)
+	}
+	return 0 // negative or NaN
 }
 
 // Status answers with an HTTP error status instead of running the handler
 // (server side) or sending the request (client side).
+// Like every Fault, it is a plain value, safe for concurrent use.
 type Status struct {
 	// Code is the status, 400 to 599 (429, 500, 502, 503, 504 are the usual).
 	// Zero means 503.
@@ -240,6 +265,7 @@ func (s Status) header(now time.Time) http.Header {
 // client sees syscall.ECONNRESET at once, not a timeout. Server side the
 // connection is hijacked and closed with SO_LINGER 0 (an HTTP/2 stream is
 // reset instead); client side the request is not sent.
+// Like every Fault, it is a plain value, safe for concurrent use.
 type Reset struct{}
 
 // Kind returns KindReset.
@@ -250,6 +276,7 @@ func (Reset) validate() (string, error) { return "", nil }
 // Hang never answers: the request is held until the client gives up (its
 // context ends or it closes the connection) or the Injector is closed, and
 // then the connection is aborted. Nothing outlives the request.
+// Like every Fault, it is a plain value, safe for concurrent use.
 type Hang struct{}
 
 // Kind returns KindHang.
@@ -259,6 +286,7 @@ func (Hang) validate() (string, error) { return "", nil }
 
 // SlowBody delivers the response body Bytes at a time, waiting Every before
 // each piece. The status and headers are sent at once.
+// Like every Fault, it is a plain value, safe for concurrent use.
 type SlowBody struct {
 	Bytes int           // bytes per piece; zero means 1
 	Every time.Duration // wait before each piece; zero means 100ms
@@ -291,6 +319,7 @@ func (s SlowBody) rate() (int, time.Duration) {
 // StallBody sends the status, the headers and the first Bytes of the body,
 // then nothing more until the client gives up or the Injector is closed; then
 // the connection is aborted.
+// Like every Fault, it is a plain value, safe for concurrent use.
 type StallBody struct {
 	Bytes int // body bytes sent before the stall; zero means none
 }
@@ -310,6 +339,7 @@ func (s StallBody) validate() (string, error) {
 // At least one byte is always missing (an empty body is announced as one
 // byte). A response that cannot carry a body (HEAD, 204, 304) is cut before
 // its headers instead.
+// Like every Fault, it is a plain value, safe for concurrent use.
 type Truncate struct {
 	Bytes int // body bytes sent; zero means half the body
 }
@@ -338,6 +368,7 @@ func (t Truncate) cut(n int64) int64 {
 // the connection with a reset before any byte of the response reaches the
 // client. The work is committed but the client sees syscall.ECONNRESET: the
 // case idempotency keys exist for.
+// Like every Fault, it is a plain value, safe for concurrent use.
 type LoseResponse struct{}
 
 // Kind returns KindLoseResponse.
@@ -349,6 +380,7 @@ func (LoseResponse) validate() (string, error) { return "", nil }
 // refused connection (errors.Is(err, syscall.ECONNREFUSED)) without being
 // sent. Server side a connection already accepted cannot be refused, so it is
 // reset as with Reset; point the client at a DeadServer for a real refusal.
+// Like every Fault, it is a plain value, safe for concurrent use.
 type Refuse struct{}
 
 // Kind returns KindRefuse.

@@ -3,6 +3,7 @@ package fault
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -24,7 +25,12 @@ const HeaderRule = "(header)"
 // Injector was closed.
 var ErrClosed = errors.New("fault: injector closed")
 
-// Config configures an Injector. The zero Config injects nothing. A Config
+// Config configures an Injector. The zero Config injects nothing, and a
+// zero field of a Rule or a Fault means the default its comment gives. New
+// and Reconfigure refuse anything else that means nothing (a negative
+// duration or size, a probability outside [0, 1], a status outside 400-599,
+// a bad header name) with an error that names the field: a *RuleError for a
+// rule's field, an error that Is ErrInvalid for the Config's own. A Config
 // is a plain value: New and Reconfigure copy it, so it may be reused.
 type Config struct {
 	// Rules are evaluated in order for every request; see Injector.
@@ -36,11 +42,12 @@ type Config struct {
 	// Header names the header read when HeaderFaults is set. Empty means
 	// DefaultHeader.
 	Header string
-	// Rand is the source of every random choice (probabilities, latency
-	// draws). The Injector guards it with a mutex; do not use it elsewhere.
-	// Nil means a source seeded at random. A fixed seed replays the same
+	// Rand returns uniform draws in [0, 1) for every random choice
+	// (probabilities, latency draws). It is called from the goroutines of
+	// the requests, so it must be safe for concurrent use. Nil means
+	// math/rand/v2's Float64. NewRand(seed) returns one that replays the same
 	// faults for the same sequence of requests.
-	Rand *rand.Rand
+	Rand func() float64
 }
 
 // Injector decides which faults each request gets and applies them, as a
@@ -56,9 +63,6 @@ type Injector struct {
 	// state is the current configuration, replaced whole by Reconfigure.
 	state atomic.Pointer[state]
 
-	mu  sync.Mutex // guards rng
-	rng *rand.Rand
-
 	header [len(kinds)]counter // faults asked for by the header, by kind index
 
 	done      chan struct{} // closed by Close
@@ -70,6 +74,7 @@ type state struct {
 	rules        []*ruleState
 	headerFaults bool
 	header       string
+	rand         func() float64 // never nil
 }
 
 // ruleState is a rule with its counters, which live as long as the rule's
@@ -86,22 +91,16 @@ type counter struct {
 // Counter reports how often one rule matched a request and how often it
 // fired (injected its fault). It is a snapshot, a plain value.
 type Counter struct {
-	Rule    string `json:"rule"`
-	Kind    Kind   `json:"kind"`
-	Matched uint64 `json:"matched"`
-	Fired   uint64 `json:"fired"`
+	Rule    string `json:"rule"`    // the rule's name, or HeaderRule
+	Kind    Kind   `json:"kind"`    // the rule's fault
+	Matched uint64 `json:"matched"` // requests the rule matched
+	Fired   uint64 `json:"fired"`   // requests it injected its fault into
 }
 
 // New returns an Injector configured by cfg, or a *RuleError if a rule is
 // invalid.
 func New(cfg Config) (*Injector, error) {
 	in := &Injector{done: make(chan struct{})}
-	rng := cfg.Rand
-	if rng == nil {
-		rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-	}
-	in.rng = rng
-	cfg.Rand = nil
 	if err := in.Reconfigure(cfg); err != nil {
 		return nil, err
 	}
@@ -120,20 +119,22 @@ func (in *Injector) Reconfigure(cfg Config) error {
 	if cfg.Header == "" {
 		cfg.Header = DefaultHeader
 	} else if !validToken(cfg.Header) {
-		return &RuleError{Index: -1, Field: "header", Err: errors.New("not a header name")}
+		return fmt.Errorf("%w: Config.Header is %q; want a header name", ErrInvalid, cfg.Header)
 	}
-	if cfg.Rand != nil {
-		in.mu.Lock()
-		in.rng = cfg.Rand
-		in.mu.Unlock()
-	}
+	rnd := cfg.Rand
 	old := map[string]*counter{}
 	if s := in.state.Load(); s != nil {
 		for _, rs := range s.rules {
 			old[rs.rule.Name] = rs.counter
 		}
+		if rnd == nil {
+			rnd = s.rand
+		}
 	}
-	s := &state{headerFaults: cfg.HeaderFaults, header: http.CanonicalHeaderKey(cfg.Header)}
+	if rnd == nil {
+		rnd = rand.Float64
+	}
+	s := &state{headerFaults: cfg.HeaderFaults, header: http.CanonicalHeaderKey(cfg.Header), rand: rnd}
 	s.rules = make([]*ruleState, len(rules))
 	for i, r := range rules {
 		c := old[r.Name]
@@ -242,11 +243,11 @@ func (in *Injector) decide(r *http.Request) (plan, *http.Request, error) {
 				}
 				c := &in.header[kindIndex(rule.Fault.Kind())]
 				c.matched.Add(1)
-				if !in.roll(rule.Probability) {
+				if !roll(s.rand, rule.Probability) {
 					continue
 				}
 				c.fired.Add(1)
-				if in.apply(&p, rule.Fault) {
+				if apply(s.rand, &p, rule.Fault) {
 					return p, r, nil
 				}
 			}
@@ -257,23 +258,22 @@ func (in *Injector) decide(r *http.Request) (plan, *http.Request, error) {
 			continue
 		}
 		rs.counter.matched.Add(1)
-		if !in.roll(rs.rule.Probability) {
+		if !roll(s.rand, rs.rule.Probability) {
 			continue
 		}
 		rs.counter.fired.Add(1)
-		if in.apply(&p, rs.rule.Fault) {
+		if apply(s.rand, &p, rs.rule.Fault) {
 			break
 		}
 	}
 	return p, r, nil
 }
 
-// apply adds f to p and reports whether the evaluation ends.
-func (in *Injector) apply(p *plan, f Fault) bool {
+// apply adds f to p, drawing from rnd, and reports whether the evaluation
+// ends.
+func apply(rnd func() float64, p *plan, f Fault) bool {
 	if l, ok := f.(Latency); ok {
-		in.mu.Lock()
-		d := l.sample(in.rng)
-		in.mu.Unlock()
+		d := l.sample(rnd)
 		if d > math.MaxInt64-p.delay { // saturate rather than wrap
 			p.delay = math.MaxInt64
 		} else {
@@ -288,14 +288,11 @@ func (in *Injector) apply(p *plan, f Fault) bool {
 // roll reports whether a rule with probability prob fires. prob 0 and 1
 // both mean always and draw nothing, so always-rules do not shift the
 // sequence of the others.
-func (in *Injector) roll(prob float64) bool {
+func roll(rnd func() float64, prob float64) bool {
 	if prob == 0 || prob >= 1 {
 		return true
 	}
-	in.mu.Lock()
-	x := in.rng.Float64()
-	in.mu.Unlock()
-	return x < prob
+	return rnd() < prob
 }
 
 // wait blocks for d (forever when d < 0) and returns nil, or returns early

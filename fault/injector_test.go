@@ -50,6 +50,87 @@ func TestProbabilityWithinBounds(t *testing.T) {
 	}
 }
 
+// NewRand's source is safe for concurrent use and stays reproducible: the
+// draws of many goroutines at once are the same values, in some order, as
+// the same seed gives one goroutine.
+func TestNewRandIsReproducibleAndSafeForConcurrentUse(t *testing.T) {
+	const goroutines, each = 8, 1000
+	seq := NewRand(11)
+	want := make([]float64, goroutines*each)
+	for i := range want {
+		want[i] = seq()
+		if want[i] < 0 || want[i] >= 1 {
+			t.Fatalf("draw %d = %v, outside [0, 1)", i, want[i])
+		}
+	}
+	shared := NewRand(11)
+	got := make([]float64, goroutines*each)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range each {
+				got[g*each+i] = shared()
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Error("concurrent draws from NewRand(11) are not the values of its sequence")
+	}
+	if NewRand(11)() == NewRand(12)() {
+		t.Error("seeds 11 and 12 start with the same draw")
+	}
+}
+
+// Config.Rand is a plain func() float64: every random choice comes from it.
+func TestConfigRandDecidesEveryDraw(t *testing.T) {
+	rules := []Rule{
+		{Name: "half", Probability: 0.5, Fault: Status{Code: 500}},
+		{Name: "uniform", Fault: Latency{Min: 100 * time.Millisecond, Max: 200 * time.Millisecond}},
+		{Name: "tail", Fault: Latency{P50: 10 * time.Millisecond, P99: 100 * time.Millisecond}},
+	}
+	for _, tt := range []struct {
+		draw  float64
+		fires bool
+		delay time.Duration // uniform + tail
+	}{
+		{0, true, 100 * time.Millisecond}, // and the tail draws a few µs, 8 standard deviations down
+		{0.5, false, 150*time.Millisecond + 10*time.Millisecond},
+	} {
+		in := mustNew(t, Config{Rules: rules[1:], Rand: func() float64 { return tt.draw }})
+		p, _, _ := in.decide(request("GET", "/"))
+		if d := p.delay; d < tt.delay-time.Millisecond || d > tt.delay+time.Millisecond {
+			t.Errorf("draw %v: delay %v, want %v", tt.draw, d, tt.delay)
+		}
+		in = mustNew(t, Config{Rules: rules[:1], Rand: func() float64 { return tt.draw }})
+		p, _, _ = in.decide(request("GET", "/"))
+		if fired := p.fault != nil; fired != tt.fires {
+			t.Errorf("draw %v: probability 0.5 fired %v, want %v", tt.draw, fired, tt.fires)
+		}
+	}
+	// A nil Rand is math/rand/v2's, and a Reconfigure without one keeps the
+	// source in force.
+	in := mustNew(t, Config{Rules: rules[:1], Rand: func() float64 { return 0.9 }})
+	if err := in.SetRules(rules[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _ := in.decide(request("GET", "/")); p.fault != nil {
+		t.Error("after SetRules the injector drew from another source than Config.Rand")
+	}
+	if _, err := New(Config{Rules: rules}); err != nil {
+		t.Errorf("New with a nil Rand: %v", err)
+	}
+}
+
+func TestNewRejectsABadHeaderName(t *testing.T) {
+	_, err := New(Config{HeaderFaults: true, Header: "X Bad"})
+	if want := `fault: invalid configuration: Config.Header is "X Bad"; want a header name`; err == nil || err.Error() != want || !errors.Is(err, ErrInvalid) {
+		t.Errorf("New = %v; want %q", err, want)
+	}
+}
+
 func TestSeedReplaysTheSameFaults(t *testing.T) {
 	rules := []Rule{
 		{Name: "lat", Probability: 0.5, Fault: Latency{P50: 10 * time.Millisecond, P99: time.Second}},

@@ -453,10 +453,7 @@ func TestServerHeaderFaults(t *testing.T) {
 		if got := do(u, "error; path=/x"); got != 400 {
 			t.Errorf("match key in header: status = %d, want 400", got)
 		}
-		var fired []Counter
-		for _, c := range u.in.Counters() {
-			fired = append(fired, c)
-		}
+		fired := u.in.Counters()
 		want := []Counter{{HeaderRule, KindLatency, 1, 1}, {HeaderRule, KindError, 1, 1}}
 		if len(fired) != 2 || fired[0] != want[0] || fired[1] != want[1] {
 			t.Errorf("counters = %+v, want %+v", fired, want)

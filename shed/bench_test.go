@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guardrail-go/guardrail/deadline"
 	"github.com/guardrail-go/guardrail/shed"
 )
 
@@ -38,7 +39,7 @@ func BenchmarkBaselineTimeNow(b *testing.B) {
 func BenchmarkAcquire(b *testing.B) {
 	ctx := context.Background()
 	b.Run("admit-release/fixed", func(b *testing.B) {
-		s := shed.New(shed.Config{Limit: 100})
+		s := mustNew(b, shed.Config{Limit: 100})
 		b.ReportAllocs()
 		for b.Loop() {
 			tok, err := s.Acquire(ctx, shed.Normal)
@@ -49,7 +50,7 @@ func BenchmarkAcquire(b *testing.B) {
 		}
 	})
 	b.Run("admit-release/adaptive", func(b *testing.B) {
-		s := shed.New(shed.Config{})
+		s := mustNew(b, shed.Config{})
 		b.ReportAllocs()
 		for b.Loop() {
 			tok, err := s.Acquire(ctx, shed.Normal)
@@ -60,7 +61,7 @@ func BenchmarkAcquire(b *testing.B) {
 		}
 	})
 	b.Run("reject", func(b *testing.B) {
-		s := shed.New(shed.Config{Limit: 1})
+		s := mustNew(b, shed.Config{Limit: 1})
 		tok, _ := s.Acquire(ctx, shed.Critical)
 		defer tok.Release()
 		b.ReportAllocs()
@@ -71,7 +72,7 @@ func BenchmarkAcquire(b *testing.B) {
 		}
 	})
 	b.Run("admit-release/parallel", func(b *testing.B) {
-		s := shed.New(shed.Config{Limit: 1 << 20})
+		s := mustNew(b, shed.Config{Limit: 1 << 20})
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -100,7 +101,7 @@ func BenchmarkMiddleware(b *testing.B) {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
 	req := httptest.NewRequest(http.MethodGet, "/", nil)
 	req.Header.Set(shed.HeaderPriority, "low")
-	req.Header.Set(shed.HeaderRetryAttempt, "1")
+	req.Header.Set(deadline.HeaderRetryAttempt, "1")
 	run := func(b *testing.B, h http.Handler, want int) {
 		w := &nopWriter{h: make(http.Header)}
 		b.ReportAllocs()
@@ -118,10 +119,10 @@ func BenchmarkMiddleware(b *testing.B) {
 		}), http.StatusServiceUnavailable)
 	})
 	b.Run("admit", func(b *testing.B) {
-		run(b, shed.New(shed.Config{Limit: 100}).Middleware(ok), 0)
+		run(b, mustNew(b, shed.Config{Limit: 100}).Middleware(ok), 0)
 	})
 	b.Run("reject", func(b *testing.B) {
-		s := shed.New(shed.Config{Limit: 1})
+		s := mustNew(b, shed.Config{Limit: 1})
 		tok, _ := s.Acquire(context.Background(), shed.Critical)
 		defer tok.Release()
 		run(b, s.Middleware(ok), http.StatusServiceUnavailable)

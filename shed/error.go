@@ -19,8 +19,8 @@ var ErrShed = errors.New("shed: request shed")
 // allocates nothing: compare with errors.Is or read the fields, but never
 // modify an Error. Being immutable, an Error is safe for concurrent use.
 type Error struct {
-	// Reason says why: event.ReasonCapacity, ReasonRetryShed,
-	// ReasonQueueTime, ReasonQueueFull or ReasonExpired.
+	// Reason says why: event.ReasonCapacity, event.ReasonRetryRatio,
+	// event.ReasonQueueTime, event.ReasonQueueFull or event.ReasonExpired.
 	Reason string
 	// Priority is the request's priority.
 	Priority Priority
@@ -30,7 +30,7 @@ type Error struct {
 	msg string
 }
 
-// Error returns "guardrail: request shed: <reason> (priority <p>)".
+// Error returns "shed: request shed: <reason> (priority <p>)".
 func (e *Error) Error() string {
 	if e.msg != "" {
 		return e.msg

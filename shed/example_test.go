@@ -13,7 +13,10 @@ import (
 // Acquire is the transport-neutral API: Normal requests fill 85 % of the
 // limit, and the rest is kept for higher priorities.
 func Example() {
-	s := shed.New(shed.Config{Limit: 10})
+	s, err := shed.New(shed.Config{Limit: 10})
+	if err != nil {
+		panic(err)
+	}
 	ctx := context.Background()
 
 	var held []shed.Token
@@ -41,10 +44,13 @@ func Example() {
 // The middleware answers 503 with Retry-After at once, without running the
 // handler, and lets trusted callers claim a priority with a header.
 func ExampleShedder_Middleware() {
-	s := shed.New(shed.Config{
+	s, err := shed.New(shed.Config{
 		Limit:             2,
 		MaxHeaderPriority: shed.High, // callers may claim up to High
 	})
+	if err != nil {
+		panic(err)
+	}
 	h := s.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "served")
 	}))

@@ -46,13 +46,14 @@ import (
 // less than half of it (as in Netflix's limiters), so an idle period does not
 // inflate it.
 type Adaptive struct {
-	// InitialLimit is the limit used after the first min-RTT probe. Zero
-	// means 20.
+	// InitialLimit is the limit used after the first min-RTT probe, brought
+	// into [MinLimit, MaxLimit]. Zero means 20.
 	InitialLimit int
 	// MinLimit is the floor of the limit and the concurrency of the first
 	// min-RTT probe. Zero means 3.
 	MinLimit int
-	// MaxLimit is the ceiling of the limit. Zero means 1000.
+	// MaxLimit is the ceiling of the limit, at least MinLimit. Zero means
+	// 1000.
 	MaxLimit int
 	// Window is how often the limit is recomputed from the latencies seen.
 	// Zero means 100 ms.
@@ -61,7 +62,8 @@ type Adaptive struct {
 	// Zero means 0.5 (the median, robust to a few slow requests).
 	Percentile float64
 	// Buffer is the share of the min RTT tolerated as queueing before the
-	// limit shrinks. Zero means 0.25; a negative value means none.
+	// limit shrinks, zero or more. Zero means 0.25; for almost none, use a
+	// small value such as 0.01.
 	Buffer float64
 	// MinRTTInterval is how often the min RTT is measured again, plus up to
 	// 15 % of jitter. Zero means 60 s.
@@ -78,6 +80,13 @@ type Adaptive struct {
 	// Window. Zero means 0.2.
 	Smoothing float64
 }
+
+// Defaults of Adaptive's limits.
+const (
+	defaultInitialLimit = 20
+	defaultMinLimit     = 3
+	defaultMaxLimit     = 1000
+)
 
 const sampleCap = 256 // latencies kept per window; beyond, the most recent
 
@@ -110,9 +119,9 @@ type gradient struct {
 
 func newGradient(c Adaptive, now time.Time) *gradient {
 	g := &gradient{
-		initial:      float64(orInt(c.InitialLimit, 20)),
-		min:          float64(orInt(c.MinLimit, 3)),
-		max:          float64(orInt(c.MaxLimit, 1000)),
+		initial:      float64(orInt(c.InitialLimit, defaultInitialLimit)),
+		min:          float64(orInt(c.MinLimit, defaultMinLimit)),
+		max:          float64(orInt(c.MaxLimit, defaultMaxLimit)),
 		window:       orDur(c.Window, 100*time.Millisecond),
 		percentile:   c.Percentile,
 		buffer:       c.Buffer,
@@ -120,20 +129,15 @@ func newGradient(c Adaptive, now time.Time) *gradient {
 		probeSamples: orInt(c.MinRTTSamples, 50),
 		smoothing:    c.Smoothing,
 	}
-	if g.smoothing <= 0 || g.smoothing > 1 {
+	// New has validated c: only the zero defaults are left to fill in.
+	if g.smoothing == 0 {
 		g.smoothing = 0.2
 	}
-	if g.percentile <= 0 || g.percentile > 1 {
+	if g.percentile == 0 {
 		g.percentile = 0.5
 	}
-	switch {
-	case g.buffer == 0:
+	if g.buffer == 0 {
 		g.buffer = 0.25
-	case g.buffer < 0:
-		g.buffer = 0
-	}
-	if g.max < g.min {
-		g.max = g.min
 	}
 	g.limit = clamp(g.initial, g.min, g.max)
 	g.firstSamples = min(g.probeSamples, max(10, g.probeSamples/5))
@@ -239,15 +243,17 @@ func percentileOf(s []time.Duration, q float64) time.Duration {
 
 func clamp(v, lo, hi float64) float64 { return math.Max(lo, math.Min(hi, v)) }
 
+// orInt returns v, or def when v is zero. New has refused negative values.
 func orInt(v, def int) int {
-	if v <= 0 {
+	if v == 0 {
 		return def
 	}
 	return v
 }
 
+// orDur returns v, or def when v is zero. New has refused negative values.
 func orDur(v, def time.Duration) time.Duration {
-	if v <= 0 {
+	if v == 0 {
 		return def
 	}
 	return v

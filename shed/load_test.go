@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-// pool is a fake backend with a fixed number of slots: the "DB pool" of
-// card 053. A request takes a slot (waiting in FIFO order when none is
-// free, and, like the seed's pool, not giving up when its caller does),
+// pool is a fake backend with a fixed number of slots, like a database
+// connection pool. A request takes a slot (waiting in FIFO order when none
+// is free, and, like a real pool, not giving up when its caller does),
 // holds it for service, and frees it. Inside a synctest bubble both the wait
 // and the service are fake time.
 type pool struct {
@@ -82,7 +82,7 @@ func openLoop(h http.Handler, n int, interval, timeout time.Duration, mkReq func
 	return out
 }
 
-// summary is one row of card 053's table.
+// summary is what the clients of one overload run saw.
 type summary struct {
 	ok, shed, timeout int
 	p50, p99          time.Duration // of the 200s

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/guardrail-go/guardrail/deadline"
 )
 
 // Middleware returns a handler that admits each request through the Shedder
@@ -50,7 +52,7 @@ func (s *Shedder) requestIsRetry(r *http.Request) bool {
 	if s.isRetryFn != nil {
 		return s.isRetryFn(r)
 	}
-	v := r.Header[HeaderRetryAttempt]
+	v := r.Header[deadline.HeaderRetryAttempt]
 	if len(v) == 0 {
 		return false
 	}

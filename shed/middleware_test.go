@@ -13,7 +13,7 @@ import (
 // Over real loopback: with the only slot taken, the next request gets 503 +
 // Retry-After and an empty body, and the handler does not run for it.
 func TestMiddlewareOverLoopback(t *testing.T) {
-	s := shed.New(shed.Config{Limit: 1, Shares: map[shed.Priority]float64{shed.Normal: 1}, RetryAfter: 1500e6})
+	s := mustNew(t, shed.Config{Limit: 1, Shares: map[shed.Priority]float64{shed.Normal: 1}, RetryAfter: 1500e6})
 	var calls atomic.Int32
 	entered, unblock := make(chan struct{}), make(chan struct{})
 	srv := httptest.NewServer(s.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -61,7 +61,7 @@ func TestMiddlewareOverLoopback(t *testing.T) {
 }
 
 func TestMiddlewareCustomPriorityAndRetry(t *testing.T) {
-	s := shed.New(shed.Config{
+	s := mustNew(t, shed.Config{
 		Limit:    10,
 		Priority: func(r *http.Request) shed.Priority { return shed.Sheddable }, // e.g. by route
 		IsRetry:  func(r *http.Request) bool { return r.URL.Query().Has("retry") },

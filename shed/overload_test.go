@@ -10,13 +10,15 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/guardrail-go/guardrail/deadline"
 	"github.com/guardrail-go/guardrail/event"
 
 	"github.com/guardrail-go/guardrail/shed"
 )
 
-// Card 053's overload with a mix of priorities: critical keeps >= 95 %
-// success while sheddable absorbs the rejections.
+// The three-times overload of TestSheddingKeepsGoodput with a mix of
+// priorities: critical keeps >= 95 % success while sheddable absorbs the
+// rejections.
 func TestPrioritiesUnderOverload(t *testing.T) {
 	mix := [10]shed.Priority{
 		shed.Critical, shed.High, shed.Normal, shed.Normal, shed.Normal,
@@ -36,7 +38,7 @@ func TestPrioritiesUnderOverload(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				c.cfg.MaxHeaderPriority = shed.Critical // this server trusts its callers
-				h := shed.New(c.cfg).Middleware(newPool(10, 50*time.Millisecond).handler())
+				h := mustNew(t, c.cfg).Middleware(newPool(10, 50*time.Millisecond).handler())
 				out := openLoop(h, 1800, time.Second/600, time.Second, func(i int) *http.Request {
 					return get(shed.HeaderPriority, mix[i%10].String())
 				})
@@ -70,7 +72,7 @@ func TestPrioritiesUnderOverload(t *testing.T) {
 	}
 }
 
-// A third of card 053's overload are retries: they are shed before the
+// A third of the three-times overload are retries: they are shed before the
 // originals, and the retries admitted stay under RetryRatio (0.1) of the
 // originals admitted. Retries claiming Normal are judged as Low under
 // pressure and lose on capacity; retries claiming High (judged as Normal)
@@ -79,17 +81,17 @@ func TestRetriesShedBeforeOriginals(t *testing.T) {
 	for _, retryPriority := range []shed.Priority{shed.Normal, shed.High} {
 		t.Run("retries "+retryPriority.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				s := shed.New(shed.Config{Limit: 30, MaxHeaderPriority: shed.Critical})
+				s := mustNew(t, shed.Config{Limit: 30, MaxHeaderPriority: shed.Critical})
 				h := s.Middleware(newPool(10, 50*time.Millisecond).handler())
 				out := openLoop(h, 1800, time.Second/600, time.Second, func(i int) *http.Request {
 					if i%3 == 0 {
-						return get(shed.HeaderRetryAttempt, "1", shed.HeaderPriority, retryPriority.String())
+						return get(deadline.HeaderRetryAttempt, "1", shed.HeaderPriority, retryPriority.String())
 					}
 					return get()
 				})
 				var okRetry, retries, okOrig, orig int
 				for _, o := range out {
-					if o.req.Header.Get(shed.HeaderRetryAttempt) != "" {
+					if o.req.Header.Get(deadline.HeaderRetryAttempt) != "" {
 						retries++
 						if o.code == http.StatusOK {
 							okRetry++
@@ -158,7 +160,7 @@ func TestAdaptiveLimitConverges(t *testing.T) {
 	for _, initial := range []int{1, 200} {
 		t.Run(fmt.Sprint("from ", initial), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				s := shed.New(shed.Config{Adaptive: shed.Adaptive{InitialLimit: initial, MinLimit: 1}})
+				s := mustNew(t, shed.Config{Adaptive: shed.Adaptive{InitialLimit: initial, MinLimit: 1}})
 				var trace []string
 				lo, hi := 1<<30, 0
 				drive(s, 600, 10*time.Second, func() time.Duration { return 50 * time.Millisecond }, func(at time.Duration) {
@@ -185,7 +187,7 @@ func TestAdaptiveLimitConverges(t *testing.T) {
 // the limit stays near the real concurrency.
 func TestAdaptiveLimitFollowsSlowerBackend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := shed.New(shed.Config{})
+		s := mustNew(t, shed.Config{})
 		start := time.Now()
 		service := func() time.Duration {
 			if time.Since(start) > 20*time.Second {

@@ -11,9 +11,9 @@ import (
 // as Normal. A Priority is a plain value, safe to share.
 type Priority uint8
 
-// The priorities, from the first shed to the last. Seed example: checkout is
-// Critical, cart High, browsing Normal, recommendations Low, analytics
-// Sheddable.
+// The priorities, from the first shed to the last. In a shop, for example:
+// checkout is Critical, cart High, browsing Normal, recommendations Low,
+// analytics Sheddable.
 const (
 	Sheddable Priority = iota + 1
 	Low

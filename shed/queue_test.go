@@ -41,7 +41,7 @@ func queueConfig() shed.Config {
 
 func TestQueueAbsorbsShortBurst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := shed.New(queueConfig())
+		s := mustNew(t, queueConfig())
 		out := make([]queued, 20)
 		var wg sync.WaitGroup
 		for i := range out { // 20 at once for 10 slots of 50 ms
@@ -69,7 +69,7 @@ func TestQueueAbsorbsShortBurst(t *testing.T) {
 
 func TestQueueShedsStandingQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := shed.New(queueConfig())
+		s := mustNew(t, queueConfig())
 		// 400 rps for 2 s on a capacity of about 200 rps (service times of
 		// 25..75 ms): a queue that would stand.
 		const n = 800
@@ -116,7 +116,7 @@ func TestQueueShedsStandingQueue(t *testing.T) {
 
 func TestQueueWaitRespectsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := shed.New(queueConfig())
+		s := mustNew(t, queueConfig())
 		toks, _ := fill(t, s, shed.Normal, false) // queue: fill returns at the first refusal, which waits 100 ms
 		defer releaseAll(toks)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)

@@ -12,8 +12,10 @@ import (
 
 // Config configures a Shedder. The zero value is safe and useful: an adaptive
 // limit, the default priority shares, a retry ratio of 0.1, no queue, and
-// 503 with Retry-After: 1 from the middleware. New copies what it needs, so
-// changing a Config after New has no effect.
+// 503 with Retry-After: 1 from the middleware. A zero field means its
+// default; a negative value is invalid except in RetryRatio, where it means
+// no limit; New reports an invalid field by name. New copies what it needs,
+// so changing a Config after New has no effect.
 type Config struct {
 	// Name labels the shedder's events (Event.Dependency), for example the
 	// service or route group it protects. May be empty.
@@ -22,32 +24,32 @@ type Config struct {
 	// Limit fixes the concurrency limit: the most requests in flight at
 	// once, reached only by the priorities whose share is 1 (Critical by
 	// default). Zero means adaptive (see Adaptive); use a fixed limit only
-	// when the capacity is known and stable.
+	// when the capacity is known and stable. Negative is invalid.
 	Limit int
 	// Adaptive tunes the adaptive limit when Limit is zero. Its zero value is
 	// the recommended configuration.
 	Adaptive Adaptive
 
 	// Shares maps a priority to the share of the limit that its requests may
-	// fill: a request is admitted only while in-flight < limit × share. A
-	// missing or non-positive entry means the default (DefaultShares); values
-	// above 1 are capped at 1, so the limit is never exceeded.
+	// fill, in (0, 1]: a request is admitted only while in-flight < limit ×
+	// share, so the limit is never exceeded. A missing or zero entry means
+	// the default (DefaultShares). Keys must be Sheddable..Critical.
 	Shares map[Priority]float64
 
 	// RetryRatio caps retries admitted under pressure at this many per
 	// original request admitted: a receiver-side retry budget, a token
 	// bucket that each admitted original fills by RetryRatio and each retry
 	// admitted under pressure drains by 1. Zero means 0.1. A negative value
-	// turns retry-awareness off: retries are treated as originals.
+	// means no limit: retries are treated as originals.
 	RetryRatio float64
-	// RetryBurst is the budget's capacity in tokens (it starts full). Zero
-	// means 10.
+	// RetryBurst is the budget's capacity in tokens (it starts full),
+	// zero or more. Zero means 10.
 	RetryBurst float64
 	// RetryPressure is the utilisation (in-flight / limit) from which the
 	// server is under pressure: retries then need a budget token and are
 	// judged one priority lower than they claim, so they are shed before
-	// originals. Below it, retries are admitted like originals. Zero means
-	// 0.5.
+	// originals. Below it, retries are admitted like originals. It is in
+	// (0, 1]; zero means 0.5.
 	RetryPressure float64
 
 	// MaxQueue is how many requests may wait for a slot when their priority's
@@ -83,7 +85,7 @@ type Config struct {
 	// means an X-Retry-Attempt header with a number above 0.
 	IsRetry func(*http.Request) bool
 
-	// Observer receives EventAdmit and EventShed. Nil means none.
+	// Observer receives event.Admit and event.Shed. Nil means none.
 	Observer event.Observer
 }
 
@@ -114,8 +116,9 @@ func DefaultShares() map[Priority]float64 {
 
 // Shedder admits or refuses requests so that a server under overload keeps
 // serving the ones it admits within their deadline, instead of serving all of
-// them late (seed 003, card 053: rejecting 60 % of a 3× overload more than
-// doubled goodput).
+// them late: under three times its capacity, a server that refuses 60 % of
+// the requests at once answers more than twice as many in time as one that
+// queues them all until their callers give up.
 //
 // A request is admitted while the number in flight is below the limit times
 // its priority's share (see Config.Shares): lower priorities are refused at
@@ -125,8 +128,8 @@ func DefaultShares() map[Priority]float64 {
 // is no queue: a request that cannot be admitted is refused at once, which
 // costs microseconds, where one that waits until its caller's timeout costs a
 // connection, memory and thrown-away work. An optional CoDel-style queue
-// absorbs short bursts but does not let a queue stand (see Config.MaxQueue). The limit is fixed or
-// adaptive (see Adaptive).
+// absorbs short bursts but does not let a queue stand (see Config.MaxQueue).
+// The limit is fixed or adaptive (see Adaptive).
 //
 // Acquire is the transport-neutral API; Middleware wraps an http.Handler.
 // Admission and rejection allocate nothing. A Shedder is safe for concurrent
@@ -167,8 +170,12 @@ type Shedder struct {
 	queueTime       time.Duration
 }
 
-// New returns a Shedder configured by c.
-func New(c Config) *Shedder {
+// New returns a Shedder configured by c, or an error naming the first field
+// of c that is invalid.
+func New(c Config) (*Shedder, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
 	s := &Shedder{
 		name:       c.Name,
 		obs:        c.Observer,
@@ -176,7 +183,7 @@ func New(c Config) *Shedder {
 		retryRatio: c.RetryRatio,
 		retryBurst: c.RetryBurst,
 		pressure:   c.RetryPressure,
-		maxQueue:   max(c.MaxQueue, 0),
+		maxQueue:   c.MaxQueue,
 		target:     orDur(c.QueueTarget, 5*time.Millisecond),
 		interval:   orDur(c.QueueInterval, 100*time.Millisecond),
 		priorityFn: c.Priority,
@@ -187,20 +194,20 @@ func New(c Config) *Shedder {
 	if s.retryRatio == 0 {
 		s.retryRatio = 0.1
 	}
-	if s.retryBurst <= 0 {
+	if s.retryBurst == 0 {
 		s.retryBurst = 10
 	}
 	s.tokens = s.retryBurst
-	if s.pressure <= 0 {
+	if s.pressure == 0 {
 		s.pressure = 0.5
 	}
 	def := DefaultShares()
 	for p := Sheddable; p <= Critical; p++ {
 		v := c.Shares[p]
-		if v <= 0 {
+		if v == 0 {
 			v = def[p]
 		}
-		s.share[p] = min(v, 1)
+		s.share[p] = v
 	}
 	ra := orDur(c.RetryAfter, time.Second)
 	s.retryAfter = []string{strconv.FormatInt(int64((ra+time.Second-1)/time.Second), 10)}
@@ -210,7 +217,7 @@ func New(c Config) *Shedder {
 		s.ctl = newGradient(c.Adaptive, time.Now())
 		s.limit = s.ctl.effective()
 	}
-	return s
+	return s, nil
 }
 
 // Token is an admitted request's slot. Call Release (or Ignore) exactly once
@@ -387,7 +394,7 @@ type Stats struct {
 	AdmittedByPriority map[Priority]uint64 // admitted, by priority
 
 	Shed           uint64              // requests refused
-	ShedByReason   map[string]uint64   // refused, by guardrail.Reason* value
+	ShedByReason   map[string]uint64   // refused, by event.Reason* value
 	ShedByPriority map[Priority]uint64 // refused, by priority
 
 	QueuedAdmitted uint64        // admitted after waiting in the queue

@@ -3,8 +3,11 @@ package shed_test
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/guardrail-go/guardrail/event"
 
@@ -52,7 +55,7 @@ func TestSharesByPriority(t *testing.T) {
 		{200, 17}, // invalid: Normal
 	} {
 		t.Run(c.p.String(), func(t *testing.T) {
-			s := shed.New(shed.Config{Limit: 20})
+			s := mustNew(t, shed.Config{Limit: 20})
 			toks, err := fill(t, s, c.p, false)
 			defer releaseAll(toks)
 			if got := len(toks); got != c.want {
@@ -74,7 +77,7 @@ func TestSharesByPriority(t *testing.T) {
 }
 
 func TestCriticalGetsInWhenLowerPrioritiesAreFull(t *testing.T) {
-	s := shed.New(shed.Config{Limit: 20})
+	s := mustNew(t, shed.Config{Limit: 20})
 	normal, _ := fill(t, s, shed.Normal, false)
 	sheddable, _ := fill(t, s, shed.Sheddable, false)
 	critical, _ := fill(t, s, shed.Critical, false)
@@ -91,7 +94,7 @@ func TestCriticalGetsInWhenLowerPrioritiesAreFull(t *testing.T) {
 }
 
 func TestRetriesAreJudgedOnePriorityLowerUnderPressure(t *testing.T) {
-	s := shed.New(shed.Config{Limit: 20})
+	s := mustNew(t, shed.Config{Limit: 20})
 	// 14 in flight: over the 50 % pressure mark, at Low's share (70 %).
 	toks, _ := fill(t, s, shed.Low, false)
 	defer releaseAll(toks)
@@ -111,7 +114,7 @@ func TestRetriesAreJudgedOnePriorityLowerUnderPressure(t *testing.T) {
 }
 
 func TestRetryBudgetUnderPressure(t *testing.T) {
-	s := shed.New(shed.Config{Limit: 100, RetryRatio: 0.5, RetryBurst: 3})
+	s := mustNew(t, shed.Config{Limit: 100, RetryRatio: 0.5, RetryBurst: 3})
 	// Below pressure (50 in flight), retries need no token.
 	var toks []shed.Token
 	defer func() { releaseAll(toks) }()
@@ -147,7 +150,7 @@ func TestRetryBudgetUnderPressure(t *testing.T) {
 }
 
 func TestRetryAwarenessOff(t *testing.T) {
-	s := shed.New(shed.Config{Limit: 10, RetryRatio: -1})
+	s := mustNew(t, shed.Config{Limit: 10, RetryRatio: -1})
 	toks, _ := fill(t, s, shed.Critical, true)
 	defer releaseAll(toks)
 	if len(toks) != 10 {
@@ -156,7 +159,7 @@ func TestRetryAwarenessOff(t *testing.T) {
 }
 
 func TestExpiredContext(t *testing.T) {
-	s := shed.New(shed.Config{Limit: 10})
+	s := mustNew(t, shed.Config{Limit: 10})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := s.Acquire(ctx, shed.Critical)
@@ -180,7 +183,7 @@ func TestObserverEvents(t *testing.T) {
 		events = append(events, e)
 		return ctx
 	})
-	s := shed.New(shed.Config{Name: "api", Limit: 2, Observer: obs})
+	s := mustNew(t, shed.Config{Name: "api", Limit: 2, Observer: obs})
 	ctx := event.WithOperation(context.Background(), "GET /x")
 	tok, _ := s.Acquire(ctx, shed.Sheddable)
 	s.Acquire(ctx, shed.Sheddable)
@@ -200,7 +203,7 @@ func TestObserverEvents(t *testing.T) {
 }
 
 func TestErrorMessage(t *testing.T) {
-	s := shed.New(shed.Config{Limit: 1})
+	s := mustNew(t, shed.Config{Limit: 1})
 	tok, err := s.Acquire(context.Background(), shed.Sheddable)
 	if err != nil {
 		t.Fatalf("first sheddable on an idle server: %v", err)
@@ -275,7 +278,7 @@ func isReason(err error, reason string) bool {
 }
 
 func TestLoadAndName(t *testing.T) {
-	s := shed.New(shed.Config{Name: "checkout", Limit: 4, Shares: map[shed.Priority]float64{shed.Normal: 1}})
+	s := mustNew(t, shed.Config{Name: "checkout", Limit: 4, Shares: map[shed.Priority]float64{shed.Normal: 1}})
 	tok, err := s.Acquire(context.Background(), shed.Normal)
 	if err != nil {
 		t.Fatal(err)
@@ -286,5 +289,55 @@ func TestLoadAndName(t *testing.T) {
 	tok.Release()
 	if in, _ := s.Load(); in != 0 || s.Name() != "checkout" {
 		t.Fatalf("after release: in flight %d, name %q", in, s.Name())
+	}
+}
+
+// New refuses the values that mean nothing, naming the field, instead of
+// replacing them with a default.
+func TestNewRejectsInvalidConfig(t *testing.T) {
+	nan := math.NaN()
+	for _, tt := range []struct {
+		cfg  shed.Config
+		want string
+	}{
+		{shed.Config{Limit: -1}, "shed: Config.Limit is -1; want 0 (adaptive) or more"},
+		{shed.Config{MaxQueue: -5}, "shed: Config.MaxQueue is -5; want 0 (no queue) or more"},
+		{shed.Config{RetryBurst: -1}, "shed: Config.RetryBurst is -1"},
+		{shed.Config{RetryRatio: nan}, "shed: Config.RetryRatio is NaN"},
+		{shed.Config{RetryPressure: 1.5}, "shed: Config.RetryPressure is 1.5; want a value in (0, 1], or 0 for the default 0.5"},
+		{shed.Config{RetryPressure: -0.1}, "shed: Config.RetryPressure is -0.1"},
+		{shed.Config{QueueInterval: -time.Second}, "shed: Config.QueueInterval is -1s"},
+		{shed.Config{MaxQueueWait: -1}, "shed: Config.MaxQueueWait is -1ns"},
+		{shed.Config{QueueTarget: -1}, "shed: Config.QueueTarget is -1ns"},
+		{shed.Config{RetryAfter: -time.Second}, "shed: Config.RetryAfter is -1s"},
+		{shed.Config{MaxHeaderPriority: 9}, "shed: Config.MaxHeaderPriority is priority(9); want 0 (Normal) or Sheddable..Critical"},
+		{shed.Config{Shares: map[shed.Priority]float64{shed.Low: 1.2}}, "shed: Config.Shares[low] is 1.2; want a value in (0, 1], or 0 for the default"},
+		{shed.Config{Shares: map[shed.Priority]float64{shed.Low: -0.5}}, "shed: Config.Shares[low] is -0.5"},
+		{shed.Config{Shares: map[shed.Priority]float64{7: 0.5}}, "shed: Config.Shares has an entry for priority(7); want Sheddable..Critical"},
+		{shed.Config{Adaptive: shed.Adaptive{InitialLimit: -1}}, "shed: Config.Adaptive.InitialLimit is -1"},
+		{shed.Config{Adaptive: shed.Adaptive{MinLimit: -1}}, "shed: Config.Adaptive.MinLimit is -1"},
+		{shed.Config{Adaptive: shed.Adaptive{MaxLimit: -1}}, "shed: Config.Adaptive.MaxLimit is -1"},
+		{shed.Config{Adaptive: shed.Adaptive{Window: -1}}, "shed: Config.Adaptive.Window is -1ns"},
+		{shed.Config{Adaptive: shed.Adaptive{Percentile: 2}}, "shed: Config.Adaptive.Percentile is 2; want a value in (0, 1]"},
+		{shed.Config{Adaptive: shed.Adaptive{Buffer: -1}}, "shed: Config.Adaptive.Buffer is -1; want 0 (the default 0.25) or more"},
+		{shed.Config{Adaptive: shed.Adaptive{MinRTTInterval: -1}}, "shed: Config.Adaptive.MinRTTInterval is -1ns"},
+		{shed.Config{Adaptive: shed.Adaptive{MinRTTSamples: -1}}, "shed: Config.Adaptive.MinRTTSamples is -1"},
+		{shed.Config{Adaptive: shed.Adaptive{Smoothing: nan}}, "shed: Config.Adaptive.Smoothing is NaN"},
+		{shed.Config{Adaptive: shed.Adaptive{MinLimit: 2000}}, "shed: Config.Adaptive.MaxLimit is 0 (1000 in force); want at least Adaptive.MinLimit's 2000"},
+	} {
+		s, err := shed.New(tt.cfg)
+		if err == nil || !strings.HasPrefix(err.Error(), tt.want) || s != nil {
+			t.Errorf("New(%+v) = %v, %v; want nil and an error starting %q", tt.cfg, s, err, tt.want)
+		}
+	}
+	for _, cfg := range []shed.Config{
+		{},
+		{RetryRatio: -1},
+		{Limit: 1, MaxQueue: 1, Shares: map[shed.Priority]float64{shed.Normal: 1, shed.Low: 0}},
+		{MaxHeaderPriority: shed.Critical, RetryPressure: 1, Adaptive: shed.Adaptive{MinLimit: 5, MaxLimit: 5, Percentile: 1, Smoothing: 1}},
+	} {
+		if _, err := shed.New(cfg); err != nil {
+			t.Errorf("New(%+v) = %v; want it valid", cfg, err)
+		}
 	}
 }

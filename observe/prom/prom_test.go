@@ -504,7 +504,10 @@ func TestShedder(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	c := prom.New(prom.Config{})
 	reg.MustRegister(c)
-	s := shed.New(shed.Config{Name: "api", Limit: 4, Shares: map[shed.Priority]float64{shed.Sheddable: 0.5}, Observer: c})
+	s, err := shed.New(shed.Config{Name: "api", Limit: 4, Shares: map[shed.Priority]float64{shed.Sheddable: 0.5}, Observer: c})
+	if err != nil {
+		t.Fatal(err)
+	}
 	c.WatchShedder("api", s)
 	diff(t, only(samples(t, reg), "guardrail_shed_in_flight", "guardrail_shed_limit"), map[string]float64{
 		`guardrail_shed_in_flight{dependency="api"}`: 0,

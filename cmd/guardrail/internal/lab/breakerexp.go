@@ -100,12 +100,16 @@ type shop struct {
 
 func newShop(p *pricing, cfg breaker.Config, attemptTimeout time.Duration) (*shop, *breaker.Breaker) {
 	group := breaker.NewGroup(breaker.GroupConfig{Config: cfg})
+	cache, err := fallback.NewCache[string, price](fallback.CacheConfig{TTL: time.Hour,
+		// A 404 says the price is gone: serving the old one would lie.
+		ShouldFallback: func(err error) bool { var se statusError; return !errors.As(err, &se) || se.code != 404 }})
+	if err != nil {
+		panic(err) // the config is a constant, and valid
+	}
 	s := &shop{
 		pricing: p,
 		client:  guarded(true, guardhttp.Config{Name: "pricing", MaxAttempts: 1, AttemptTimeout: attemptTimeout, Breakers: group}),
-		cache: fallback.NewCache[string, price](fallback.CacheConfig{TTL: time.Hour,
-			// A 404 says the price is gone: serving the old one would lie.
-			ShouldFallback: func(err error) bool { var se statusError; return !errors.As(err, &se) || se.code != 404 }}),
+		cache:   cache,
 	}
 	// guardhttp keys breakers by host: this is the one pricing's calls use.
 	return s, group.Get(strings.TrimPrefix(p.srv.URL, "http://"))

@@ -91,7 +91,11 @@ func (p deadlineParams) run(ctx context.Context, env *Env) (*Result, error) {
 	urls := map[string]string{}
 	for name, d := range map[string]time.Duration{"A": p.a, "B": p.b, "C": p.c} {
 		w := &worker{name: name, d: d, done: make(chan struct{}, 16)}
-		s, err := serve(deadline.Middleware(deadline.Config{Max: p.slo}, w))
+		dl, err := deadline.New(deadline.Config{Max: p.slo})
+		if err != nil {
+			return nil, err
+		}
+		s, err := serve(dl.Middleware(w))
 		if err != nil {
 			return nil, err
 		}
@@ -127,14 +131,14 @@ func (p deadlineParams) run(ctx context.Context, env *Env) (*Result, error) {
 		var out outcome
 		defer func() { out.took = time.Since(t0); handlerDone <- out }()
 
-		ga := fallback.NewGroup(dctx)
+		ga := fallback.NewFanout(dctx)
 		a := fallback.Required(ga, "A", p.perA, call(clientA, urls["A"]))
 		if out.err = ga.Wait(); out.err != nil {
 			http.Error(rw, out.err.Error(), http.StatusBadGateway)
 			return
 		}
 		body["A"], _ = a.Value()
-		g := fallback.NewGroup(dctx)
+		g := fallback.NewFanout(dctx)
 		b := fallback.Required(g, "B", p.perBC, call(clientBC, urls["B"]))
 		c := fallback.Optional(g, "C", p.perBC, call(clientBC, urls["C"]))
 		if out.err = g.Wait(); out.err != nil {

@@ -145,20 +145,21 @@ type shedRow struct {
 	// newShedder makes the row's shedder just before its load starts (an
 	// adaptive limit starts measuring when made). probeEnd is nil for a
 	// fixed limit. A nil newShedder means no shedding.
-	newShedder func() (s *shed.Shedder, probeEnd *atomic.Int64)
+	newShedder func() (s *shed.Shedder, probeEnd *atomic.Int64, err error)
 }
 
 // fixedShedder sheds at p.limit in flight with shares (nil: the defaults).
-func (p shedParams) fixedShedder(shares map[shed.Priority]float64) func() (*shed.Shedder, *atomic.Int64) {
-	return func() (*shed.Shedder, *atomic.Int64) {
-		return shed.New(shed.Config{Name: "lab", Limit: p.limit, Shares: shares, MaxHeaderPriority: shed.Critical}), nil
+func (p shedParams) fixedShedder(shares map[shed.Priority]float64) func() (*shed.Shedder, *atomic.Int64, error) {
+	return func() (*shed.Shedder, *atomic.Int64, error) {
+		s, err := shed.New(shed.Config{Name: "lab", Limit: p.limit, Shares: shares, MaxHeaderPriority: shed.Critical})
+		return s, nil, err
 	}
 }
 
 // adaptiveShedder makes an adaptive shedder and notes, in ns since it was
 // made, when its limit first leaves the floor of its first min-RTT probe,
 // so the report can say how long that probe cost.
-func adaptiveShedder() (*shed.Shedder, *atomic.Int64) {
+func adaptiveShedder() (*shed.Shedder, *atomic.Int64, error) {
 	end := new(atomic.Int64)
 	born := time.Now()
 	obs := event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
@@ -167,7 +168,8 @@ func adaptiveShedder() (*shed.Shedder, *atomic.Int64) {
 		}
 		return ctx
 	})
-	return shed.New(shed.Config{Name: "lab", MaxHeaderPriority: shed.Critical, Observer: obs}), end
+	s, err := shed.New(shed.Config{Name: "lab", MaxHeaderPriority: shed.Critical, Observer: obs})
+	return s, end, err
 }
 
 // probeFloor is the adaptive limit's default floor, at which its first
@@ -507,7 +509,10 @@ func (p shedParams) scenario(ctx context.Context, row shedRow, n int) (shedResul
 	pool := &dbPool{slots: make(chan struct{}, p.slots), service: p.service}
 	var h http.Handler = pool
 	if row.newShedder != nil {
-		res.shedder, res.probeEnd = row.newShedder()
+		var err error
+		if res.shedder, res.probeEnd, err = row.newShedder(); err != nil {
+			return shedResult{}, err
+		}
 		h = res.shedder.Middleware(pool)
 	}
 	s, err := serve(h)

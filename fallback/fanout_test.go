@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -40,23 +41,20 @@ func (s *service) call(ctx context.Context) (string, error) {
 	}
 }
 
-// call is card 037's call(): timeout = min(per-call, time left).
+// call bounds one downstream call: timeout = min(per-call, time left).
 func call(ctx context.Context, perCall time.Duration, s *service) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, perCall)
 	defer cancel()
 	return s.call(ctx)
 }
 
-// Card 037: an API with a 2 s SLO calls A (700 ms), then B (600 ms) in
-// parallel with the optional C (3,000 ms), under a 1,900 ms deadline and a
-// per-call budget of 800 ms for A and 900 ms for B and C. C cannot make it:
-// it is cut at its 900 ms budget, 700 + 900 = 1,600 ms into the request
-// (the seed measured 1,664 ms with real networking), and the answer is
-// partial instead of an error.
-//
-//	result: {"A":"ok","B":"ok","C":null,"partial":true,"took":1664}
-//	A: done in 700ms | B: done in 600ms | C: aborted after caller gave up
-func TestCard037(t *testing.T) {
+// An API with a 2 s SLO calls A (700 ms), then B (600 ms) in parallel with
+// the optional C (3,000 ms), under a 1,900 ms deadline and a per-call budget
+// of 800 ms for A and 900 ms for B and C. C cannot make it: it is cut at its
+// 900 ms budget, 700 + 900 = 1,600 ms into the request (1,664 ms when
+// measured over real networking), and the answer is partial instead of an
+// error.
+func TestSlowOptionalPartGivesPartialAnswerInTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := &service{d: 700 * time.Millisecond}
 		b := &service{d: 600 * time.Millisecond}
@@ -69,7 +67,7 @@ func TestCard037(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := fallback.NewGroup(ctx)
+		g := fallback.NewFanout(ctx)
 		bp := fallback.Required(g, "B", 900*time.Millisecond, b.call)
 		cp := fallback.Optional(g, "C", 900*time.Millisecond, c.call)
 		if err := g.Wait(); err != nil {
@@ -121,7 +119,7 @@ func TestRequiredFailureCancelsTheRest(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 1900*time.Millisecond)
 		defer cancel()
 		t0 := time.Now()
-		g := fallback.NewGroup(ctx)
+		g := fallback.NewFanout(ctx)
 		fallback.Required(g, "B", 0, b.call)
 		fallback.Optional(g, "C", 0, c.call)
 		dp := fallback.Required(g, "D", 0, d.call)
@@ -144,15 +142,15 @@ func TestRequiredFailureCancelsTheRest(t *testing.T) {
 	})
 }
 
-// The client goes away at 300 ms: every part stops then (card 037: "client
-// disconnect -> handler stopped after 302ms").
+// The client goes away at 300 ms: every part stops then, since no one will
+// read the answer.
 func TestClientDisconnectStopsEveryPart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, disconnect := context.WithCancel(context.Background())
 		time.AfterFunc(300*time.Millisecond, disconnect)
 		b := &service{d: time.Second}
 		c := &service{d: time.Second}
-		g := fallback.NewGroup(ctx)
+		g := fallback.NewFanout(ctx)
 		fallback.Required(g, "B", 0, b.call)
 		fallback.Optional(g, "C", 0, c.call)
 		if err := g.Wait(); !errors.Is(err, context.Canceled) {
@@ -166,7 +164,7 @@ func TestClientDisconnectStopsEveryPart(t *testing.T) {
 
 func TestOptionalFailureIsPartial(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := fallback.NewGroup(context.Background())
+		g := fallback.NewFanout(context.Background())
 		b := fallback.Required(g, "B", 0, (&service{d: 50 * time.Millisecond}).call)
 		c := fallback.Optional(g, "C", 0, (&service{d: 10 * time.Millisecond, fail: errors.New("C: 503")}).call)
 		if err := g.Wait(); err != nil {
@@ -181,7 +179,7 @@ func TestOptionalFailureIsPartial(t *testing.T) {
 }
 
 func TestCompleteIsNotPartial(t *testing.T) {
-	g := fallback.NewGroup(context.Background())
+	g := fallback.NewFanout(context.Background())
 	fallback.Optional(g, "C", time.Second, func(context.Context) (int, error) { return 1, nil })
 	if err := g.Wait(); err != nil || g.Partial() || len(g.Missing()) != 0 {
 		t.Errorf("Wait = %v, Partial = %v, Missing = %v; want nil, false, []", err, g.Partial(), g.Missing())
@@ -191,15 +189,32 @@ func TestCompleteIsNotPartial(t *testing.T) {
 	}
 }
 
-func TestPanicInPartReachesWait(t *testing.T) {
+// A part's panic reaches Wait's goroutine with the part's stack: re-panicking
+// the bare value, as Wait used to, lost where the part panicked, since the
+// stack of the re-panic is Wait's.
+func TestPanicInPartReachesWaitWithItsStack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		other := &service{d: time.Hour}
-		g := fallback.NewGroup(context.Background())
-		fallback.Optional(g, "C", 0, func(context.Context) (int, error) { panic("bug in C") })
+		g := fallback.NewFanout(context.Background())
+		c := fallback.Optional(g, "C", 0, panickingPart)
 		fallback.Required(g, "B", 0, other.call)
 		defer func() {
-			if v := recover(); v != "bug in C" {
-				t.Errorf("recovered %v, want the part's panic", v)
+			v := recover()
+			pe, ok := v.(*fallback.PanicError)
+			if !ok {
+				t.Fatalf("recovered %T %v, want a *fallback.PanicError", v, v)
+			}
+			if pe.Part != "C" || pe.Value != "bug in C" {
+				t.Errorf("PanicError{Part: %q, Value: %v}, want C's panic value", pe.Part, pe.Value)
+			}
+			if !strings.Contains(string(pe.Stack), "fallback_test.panickingPart") {
+				t.Errorf("stack does not show the panicking function:\n%s", pe.Stack)
+			}
+			if msg := pe.Error(); !strings.HasPrefix(msg, "fallback: part C panicked: bug in C\n") || !strings.Contains(msg, "panickingPart") {
+				t.Errorf("Error() = %q, want the value and then the stack", msg)
+			}
+			if !errors.Is(pe, fallback.ErrPanicked) || !errors.Is(c.Err(), fallback.ErrPanicked) {
+				t.Errorf("PanicError and the part's Err %v are not ErrPanicked", c.Err())
 			}
 			if other.ended != 0 {
 				t.Errorf("the other part ran %v, want stopped at once", other.ended)
@@ -208,4 +223,19 @@ func TestPanicInPartReachesWait(t *testing.T) {
 		g.Wait()
 		t.Error("Wait did not panic")
 	})
+}
+
+func panickingPart(context.Context) (int, error) { panic("bug in C") }
+
+// A panic with an error value unwraps to it.
+func TestPanicErrorUnwrapsAnErrorValue(t *testing.T) {
+	boom := errors.New("boom")
+	g := fallback.NewFanout(context.Background())
+	fallback.Required(g, "B", 0, func(context.Context) (int, error) { panic(boom) })
+	defer func() {
+		if err, _ := recover().(error); !errors.Is(err, boom) || !errors.Is(err, fallback.ErrPanicked) {
+			t.Errorf("recovered %v; want an error that Is both the value and ErrPanicked", err)
+		}
+	}()
+	g.Wait()
 }
