@@ -27,7 +27,7 @@ func BenchmarkDo(b *testing.B) {
 }
 
 // BenchmarkDoDeadline: the caller's context has a deadline, so Do reads the
-// clock once to check MinAttempt.
+// clock once to check MinAttemptTime.
 func BenchmarkDoDeadline(b *testing.B) {
 	p := &guardrail.Policy{}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
@@ -93,7 +93,7 @@ func BenchmarkTimeNow(b *testing.B) {
 // BenchmarkDoNoBreaker is BenchmarkDo without the default breaker: the
 // breaker's share of the success path is the difference.
 func BenchmarkDoNoBreaker(b *testing.B) {
-	p := &guardrail.Policy{Breaker: breaker.New(breaker.Config{Mode: breaker.Disabled})}
+	p := &guardrail.Policy{Breaker: newBreaker(breaker.Config{Mode: breaker.Disabled})}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -103,7 +103,7 @@ func BenchmarkDoNoBreaker(b *testing.B) {
 
 // BenchmarkDoBulkhead adds a bulkhead to the default policy.
 func BenchmarkDoBulkhead(b *testing.B) {
-	p := &guardrail.Policy{Bulkhead: bulkhead.New(bulkhead.Config{MaxConcurrent: 64})}
+	p := &guardrail.Policy{Bulkhead: newBulkhead(bulkhead.Config{MaxConcurrent: 64})}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -140,7 +140,7 @@ func BenchmarkDoPermanentError(b *testing.B) {
 // BenchmarkDoCircuitOpen is the failure path that makes no attempt: the
 // breaker is open and Do rejects the call.
 func BenchmarkDoCircuitOpen(b *testing.B) {
-	br := breaker.New(breaker.Config{})
+	br := newBreaker(breaker.Config{})
 	br.ForceOpen()
 	p := &guardrail.Policy{Breaker: br}
 	ctx := context.Background()

@@ -3,10 +3,13 @@ package guardrail_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+	"weak"
 
 	"github.com/guardrail-go/guardrail/event"
 
@@ -41,20 +44,20 @@ func TestZeroPolicyHasADefaultBreaker(t *testing.T) {
 		if ge.RetryIn < 30*time.Second || ge.RetryIn > 36*time.Second {
 			t.Fatalf("RetryIn = %v, want the open time: 30s plus up to 20%% jitter", ge.RetryIn)
 		}
-		if p.CircuitBreaker().State() != breaker.Open {
+		if p.BreakerInUse().State() != breaker.Open {
 			t.Fatal("the policy's breaker is not open")
 		}
-		if (*guardrail.Policy)(nil).CircuitBreaker() != nil {
+		if (*guardrail.Policy)(nil).BreakerInUse() != nil {
 			t.Fatal("a nil policy must have no breaker")
 		}
 	})
 }
 
-// Card 019 outage: 30 requests answered from the last-good cache, and only
+// An outage: 30 requests answered from the last-good cache, and only
 // the calls needed to trip the breaker reach pricing.
 func TestOutageAnsweredByFallback(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		br := breaker.New(breaker.Config{MinRequests: 4})
+		br := newBreaker(breaker.Config{MinRequests: 4})
 		p := &guardrail.Policy{Name: "pricing", MaxAttempts: 1, Breaker: br}
 		cache, err := fallback.NewCache[string, int](fallback.CacheConfig{TTL: time.Hour})
 		if err != nil {
@@ -78,7 +81,7 @@ func TestOutageAnsweredByFallback(t *testing.T) {
 	})
 }
 
-// Card 019: a pricing service that hangs is answered at the attempt
+// A pricing service that hangs is answered at the attempt
 // timeout (1.2 s), from the fallback, not at some default 10 s.
 func TestHangingDependencyAnsweredAtAttemptTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -105,7 +108,7 @@ func TestHangingDependencyAnsweredAtAttemptTimeout(t *testing.T) {
 // toward a refusal.
 func TestBreakerOpeningMidRetryStopsRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		br := breaker.New(breaker.Config{MinRequests: 2, FailureRate: 0.5})
+		br := newBreaker(breaker.Config{MinRequests: 2, FailureRate: 0.5})
 		p := &guardrail.Policy{Idempotent: true, MaxAttempts: 5, Budget: budget.Unlimited(), Backoff: backoff.Constant(time.Second), Breaker: br}
 		dep := &counter{errs: []error{errBoom}}
 		start := time.Now()
@@ -121,7 +124,7 @@ func TestBreakerOpeningMidRetryStopsRetries(t *testing.T) {
 
 func TestHalfOpenProbeThroughDo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		br := breaker.New(breaker.Config{MinRequests: -1, OpenFor: time.Second, OpenJitter: -1})
+		br := newBreaker(breaker.Config{MinRequests: 1, OpenFor: time.Second, NoOpenJitter: true})
 		p := &guardrail.Policy{MaxAttempts: 1, Breaker: br}
 		_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) { return 0, errBoom })
 		if br.State() != breaker.Open {
@@ -158,11 +161,12 @@ func TestHalfOpenProbeThroughDo(t *testing.T) {
 	})
 }
 
+// The breaker a Policy creates reports its transitions to the Policy's
+// Observer.
 func TestBreakerTransitionsReachTheObserver(t *testing.T) {
 	var got []event.Event
 	var mu sync.Mutex
 	p := &guardrail.Policy{Name: "pricing", MaxAttempts: 1,
-		Breaker: breaker.New(breaker.Config{MinRequests: -1}),
 		Observer: event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
 			if e.Kind == event.BreakerTransition || e.Kind == event.BreakerReject {
 				mu.Lock()
@@ -171,8 +175,9 @@ func TestBreakerTransitionsReachTheObserver(t *testing.T) {
 			}
 			return ctx
 		})}
-	_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) { return 0, errBoom })
-	_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) { return 0, errBoom })
+	for range breaker.DefaultMinRequests + 1 { // the last one is rejected
+		_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) { return 0, errBoom })
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(got) != 2 {
@@ -190,7 +195,7 @@ func TestBreakerTransitionsReachTheObserver(t *testing.T) {
 
 func TestBulkheadFullFailsFast(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		bh := bulkhead.New(bulkhead.Config{MaxConcurrent: 1})
+		bh := newBulkhead(bulkhead.Config{MaxConcurrent: 1})
 		p := &guardrail.Policy{MaxAttempts: 1, Bulkhead: bh, Breaker: noBreaker()}
 		gate := make(chan struct{})
 		go func() {
@@ -211,11 +216,11 @@ func TestBulkheadFullFailsFast(t *testing.T) {
 }
 
 // The bulkhead wait never eats the time an attempt needs: with 1 s left and
-// MinAttempt 200 ms, the wait ends at 800 ms.
+// MinAttemptTime 200 ms, the wait ends at 800 ms.
 func TestBulkheadWaitStopsBeforeTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		bh := bulkhead.New(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Minute})
-		p := &guardrail.Policy{MaxAttempts: 1, Bulkhead: bh, MinAttempt: 200 * time.Millisecond, Breaker: noBreaker()}
+		bh := newBulkhead(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Minute})
+		p := &guardrail.Policy{MaxAttempts: 1, Bulkhead: bh, MinAttemptTime: 200 * time.Millisecond, Breaker: noBreaker()}
 		gate := make(chan struct{})
 		go func() {
 			_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) { <-gate; return 1, nil })
@@ -236,8 +241,8 @@ func TestBulkheadWaitStopsBeforeTheDeadline(t *testing.T) {
 // is not left waiting for a report that never comes.
 func TestBulkheadRejectionFreesTheProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		br := breaker.New(breaker.Config{MinRequests: -1, OpenFor: time.Second, OpenJitter: -1})
-		bh := bulkhead.New(bulkhead.Config{MaxConcurrent: 1})
+		br := newBreaker(breaker.Config{MinRequests: 1, OpenFor: time.Second, NoOpenJitter: true})
+		bh := newBulkhead(bulkhead.Config{MaxConcurrent: 1})
 		p := &guardrail.Policy{MaxAttempts: 1, Breaker: br}
 		_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) { return 0, errBoom })
 		time.Sleep(time.Second)
@@ -246,7 +251,7 @@ func TestBulkheadRejectionFreesTheProbe(t *testing.T) {
 		if _, err := guardrail.Do(context.Background(), p2, func(context.Context) (int, error) { return 1, nil }); !errors.Is(err, guardrail.ErrBulkheadFull) {
 			t.Fatalf("err = %v", err)
 		}
-		release()
+		release.Release()
 		if _, err := guardrail.Do(context.Background(), p, func(context.Context) (int, error) { return 1, nil }); err != nil {
 			t.Fatalf("the next probe was refused (%v): the first one's permit leaked", err)
 		}
@@ -257,7 +262,7 @@ func TestBulkheadRejectionFreesTheProbe(t *testing.T) {
 }
 
 func TestPanicReleasesTheBulkheadSlot(t *testing.T) {
-	bh := bulkhead.New(bulkhead.Config{MaxConcurrent: 1})
+	bh := newBulkhead(bulkhead.Config{MaxConcurrent: 1})
 	p := &guardrail.Policy{MaxAttempts: 1, Bulkhead: bh}
 	func() {
 		defer func() { _ = recover() }()
@@ -266,4 +271,72 @@ func TestPanicReleasesTheBulkheadSlot(t *testing.T) {
 	if bh.InFlight() != 0 {
 		t.Fatal("a panicking attempt kept its bulkhead slot")
 	}
+}
+
+// A breaker shared by many policies is observed by whoever built it: one
+// ForceOpen is one event, whatever the number of policies, and the
+// policies do not outlive their use. When each Policy subscribed to the
+// breaker it was given and never unsubscribed, 1,000 policies made one
+// ForceOpen deliver 1,000 events, and the breaker kept all of them alive.
+func TestSharedBreakerDoesNotHoldItsPolicies(t *testing.T) {
+	var builderEvents, policyEvents atomic.Int64
+	counting := func(n *atomic.Int64) event.Observer {
+		return event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+			if e.Kind == event.BreakerTransition {
+				n.Add(1)
+			}
+			return ctx
+		})
+	}
+	br := newBreaker(breaker.Config{Name: "payments", Observer: counting(&builderEvents)})
+	const policies = 1000
+	weaks := make([]weak.Pointer[guardrail.Policy], policies)
+	for i := range weaks {
+		p := &guardrail.Policy{Name: "payments", Breaker: br, Observer: counting(&policyEvents)}
+		if _, err := guardrail.Do(context.Background(), p, okOp); err != nil {
+			t.Fatal(err)
+		}
+		weaks[i] = weak.Make(p)
+	}
+	br.ForceOpen()
+	if b, p := builderEvents.Load(), policyEvents.Load(); b != 1 || p != 0 {
+		t.Fatalf("one ForceOpen delivered %d events to the breaker's observer and %d to the policies'; want 1 and 0", b, p)
+	}
+	runtime.GC()
+	runtime.GC()
+	alive := 0
+	for _, w := range weaks {
+		if w.Value() != nil {
+			alive++
+		}
+	}
+	if alive != 0 {
+		t.Fatalf("%d of %d policies still reachable after their last use: the shared breaker holds them", alive, policies)
+	}
+	runtime.KeepAlive(br)
+}
+
+// A deadline that passes while the call waits for a bulkhead slot ends the
+// call with ErrDeadline, as a deadline does anywhere else in Do, not with a
+// bare context.DeadlineExceeded.
+func TestDeadlineDuringBulkheadWaitIsErrDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bh := newBulkhead(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour})
+		held, _ := bh.Acquire(context.Background())
+		defer held.Release()
+		var outcome string
+		p := &guardrail.Policy{MaxAttempts: 1, Bulkhead: bh, MinAttemptTime: -1, Breaker: noBreaker(),
+			Observer: event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+				if e.Kind == event.CallEnd {
+					outcome = e.Outcome
+				}
+				return ctx
+			})}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, err := guardrail.Do(ctx, p, okOp)
+		if !errors.Is(err, guardrail.ErrDeadline) || !errors.Is(err, context.DeadlineExceeded) || outcome != event.OutcomeDeadline {
+			t.Fatalf("err = %v, outcome %q; want ErrDeadline wrapping the context's error, outcome deadline", err, outcome)
+		}
+	})
 }

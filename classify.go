@@ -11,7 +11,8 @@ import (
 	"github.com/guardrail-go/guardrail/breaker"
 )
 
-// Verdict is what a classifier says about one failed attempt.
+// Verdict is what a classifier says about one failed attempt: a plain
+// value, safe to copy and to share between goroutines.
 type Verdict struct {
 	// Outcome is what the breaker records: Failure for errors that say the
 	// dependency is unhealthy (timeouts, connection failures, 5xx, 429),

@@ -14,41 +14,67 @@ import (
 // Do runs op under p and returns its result. p may be nil (see Policy).
 //
 // Before every attempt Do checks the time left on ctx: below
-// Policy.MinAttempt it stops with ErrDeadline. It then asks the breaker (an
-// open one stops the call with ErrCircuitOpen, without running op) and takes
-// a bulkhead slot if the Policy has a bulkhead (ErrBulkheadFull when none
-// frees up before the deadline minus MinAttempt). It runs the attempt under
-// min(AttemptTimeout, time left); op's context is done when the attempt ends,
-// so whatever op started is cancelled, not abandoned. A failed attempt is
-// classified; Do retries only a retryable failure of an idempotent operation
-// (or one that was never sent), while attempts remain, the delay before the
-// retry plus MinAttempt fits in the time left, and the retry budget grants a
-// token. The delay is the server's Retry-After when it gave one, else the
-// backoff's. Cancelling ctx ends a wait at once.
+// Policy.MinAttemptTime it stops with ErrDeadline. It then asks the breaker
+// (an open one stops the call with ErrCircuitOpen, without running op) and
+// takes a bulkhead slot if the Policy has a bulkhead (ErrBulkheadFull when
+// none frees up before the deadline minus MinAttemptTime). It runs the
+// attempt under min(AttemptTimeout, time left); op's context is done when
+// the attempt ends, so whatever op started is cancelled, not abandoned. A
+// failed attempt is classified; Do retries only a retryable failure of an
+// idempotent operation (or one that was never sent), while attempts remain,
+// the delay before the retry plus MinAttemptTime fits in the time left, and
+// the retry budget grants a token. The delay is the server's Retry-After
+// when it gave one, else the backoff's. Cancelling ctx ends a wait at once.
 //
-// On success Do returns op's value and a nil error. When it gives up it
-// returns the zero T and either the last attempt's error as is (a permanent
-// failure, or attempts exhausted) or an *Error that Is ErrDeadline,
-// ErrBudgetExhausted, ErrOutcomeUnknown, ErrCircuitOpen or ErrBulkheadFull
-// and wraps the last attempt's error (or, when no attempt ran, the
-// breaker's or bulkhead's). A breaker that opens between attempts ends the
-// retries at once. When the caller cancels ctx, the error is op's or
-// ctx.Err().
+// Do returns exactly one of:
+//
+//   - op's value and a nil error, on success;
+//   - the zero T and the last attempt's error as op returned it, for a
+//     failure that is not retried (permanent, or the operation is not
+//     idempotent) or when attempts are exhausted;
+//   - the zero T and an *Error that Is ErrDeadline, ErrBudgetExhausted,
+//     ErrOutcomeUnknown, ErrCircuitOpen or ErrBulkheadFull and wraps the
+//     last attempt's error (or, when no attempt ran, the context's, the
+//     breaker's or the bulkhead's error). A breaker that opens between
+//     attempts ends the retries at once with ErrCircuitOpen;
+//   - the zero T and op's error or ctx.Err() when the caller cancelled ctx
+//     (context.Canceled; a passed deadline is ErrDeadline);
+//   - the zero T and an error wrapping ErrInvalidPolicy, without running op,
+//     when a Policy field holds an invalid value.
 //
 // Do starts no goroutine. A panic in op is recorded (the attempt counts as a
 // failure) and then continues up the caller's stack.
 func Do[T any](ctx context.Context, p *Policy, op func(context.Context) (T, error)) (T, error) {
-	if p == nil {
-		p = &defaultPolicy
-	}
-	return DoCall(ctx, p, Call{Idempotent: p.Idempotent}, op)
+	return DoCall(ctx, p, Call{}, op)
 }
 
+// Idempotence says whether one call may be repeated, for Call.Idempotent.
+// Its zero value defers to the Policy. It is a plain value, safe for
+// concurrent use.
+type Idempotence uint8
+
+// The values of Idempotence.
+const (
+	// IdempotenceOfPolicy, the zero value, means as Policy.Idempotent says.
+	IdempotenceOfPolicy Idempotence = iota
+	// Idempotent marks this call as safe to repeat, whatever the Policy
+	// says (a GET through a policy for writes).
+	Idempotent
+	// NotIdempotent marks this call as unsafe to repeat, whatever the
+	// Policy says (a POST without an idempotency key through a policy for
+	// reads).
+	NotIdempotent
+)
+
 // Call refines a Policy for one call, for callers such as an HTTP transport
-// that decide per request what Do otherwise reads from the Policy.
+// that decide per request what Do otherwise reads from the Policy. The zero
+// Call changes nothing: every field's zero value means "as the Policy
+// says". A Call is a plain value that DoCall copies; the Breaker and
+// Bulkhead it points to are safe for concurrent use.
 type Call struct {
-	// Idempotent replaces Policy.Idempotent for this call.
-	Idempotent bool
+	// Idempotent, when not IdempotenceOfPolicy, replaces
+	// Policy.Idempotent for this call.
+	Idempotent Idempotence
 	// Dependency, when not empty, replaces Policy.Name in this call's events
 	// (an HTTP transport reports the host).
 	Dependency string
@@ -71,8 +97,14 @@ func DoCall[T any](ctx context.Context, p *Policy, c Call, op func(context.Conte
 	if s.err != nil {
 		return zero, s.err
 	}
-	cl := call{ctx: ctx, p: p, s: s, obs: p.Observer, idempotent: c.Idempotent, dependency: c.Dependency,
+	cl := call{ctx: ctx, p: p, s: s, obs: p.Observer, idempotent: p.Idempotent, dependency: c.Dependency,
 		breaker: s.breaker, bulkhead: p.Bulkhead}
+	switch c.Idempotent {
+	case Idempotent:
+		cl.idempotent = true
+	case NotIdempotent:
+		cl.idempotent = false
+	}
 	if c.Breaker != nil {
 		cl.breaker = c.Breaker
 	}
@@ -114,10 +146,7 @@ func attempt[T any](c *call, op func(context.Context) (T, error), actx context.C
 		if cancel != nil {
 			cancel()
 		}
-		if c.release != nil {
-			c.release()
-			c.release = nil
-		}
+		c.slot.Release() // a no-op without a bulkhead
 		if !done {
 			c.panicked()
 		}
@@ -142,7 +171,7 @@ type call struct {
 	breaker     *breaker.Breaker   // nil: none
 	bulkhead    *bulkhead.Bulkhead // nil: none
 	permit      breaker.Permit     // the current attempt's
-	release     func()             // frees the current attempt's bulkhead slot
+	slot        bulkhead.Slot      // the current attempt's; zero without a bulkhead
 	actx        context.Context    // the current attempt's context, as the observer returned it
 	operation   string             // event.Operation(ctx); set only when observed
 	deadline    time.Time          // ctx's deadline; set only when observed
@@ -156,6 +185,7 @@ type call struct {
 	start       time.Time // call start; set only when observed
 	astart      time.Time // attempt start; set only when observed
 	remain      time.Duration
+	outcome     string // the CallEnd outcome of a call that fails; "" means event.OutcomeError
 }
 
 func (c *call) begin() {
@@ -178,8 +208,10 @@ func (c *call) cleanup() {
 	}
 }
 
-// beforeAttempt is step 1 and the setup of step 2 of DESIGN.md's "One call":
-// deadline check, then the attempt's context.
+// beforeAttempt checks what must hold before an attempt starts (time left,
+// breaker, bulkhead, in that order: the cheapest refusal first, and no slot
+// taken for an attempt the breaker refuses), then builds the attempt's
+// context.
 func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
 	dl, hasDeadline := c.ctx.Deadline()
 	var now time.Time
@@ -215,12 +247,11 @@ func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
 		if hasDeadline {
 			latest = dl.Add(-c.s.minAttempt)
 		}
-		release, err := c.bulkhead.AcquireBy(c.ctx, latest)
-		if err != nil {
+		var err error
+		if c.slot, err = c.bulkhead.AcquireBy(c.ctx, latest); err != nil {
 			c.permit.Done(breaker.Ignored, 0) // frees a probe slot
 			return nil, nil, c.bulkheadRejected(err)
 		}
-		c.release = release
 	}
 	c.attempts++
 	actx := c.ctx
@@ -273,14 +304,15 @@ func (c *call) panicked() {
 
 var errPanicked = errors.New("guardrail: operation panicked")
 
-// failed is steps 3 to 5: classify, record, decide, wait. It returns nil
-// when another attempt should run, else the error Do returns.
+// failed handles a failed attempt: classify, record, decide, wait. It
+// returns nil when another attempt should run, else the error Do returns.
 func (c *call) failed(err error, timedOut bool) error {
 	c.lastErr = err
 	if perr := c.ctx.Err(); perr != nil {
 		if errors.Is(perr, context.Canceled) {
 			// The caller gave up: not the dependency's fault, not retried.
 			c.recordAttempt(breaker.Ignored, err)
+			c.outcome = event.OutcomeCanceled
 			return err
 		}
 		// The caller's deadline passed during the attempt: the dependency did
@@ -378,6 +410,7 @@ func (c *call) wait(d time.Duration) error {
 		return nil
 	case <-c.ctx.Done():
 		if errors.Is(c.ctx.Err(), context.Canceled) {
+			c.outcome = event.OutcomeCanceled
 			return c.ctx.Err()
 		}
 		return c.giveUp(ErrDeadline, 0)
@@ -421,14 +454,22 @@ func (c *call) rejected(err error) error {
 	if cause == nil {
 		cause = err
 	}
+	c.outcome = event.OutcomeCircuitOpen
 	return &Error{Kind: ErrCircuitOpen, Attempts: c.attempts, RetryIn: retryIn, Err: cause}
 }
 
-// bulkheadRejected turns a bulkhead's refusal into ErrBulkheadFull, or the
+// bulkheadRejected turns a bulkhead's refusal into ErrBulkheadFull, the
+// caller's deadline passing during the wait into ErrDeadline, and the
 // caller's own cancellation into ctx.Err().
 func (c *call) bulkheadRejected(err error) error {
 	if !errors.Is(err, bulkhead.ErrFull) {
-		return err // the caller's context ended while waiting
+		// The caller's context ended while waiting: cancelled, or its
+		// deadline passed, which is ErrDeadline as anywhere else in Do.
+		if errors.Is(err, context.Canceled) {
+			c.outcome = event.OutcomeCanceled
+			return err
+		}
+		return c.giveUp(ErrDeadline, 0)
 	}
 	if c.obs != nil {
 		e := c.event(event.BulkheadReject, time.Time{})
@@ -443,6 +484,7 @@ func (c *call) bulkheadRejected(err error) error {
 	if cause == nil {
 		cause = err
 	}
+	c.outcome = event.OutcomeBulkheadFull
 	return &Error{Kind: ErrBulkheadFull, Attempts: c.attempts, Err: cause}
 }
 
@@ -466,11 +508,19 @@ func (c *call) refuse(reason string) {
 }
 
 // giveUp builds the typed error for kind, wrapping the last error (or the
-// context's, when no attempt failed yet).
+// context's, when no attempt failed yet), and records the call's outcome.
 func (c *call) giveUp(kind error, retryIn time.Duration) error {
 	cause := c.lastErr
 	if cause == nil {
 		cause = c.ctx.Err()
+	}
+	switch kind {
+	case ErrDeadline:
+		c.outcome = event.OutcomeDeadline
+	case ErrBudgetExhausted:
+		c.outcome = event.OutcomeBudgetExhausted
+	case ErrOutcomeUnknown:
+		c.outcome = event.OutcomeUnknown
 	}
 	return &Error{Kind: kind, Attempts: c.attempts, RetryIn: retryIn, Err: cause}
 }
@@ -482,35 +532,18 @@ func (c *call) end(err error) error {
 	}
 	now := time.Now()
 	e := c.event(event.CallEnd, now)
-	e.Outcome = callOutcome(err)
+	// The outcome is the one this call decided on, never read back from
+	// err: an error that wraps another call's *Error (a nested Do, or the
+	// cancel cause a fallback group gives the sibling it stops) says what
+	// happened to that call, not to this one.
+	e.Outcome = c.outcome
+	if e.Outcome == "" {
+		e.Outcome = event.OutcomeError
+	}
 	e.Duration = now.Sub(c.start)
 	e.Err = err
 	c.obs.Observe(c.ctx, e)
 	return err
-}
-
-func callOutcome(err error) string {
-	var ge *Error
-	switch {
-	case err == nil:
-		return event.OutcomeOK
-	case errors.As(err, &ge):
-		switch ge.Kind {
-		case ErrCircuitOpen:
-			return event.OutcomeCircuitOpen
-		case ErrBudgetExhausted:
-			return event.OutcomeBudgetExhausted
-		case ErrDeadline:
-			return event.OutcomeDeadline
-		case ErrBulkheadFull:
-			return event.OutcomeBulkheadFull
-		case ErrOutcomeUnknown:
-			return event.OutcomeUnknown
-		}
-	case errors.Is(err, context.Canceled):
-		return event.OutcomeCanceled
-	}
-	return event.OutcomeError
 }
 
 // event fills the fields every event shares. now may be zero when the

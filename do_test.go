@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/event"
 
 	"go.uber.org/goleak"
@@ -53,7 +55,20 @@ func unlimited() *guardrail.Policy {
 	return &guardrail.Policy{Idempotent: true, Budget: budget.Unlimited(), Backoff: backoff.None(), Breaker: noBreaker()}
 }
 
-func noBreaker() *breaker.Breaker { return breaker.New(breaker.Config{Mode: breaker.Disabled}) }
+func noBreaker() *breaker.Breaker { return newBreaker(breaker.Config{Mode: breaker.Disabled}) }
+
+// newBreaker, newBulkhead and newBudget are the constructors for
+// configurations the test knows are valid.
+func newBreaker(cfg breaker.Config) *breaker.Breaker     { return must(breaker.New(cfg)) }
+func newBulkhead(cfg bulkhead.Config) *bulkhead.Bulkhead { return must(bulkhead.New(cfg)) }
+func newBudget(cfg budget.Config) *budget.Budget         { return must(budget.New(cfg)) }
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
 
 func TestRetriesOnlyTransientFailures(t *testing.T) {
 	tests := []struct {
@@ -175,7 +190,7 @@ func TestAttemptTimeoutRetriesIdempotent(t *testing.T) {
 	})
 }
 
-// A retry whose delay plus MinAttempt does not fit in the time left is not
+// A retry whose delay plus MinAttemptTime does not fit in the time left is not
 // attempted, and Do does not sleep toward the deadline first.
 func TestNoRetryThatCannotFitTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -183,7 +198,7 @@ func TestNoRetryThatCannotFitTheDeadline(t *testing.T) {
 		defer cancel()
 		p := unlimited()
 		p.Backoff = backoff.Constant(800 * time.Millisecond)
-		p.MinAttempt = 100 * time.Millisecond
+		p.MinAttemptTime = 100 * time.Millisecond
 		start := time.Now()
 		calls := 0
 		_, err := guardrail.Do(ctx, p, func(ctx context.Context) (int, error) {
@@ -203,14 +218,14 @@ func TestNoRetryThatCannotFitTheDeadline(t *testing.T) {
 	})
 }
 
-func TestMinAttemptRefusesToStart(t *testing.T) {
+func TestMinAttemptTimeRefusesToStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 		defer cancel()
 		calls := 0
 		_, err := guardrail.Do(ctx, nil, func(context.Context) (int, error) { calls++; return 1, nil })
 		if !errors.Is(err, guardrail.ErrDeadline) || calls != 0 {
-			t.Fatalf("30ms left, MinAttempt 50ms: err %v, %d calls; want ErrDeadline, 0 calls", err, calls)
+			t.Fatalf("30ms left, MinAttemptTime 50ms: err %v, %d calls; want ErrDeadline, 0 calls", err, calls)
 		}
 	})
 }
@@ -270,7 +285,7 @@ func TestRetryAfterBeyondCapOrDeadlineEndsAtOnce(t *testing.T) {
 	})
 }
 
-// Seed 003 card 036: 1000 calls to a dead dependency with 3 attempts each
+// 1000 calls to a dead dependency with 3 attempts each
 // make 3000 attempts without a budget and about 1110 with a 10 % budget.
 func TestBudgetCapsAmplification(t *testing.T) {
 	run := func(b *budget.Budget) (attempts int, exhausted int) {
@@ -369,13 +384,33 @@ func TestPanicIsRecordedAndPropagates(t *testing.T) {
 	}
 }
 
+// An invalid Policy is reported at first use, every invalid field by
+// name, without running the operation, and the same error on every call.
 func TestInvalidPolicyIsRejected(t *testing.T) {
-	for _, p := range []*guardrail.Policy{{MaxAttempts: -1}, {AttemptTimeout: -time.Second}} {
-		calls := 0
-		_, err := guardrail.Do(context.Background(), p, func(context.Context) (int, error) { calls++; return 0, nil })
-		if !errors.Is(err, guardrail.ErrInvalidPolicy) || calls != 0 {
-			t.Errorf("%+v: err %v, %d calls; want ErrInvalidPolicy without running op", p, err, calls)
+	for _, tc := range []struct {
+		p    *guardrail.Policy
+		want string
+	}{
+		{&guardrail.Policy{Name: "a", MaxAttempts: -1},
+			`guardrail: invalid policy "a": Policy.MaxAttempts is -1; want 1 or more, or zero for the default`},
+		{&guardrail.Policy{Name: "b", AttemptTimeout: -time.Second},
+			`guardrail: invalid policy "b": Policy.AttemptTimeout is -1s; want a positive duration, or zero for none`},
+		{&guardrail.Policy{Name: "c", MaxAttempts: -2, AttemptTimeout: -time.Millisecond},
+			`guardrail: invalid policy "c": Policy.MaxAttempts is -2; want 1 or more, or zero for the default` + "\n" +
+				`guardrail: invalid policy "c": Policy.AttemptTimeout is -1ms; want a positive duration, or zero for none`},
+	} {
+		for range 2 {
+			calls := 0
+			_, err := guardrail.Do(context.Background(), tc.p, func(context.Context) (int, error) { calls++; return 0, nil })
+			if !errors.Is(err, guardrail.ErrInvalidPolicy) || calls != 0 || err.Error() != tc.want {
+				t.Errorf("err %v, %d calls; want ErrInvalidPolicy without running op:\n%s", err, calls, tc.want)
+			}
 		}
+	}
+	// The limits whose comments say negative means no limit are valid.
+	p := &guardrail.Policy{MinAttemptTime: -1, MaxRetryAfter: -1}
+	if _, err := guardrail.Do(context.Background(), p, okOp); err != nil {
+		t.Fatalf("negative MinAttemptTime and MaxRetryAfter: %v", err)
 	}
 }
 
@@ -486,7 +521,7 @@ func TestDoCallDecidesIdempotencyPerCall(t *testing.T) {
 		return ctx
 	})
 	dep := &counter{errs: []error{errBoom}}
-	_, _ = guardrail.DoCall(context.Background(), p, guardrail.Call{Idempotent: true, Dependency: "api.example:443"}, dep.op)
+	_, _ = guardrail.DoCall(context.Background(), p, guardrail.Call{Idempotent: guardrail.Idempotent, Dependency: "api.example:443"}, dep.op)
 	if dep.calls != 3 {
 		t.Fatalf("DoCall with Idempotent: %d calls, want 3", dep.calls)
 	}
@@ -494,7 +529,11 @@ func TestDoCallDecidesIdempotencyPerCall(t *testing.T) {
 	if dep.calls != 4 {
 		t.Fatalf("Do with a non-idempotent policy retried: %d calls, want 4", dep.calls)
 	}
-	if fmt.Sprint(deps) != "[api.example:443 api]" {
+	_, _ = guardrail.DoCall(context.Background(), p, guardrail.Call{}, dep.op)
+	if dep.calls != 5 {
+		t.Fatalf("DoCall with the zero Call through a non-idempotent policy retried: %d calls, want 5", dep.calls)
+	}
+	if fmt.Sprint(deps) != "[api.example:443 api api]" {
 		t.Fatalf("dependencies in events = %v", deps)
 	}
 }
@@ -508,7 +547,7 @@ func TestErrorTimeoutAndBudgetRetryIn(t *testing.T) {
 			t.Fatalf("ErrOutcomeUnknown from a timeout: Timeout() false (%v)", err)
 		}
 	})
-	b := budget.New(budget.Config{Max: 1})
+	b := newBudget(budget.Config{Max: 1})
 	b.TryRetry()
 	p := &guardrail.Policy{Idempotent: true, Budget: b, Backoff: backoff.Constant(300 * time.Millisecond), Breaker: noBreaker()}
 	_, err := guardrail.Do(context.Background(), p, func(context.Context) (int, error) { return 0, errBoom })
@@ -516,4 +555,86 @@ func TestErrorTimeoutAndBudgetRetryIn(t *testing.T) {
 	if !errors.As(err, &ge) || ge.Kind != guardrail.ErrBudgetExhausted || ge.RetryIn != 300*time.Millisecond || ge.Timeout() {
 		t.Fatalf("err = %#v, want ErrBudgetExhausted with RetryIn 300ms and no timeout", err)
 	}
+}
+
+// The zero Call means "as the Policy says", for Idempotent as for every
+// other field: DoCall with a Call that sets only the Dependency makes as
+// many attempts as Do. When Call.Idempotent was a bool, its zero value
+// overrode an idempotent Policy and the call made 1 attempt instead of 3.
+func TestZeroCallIdempotenceFollowsThePolicy(t *testing.T) {
+	for _, tc := range []struct {
+		policy bool
+		call   guardrail.Idempotence
+		want   int
+	}{
+		{true, guardrail.IdempotenceOfPolicy, 3},
+		{false, guardrail.IdempotenceOfPolicy, 1},
+		{true, guardrail.NotIdempotent, 1},
+		{false, guardrail.Idempotent, 3},
+		{true, guardrail.Idempotent, 3},
+		{false, guardrail.NotIdempotent, 1},
+	} {
+		p := unlimited()
+		p.Idempotent = tc.policy
+		viaDo, viaCall := &counter{errs: []error{errBoom}}, &counter{errs: []error{errBoom}}
+		if tc.call == guardrail.IdempotenceOfPolicy {
+			_, _ = guardrail.Do(context.Background(), p, viaDo.op)
+			if viaDo.calls != tc.want {
+				t.Errorf("Do, Policy.Idempotent %v: %d attempts, want %d", tc.policy, viaDo.calls, tc.want)
+			}
+		}
+		_, _ = guardrail.DoCall(context.Background(), p, guardrail.Call{Dependency: "x", Idempotent: tc.call}, viaCall.op)
+		if viaCall.calls != tc.want {
+			t.Errorf("DoCall, Policy.Idempotent %v, Call.Idempotent %v: %d attempts, want %d", tc.policy, tc.call, viaCall.calls, tc.want)
+		}
+	}
+}
+
+// A call whose own context was cancelled ends as canceled, even when the
+// cancel cause, or the error op returns, wraps another call's *Error (a
+// fallback group stops the losing sibling with the winner's error). Read
+// back from the error, such a call counted as circuit_open against a
+// dependency whose breaker never opened.
+func TestCancelledCallOutcomeIsCanceled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var outcomes []string
+		obs := event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+			if e.Kind == event.CallEnd {
+				outcomes = append(outcomes, e.Outcome)
+			}
+			return ctx
+		})
+		sibling := &guardrail.Error{Kind: guardrail.ErrCircuitOpen, Err: breaker.ErrOpen}
+		p := unlimited()
+		p.Observer = obs
+
+		// Cancelled during the attempt; op returns the cause.
+		ctx, cancel := context.WithCancelCause(context.Background())
+		_, err := guardrail.Do(ctx, p, func(ctx context.Context) (int, error) {
+			cancel(sibling)
+			return 0, context.Cause(ctx)
+		})
+		if !errors.Is(err, guardrail.ErrCircuitOpen) {
+			t.Fatalf("err = %v, want op's error as is", err)
+		}
+
+		// Cancelled during the backoff before a retry.
+		p2 := unlimited()
+		p2.Observer, p2.Backoff = obs, backoff.Constant(time.Hour)
+		ctx2, cancel2 := context.WithCancelCause(context.Background())
+		_, _ = guardrail.Do(ctx2, p2, func(context.Context) (int, error) {
+			time.AfterFunc(time.Millisecond, func() { cancel2(sibling) })
+			return 0, errBoom
+		})
+
+		// A nested call's *Error, returned by op of a call nobody cancelled, is
+		// that call's outcome, not this one's: this call failed with an error.
+		_, _ = guardrail.Do(context.Background(), &guardrail.Policy{MaxAttempts: 1, Breaker: noBreaker(), Observer: obs},
+			func(context.Context) (int, error) { return 0, guardrail.Permanent(sibling) })
+
+		want := []string{event.OutcomeCanceled, event.OutcomeCanceled, event.OutcomeError}
+		if !slices.Equal(outcomes, want) {
+			t.Fatalf("CallEnd outcomes %v, want %v", outcomes, want)
+		}
+	})
 }

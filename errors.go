@@ -30,7 +30,8 @@ var (
 // (ErrDeadline, ErrCircuitOpen, ...) and unwraps to the last attempt's error.
 // Exhausted retries of an ordinary failure return the last error itself,
 // unwrapped, so callers see the dependency's error as they would without
-// guardrail.
+// guardrail. Do never changes an Error after returning it: it is safe to
+// read from any goroutine.
 type Error struct {
 	// Kind is one of the sentinel errors of this package.
 	Kind error

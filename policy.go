@@ -1,7 +1,6 @@
 package guardrail
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -16,16 +15,22 @@ import (
 	"github.com/guardrail-go/guardrail/bulkhead"
 )
 
-// Defaults used for zero Policy fields (DESIGN.md, seeds 000 and 003).
+// Defaults used for zero Policy fields. Three attempts ride out a blip
+// without multiplying the load of an outage by more than three (and the
+// retry budget holds it far below that); 50 ms is about the least an
+// attempt across a network needs, so less is not worth starting; 30 s is
+// the longest a caller under a typical deadline can sensibly be asked to
+// wait before its retry.
 const (
-	DefaultMaxAttempts   = 3
-	DefaultMinAttempt    = 50 * time.Millisecond
-	DefaultMaxRetryAfter = 30 * time.Second
+	DefaultMaxAttempts    = 3
+	DefaultMinAttemptTime = 50 * time.Millisecond
+	DefaultMaxRetryAfter  = 30 * time.Second
 )
 
 // ErrInvalidPolicy is wrapped by the error Do returns, without running the
-// operation, when a Policy field holds a value that has no sensible meaning
-// (a negative MaxAttempts, say).
+// operation, when a Policy field holds a value that has no meaning (a
+// negative MaxAttempts, say). The error names every such field, what it
+// held and what is allowed.
 var ErrInvalidPolicy = errors.New("guardrail: invalid policy")
 
 // Policy is how calls to one dependency are guarded. Do applies it in a fixed
@@ -58,13 +63,14 @@ type Policy struct {
 	// is the context op receives. A negative value is rejected.
 	AttemptTimeout time.Duration
 
-	// MinAttempt is the least time worth starting an attempt with: with less
-	// left on the context's deadline Do stops with ErrDeadline instead of
-	// starting an attempt that cannot finish, and a retry whose delay plus
-	// MinAttempt does not fit is not attempted. Zero means
-	// DefaultMinAttempt (50 ms, seed 003 card 037); a negative value means no
-	// minimum.
-	MinAttempt time.Duration
+	// MinAttemptTime is the least time worth starting an attempt with: with
+	// less left on the context's deadline Do stops with ErrDeadline instead
+	// of starting an attempt that cannot finish, and a retry whose delay
+	// plus MinAttemptTime does not fit is not attempted. Zero means
+	// DefaultMinAttemptTime (50 ms, about the least a network round trip
+	// with some work behind it needs); negative means no limit: any time
+	// left is worth an attempt.
+	MinAttemptTime time.Duration
 
 	// Backoff computes the delay before each retry. Nil means full jitter,
 	// base 100 ms, cap 10 s.
@@ -72,8 +78,8 @@ type Policy struct {
 
 	// MaxRetryAfter caps how long a server may ask Do to wait (Retry-After):
 	// a longer request ends the call at once rather than retrying sooner than
-	// asked. Zero means DefaultMaxRetryAfter (30 s); a negative value means
-	// server hints are ignored and the backoff applies.
+	// asked. Zero means DefaultMaxRetryAfter (30 s); negative means no limit
+	// on the hint is kept: server hints are ignored and the backoff applies.
 	MaxRetryAfter time.Duration
 
 	// Classify decides what a failed attempt means. Nil means
@@ -84,7 +90,7 @@ type Policy struct {
 	// or a write carrying an idempotency key). When false, the zero value,
 	// Do retries only failures that say the request was never sent, and a
 	// timed-out attempt ends with ErrOutcomeUnknown: the operation may have
-	// taken effect.
+	// taken effect. Call.Idempotent overrides it for one call.
 	Idempotent bool
 
 	// Budget caps retries at a fraction of calls. Nil means a budget owned by
@@ -97,19 +103,23 @@ type Policy struct {
 	// fast instead of waiting on it. Nil means a breaker owned by this
 	// Policy with breaker's defaults (10 s window, at least 20 calls, 50 %
 	// failures, open 30 s plus up to 20 % jitter, one probe), created on
-	// first use; a nil *Policy has none, having no one dependency to watch.
-	// To go without, set breaker.New(breaker.Config{Mode: breaker.Disabled}).
-	// Share one Breaker between policies that call the same failure domain.
+	// first use, which reports its transitions to Observer; a nil *Policy
+	// has none, having no one dependency to watch. To go without, set a
+	// breaker built with breaker.Config{Mode: breaker.Disabled}. Share one
+	// Breaker between policies that call the same failure domain; its
+	// transitions go to the Observer of its own breaker.Config, not to the
+	// policies' (each would report them once more, and the breaker would
+	// keep every policy that ever used it alive).
 	Breaker *breaker.Breaker
 
 	// Bulkhead bounds the attempts in flight to the dependency, so a slow
 	// one cannot take every goroutine, socket or connection of the process.
 	// Nil means no bound. Do waits for a slot at most until the deadline
-	// minus MinAttempt.
+	// minus MinAttemptTime.
 	Bulkhead *bulkhead.Bulkhead
 
-	// event.Observer receives the call's events, and the transitions of the
-	// Policy's Breaker. Nil costs nothing.
+	// Observer receives the call's events, and the transitions of the
+	// breaker the Policy creates when Breaker is nil. Nil costs nothing.
 	Observer event.Observer
 
 	// Rand returns uniform draws in [0, 1) for backoff jitter. Nil means
@@ -143,7 +153,6 @@ func (p *Policy) settings() *settings {
 	}
 	s := p.resolve()
 	if p.resolved.CompareAndSwap(nil, s) {
-		p.observeBreaker(s.breaker)
 		return s
 	}
 	return p.resolved.Load() // another call won; use its budget and breaker
@@ -153,7 +162,7 @@ func (p *Policy) resolve() *settings {
 	s := &settings{
 		maxAttempts:    p.MaxAttempts,
 		attemptTimeout: p.AttemptTimeout,
-		minAttempt:     p.MinAttempt,
+		minAttempt:     p.MinAttemptTime,
 		backoff:        p.Backoff,
 		maxRetryAfter:  p.MaxRetryAfter,
 		classify:       p.Classify,
@@ -161,18 +170,22 @@ func (p *Policy) resolve() *settings {
 		breaker:        p.Breaker,
 		rand:           p.Rand,
 	}
-	switch {
-	case s.maxAttempts < 0:
-		s.err = fmt.Errorf("%w %q: MaxAttempts %d is negative", ErrInvalidPolicy, p.Name, s.maxAttempts)
-	case s.attemptTimeout < 0:
-		s.err = fmt.Errorf("%w %q: AttemptTimeout %v is negative", ErrInvalidPolicy, p.Name, s.attemptTimeout)
+	var errs []error
+	bad := func(field string, v any, want string) {
+		errs = append(errs, fmt.Errorf("%w %q: Policy.%s is %v; want %s", ErrInvalidPolicy, p.Name, field, v, want))
+	}
+	if s.maxAttempts < 0 {
+		bad("MaxAttempts", s.maxAttempts, "1 or more, or zero for the default")
+	}
+	if s.attemptTimeout < 0 {
+		bad("AttemptTimeout", s.attemptTimeout, "a positive duration, or zero for none")
 	}
 	if s.maxAttempts == 0 {
 		s.maxAttempts = DefaultMaxAttempts
 	}
 	switch {
 	case s.minAttempt == 0:
-		s.minAttempt = DefaultMinAttempt
+		s.minAttempt = DefaultMinAttemptTime
 	case s.minAttempt < 0:
 		s.minAttempt = 0
 	}
@@ -186,40 +199,41 @@ func (p *Policy) resolve() *settings {
 		s.classify = DefaultClassify
 	}
 	if s.budget == nil {
-		s.budget = budget.New(budget.Config{})
+		s.budget = must(budget.New(budget.Config{})) // the zero Config is valid
 	}
 	if s.rand == nil {
 		s.rand = rand.Float64
 	}
 	if s.breaker == nil && p != &defaultPolicy {
-		s.breaker = breaker.New(breaker.Config{Name: p.Name})
+		// The Policy owns this breaker, so it, and only it, observes it.
+		s.breaker = must(breaker.New(breaker.Config{Name: p.Name, Observer: p.Observer}))
 	}
+	s.err = errors.Join(errs...)
 	return s
 }
 
-// observeBreaker forwards b's transitions to the Policy's event.Observer.
-func (p *Policy) observeBreaker(b *breaker.Breaker) {
-	obs := p.Observer
-	if obs == nil || b == nil {
-		return
+// must returns v, for constructors given a Config known to be valid.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
 	}
-	b.Subscribe(func(t breaker.Transition) {
-		obs.Observe(context.Background(), t.Event(p.Name))
-	})
+	return v
 }
 
-// CircuitBreaker returns the breaker the policy uses: Breaker if set, else
-// the one it created, or nil for a nil *Policy.
-func (p *Policy) CircuitBreaker() *breaker.Breaker {
+// BreakerInUse returns the breaker Do asks before each attempt: Breaker
+// if set, else the one the policy created on first use, or nil for a nil
+// *Policy. A Call's Breaker replaces it for that call only.
+func (p *Policy) BreakerInUse() *breaker.Breaker {
 	if p == nil {
 		return nil
 	}
 	return p.settings().breaker
 }
 
-// RetryBudget returns the budget the policy spends retries from: Budget if
-// set, else the one it created (for metrics on its tokens).
-func (p *Policy) RetryBudget() *budget.Budget {
+// BudgetInUse returns the budget the policy spends retries from: Budget
+// if set, else the one it created on first use (for metrics on its
+// tokens). For a nil *Policy it is the budget all nil-policy calls share.
+func (p *Policy) BudgetInUse() *budget.Budget {
 	if p == nil {
 		p = &defaultPolicy
 	}

@@ -11,7 +11,9 @@ import (
 	"time"
 )
 
-// Defaults of FullJitter as used by guardrail.Policy (seed 003, card 018).
+// Defaults of FullJitter as used by guardrail.Policy: a first retry within
+// 100 ms, so a blip costs little, and no wait above 10 s, so that a retry
+// still fits a caller's deadline.
 const (
 	DefaultBase = 100 * time.Millisecond
 	DefaultCap  = 10 * time.Second
@@ -49,14 +51,6 @@ func Exponential(base, cap time.Duration) Strategy {
 	return exponential{norm(base, cap)}
 }
 
-// ExponentialPlus waits min(cap, base*2^retry) + u*jitter: a small additive
-// jitter, the helper seed 003 warns about. At retry 3 with base 100 ms the
-// window is 800..900 ms, so a herd stays a herd. Kept for the lab's
-// comparison.
-func ExponentialPlus(base, cap, jitter time.Duration) Strategy {
-	return exponentialPlus{norm(base, cap), max(jitter, 0)}
-}
-
 // EqualJitter waits t/2 + u*t/2 where t = min(cap, base*2^retry): never less
 // than half the exponential delay, so it spreads clients over half the window.
 func EqualJitter(base, cap time.Duration) Strategy {
@@ -66,8 +60,8 @@ func EqualJitter(base, cap time.Duration) Strategy {
 // FullJitter waits u*t where t = min(cap, base*2^retry): uniform over the
 // whole window, so that clients which failed at the same moment do not
 // retry in lockstep. It does the least total work under contention (AWS
-// Architecture Blog, "Exponential Backoff And Jitter"; seed 003 card 018).
-// A zero base means DefaultBase; a zero cap means DefaultCap.
+// Architecture Blog, "Exponential Backoff And Jitter"). A zero base means
+// DefaultBase; a zero cap means DefaultCap.
 func FullJitter(base, cap time.Duration) Strategy {
 	return fullJitter{norm(base, cap)}
 }
@@ -125,15 +119,6 @@ type exponential struct{ window }
 
 func (s exponential) Delay(retry int, _ time.Duration, _ float64) time.Duration {
 	return s.exp(retry)
-}
-
-type exponentialPlus struct {
-	window
-	jitter time.Duration
-}
-
-func (s exponentialPlus) Delay(retry int, _ time.Duration, u float64) time.Duration {
-	return s.exp(retry) + scale(s.jitter, u)
 }
 
 type equalJitter struct{ window }

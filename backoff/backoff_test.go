@@ -44,7 +44,6 @@ func TestAllStrategiesPositiveAndBoundedForHugeRetries(t *testing.T) {
 		"equal":        backoff.EqualJitter(base, cap_),
 		"decorrelated": backoff.Decorrelated(base, cap_),
 		"exponential":  backoff.Exponential(base, cap_),
-		"plus":         backoff.ExponentialPlus(base, cap_, 100*time.Millisecond),
 		"hugebase":     backoff.FullJitter(time.Duration(math.MaxInt64/2), time.Duration(math.MaxInt64)),
 	}
 	for name, s := range strategies {
@@ -55,7 +54,7 @@ func TestAllStrategiesPositiveAndBoundedForHugeRetries(t *testing.T) {
 				if d < 0 {
 					t.Fatalf("%s: Delay(%d, %v, %v) = %v, negative", name, retry, prev, u, d)
 				}
-				if name != "plus" && name != "hugebase" && d > cap_ {
+				if name != "hugebase" && d > cap_ {
 					t.Fatalf("%s: Delay(%d, %v, %v) = %v, above cap", name, retry, prev, u, d)
 				}
 				prev = d
@@ -123,13 +122,6 @@ func TestDecorrelatedGrowsFromPrevious(t *testing.T) {
 	// 3*prev is above the cap: the draw spans [base, cap].
 	if got, want := s.Delay(5, 8*time.Second, 0.99), 100*time.Millisecond+9801*time.Millisecond; got != want {
 		t.Errorf("Delay(prev=8s, u=0.99) = %v, want %v", got, want)
-	}
-}
-
-func TestExponentialPlusAddsSmallJitter(t *testing.T) {
-	s := backoff.ExponentialPlus(base, cap_, 100*time.Millisecond)
-	if got := s.Delay(3, 0, 0.5); got != 850*time.Millisecond {
-		t.Errorf("Delay(3, u=0.5) = %v, want 850ms", got)
 	}
 }
 

@@ -2,6 +2,7 @@ package backoff_test
 
 import (
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/guardrail-go/guardrail/backoff"
@@ -31,4 +32,15 @@ func ExampleParseRetryAfter() {
 	// 10s true
 	// 0s false
 	// 0s false
+}
+
+// A response that carries Retry-After twice: the longer delay is the safe
+// reading.
+func ExampleParseRetryAfterValues() {
+	h := http.Header{}
+	h.Add("Retry-After", "1")
+	h.Add("Retry-After", "2")
+	d, ok := backoff.ParseRetryAfterValues(h.Values("Retry-After"), time.Now())
+	fmt.Println(d, ok)
+	// Output: 2s true
 }

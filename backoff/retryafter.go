@@ -5,10 +5,12 @@ import (
 	"time"
 )
 
-// MaxRetryAfter bounds what ParseRetryAfter returns: a value beyond it is
-// capped, so an absurd header cannot park a client for years. Callers cap
-// further with their own limit (guardrail.Policy.MaxRetryAfter, 30 s).
-const MaxRetryAfter = 24 * time.Hour
+// MaxParsedRetryAfter is the parsing cap of ParseRetryAfter and
+// ParseRetryAfterValues: a longer delay is returned as this one, so an
+// absurd header cannot park a client for years nor overflow a Duration.
+// It is not a policy: callers apply their own, shorter limit of how long
+// they agree to wait (guardrail.Policy.MaxRetryAfter, 30 s by default).
+const MaxParsedRetryAfter = 24 * time.Hour
 
 // maxRetryAfterLen bounds the input looked at; the longest valid form (an
 // RFC 850 date) has 41 bytes.
@@ -26,8 +28,11 @@ var httpDateLayouts = [...]string{
 // 10.2.3): either delay-seconds ("120") or an HTTP-date, which is turned into
 // a delay relative to now. It reports false for anything else: garbage,
 // negative or fractional numbers, empty values. A date in the past yields
-// (0, true): retry now. A delay above MaxRetryAfter is capped to it.
-// It never panics, and looks at no more than 64 bytes.
+// (0, true): retry now. A delay above MaxParsedRetryAfter is capped to
+// it. It never panics, and looks at no more than 64 bytes.
+//
+// A response may carry the header more than once; use
+// ParseRetryAfterValues on all of them rather than this on the first.
 func ParseRetryAfter(value string, now time.Time) (time.Duration, bool) {
 	value = strings.TrimSpace(value)
 	if value == "" || len(value) > maxRetryAfterLen {
@@ -45,8 +50,8 @@ func ParseRetryAfter(value string, now time.Time) (time.Duration, bool) {
 		switch {
 		case d < 0:
 			return 0, true
-		case d > MaxRetryAfter:
-			return MaxRetryAfter, true
+		case d > MaxParsedRetryAfter:
+			return MaxParsedRetryAfter, true
 		}
 		return d, true
 	}
@@ -54,7 +59,7 @@ func ParseRetryAfter(value string, now time.Time) (time.Duration, bool) {
 }
 
 func parseSeconds(s string) (time.Duration, bool) {
-	const limit = int64(MaxRetryAfter / time.Second)
+	const limit = int64(MaxParsedRetryAfter / time.Second)
 	var n int64
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -66,7 +71,26 @@ func parseSeconds(s string) (time.Duration, bool) {
 		}
 	}
 	if n > limit {
-		return MaxRetryAfter, true
+		return MaxParsedRetryAfter, true
 	}
 	return time.Duration(n) * time.Second, true
+}
+
+// ParseRetryAfterValues parses every Retry-After field of a response
+// (http.Header.Values("Retry-After")) and returns the longest valid delay.
+// RFC 9110 allows one field only; a response that sends several is
+// ambiguous, and the longest is the safe reading: a client that waits
+// longer than asked costs itself a little time, one that retries sooner
+// adds load the server asked to be spared. Invalid fields are ignored; it
+// reports false when no field is valid. Like ParseRetryAfter it never
+// panics and caps at MaxParsedRetryAfter.
+func ParseRetryAfterValues(values []string, now time.Time) (time.Duration, bool) {
+	var longest time.Duration
+	found := false
+	for _, v := range values {
+		if d, ok := ParseRetryAfter(v, now); ok {
+			longest, found = max(longest, d), true
+		}
+	}
+	return longest, found
 }

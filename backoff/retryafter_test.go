@@ -24,9 +24,9 @@ func TestParseRetryAfter(t *testing.T) {
 		{"rfc850", "Monday, 30-Nov-26 12:01:00 GMT", time.Minute, true},
 		{"asctime", "Mon Nov 30 12:00:02 2026", 2 * time.Second, true},
 		{"date in the past", "Mon, 30 Nov 2026 11:00:00 GMT", 0, true},
-		{"huge seconds capped", "99999999999999999999999999999999", backoff.MaxRetryAfter, true},
-		{"just above cap", "86401", backoff.MaxRetryAfter, true},
-		{"far date capped", "Fri, 31 Dec 9999 23:59:59 GMT", backoff.MaxRetryAfter, true},
+		{"huge seconds capped", "99999999999999999999999999999999", backoff.MaxParsedRetryAfter, true},
+		{"just above cap", "86401", backoff.MaxParsedRetryAfter, true},
+		{"far date capped", "Fri, 31 Dec 9999 23:59:59 GMT", backoff.MaxParsedRetryAfter, true},
 		{"empty", "", 0, false},
 		{"negative", "-5", 0, false},
 		{"plus sign", "+5", 0, false},
@@ -58,8 +58,62 @@ func FuzzParseRetryAfter(f *testing.F) {
 		if !ok && d != 0 {
 			t.Fatalf("ParseRetryAfter(%q) = %v, false: a rejected value must yield 0", s, d)
 		}
-		if d < 0 || d > backoff.MaxRetryAfter {
-			t.Fatalf("ParseRetryAfter(%q) = %v, outside [0, MaxRetryAfter]", s, d)
+		if d < 0 || d > backoff.MaxParsedRetryAfter {
+			t.Fatalf("ParseRetryAfter(%q) = %v, outside [0, MaxParsedRetryAfter]", s, d)
+		}
+	})
+}
+
+// Two Retry-After fields: the longer wins, whichever comes first. Taking
+// the first sent a retry after 1 s to a server whose other field asked for 2 s.
+func TestParseRetryAfterValues(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		in   []string
+		want time.Duration
+		ok   bool
+	}{
+		{"none", nil, 0, false},
+		{"one", []string{"3"}, 3 * time.Second, true},
+		{"shorter first", []string{"1", "2"}, 2 * time.Second, true},
+		{"longer first", []string{"2", "1"}, 2 * time.Second, true},
+		{"date and seconds", []string{"Mon, 30 Nov 2026 12:00:30 GMT", "20"}, 30 * time.Second, true},
+		{"invalid ignored", []string{"soon", "1", "-9"}, time.Second, true},
+		{"all invalid", []string{"soon", ""}, 0, false},
+		{"zero and past date", []string{"0", "Mon, 30 Nov 2026 11:00:00 GMT"}, 0, true},
+		{"capped", []string{"1", "999999999"}, backoff.MaxParsedRetryAfter, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := backoff.ParseRetryAfterValues(tt.in, now)
+			if got != tt.want || ok != tt.ok {
+				t.Errorf("ParseRetryAfterValues(%q) = %v, %v; want %v, %v", tt.in, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+// FuzzParseRetryAfterValues checks, on two fields, that the result is the
+// longer of the fields parsed alone and stays within the parsing cap.
+func FuzzParseRetryAfterValues(f *testing.F) {
+	f.Add("1", "2")
+	f.Add("Mon, 30 Nov 2026 12:00:30 GMT", "soon")
+	f.Add("", "99999999999999999999")
+	f.Add("-1", "\xff")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		d, ok := backoff.ParseRetryAfterValues([]string{a, b}, now)
+		da, oka := backoff.ParseRetryAfter(a, now)
+		db, okb := backoff.ParseRetryAfter(b, now)
+		if ok != (oka || okb) {
+			t.Fatalf("ParseRetryAfterValues(%q, %q) ok = %v; alone %v and %v", a, b, ok, oka, okb)
+		}
+		if d != max(da, db) {
+			t.Fatalf("ParseRetryAfterValues(%q, %q) = %v; want the longer of %v and %v", a, b, d, da, db)
+		}
+		if d < 0 || d > backoff.MaxParsedRetryAfter {
+			t.Fatalf("ParseRetryAfterValues(%q, %q) = %v, outside [0, MaxParsedRetryAfter]", a, b, d)
+		}
+		if d2, _ := backoff.ParseRetryAfterValues([]string{b, a}, now); d2 != d {
+			t.Fatalf("order matters: %v then %v", d, d2)
 		}
 	})
 }

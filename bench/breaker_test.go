@@ -26,10 +26,10 @@ const (
 )
 
 func newGuardrail(open time.Duration, slowCall time.Duration) *breaker.Breaker {
-	return breaker.New(breaker.Config{
+	return must(breaker.New(breaker.Config{
 		Window: window, Buckets: int(window / bucket), MinRequests: minRequests,
 		FailureRate: failureRate, OpenFor: open, SlowCall: slowCall,
-	})
+	}))
 }
 
 func newGobreaker(open time.Duration) *gobreaker.CircuitBreaker[int] {
@@ -225,4 +225,13 @@ func BenchmarkBreaker(b *testing.B) {
 			})
 		}
 	}
+}
+
+// must returns v, for constructors given a configuration the test knows is
+// valid.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

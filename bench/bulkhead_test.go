@@ -19,14 +19,14 @@ func BenchmarkBulkhead(b *testing.B) {
 	const maxWait = time.Second
 	ctx := context.Background()
 	b.Run("impl=guardrail-acquire", func(b *testing.B) {
-		bh := bulkhead.New(bulkhead.Config{MaxConcurrent: slots, MaxQueue: slots, MaxWait: maxWait})
+		bh := must(bulkhead.New(bulkhead.Config{MaxConcurrent: slots, MaxQueue: slots, MaxWait: maxWait}))
 		modes(b, func() {
-			release, err := bh.Acquire(ctx)
+			slot, err := bh.Acquire(ctx)
 			if err != nil {
 				sinkErr = err
 				return
 			}
-			release()
+			slot.Release()
 		})
 	})
 	b.Run("impl=failsafe-acquire-maxwait", func(b *testing.B) {

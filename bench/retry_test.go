@@ -59,7 +59,7 @@ func BenchmarkRetry(b *testing.B) {
 		// switched off: it has rows of its own below.
 		p := &guardrail.Policy{
 			MaxAttempts: maxAttempts,
-			Breaker:     breaker.New(breaker.Config{Mode: breaker.Disabled}),
+			Breaker:     must(breaker.New(breaker.Config{Mode: breaker.Disabled})),
 		}
 		loop(b, func() { sinkInt, sinkErr = guardrail.Do(ctx, p, okCtx) })
 	})

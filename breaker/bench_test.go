@@ -23,19 +23,19 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	if testing.CoverMode() != "" {
 		t.Skip("coverage counters change allocation counts")
 	}
-	closed := breaker.New(breaker.Config{})
-	slow := breaker.New(breaker.Config{SlowCall: time.Second})
-	count := breaker.New(breaker.Config{CountWindow: 100})
-	open := breaker.New(breaker.Config{MinRequests: 1})
+	closed := mustNew(breaker.Config{})
+	slow := mustNew(breaker.Config{SlowCall: time.Second})
+	count := mustNew(breaker.Config{CountWindow: 100})
+	open := mustNew(breaker.Config{MinRequests: 1})
 	calls(open, breaker.Failure, 1)
-	forced := breaker.New(breaker.Config{})
+	forced := mustNew(breaker.Config{})
 	forced.ForceOpen()
-	half := breaker.New(breaker.Config{MinRequests: 1, OpenFor: time.Nanosecond})
+	half := mustNew(breaker.Config{MinRequests: 1, OpenFor: time.Nanosecond})
 	calls(half, breaker.Failure, 1)
 	time.Sleep(time.Microsecond)
 	hold, _ := half.Allow() // takes the only probe slot
 	defer hold.Done(breaker.Ignored, 0)
-	g := breaker.NewGroup(breaker.GroupConfig{})
+	g := mustGroup(breaker.GroupConfig{})
 	g.Get("api.example.com")
 
 	for _, tc := range []struct {
@@ -80,14 +80,14 @@ func BenchmarkClosedSuccess(b *testing.B) {
 		{"count", breaker.Config{CountWindow: 100}, 0},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			br := breaker.New(tc.cfg)
+			br := mustNew(tc.cfg)
 			b.ReportAllocs()
 			for b.Loop() {
 				allowDone(br, tc.d)
 			}
 		})
 		b.Run(tc.name+"_parallel", func(b *testing.B) {
-			br := breaker.New(tc.cfg)
+			br := mustNew(tc.cfg)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -99,7 +99,7 @@ func BenchmarkClosedSuccess(b *testing.B) {
 }
 
 func BenchmarkExecute(b *testing.B) {
-	br := breaker.New(breaker.Config{})
+	br := mustNew(breaker.Config{})
 	fn := func() error { return nil }
 	b.ReportAllocs()
 	for b.Loop() {
@@ -109,7 +109,7 @@ func BenchmarkExecute(b *testing.B) {
 
 func BenchmarkOpenReject(b *testing.B) {
 	newOpen := func() *breaker.Breaker {
-		br := breaker.New(breaker.Config{MinRequests: 1, OpenFor: time.Hour})
+		br := mustNew(breaker.Config{MinRequests: 1, OpenFor: time.Hour})
 		calls(br, breaker.Failure, 1)
 		return br
 	}
@@ -132,7 +132,7 @@ func BenchmarkOpenReject(b *testing.B) {
 }
 
 func BenchmarkGroupGet(b *testing.B) {
-	g := breaker.NewGroup(breaker.GroupConfig{})
+	g := mustGroup(breaker.GroupConfig{})
 	keys := make([]string, 100)
 	for i := range keys {
 		keys[i] = "host-" + strconv.Itoa(i)
@@ -173,7 +173,7 @@ func BenchmarkSharedClock(b *testing.B) {
 		_ = d
 	})
 	b.Run("impl=breaker", func(b *testing.B) {
-		br := breaker.New(breaker.Config{SlowCall: time.Second})
+		br := mustNew(breaker.Config{SlowCall: time.Second})
 		b.ReportAllocs()
 		for b.Loop() {
 			start := time.Now()

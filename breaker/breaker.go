@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"context"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -9,7 +10,7 @@ import (
 	"github.com/guardrail-go/guardrail/event"
 )
 
-// State is a breaker's state.
+// State is a breaker's state: a plain value, safe for concurrent use.
 type State uint8
 
 // The states of a breaker.
@@ -89,20 +90,26 @@ type Breaker struct {
 
 	mu sync.Mutex
 	// Guarded by mu:
-	inflight   int             // half-open: probes admitted and not reported
-	passed     int             // half-open: consecutive successful probes
-	lastProbe  int64           // half-open: clock of the last probe admission or report
-	opens      int             // consecutive openings since the last close
-	subs       []*subscription // copied on write
+	inflight   int   // half-open: probes admitted and not reported
+	passed     int   // half-open: consecutive successful probes
+	lastProbe  int64 // half-open: clock of the last probe admission or report
+	opens      int   // consecutive openings since the last close
 	pending    []Transition
 	delivering bool
 }
 
-type subscription struct{ fn func(Transition) }
+// New returns a closed breaker configured by cfg, or an error that Is
+// ErrInvalidConfig and names every field cfg holds an invalid value in.
+func New(cfg Config) (*Breaker, error) {
+	n, err := cfg.normalize("Config.")
+	if err != nil {
+		return nil, err
+	}
+	return newBreaker(n), nil
+}
 
-// New returns a closed breaker configured by cfg.
-func New(cfg Config) *Breaker {
-	b := &Breaker{cfg: cfg.normalize(), epoch: time.Now()}
+func newBreaker(n normalized) *Breaker {
+	b := &Breaker{cfg: n, epoch: time.Now()}
 	if b.cfg.count > 0 {
 		b.cw = newCountWindow(b.cfg.count)
 	} else {
@@ -135,7 +142,8 @@ func (b *Breaker) clockAt(t time.Time) int64 { return int64(t.Sub(b.epoch)) }
 // result with Done exactly once; later calls of Done are not detected and
 // would count the call again. The zero Permit is valid and records nothing.
 // A Permit is a small value: copy it freely, and call Done from any
-// goroutine.
+// goroutine (once in all: it is not safe to report one call twice, from
+// one goroutine or several).
 type Permit struct {
 	b *Breaker
 	w uint64 // state word at Allow
@@ -386,7 +394,7 @@ func (b *Breaker) setLocked(w uint64, to State, flags uint64, t Transition, now 
 	if from == to && (w^nw)&(flagForced|flagNoRecord) == 0 {
 		return nw // same state, same flags (a Reset of a closed breaker): nothing to tell
 	}
-	if b.cfg.onTrans != nil || len(b.subs) > 0 {
+	if b.cfg.onTrans != nil || b.cfg.observer != nil {
 		t.Name, t.From, t.To, t.Forced = b.cfg.name, from, to, nw&flagForced != 0
 		b.pending = append(b.pending, t)
 	}
@@ -418,7 +426,7 @@ func (b *Breaker) openDuration(n int) time.Duration {
 }
 
 // unlockAndDeliver releases mu and delivers queued transitions to
-// OnTransition and the subscribers, in order, outside the lock. If another
+// OnTransition and the Observer, in order, outside the lock. If another
 // goroutine is already delivering, it hands its transitions over to it and
 // returns.
 func (b *Breaker) unlockAndDeliver() {
@@ -438,45 +446,20 @@ func (b *Breaker) unlockAndDeliver() {
 	for len(b.pending) > 0 {
 		t := b.pending[0]
 		b.pending = append(b.pending[:0], b.pending[1:]...)
-		subs := b.subs
 		b.mu.Unlock()
 		func() {
 			defer b.mu.Lock()
 			if b.cfg.onTrans != nil {
 				b.cfg.onTrans(t)
 			}
-			for _, s := range subs {
-				s.fn(t)
+			if b.cfg.observer != nil {
+				b.cfg.observer.Observe(context.Background(), t.Event(""))
 			}
 		}()
 	}
 	b.delivering = false
 	ok = true
 	b.mu.Unlock()
-}
-
-// Subscribe registers fn to be called on every transition, like
-// Config.OnTransition (after it) and with the same guarantees: in order,
-// one at a time, outside the lock. It returns a func that unregisters fn; a
-// transition being delivered as it runs may still reach fn. Subscribe is
-// how a component that did not build the breaker (a policy with an
-// observer) listens to it.
-func (b *Breaker) Subscribe(fn func(Transition)) (cancel func()) {
-	s := &subscription{fn}
-	b.mu.Lock()
-	b.subs = append(b.subs[:len(b.subs):len(b.subs)], s)
-	b.mu.Unlock()
-	return func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		for i, x := range b.subs {
-			if x == s {
-				subs := make([]*subscription, 0, len(b.subs)-1)
-				b.subs = append(append(subs, b.subs[:i]...), b.subs[i+1:]...)
-				return
-			}
-		}
-	}
 }
 
 // Execute runs fn if the breaker allows it and records its outcome, as
@@ -552,6 +535,7 @@ func (b *Breaker) force(to State, flags uint64, r Reason, cause string) {
 // Metrics is a snapshot of a breaker for monitoring: a plain value, owned by
 // its caller.
 type Metrics struct {
+	// State is the state at the snapshot.
 	State State
 	// Forced is true while the state was forced (ForceOpen, ForceClosed) or
 	// the mode is MetricsOnly or Disabled.
@@ -561,6 +545,7 @@ type Metrics struct {
 	// ratios to Calls (0 when Calls is 0). They are zero while open or
 	// half-open: the window restarts empty when the breaker closes.
 	Calls, Failures, Slow int
+	// FailureRate and SlowRate are Failures/Calls and Slow/Calls.
 	FailureRate, SlowRate float64
 	// Probes is the number of half-open probes in flight.
 	Probes int
@@ -625,9 +610,10 @@ func (b *Breaker) Refusal() error {
 	return nil
 }
 
-// TransitionEvent turns a breaker transition into an event.Event, for components
-// that own breakers (an HTTP transport's per-host group) and report their
-// transitions to an event.Observer themselves.
+// Event turns a breaker transition into an event.BreakerTransition for
+// dependency (t.Name when empty), for components that report transitions
+// to an event.Observer under a name of their own (an HTTP transport names
+// its dependency, not each host's breaker).
 func (t Transition) Event(dependency string) event.Event {
 	if dependency == "" {
 		dependency = t.Name

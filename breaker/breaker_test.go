@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/event"
 )
 
 var errBoom = errors.New("boom")
@@ -62,9 +64,6 @@ func wantState(t *testing.T, b *breaker.Breaker, want breaker.State) {
 	}
 }
 
-// noJitter makes open times exact.
-const noJitter = -1
-
 // trip opens a breaker configured with MinRequests <= n by n failures.
 func trip(t *testing.T, b *breaker.Breaker, n int) {
 	t.Helper()
@@ -91,21 +90,21 @@ func TestStateAndModeStrings(t *testing.T) {
 	}
 }
 
-// Card 019: with no minimum volume, 1 success + 2 failures at low traffic
+// With a minimum volume of one call, 1 success + 2 failures at low traffic
 // open the breaker; with MinRequests 20 the same traffic does not.
-func TestCard019MinimumVolume(t *testing.T) {
+func TestMinimumVolume(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		minRequests int
 		want        breaker.State
 	}{
-		{"no minimum", -1, breaker.Open},
+		{"no minimum", 1, breaker.Open},
 		{"MinRequests 20", 20, breaker.Closed},
 		{"default (20)", 0, breaker.Closed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := breaker.New(breaker.Config{MinRequests: tc.minRequests})
+				b := mustNew(breaker.Config{MinRequests: tc.minRequests})
 				for _, err := range []error{nil, errBoom, errBoom} {
 					b.Execute(func() error { return err })
 					time.Sleep(time.Second) // low traffic: 1 call a second
@@ -116,12 +115,12 @@ func TestCard019MinimumVolume(t *testing.T) {
 	}
 }
 
-// Card 019: 30 errors classified as 4xx-like never count.
-func TestCard019IgnoredErrorsNeverCount(t *testing.T) {
+// 30 errors classified as 4xx-like never count.
+func TestIgnoredErrorsNeverCount(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		errNotFound := errors.New("404 not found")
-		b := breaker.New(breaker.Config{
-			MinRequests: -1,
+		b := mustNew(breaker.Config{
+			MinRequests: 1,
 			Classify: func(err error) breaker.Outcome {
 				if errors.Is(err, errNotFound) {
 					return breaker.Ignored
@@ -141,9 +140,9 @@ func TestCard019IgnoredErrorsNeverCount(t *testing.T) {
 	})
 }
 
-// Card 019: an outage with 30 calls and a fallback. Every call is answered
+// An outage with 30 calls and a fallback. Every call is answered
 // by the fallback; only the calls needed to trip reach the dependency.
-func TestCard019OutageWithFallback(t *testing.T) {
+func TestOutageWithFallback(t *testing.T) {
 	for _, tc := range []struct {
 		minRequests, wantReached int
 	}{
@@ -151,7 +150,7 @@ func TestCard019OutageWithFallback(t *testing.T) {
 		{0, 20}, // the default minimum volume
 	} {
 		synctest.Test(t, func(t *testing.T) {
-			b := breaker.New(breaker.Config{MinRequests: tc.minRequests})
+			b := mustNew(breaker.Config{MinRequests: tc.minRequests})
 			reached, fallback := 0, 0
 			for range 30 {
 				err := b.Execute(func() error { reached++; return errBoom })
@@ -168,9 +167,9 @@ func TestCard019OutageWithFallback(t *testing.T) {
 	}
 }
 
-// Card 019: after OpenFor one probe goes through; success closes, failure
+// After OpenFor one probe goes through; success closes, failure
 // re-opens.
-func TestCard019ProbeAfterOpenFor(t *testing.T) {
+func TestProbeAfterOpenFor(t *testing.T) {
 	for _, tc := range []struct {
 		probe breaker.Outcome
 		want  breaker.State
@@ -181,7 +180,7 @@ func TestCard019ProbeAfterOpenFor(t *testing.T) {
 		t.Run(tc.probe.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				const openFor = 30 * time.Second
-				b := breaker.New(breaker.Config{MinRequests: 5, OpenFor: openFor, OpenJitter: noJitter})
+				b := mustNew(breaker.Config{MinRequests: 5, OpenFor: openFor, NoOpenJitter: true})
 				trip(t, b, 5)
 				start := time.Now()
 
@@ -235,7 +234,7 @@ func TestThresholdsInclusive(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := breaker.New(breaker.Config{FailureRate: 0.55, MinRequests: 20})
+				b := mustNew(breaker.Config{FailureRate: 0.55, MinRequests: 20})
 				calls(b, breaker.Success, tc.successes)
 				calls(b, breaker.Failure, tc.failures)
 				wantState(t, b, tc.want)
@@ -248,7 +247,7 @@ func TestThresholdsInclusive(t *testing.T) {
 // or a slow call is recorded.
 func TestSuccessNeverTrips(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New(breaker.Config{MinRequests: 4})
+		b := mustNew(breaker.Config{MinRequests: 4})
 		calls(b, breaker.Failure, 3) // 3 calls: under the minimum
 		calls(b, breaker.Success, 1) // 4 calls, rate 0.75: a success does not trip
 		wantState(t, b, breaker.Closed)
@@ -270,7 +269,7 @@ func TestTimeWindowSlides(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := breaker.New(breaker.Config{})
+				b := mustNew(breaker.Config{})
 				calls(b, breaker.Failure, 10)
 				time.Sleep(tc.gap)
 				calls(b, breaker.Failure, 10)
@@ -288,7 +287,7 @@ func TestTimeWindowSlides(t *testing.T) {
 // The window slides a bucket at a time, without calls moving it.
 func TestTimeWindowExpiresWithoutCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New(breaker.Config{Window: 10 * time.Second, Buckets: 10})
+		b := mustNew(breaker.Config{Window: 10 * time.Second, Buckets: 10})
 		for range 5 {
 			calls(b, breaker.Success, 2)
 			time.Sleep(time.Second)
@@ -310,7 +309,7 @@ func TestTimeWindowExpiresWithoutCalls(t *testing.T) {
 
 func TestCountWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New(breaker.Config{CountWindow: 4, MinRequests: 4, FailureRate: 0.75})
+		b := mustNew(breaker.Config{CountWindow: 4, MinRequests: 4, FailureRate: 0.75})
 		calls(b, breaker.Success, 4)
 		calls(b, breaker.Failure, 2) // S S F F: 0.5
 		wantState(t, b, breaker.Closed)
@@ -326,7 +325,7 @@ func TestCountWindow(t *testing.T) {
 func TestSlowCallRateTrips(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := breaker.New(breaker.Config{
+		b := mustNew(breaker.Config{
 			MinRequests: 10, SlowCall: time.Second, SlowRate: 0.5, OnTransition: r.on,
 		})
 		slowCall := func() error { time.Sleep(1200 * time.Millisecond); return nil }
@@ -356,7 +355,7 @@ func TestSlowCallRateTrips(t *testing.T) {
 func TestSlowProbeReopens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := breaker.New(breaker.Config{MinRequests: 1, SlowCall: time.Second, OpenJitter: noJitter, OnTransition: r.on})
+		b := mustNew(breaker.Config{MinRequests: 1, SlowCall: time.Second, NoOpenJitter: true, OnTransition: r.on})
 		trip(t, b, 1)
 		time.Sleep(breaker.DefaultOpenFor)
 		p, err := b.Allow()
@@ -374,7 +373,7 @@ func TestSlowProbeReopens(t *testing.T) {
 func TestMetricsOnlyNeverTrips(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := breaker.New(breaker.Config{Mode: breaker.MetricsOnly, MinRequests: -1, OnTransition: r.on})
+		b := mustNew(breaker.Config{Mode: breaker.MetricsOnly, MinRequests: 1, OnTransition: r.on})
 		if n := calls(b, breaker.Failure, 100); n != 100 {
 			t.Fatalf("admitted %d of 100", n)
 		}
@@ -391,7 +390,7 @@ func TestMetricsOnlyNeverTrips(t *testing.T) {
 
 func TestDisabledAdmitsAndRecordsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New(breaker.Config{Mode: breaker.Disabled, MinRequests: -1})
+		b := mustNew(breaker.Config{Mode: breaker.Disabled, MinRequests: 1})
 		if n := calls(b, breaker.Failure, 100); n != 100 {
 			t.Fatalf("admitted %d of 100", n)
 		}
@@ -404,7 +403,7 @@ func TestDisabledAdmitsAndRecordsNothing(t *testing.T) {
 func TestForcedStates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := breaker.New(breaker.Config{MinRequests: 1, OnTransition: r.on})
+		b := mustNew(breaker.Config{MinRequests: 1, OnTransition: r.on})
 
 		b.ForceOpen()
 		time.Sleep(time.Hour) // never probes by itself
@@ -443,7 +442,7 @@ func TestForcedStates(t *testing.T) {
 func TestResetForgetsOpenings(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := breaker.New(breaker.Config{MinRequests: 1, OpenBackoff: 2, OpenJitter: noJitter, OnTransition: r.on})
+		b := mustNew(breaker.Config{MinRequests: 1, OpenBackoff: 2, NoOpenJitter: true, OnTransition: r.on})
 		trip(t, b, 1)
 		b.Reset()
 		b.Reset() // closed already: no transition
@@ -458,9 +457,9 @@ func TestResetForgetsOpenings(t *testing.T) {
 func TestOpenBackoffGrowsAndCaps(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := breaker.New(breaker.Config{
+		b := mustNew(breaker.Config{
 			MinRequests: 1, OpenFor: time.Second, OpenBackoff: 2, MaxOpenFor: 5 * time.Second,
-			OpenJitter: noJitter, OnTransition: r.on,
+			NoOpenJitter: true, OnTransition: r.on,
 		})
 		trip(t, b, 1)
 		for range 4 { // four failed probes
@@ -503,7 +502,7 @@ func TestOpenJitterSpread(t *testing.T) {
 			lo, hi := time.Duration(1<<62), time.Duration(0)
 			start := time.Now()
 			for range n {
-				b := breaker.New(breaker.Config{MinRequests: 1, OpenFor: openFor, OpenJitter: jitter, Rand: rnd})
+				b := mustNew(breaker.Config{MinRequests: 1, OpenFor: openFor, OpenJitter: jitter, Rand: rnd})
 				trip(t, b, 1)
 				d := b.Metrics().OpenUntil.Sub(start)
 				if d < openFor || d > openFor+time.Duration(jitter*float64(openFor)) {
@@ -530,7 +529,7 @@ func TestOpenJitterSpread(t *testing.T) {
 func TestLateResultDropped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := breaker.New(breaker.Config{MinRequests: 2, OpenJitter: noJitter, OnTransition: r.on})
+		b := mustNew(breaker.Config{MinRequests: 2, NoOpenJitter: true, OnTransition: r.on})
 		slow, err := b.Allow() // a slow call started while closed
 		if err != nil {
 			t.Fatal(err)
@@ -566,7 +565,7 @@ func TestLostProbeDoesNotWedge(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const openFor = 10 * time.Second
 		r := &recorder{}
-		b := breaker.New(breaker.Config{MinRequests: 1, OpenFor: openFor, OpenJitter: noJitter, OnTransition: r.on})
+		b := mustNew(breaker.Config{MinRequests: 1, OpenFor: openFor, NoOpenJitter: true, OnTransition: r.on})
 		trip(t, b, 1)
 		time.Sleep(openFor)
 
@@ -613,7 +612,7 @@ func TestLostProbeDoesNotWedge(t *testing.T) {
 
 func TestCloseAfterConsecutiveProbes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New(breaker.Config{MinRequests: 1, HalfOpenProbes: 2, CloseAfter: 3, OpenJitter: noJitter})
+		b := mustNew(breaker.Config{MinRequests: 1, HalfOpenProbes: 2, CloseAfter: 3, NoOpenJitter: true})
 		trip(t, b, 1)
 		time.Sleep(breaker.DefaultOpenFor)
 		p1, _ := b.Allow()
@@ -634,7 +633,7 @@ func TestCloseAfterConsecutiveProbes(t *testing.T) {
 
 func TestDefaultCloseAfterIsProbes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New(breaker.Config{MinRequests: 1, HalfOpenProbes: 3, OpenJitter: noJitter})
+		b := mustNew(breaker.Config{MinRequests: 1, HalfOpenProbes: 3, NoOpenJitter: true})
 		trip(t, b, 1)
 		time.Sleep(breaker.DefaultOpenFor)
 		ps := make([]breaker.Permit, 3)
@@ -655,7 +654,7 @@ func TestOnTransitionReentrant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
 		var b *breaker.Breaker
-		b = breaker.New(breaker.Config{MinRequests: 1, OnTransition: func(tr breaker.Transition) {
+		b = mustNew(breaker.Config{MinRequests: 1, OnTransition: func(tr breaker.Transition) {
 			r.on(tr)
 			if tr.Reason == breaker.ReasonFailureRate {
 				_ = b.State()
@@ -673,7 +672,7 @@ func TestOnTransitionReentrant(t *testing.T) {
 func TestOnTransitionPanicDoesNotWedge(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := 0
-		b := breaker.New(breaker.Config{MinRequests: 1, OnTransition: func(breaker.Transition) {
+		b := mustNew(breaker.Config{MinRequests: 1, OnTransition: func(breaker.Transition) {
 			n++
 			if n == 1 {
 				panic("hook bug")
@@ -694,7 +693,7 @@ func TestOnTransitionPanicDoesNotWedge(t *testing.T) {
 func TestTransitionDetails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := breaker.New(breaker.Config{Name: "pricing", OpenFor: time.Second, OpenJitter: noJitter, OnTransition: r.on})
+		b := mustNew(breaker.Config{Name: "pricing", OpenFor: time.Second, NoOpenJitter: true, OnTransition: r.on})
 		calls(b, breaker.Success, 9)
 		calls(b, breaker.Failure, 11)
 		ts := r.list()
@@ -716,7 +715,7 @@ func TestTransitionDetails(t *testing.T) {
 
 func TestExecute(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New(breaker.Config{MinRequests: 1})
+		b := mustNew(breaker.Config{MinRequests: 1})
 		if err := b.Execute(func() error { return nil }); err != nil {
 			t.Fatal(err)
 		}
@@ -742,7 +741,7 @@ func TestExecute(t *testing.T) {
 // on: panics trip a closed breaker, and a probe that panics re-opens it.
 func TestExecutePanicCountsAsFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New(breaker.Config{MinRequests: 2, OpenJitter: noJitter})
+		b := mustNew(breaker.Config{MinRequests: 2, NoOpenJitter: true})
 		panics := func() {
 			t.Helper()
 			defer func() {
@@ -781,7 +780,7 @@ func TestZeroPermitIsNoop(t *testing.T) {
 
 // AllowAt and DoneAt run the breaker on a caller's clock.
 func TestAtTwins(t *testing.T) {
-	b := breaker.New(breaker.Config{MinRequests: 1, OpenFor: time.Second, OpenJitter: noJitter})
+	b := mustNew(breaker.Config{MinRequests: 1, OpenFor: time.Second, NoOpenJitter: true})
 	t0 := time.Now()
 	p, _ := b.AllowAt(t0)
 	p.DoneAt(breaker.Failure, 0, t0)
@@ -796,38 +795,90 @@ func TestAtTwins(t *testing.T) {
 	wantState(t, b, breaker.Closed)
 }
 
-// Invalid values fall back to the defaults instead of disabling
-// protection.
-func TestInvalidConfigUsesDefaults(t *testing.T) {
-	nan := func() float64 { var z float64; return z / z }()
-	for _, cfg := range []breaker.Config{
-		{FailureRate: nan},
-		{FailureRate: -1},
-		{FailureRate: 1.5},
-		{Window: -time.Second, Buckets: -3},
-		{OpenFor: -time.Second, OpenJitter: nan, HalfOpenProbes: -1, CloseAfter: -1},
-		{Mode: 42},
+// Invalid values are rejected, each by name, rather than replaced: a
+// mistyped threshold must not quietly become another one.
+func TestInvalidConfigIsRejected(t *testing.T) {
+	nan := math.NaN()
+	for _, tc := range []struct {
+		cfg  breaker.Config
+		want []string
+	}{
+		{breaker.Config{FailureRate: nan}, []string{"breaker: Config.FailureRate is NaN; want a value in (0, 1], or zero for the default"}},
+		{breaker.Config{FailureRate: -1}, []string{"Config.FailureRate is -1;"}},
+		{breaker.Config{FailureRate: 1.5}, []string{"breaker: Config.FailureRate is 1.5; want a value in (0, 1]"}},
+		{breaker.Config{SlowRate: 2}, []string{"Config.SlowRate is 2;"}},
+		{breaker.Config{Window: -time.Second, Buckets: -3}, []string{"Config.Window is -1s;", "Config.Buckets is -3;"}},
+		{breaker.Config{Buckets: 1001}, []string{"Config.Buckets is 1001; want 1 to 1000"}},
+		{breaker.Config{Window: 5, Buckets: 10}, []string{"Config.Buckets is 10; want at most Window in nanoseconds (5)"}},
+		{breaker.Config{CountWindow: -1}, []string{"Config.CountWindow is -1;"}},
+		{breaker.Config{CountWindow: 1<<20 + 1}, []string{"Config.CountWindow is 1048577;"}},
+		{breaker.Config{MinRequests: -1}, []string{"Config.MinRequests is -1;"}},
+		{breaker.Config{MinRequests: 6, CountWindow: 5}, []string{"Config.MinRequests is 6; want at most CountWindow (5)"}},
+		{breaker.Config{SlowCall: -time.Second}, []string{"Config.SlowCall is -1s;"}},
+		{breaker.Config{OpenFor: -time.Second, OpenJitter: nan, HalfOpenProbes: -1, CloseAfter: -1},
+			[]string{"Config.OpenFor is -1s;", "Config.OpenJitter is NaN;", "Config.HalfOpenProbes is -1;", "Config.CloseAfter is -1;"}},
+		{breaker.Config{OpenJitter: -1}, []string{"Config.OpenJitter is -1; want a value in [0, 1]"}},
+		{breaker.Config{OpenJitter: 0.1, NoOpenJitter: true}, []string{"Config.OpenJitter is 0.1; want zero when NoOpenJitter is set"}},
+		{breaker.Config{OpenBackoff: 0.5}, []string{"Config.OpenBackoff is 0.5;"}},
+		{breaker.Config{OpenBackoff: math.Inf(1)}, []string{"Config.OpenBackoff is +Inf;"}},
+		{breaker.Config{OpenFor: time.Minute, MaxOpenFor: time.Second}, []string{"Config.MaxOpenFor is 1s; want at least OpenFor (1m0s)"}},
+		{breaker.Config{MaxOpenFor: -1}, []string{"Config.MaxOpenFor is -1ns;"}},
+		{breaker.Config{Mode: 42}, []string{"Config.Mode is 42; want Normal, MetricsOnly or Disabled"}},
 	} {
-		synctest.Test(t, func(t *testing.T) {
-			b := breaker.New(cfg)
-			calls(b, breaker.Success, 10)
-			calls(b, breaker.Failure, 9)
-			wantState(t, b, breaker.Closed) // 9 of 19: under the minimum of 20
-			calls(b, breaker.Failure, 1)
-			wantState(t, b, breaker.Open) // 10 of 20 >= 0.5
-			time.Sleep(breaker.DefaultOpenFor - time.Nanosecond)
-			if _, err := b.Allow(); !errors.Is(err, breaker.ErrOpen) {
-				t.Fatalf("%+v: open for less than the default", cfg)
+		b, err := breaker.New(tc.cfg)
+		if b != nil || !errors.Is(err, breaker.ErrInvalidConfig) {
+			t.Errorf("New(%+v) = %v, %v; want nil and ErrInvalidConfig", tc.cfg, b, err)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("New(%+v): %q does not say %q", tc.cfg, err, w)
 			}
-			time.Sleep(breaker.DefaultOpenFor / 5) // past the maximum jitter
-			if _, err := b.Allow(); err != nil {
-				t.Fatalf("%+v: no probe after the default open time + jitter: %v", cfg, err)
-			}
-			if _, err := b.Allow(); err != breaker.ErrTooManyProbes {
-				t.Fatalf("%+v: second probe: %v, want one probe", cfg, err)
-			}
-		})
+		}
+		if n := strings.Count(err.Error(), "\n") + 1; n != len(tc.want) {
+			t.Errorf("New(%+v): %d errors in %q, want %d", tc.cfg, n, err, len(tc.want))
+		}
+		_, err = breaker.NewGroup(breaker.GroupConfig{Config: tc.cfg})
+		if !errors.Is(err, breaker.ErrInvalidConfig) || !strings.Contains(err.Error(), "breaker: GroupConfig.Config.") {
+			t.Errorf("NewGroup with Config %+v: %v; want the field named in GroupConfig.Config", tc.cfg, err)
+		}
 	}
+	if _, err := breaker.NewGroup(breaker.GroupConfig{MaxKeys: -1}); !errors.Is(err, breaker.ErrInvalidConfig) ||
+		err.Error() != "breaker: GroupConfig.MaxKeys is -1; want a positive count, or zero for the default" {
+		t.Errorf("NewGroup MaxKeys -1: %v", err)
+	}
+}
+
+// Boundary values that are allowed.
+func TestValidConfigBoundaries(t *testing.T) {
+	for _, cfg := range []breaker.Config{
+		{FailureRate: 1, SlowRate: 1, OpenJitter: 1},
+		{OpenBackoff: 1},
+		{MinRequests: 5, CountWindow: 5},
+		{Buckets: 1000, CountWindow: 1 << 20},
+		{Window: 5}, // fewer nanoseconds than the default bucket count
+		{NoOpenJitter: true},
+		{OpenFor: time.Second, MaxOpenFor: time.Second},
+	} {
+		if _, err := breaker.New(cfg); err != nil {
+			t.Errorf("New(%+v): %v", cfg, err)
+		}
+	}
+}
+
+// A ConfigFor that returns an invalid Config is a programming error: Get
+// panics with the field named, instead of running the key on other values.
+func TestGroupConfigForInvalid(t *testing.T) {
+	g := mustGroup(breaker.GroupConfig{ConfigFor: func(key string) breaker.Config {
+		return breaker.Config{FailureRate: 2}
+	}})
+	defer func() {
+		err, _ := recover().(error)
+		if !errors.Is(err, breaker.ErrInvalidConfig) || !strings.Contains(err.Error(), `breaker: ConfigFor("eu").FailureRate is 2;`) {
+			t.Fatalf("recovered %v, want the invalid field", err)
+		}
+	}()
+	g.Get("eu")
 }
 
 func TestDefaultConfigMatchesZero(t *testing.T) {
@@ -837,7 +888,7 @@ func TestDefaultConfigMatchesZero(t *testing.T) {
 		d.Rand = src
 		var got [2]time.Time
 		for i, cfg := range []breaker.Config{z, d} {
-			b := breaker.New(cfg)
+			b := mustNew(cfg)
 			calls(b, breaker.Success, 10)
 			calls(b, breaker.Failure, 10)
 			got[i] = b.Metrics().OpenUntil
@@ -849,26 +900,30 @@ func TestDefaultConfigMatchesZero(t *testing.T) {
 }
 
 func TestName(t *testing.T) {
-	if got := breaker.New(breaker.Config{Name: "db"}).Name(); got != "db" {
+	if got := mustNew(breaker.Config{Name: "db"}).Name(); got != "db" {
 		t.Fatalf("Name = %q", got)
 	}
 }
 
-func TestSubscribe(t *testing.T) {
+// The Observer sees every transition after OnTransition, as an event
+// named after the breaker.
+func TestObserver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var got []string
-		b := breaker.New(breaker.Config{MinRequests: 1, OnTransition: func(tr breaker.Transition) {
-			got = append(got, "config:"+tr.To.String())
-		}})
-		cancel1 := b.Subscribe(func(tr breaker.Transition) { got = append(got, "sub1:"+tr.To.String()) })
-		cancel2 := b.Subscribe(func(tr breaker.Transition) { got = append(got, "sub2:"+tr.To.String()) })
+		b := mustNew(breaker.Config{Name: "pricing", MinRequests: 1,
+			OnTransition: func(tr breaker.Transition) { got = append(got, "config:"+tr.To.String()) },
+			Observer: event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+				if e.Kind != event.BreakerTransition || e.Dependency != "pricing" {
+					t.Errorf("event %+v, want a breaker transition of pricing", e)
+				}
+				got = append(got, "observer:"+e.From+">"+e.To+":"+e.Reason)
+				return ctx
+			}),
+		})
 		calls(b, breaker.Failure, 1)
-		cancel1()
 		b.Reset()
-		cancel2()
-		cancel2() // twice is harmless
 		b.ForceOpen()
-		want := "config:open sub1:open sub2:open config:closed sub2:closed config:open"
+		want := "config:open observer:closed>open:failure_rate config:closed observer:open>closed:reset config:open observer:closed>open:forced_open"
 		if s := strings.Join(got, " "); s != want {
 			t.Fatalf("delivered %s\nwant      %s", s, want)
 		}
@@ -878,7 +933,7 @@ func TestSubscribe(t *testing.T) {
 func TestTransitionRates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := breaker.New(breaker.Config{MinRequests: 4, SlowCall: time.Second, OnTransition: r.on})
+		b := mustNew(breaker.Config{MinRequests: 4, SlowCall: time.Second, OnTransition: r.on})
 		p, _ := b.Allow()
 		p.Done(breaker.Success, 2*time.Second)
 		calls(b, breaker.Success, 1)
@@ -897,7 +952,7 @@ func TestErrorMessages(t *testing.T) {
 	if got, want := breaker.ErrOpen.Error(), "breaker: open"; got != want {
 		t.Fatalf("ErrOpen = %q, want %q", got, want)
 	}
-	b := breaker.New(breaker.Config{Name: "a\nb"})
+	b := mustNew(breaker.Config{Name: "a\nb"})
 	b.ForceOpen()
 	_, err := b.Allow()
 	if got, want := err.Error(), `breaker "a\nb": open (forced)`; got != want {
@@ -908,7 +963,7 @@ func TestErrorMessages(t *testing.T) {
 // Execute measures the probe's duration itself: a slow probe re-opens.
 func TestExecuteSlowProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New(breaker.Config{MinRequests: 1, SlowCall: time.Second, OpenJitter: noJitter})
+		b := mustNew(breaker.Config{MinRequests: 1, SlowCall: time.Second, NoOpenJitter: true})
 		trip(t, b, 1)
 		time.Sleep(breaker.DefaultOpenFor)
 		b.Execute(func() error { time.Sleep(time.Second); return nil })
@@ -921,7 +976,7 @@ func TestExecuteSlowProbe(t *testing.T) {
 
 // A count window smaller than the default minimum volume still trips.
 func TestCountWindowCapsMinRequests(t *testing.T) {
-	b := breaker.New(breaker.Config{CountWindow: 5})
+	b := mustNew(breaker.Config{CountWindow: 5})
 	calls(b, breaker.Failure, 4)
 	wantState(t, b, breaker.Closed)
 	calls(b, breaker.Failure, 1)
@@ -929,11 +984,14 @@ func TestCountWindowCapsMinRequests(t *testing.T) {
 }
 
 func TestConfigReportsTheEffectiveSettings(t *testing.T) {
-	b := breaker.New(breaker.Config{Name: "pricing", MinRequests: 4, FailureRate: 7, OpenJitter: -1, CountWindow: 2})
+	b := mustNew(breaker.Config{Name: "pricing", NoOpenJitter: true, CountWindow: 2})
 	c := b.Config()
 	if c.Window != breaker.DefaultWindow || c.FailureRate != breaker.DefaultFailureRate || c.OpenFor != breaker.DefaultOpenFor ||
-		c.MinRequests != 2 || c.OpenJitter != -1 || c.HalfOpenProbes != 1 || c.CloseAfter != 1 || c.Name != "pricing" {
+		c.MinRequests != 2 || c.OpenJitter != 0 || !c.NoOpenJitter || c.HalfOpenProbes != 1 || c.CloseAfter != 1 || c.Name != "pricing" {
 		t.Fatalf("effective config = %+v", c)
+	}
+	if _, err := breaker.New(c); err != nil {
+		t.Fatalf("New(Config()) = %v; the effective config must be valid", err)
 	}
 	var buf strings.Builder
 	slog.New(slog.NewTextHandler(&buf, nil)).Info("t", "breaker", c)

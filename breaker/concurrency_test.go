@@ -22,7 +22,7 @@ func TestHalfOpenAdmitsExactlyProbes(t *testing.T) {
 	for _, probes := range []int{1, 3, 7} {
 		for range rounds {
 			synctest.Test(t, func(t *testing.T) {
-				b := breaker.New(breaker.Config{MinRequests: 1, HalfOpenProbes: probes, OpenJitter: noJitter})
+				b := mustNew(breaker.Config{MinRequests: 1, HalfOpenProbes: probes, NoOpenJitter: true})
 				trip(t, b, 1)
 				time.Sleep(breaker.DefaultOpenFor)
 
@@ -69,7 +69,7 @@ func TestHalfOpenAdmitsExactlyProbes(t *testing.T) {
 func TestHalfOpenNeverOverAdmits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const probes = 2
-		b := breaker.New(breaker.Config{MinRequests: 1, HalfOpenProbes: probes, CloseAfter: 1 << 30, OpenJitter: noJitter})
+		b := mustNew(breaker.Config{MinRequests: 1, HalfOpenProbes: probes, CloseAfter: 1 << 30, NoOpenJitter: true})
 		trip(t, b, 1)
 		time.Sleep(breaker.DefaultOpenFor)
 		var inFlight, peak atomic.Int64
@@ -112,7 +112,7 @@ func TestHalfOpenNeverOverAdmits(t *testing.T) {
 func TestConcurrentRecording(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := breaker.New(breaker.Config{MinRequests: 1 << 20, OnTransition: r.on})
+		b := mustNew(breaker.Config{MinRequests: 1 << 20, OnTransition: r.on})
 		const workers, each = 8, 1000
 		var wg sync.WaitGroup
 		for w := range workers {
@@ -138,7 +138,7 @@ func TestConcurrentRecording(t *testing.T) {
 		}
 
 		// Now let everybody fail at once with a reachable minimum.
-		b2 := breaker.New(breaker.Config{MinRequests: 100, OnTransition: r.on})
+		b2 := mustNew(breaker.Config{MinRequests: 100, OnTransition: r.on})
 		for range workers {
 			wg.Go(func() {
 				for range each {
@@ -160,7 +160,7 @@ func TestConcurrentRecording(t *testing.T) {
 // Rotating buckets while many goroutines record, on the real clock, with
 // tiny buckets: exercises bucket claims under -race.
 func TestConcurrentBucketRotation(t *testing.T) {
-	b := breaker.New(breaker.Config{Window: 100 * time.Microsecond, Buckets: 10, MinRequests: 1 << 30})
+	b := mustNew(breaker.Config{Window: 100 * time.Microsecond, Buckets: 10, MinRequests: 1 << 30})
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
@@ -188,7 +188,7 @@ func TestTransitionsSerialized(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var active, maxActive atomic.Int64
 		r := &recorder{}
-		b := breaker.New(breaker.Config{MinRequests: 1, OpenFor: time.Millisecond, OpenJitter: noJitter,
+		b := mustNew(breaker.Config{MinRequests: 1, OpenFor: time.Millisecond, NoOpenJitter: true,
 			OnTransition: func(tr breaker.Transition) {
 				if n := active.Add(1); n > maxActive.Load() {
 					maxActive.Store(n)

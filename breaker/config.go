@@ -6,12 +6,15 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"time"
+
+	"github.com/guardrail-go/guardrail/event"
 )
 
-// Defaults used for zero (or invalid) Config fields. They are the safe
-// defaults of guardrail: a 10 s window in 10 buckets, at least 20 calls,
-// a 50 % failure rate, open for 30 s plus up to 20 % jitter, one probe.
+// Defaults used for zero Config fields. They are the safe defaults of
+// guardrail: a 10 s window in 10 buckets, at least 20 calls, a 50 % failure
+// rate, open for 30 s plus up to 20 % jitter, one probe.
 const (
 	DefaultWindow         = 10 * time.Second
 	DefaultBuckets        = 10
@@ -29,7 +32,8 @@ const maxBuckets = 1000
 // maxCountWindow bounds the memory of a count window (one byte per call).
 const maxCountWindow = 1 << 20
 
-// Mode selects how much of the state machine runs.
+// Mode selects how much of the state machine runs. It is a plain value,
+// safe for concurrent use.
 type Mode uint8
 
 const (
@@ -55,77 +59,87 @@ func (m Mode) String() string {
 }
 
 // Config configures a Breaker. The zero Config is the safe default; every
-// field's comment says what its zero value means. Invalid values (negative
-// where not documented, NaN, rates above 1) are replaced by the default
-// rather than rejected, so a bad configuration file degrades to the default
-// instead of to no protection. New copies the Config; the functions it
-// holds are called concurrently by the breaker's users.
+// field's comment says what its zero value means and which values are
+// allowed. New rejects any other value with an error that names the field
+// (and Is ErrInvalidConfig): a mistyped threshold must not quietly become
+// some other threshold. New copies the Config; the functions it holds are
+// called concurrently by the breaker's users.
 type Config struct {
 	// Name identifies the breaker in transitions and errors (a dependency, a
 	// host, a Group key). Empty is fine.
 	Name string
 
 	// Window is the length of the sliding time window over which rates are
-	// computed. Zero means DefaultWindow (10 s).
+	// computed. Zero means DefaultWindow (10 s); a negative value is invalid.
 	Window time.Duration
 	// Buckets is the number of buckets the time window is cut into; the
 	// window slides one bucket at a time, so it covers between
 	// Window*(Buckets-1)/Buckets and Window of history. Zero means
-	// DefaultBuckets (10); values above 1000 are capped.
+	// DefaultBuckets (10), or one bucket per nanosecond of a Window shorter
+	// than that; allowed values are 1 to 1000, and at most Window in
+	// nanoseconds.
 	Buckets int
 	// CountWindow, when positive, replaces the time window by the last
-	// CountWindow calls (capped at 1<<20). Zero means a time window.
+	// CountWindow calls (at most 1<<20, one byte per call). Zero means a
+	// time window; a negative value is invalid.
 	CountWindow int
 
 	// MinRequests is the number of calls (successes plus failures; ignored
 	// calls do not count) the window must hold before the breaker may trip.
-	// Zero means DefaultMinRequests (20); a negative value means no minimum,
-	// so a single failure can trip it (the behaviour of libraries whose
-	// volume threshold defaults to 0: rarely what you want at low traffic).
-	// With a count window, a minimum above CountWindow is lowered to
-	// CountWindow, or the breaker could never trip.
+	// Zero means DefaultMinRequests (20), or CountWindow when that is
+	// smaller, so that a count window can fill up to it; 1 lets a single
+	// failure trip the breaker (the behaviour of libraries whose volume
+	// threshold defaults to 0: rarely what you want at low traffic). A
+	// negative value, or one above a CountWindow, is invalid: the breaker
+	// could never trip.
 	MinRequests int
 	// FailureRate trips the breaker when failures/calls >= FailureRate
-	// (inclusive). Zero, negative, NaN or above 1 means DefaultFailureRate
-	// (0.5).
+	// (inclusive). Zero means DefaultFailureRate (0.5); allowed values are
+	// in (0, 1].
 	FailureRate float64
 	// SlowCall is the duration at or above which a call counts as slow, for
 	// the slow-call rate; a slow failure counts as both, an ignored call as
-	// neither. Zero (or negative) turns slow-call tracking off.
+	// neither. Zero turns slow-call tracking off; a negative value is
+	// invalid.
 	SlowCall time.Duration
 	// SlowRate trips the breaker when slow/calls >= SlowRate (inclusive);
-	// used only when SlowCall is set. Zero, negative, NaN or above 1 means
-	// DefaultSlowRate (0.5).
+	// used only when SlowCall is set. Zero means DefaultSlowRate (0.5);
+	// allowed values are in (0, 1].
 	SlowRate float64
 
 	// OpenFor is how long the breaker stays open before it admits a probe.
-	// Zero (or negative) means DefaultOpenFor (30 s). It is also how long a
-	// half-open breaker waits for a probe to report before it gives up on
-	// the probes and opens again.
+	// Zero means DefaultOpenFor (30 s); a negative value is invalid. It is
+	// also how long a half-open breaker waits for a probe to report before
+	// it gives up on the probes and opens again.
 	OpenFor time.Duration
 	// OpenJitter adds a random 0..OpenJitter fraction of the open time, so
 	// that many instances that tripped together do not probe in lockstep.
-	// Zero or NaN means DefaultOpenJitter (0.2); negative means no jitter;
-	// values above 1 are capped at 1.
+	// Zero means DefaultOpenJitter (0.2); allowed values are in [0, 1]. Set
+	// NoOpenJitter to go without.
 	OpenJitter float64
+	// NoOpenJitter turns the open-time jitter off, for a single instance or
+	// a test that needs exact open times. OpenJitter must then be zero.
+	NoOpenJitter bool
 	// OpenBackoff, when above 1, multiplies the open time on each
 	// consecutive re-open (a probe failed) up to MaxOpenFor; the count
-	// restarts when the breaker closes. Zero (or any value <= 1 or NaN)
-	// means no growth.
+	// restarts when the breaker closes. Zero or 1 means no growth; allowed
+	// values are 0 and finite values of at least 1.
 	OpenBackoff float64
 	// MaxOpenFor caps the open time grown by OpenBackoff, before jitter.
-	// Zero (or below OpenFor) means 10 x OpenFor.
+	// Zero means 10 x OpenFor; a value that is negative or below OpenFor
+	// is invalid.
 	MaxOpenFor time.Duration
 
 	// HalfOpenProbes is the number of probes admitted concurrently while
-	// half-open. Zero (or negative) means DefaultHalfOpenProbes (1).
+	// half-open. Zero means DefaultHalfOpenProbes (1); a negative value is
+	// invalid.
 	HalfOpenProbes int
 	// CloseAfter is the number of consecutive successful probes that close
-	// the breaker. Zero (or negative) means HalfOpenProbes.
+	// the breaker. Zero means HalfOpenProbes; a negative value is invalid.
 	CloseAfter int
 
 	// Mode selects normal operation, metrics-only or disabled. Zero means
-	// Normal.
+	// Normal; a value other than the three constants is invalid.
 	Mode Mode
 
 	// OnTransition, if set, is called on every state change, synchronously
@@ -133,6 +147,14 @@ type Config struct {
 	// one), outside the breaker's lock, one at a time and in order. It may
 	// call the breaker's methods. It should be fast.
 	OnTransition func(Transition)
+
+	// Observer, if set, receives every state change as an
+	// event.BreakerTransition whose Dependency is Name, after OnTransition
+	// and with the same guarantees. Whoever builds a breaker observes it: a
+	// guardrail.Policy passes its Observer only to the breaker it creates
+	// itself, so a breaker shared by many policies reports each transition
+	// once, to the Observer given here, and holds no reference to them.
+	Observer event.Observer
 
 	// Rand returns a uniformly random number in [0, 1) for the jitter.
 	// Nil means math/rand/v2's Float64. Set it for reproducible tests. It is
@@ -197,97 +219,119 @@ type normalized struct {
 	closeAfter  int
 	mode        Mode
 	onTrans     func(Transition)
+	observer    event.Observer
 	rand        func() float64
 	classify    func(error) Outcome
 }
 
-func validRate(r, def float64) float64 {
-	if math.IsNaN(r) || r <= 0 || r > 1 {
-		return def
+// normalize checks c and applies its defaults. field prefixes the names
+// of the fields in errors: "Config." for New, "GroupConfig.Config." for a
+// Group.
+func (c Config) normalize(field string) (normalized, error) {
+	var errs []error
+	bad := func(name string, v any, want string) {
+		errs = append(errs, &configError{field + name, v, want})
 	}
-	return r
-}
-
-func (c Config) normalize() normalized {
 	n := normalized{
 		name:     c.Name,
 		window:   c.Window,
 		buckets:  c.Buckets,
 		count:    c.CountWindow,
 		onTrans:  c.OnTransition,
+		observer: c.Observer,
 		rand:     c.Rand,
 		classify: c.Classify,
 		mode:     c.Mode,
 	}
-	if n.window <= 0 {
+	switch {
+	case n.window == 0:
+		n.window = DefaultWindow
+	case n.window < 0:
+		bad("Window", c.Window, "a positive duration, or zero for the default")
 		n.window = DefaultWindow
 	}
-	if n.buckets <= 0 {
-		n.buckets = DefaultBuckets
-	}
-	if n.buckets > maxBuckets {
-		n.buckets = maxBuckets
-	}
-	if time.Duration(n.buckets) > n.window {
+	switch {
+	case n.buckets == 0:
+		n.buckets = min(DefaultBuckets, int(min(n.window, maxBuckets)))
+	case n.buckets < 0 || n.buckets > maxBuckets:
+		bad("Buckets", c.Buckets, "1 to 1000, or zero for the default")
+	case time.Duration(n.buckets) > n.window:
 		// A bucket must be at least 1ns wide.
-		n.buckets = int(n.window)
+		bad("Buckets", c.Buckets, "at most Window in nanoseconds ("+strconv.FormatInt(int64(n.window), 10)+")")
 	}
-	if n.count < 0 {
-		n.count = 0
-	}
-	if n.count > maxCountWindow {
-		n.count = maxCountWindow
+	if n.count < 0 || n.count > maxCountWindow {
+		bad("CountWindow", c.CountWindow, "0 to 1048576")
 	}
 	switch {
 	case c.MinRequests == 0:
 		n.minRequests = DefaultMinRequests
+		if n.count > 0 && n.count < DefaultMinRequests {
+			n.minRequests = int64(n.count)
+		}
 	case c.MinRequests < 0:
-		n.minRequests = 1 // no minimum: rates need at least one call
+		bad("MinRequests", c.MinRequests, "a positive count, or zero for the default")
+	case n.count > 0 && c.MinRequests > n.count:
+		bad("MinRequests", c.MinRequests, "at most CountWindow ("+strconv.Itoa(n.count)+"), or the breaker could never trip")
 	default:
 		n.minRequests = int64(c.MinRequests)
 	}
-	if n.count > 0 && n.minRequests > int64(n.count) {
-		n.minRequests = int64(n.count)
-	}
-	n.failureRate = validRate(c.FailureRate, DefaultFailureRate)
-	if c.SlowCall > 0 {
+	n.failureRate = rate(c.FailureRate, DefaultFailureRate, "FailureRate", bad)
+	switch {
+	case c.SlowCall > 0:
 		n.slowCall = int64(c.SlowCall)
+	case c.SlowCall < 0:
+		bad("SlowCall", c.SlowCall, "a positive duration, or zero for no slow-call tracking")
 	}
-	n.slowRate = validRate(c.SlowRate, DefaultSlowRate)
-	n.openFor = c.OpenFor
-	if n.openFor <= 0 {
+	n.slowRate = rate(c.SlowRate, DefaultSlowRate, "SlowRate", bad)
+	switch n.openFor = c.OpenFor; {
+	case n.openFor == 0:
+		n.openFor = DefaultOpenFor
+	case n.openFor < 0:
+		bad("OpenFor", c.OpenFor, "a positive duration, or zero for the default")
 		n.openFor = DefaultOpenFor
 	}
 	switch j := c.OpenJitter; {
-	case j == 0 || math.IsNaN(j):
-		n.jitter = DefaultOpenJitter
-	case j < 0:
+	case c.NoOpenJitter && j != 0:
+		bad("OpenJitter", j, "zero when NoOpenJitter is set")
+	case c.NoOpenJitter:
 		n.jitter = 0
-	case j > 1:
-		n.jitter = 1
+	case j == 0:
+		n.jitter = DefaultOpenJitter
+	case !(j > 0 && j <= 1): // also NaN
+		bad("OpenJitter", j, "a value in [0, 1]")
 	default:
 		n.jitter = j
 	}
-	if b := c.OpenBackoff; b > 1 && !math.IsInf(b, 1) {
+	switch b := c.OpenBackoff; {
+	case b == 0 || b == 1:
+	case !(b > 1) || math.IsInf(b, 1):
+		bad("OpenBackoff", b, "zero, or a finite value of at least 1")
+	default:
 		n.backoff = b
 	}
-	n.maxOpenFor = c.MaxOpenFor
-	if n.maxOpenFor < n.openFor {
+	switch n.maxOpenFor = c.MaxOpenFor; {
+	case n.maxOpenFor == 0:
 		n.maxOpenFor = 10 * n.openFor
 		if n.maxOpenFor < n.openFor { // overflow
 			n.maxOpenFor = n.openFor
 		}
+	case n.maxOpenFor < n.openFor:
+		bad("MaxOpenFor", c.MaxOpenFor, "at least OpenFor ("+n.openFor.String()+"), or zero for 10 x OpenFor")
 	}
-	n.probes = c.HalfOpenProbes
-	if n.probes <= 0 {
+	switch n.probes = c.HalfOpenProbes; {
+	case n.probes == 0:
 		n.probes = DefaultHalfOpenProbes
+	case n.probes < 0:
+		bad("HalfOpenProbes", c.HalfOpenProbes, "a positive count, or zero for the default")
 	}
-	n.closeAfter = c.CloseAfter
-	if n.closeAfter <= 0 {
+	switch n.closeAfter = c.CloseAfter; {
+	case n.closeAfter == 0:
 		n.closeAfter = n.probes
+	case n.closeAfter < 0:
+		bad("CloseAfter", c.CloseAfter, "a positive count, or zero for HalfOpenProbes")
 	}
 	if n.mode > Disabled {
-		n.mode = Normal
+		bad("Mode", uint8(c.Mode), "Normal, MetricsOnly or Disabled")
 	}
 	if n.rand == nil {
 		n.rand = rand.Float64
@@ -295,14 +339,26 @@ func (c Config) normalize() normalized {
 	if n.classify == nil {
 		n.classify = DefaultClassify
 	}
-	return n
+	return n, errors.Join(errs...)
+}
+
+// rate checks a threshold in (0, 1]; zero means def.
+func rate(r, def float64, name string, bad func(string, any, string)) float64 {
+	switch {
+	case r == 0:
+		return def
+	case !(r > 0 && r <= 1): // also NaN
+		bad(name, r, "a value in (0, 1], or zero for the default")
+		return def
+	}
+	return r
 }
 
 // Config returns the breaker's effective configuration: the Config it was
-// built from with every default and correction applied, so that it can be
-// logged beside a transition (seed 000: log the cause and the effective
-// configuration). "No minimum" shows as MinRequests 1 (a rate needs one
-// call), no jitter as OpenJitter -1; the callbacks are the ones in use.
+// built from with every default applied, so that it can be logged beside a
+// transition (an operator reading why a breaker opened needs the thresholds
+// it opened on, not the zeros of a configuration file). No jitter shows as
+// NoOpenJitter; the callbacks are the ones in use. New accepts the result.
 func (b *Breaker) Config() Config {
 	n := b.cfg
 	c := Config{
@@ -322,12 +378,11 @@ func (b *Breaker) Config() Config {
 		CloseAfter:     n.closeAfter,
 		Mode:           n.mode,
 		OnTransition:   n.onTrans,
+		Observer:       n.observer,
 		Rand:           n.rand,
 		Classify:       n.classify,
 	}
-	if c.OpenJitter == 0 {
-		c.OpenJitter = -1
-	}
+	c.NoOpenJitter = c.OpenJitter == 0
 	return c
 }
 

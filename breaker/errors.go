@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -61,3 +62,23 @@ func (e *OpenError) RetryIn() time.Duration {
 	}
 	return max(time.Until(e.Until), 0)
 }
+
+// ErrInvalidConfig is the sentinel of every error New and NewGroup return
+// for a Config they reject.
+var ErrInvalidConfig = errors.New("breaker: invalid config")
+
+// configError reports one invalid field of a Config or GroupConfig. It Is
+// ErrInvalidConfig. When several fields are invalid, New returns them
+// joined (errors.Join), one per line.
+type configError struct {
+	field string // as written in Go: "Config.FailureRate"
+	value any
+	want  string
+}
+
+// Error reads "breaker: Config.FailureRate is 1.5; want a value in (0, 1]".
+func (e *configError) Error() string {
+	return fmt.Sprintf("breaker: %s is %v; want %s", e.field, e.value, e.want)
+}
+
+func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }

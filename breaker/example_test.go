@@ -1,6 +1,7 @@
 package breaker_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -9,16 +10,21 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/event"
 )
 
 func Example() {
-	b := breaker.New(breaker.Config{
+	b, err := breaker.New(breaker.Config{
 		Name:        "pricing",
 		MinRequests: 5, // a small volume to keep the example short; the default is 20
 		OnTransition: func(t breaker.Transition) {
 			fmt.Printf("%s: %s -> %s: %s\n", t.Name, t.From, t.To, t.Cause)
 		},
 	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	errUnavailable := errors.New("503 service unavailable")
 	reached, failedFast := 0, 0
 	getPrice := func() error { reached++; return errUnavailable }
@@ -37,7 +43,11 @@ func Example() {
 // The two-step form, for middleware: ask, call, report the outcome and the
 // duration.
 func ExampleBreaker_Allow() {
-	b := breaker.New(breaker.Config{SlowCall: 2 * time.Second})
+	b, err := breaker.New(breaker.Config{SlowCall: 2 * time.Second})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 
 	call := func() (status int, err error) { return http.StatusNotFound, nil }
 
@@ -64,10 +74,14 @@ func ExampleBreaker_Allow() {
 
 // A server turns the rejection into Retry-After.
 func ExampleOpenError() {
-	b := breaker.New(breaker.Config{MinRequests: -1, OpenFor: 30 * time.Second, OpenJitter: -1})
+	b, err := breaker.New(breaker.Config{MinRequests: 1, OpenFor: 30 * time.Second, NoOpenJitter: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	b.Execute(func() error { return errors.New("connection refused") })
 
-	_, err := b.Allow()
+	_, err = b.Allow()
 	var open *breaker.OpenError
 	if errors.As(err, &open) {
 		secs := int(math.Ceil(open.RetryIn().Seconds()))
@@ -78,10 +92,14 @@ func ExampleOpenError() {
 
 func ExampleGroup() {
 	// One breaker per region: an outage in one must not block the others.
-	g := breaker.NewGroup(breaker.GroupConfig{
+	g, err := breaker.NewGroup(breaker.GroupConfig{
 		Config:  breaker.Config{MinRequests: 3},
 		MaxKeys: 100,
 	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	for range 3 {
 		g.Get("eu-west").Execute(func() error { return errors.New("timeout") })
 		g.Get("us-east").Execute(func() error { return nil })
@@ -94,7 +112,11 @@ func ExampleGroup() {
 }
 
 func ExampleBreaker_ForceOpen() {
-	b := breaker.New(breaker.Config{})
+	b, err := breaker.New(breaker.Config{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	b.ForceOpen() // maintenance window: keep traffic off the dependency
 	fmt.Println(b.Execute(func() error { return nil }))
 	b.Reset()
@@ -102,4 +124,36 @@ func ExampleBreaker_ForceOpen() {
 	// Output:
 	// breaker: open (forced)
 	// <nil>
+}
+
+// New names every field it rejects.
+func ExampleNew_invalid() {
+	_, err := breaker.New(breaker.Config{FailureRate: 1.5, HalfOpenProbes: -1})
+	fmt.Println(errors.Is(err, breaker.ErrInvalidConfig))
+	fmt.Println(err)
+	// Output:
+	// true
+	// breaker: Config.FailureRate is 1.5; want a value in (0, 1], or zero for the default
+	// breaker: Config.HalfOpenProbes is -1; want a positive count, or zero for the default
+}
+
+// Whoever builds a breaker observes it: its transitions reach the
+// Observer in its Config once, however many policies share it.
+func ExampleConfig_observer() {
+	logTransitions := event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+		if e.Kind == event.BreakerTransition {
+			fmt.Printf("%s: %s -> %s (%s)\n", e.Dependency, e.From, e.To, e.Reason)
+		}
+		return ctx
+	})
+	b, err := breaker.New(breaker.Config{Name: "payments", Observer: logTransitions})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	b.ForceOpen()
+	b.Reset()
+	// Output:
+	// payments: closed -> open (forced_open)
+	// payments: open -> closed (reset)
 }

@@ -3,6 +3,7 @@ package breaker_test
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,7 +61,13 @@ func FuzzBreaker(f *testing.F) {
 				epoch++
 			}
 		}
-		b := breaker.New(cfg)
+		b, err := breaker.New(cfg)
+		if err != nil {
+			if !errors.Is(err, breaker.ErrInvalidConfig) || !strings.HasPrefix(err.Error(), "breaker: Config.") {
+				t.Fatalf("New(%+v) = %v; want a named field and ErrInvalidConfig", cfg, err)
+			}
+			return
+		}
 
 		type permit struct {
 			p     breaker.Permit

@@ -1,6 +1,8 @@
 package breaker
 
 import (
+	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,22 +19,27 @@ const (
 // DefaultIdleTTL. NewGroup copies it; ConfigFor is called concurrently.
 type GroupConfig struct {
 	// Config is the configuration of every breaker in the group, with Name
-	// set to the key. Its OnTransition sees the key as Transition.Name.
+	// set to the key. Its OnTransition sees the key as Transition.Name, and
+	// its Observer the key as event.Event.Dependency. NewGroup validates it
+	// as New does.
 	Config Config
 	// ConfigFor, if set, returns the configuration for a new key instead of
 	// Config (Name is still set to the key). It is called without any lock
 	// held, possibly more than once for a key when goroutines race to create
-	// it.
+	// it. It must return a Config that New accepts: Get panics with New's
+	// error otherwise, since it can neither leave the key unguarded nor
+	// guard it with thresholds nobody asked for.
 	ConfigFor func(key string) Config
 	// MaxKeys bounds the number of breakers held. When a new key would go
 	// past it, one that has not been used recently is dropped (preferring
-	// one that is not open). Zero or negative means DefaultMaxKeys (1000).
+	// one that is not open). Zero means DefaultMaxKeys (1000); a negative
+	// value is invalid.
 	MaxKeys int
 	// IdleTTL drops breakers not used for at least IdleTTL, except one
 	// still open. The check runs lazily, when a new key is created at least
 	// IdleTTL after the previous check, and drops the breakers unused since
-	// that check. Zero means DefaultIdleTTL (10 min); negative means never
-	// drop for idleness (MaxKeys still bounds the group).
+	// that check. Zero means DefaultIdleTTL (10 min); negative means no
+	// limit: never drop for idleness (MaxKeys still bounds the group).
 	IdleTTL time.Duration
 }
 
@@ -47,14 +54,13 @@ type GroupConfig struct {
 // Group is safe for concurrent use by multiple goroutines. Get on an
 // existing key takes a read lock and allocates nothing.
 type Group struct {
-	cfg     Config
+	cfg     normalized
 	cfgFor  func(string) Config
 	maxKeys int
 	ttl     time.Duration
 	epoch   time.Time
 
 	sweeps atomic.Uint32 // idle sweeps done: the current idle epoch
-	subs   atomic.Pointer[[]*subscription]
 
 	mu sync.RWMutex
 	m  map[string]*entry
@@ -75,23 +81,31 @@ type entry struct {
 	idx  int // position in ring; guarded by Group.mu
 }
 
-// NewGroup returns an empty group.
-func NewGroup(cfg GroupConfig) *Group {
+// NewGroup returns an empty group, or an error that Is ErrInvalidConfig
+// and names every invalid field of cfg (cfg.Config's included).
+func NewGroup(cfg GroupConfig) (*Group, error) {
+	n, err := cfg.Config.normalize("GroupConfig.Config.")
+	if cfg.MaxKeys < 0 {
+		err = errors.Join(err, &configError{"GroupConfig.MaxKeys", cfg.MaxKeys, "a positive count, or zero for the default"})
+	}
+	if err != nil {
+		return nil, err
+	}
 	g := &Group{
-		cfg:     cfg.Config,
+		cfg:     n,
 		cfgFor:  cfg.ConfigFor,
 		maxKeys: cfg.MaxKeys,
 		ttl:     cfg.IdleTTL,
 		epoch:   time.Now(),
 		m:       make(map[string]*entry),
 	}
-	if g.maxKeys <= 0 {
+	if g.maxKeys == 0 {
 		g.maxKeys = DefaultMaxKeys
 	}
 	if g.ttl == 0 {
 		g.ttl = DefaultIdleTTL
 	}
-	return g
+	return g, nil
 }
 
 // Get returns the breaker for key, creating it if needed.
@@ -107,23 +121,16 @@ func (g *Group) Get(key string) *Breaker {
 }
 
 func (g *Group) create(key string) *Breaker {
-	cfg := g.cfg
+	n := g.cfg
 	if g.cfgFor != nil {
-		cfg = g.cfgFor(key)
-	}
-	cfg.Name = key
-	own := cfg.OnTransition
-	cfg.OnTransition = func(t Transition) {
-		if own != nil {
-			own(t)
-		}
-		if subs := g.subs.Load(); subs != nil {
-			for _, s := range *subs {
-				s.fn(t)
-			}
+		cfg := g.cfgFor(key)
+		var err error
+		if n, err = cfg.normalize("ConfigFor(" + strconv.Quote(key) + ")."); err != nil {
+			panic(err)
 		}
 	}
-	b := New(cfg)
+	n.name = key
+	b := newBreaker(n)
 
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -218,33 +225,6 @@ func (g *Group) removeLocked(e *entry) {
 	moved.idx = e.idx
 	g.ring[last] = nil
 	g.ring = g.ring[:last]
-}
-
-// Subscribe registers fn to be called on every transition of every breaker
-// of the group, present and future, after the breaker's own OnTransition;
-// Transition.Name is the key. It returns a func that unregisters fn.
-func (g *Group) Subscribe(fn func(Transition)) (cancel func()) {
-	s := &subscription{fn}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var subs []*subscription
-	if p := g.subs.Load(); p != nil {
-		subs = *p
-	}
-	subs = append(subs[:len(subs):len(subs)], s)
-	g.subs.Store(&subs)
-	return func() {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		old := *g.subs.Load()
-		subs := make([]*subscription, 0, len(old))
-		for _, x := range old {
-			if x != s {
-				subs = append(subs, x)
-			}
-		}
-		g.subs.Store(&subs)
-	}
 }
 
 // Remove drops the breaker for key, if any.

@@ -1,6 +1,7 @@
 package breaker_test
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"sync"
@@ -9,12 +10,13 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/event"
 )
 
 func TestGroupCreatesPerKey(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		g := breaker.NewGroup(breaker.GroupConfig{
+		g := mustGroup(breaker.GroupConfig{
 			Config: breaker.Config{MinRequests: 1, OnTransition: r.on},
 			ConfigFor: func(key string) breaker.Config {
 				cfg := breaker.Config{MinRequests: 1, OnTransition: r.on}
@@ -43,7 +45,7 @@ func TestGroupCreatesPerKey(t *testing.T) {
 
 func TestGroupBoundedWithManyKeys(t *testing.T) {
 	const max = 100
-	g := breaker.NewGroup(breaker.GroupConfig{MaxKeys: max})
+	g := mustGroup(breaker.GroupConfig{MaxKeys: max})
 	hot := g.Get("hot")
 	for i := range 10000 {
 		g.Get("user-" + strconv.Itoa(i)) // a high-cardinality key, by mistake
@@ -62,7 +64,7 @@ func TestGroupBoundedWithManyKeys(t *testing.T) {
 // Under pressure an open breaker is kept while there are closed ones to
 // drop: forgetting it would send calls to a dependency known to be down.
 func TestGroupPrefersKeepingOpenBreakers(t *testing.T) {
-	g := breaker.NewGroup(breaker.GroupConfig{MaxKeys: 10, Config: breaker.Config{MinRequests: 1}})
+	g := mustGroup(breaker.GroupConfig{MaxKeys: 10, Config: breaker.Config{MinRequests: 1}})
 	down := g.Get("down")
 	calls(down, breaker.Failure, 1)
 	wantState(t, down, breaker.Open)
@@ -89,7 +91,7 @@ func TestGroupPrefersKeepingOpenBreakers(t *testing.T) {
 func TestGroupIdleTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const ttl = time.Minute
-		g := breaker.NewGroup(breaker.GroupConfig{IdleTTL: ttl, Config: breaker.Config{MinRequests: 1, OpenFor: time.Hour}})
+		g := mustGroup(breaker.GroupConfig{IdleTTL: ttl, Config: breaker.Config{MinRequests: 1, OpenFor: time.Hour}})
 		active, idle, down := g.Get("active"), g.Get("idle"), g.Get("down")
 		calls(down, breaker.Failure, 1)
 
@@ -115,7 +117,7 @@ func TestGroupIdleTTL(t *testing.T) {
 
 func TestGroupNeverIdleSweep(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := breaker.NewGroup(breaker.GroupConfig{IdleTTL: -1})
+		g := mustGroup(breaker.GroupConfig{IdleTTL: -1})
 		a := g.Get("a")
 		time.Sleep(24 * time.Hour)
 		g.Get("b")
@@ -128,7 +130,7 @@ func TestGroupNeverIdleSweep(t *testing.T) {
 }
 
 func TestGroupRemoveAndRange(t *testing.T) {
-	g := breaker.NewGroup(breaker.GroupConfig{})
+	g := mustGroup(breaker.GroupConfig{})
 	for _, k := range []string{"a", "b", "c"} {
 		g.Get(k)
 	}
@@ -149,7 +151,7 @@ func TestGroupRemoveAndRange(t *testing.T) {
 
 func TestGroupConcurrent(t *testing.T) {
 	const max = 50
-	g := breaker.NewGroup(breaker.GroupConfig{MaxKeys: max, Config: breaker.Config{MinRequests: 5}})
+	g := mustGroup(breaker.GroupConfig{MaxKeys: max, Config: breaker.Config{MinRequests: 5}})
 	var wg sync.WaitGroup
 	for w := range 8 {
 		wg.Go(func() {
@@ -170,17 +172,20 @@ func TestGroupConcurrent(t *testing.T) {
 	}
 }
 
-func TestGroupSubscribe(t *testing.T) {
+// The Observer of GroupConfig.Config sees the transitions of every
+// breaker of the group, named by key.
+func TestGroupObserver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := breaker.NewGroup(breaker.GroupConfig{Config: breaker.Config{MinRequests: 1}})
-		before := g.Get("before")
 		var got []string
-		cancel := g.Subscribe(func(tr breaker.Transition) { got = append(got, tr.Name+":"+tr.To.String()) })
-		calls(before, breaker.Failure, 1)
-		calls(g.Get("after"), breaker.Failure, 1)
-		cancel()
-		calls(g.Get("later"), breaker.Failure, 1)
-		if s := strings.Join(got, " "); s != "before:open after:open" {
+		g := mustGroup(breaker.GroupConfig{Config: breaker.Config{MinRequests: 1,
+			Observer: event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+				got = append(got, e.Dependency+":"+e.To)
+				return ctx
+			}),
+		}})
+		calls(g.Get("eu"), breaker.Failure, 1)
+		calls(g.Get("us"), breaker.Failure, 1)
+		if s := strings.Join(got, " "); s != "eu:open us:open" {
 			t.Fatalf("delivered %q", s)
 		}
 	})

@@ -1,6 +1,7 @@
 package breaker
 
 // Outcome is what one call tells the breaker about the dependency's health.
+// It is a plain value, safe for concurrent use.
 type Outcome uint8
 
 const (

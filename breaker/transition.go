@@ -6,7 +6,8 @@ import (
 )
 
 // Reason says why a transition happened. Its values form a small fixed set,
-// safe as a metric label; Transition.Cause carries the numbers.
+// safe as a metric label; Transition.Cause carries the numbers. A Reason is
+// a plain string, safe for concurrent use.
 type Reason string
 
 // The reasons for a transition.

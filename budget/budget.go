@@ -2,42 +2,64 @@
 package budget
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"sync/atomic"
 	"time"
 )
 
-// Defaults (seed 003 card 036; gRPC retryThrottling).
+// Defaults used for zero Config fields: one retry for every ten calls, and
+// a burst of ten retries after a quiet period. They match gRPC's
+// retryThrottling defaults, which hold retry traffic to a tenth of the
+// traffic while leaving a healthy dependency's rare retries untouched.
 const (
 	DefaultRatio = 0.1
 	DefaultMax   = 10
 )
 
+// ErrInvalidConfig is the sentinel of every error New returns for a Config
+// it rejects; the error names the field, what it held and what is allowed.
+var ErrInvalidConfig = errors.New("budget: invalid config")
+
+// configError reports one invalid field. It Is ErrInvalidConfig.
+type configError struct {
+	field string
+	value float64
+	want  string
+}
+
+func (e *configError) Error() string {
+	return fmt.Sprintf("budget: Config.%s is %v; want %s", e.field, e.value, e.want)
+}
+
+func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
+
 // unit is the fixed-point scale of the token count: one token is a million
 // units, so a ratio keeps six decimal digits and the bucket fits an int64.
 const unit = 1_000_000
 
-// Config configures a Budget. The zero value is the default: ratio 0.1,
-// at most 10 tokens, no time-based refill.
+// Config configures a Budget: a plain value that New copies. The zero
+// value is the default: ratio 0.1, at most 10 tokens, no time-based
+// refill. New rejects the values no field allows.
 type Config struct {
 	// Ratio is the number of tokens each original call deposits: the share
 	// of retries allowed relative to original calls once the initial tokens
-	// are spent. Zero, negative, NaN or infinite means DefaultRatio; values
-	// above 1000 are capped at 1000.
+	// are spent. Zero means DefaultRatio (0.1); allowed values are in
+	// (0, 1000].
 	Ratio float64
 
 	// Max caps the tokens in the bucket, which starts full: the burst of
-	// retries allowed after a quiet period. Zero, negative, NaN or infinite
-	// means DefaultMax; values below 1 are raised to 1 (a retry costs one
-	// token); values above 1e9 are capped there.
+	// retries allowed after a quiet period. Zero means DefaultMax (10);
+	// allowed values are in [1, 1e9] (a retry costs one token).
 	Max float64
 
 	// MinPerSecond, when positive, refills the bucket with that many tokens
 	// per second of wall time, whatever the traffic, so that a low-traffic
 	// client whose bucket an outage drained can still retry a little
 	// (Finagle's minRetriesPerSec). Zero (the default) disables it, so the
-	// bucket moves only with traffic and the seed's numbers hold. NaN and
-	// negative values mean zero.
+	// bucket moves only with traffic and retries stay a fixed share of it.
+	// Allowed values are finite and not negative.
 	MinPerSecond float64
 }
 
@@ -58,28 +80,43 @@ type Budget struct {
 	unlimited bool
 }
 
-// New returns a full Budget configured by cfg.
-func New(cfg Config) *Budget {
+// New returns a full Budget configured by cfg, or an error that Is
+// ErrInvalidConfig and names every field cfg holds an invalid value in.
+func New(cfg Config) (*Budget, error) {
+	var errs []error
+	bad := func(field string, v float64, want string) {
+		errs = append(errs, &configError{field, v, want})
+	}
 	ratio := cfg.Ratio
-	if !(ratio > 0) || math.IsInf(ratio, 0) {
+	switch {
+	case ratio == 0:
 		ratio = DefaultRatio
+	case !(ratio > 0 && ratio <= 1000): // also NaN
+		bad("Ratio", ratio, "a value in (0, 1000], or zero for the default")
 	}
-	ratio = min(ratio, 1000)
 	maxTokens := cfg.Max
-	if !(maxTokens > 0) || math.IsInf(maxTokens, 0) {
+	switch {
+	case maxTokens == 0:
 		maxTokens = DefaultMax
+	case !(maxTokens >= 1 && maxTokens <= 1e9):
+		bad("Max", maxTokens, "a value in [1, 1e9], or zero for the default")
 	}
-	maxTokens = min(max(maxTokens, 1), 1e9)
+	if r := cfg.MinPerSecond; !(r >= 0) || math.IsInf(r, 1) {
+		bad("MinPerSecond", r, "a finite value of at least 0")
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
 	b := &Budget{
 		max:     int64(math.Round(maxTokens * unit)),
 		deposit: max(int64(math.Round(ratio*unit)), 1),
 	}
-	if cfg.MinPerSecond > 0 && !math.IsInf(cfg.MinPerSecond, 0) {
+	if cfg.MinPerSecond > 0 {
 		b.perSecond = cfg.MinPerSecond
 		b.refilled.Store(time.Now().UnixNano())
 	}
 	b.tokens.Store(b.max)
-	return b
+	return b, nil
 }
 
 // Unlimited returns a Budget that grants every retry: for callers that

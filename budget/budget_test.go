@@ -1,6 +1,7 @@
 package budget_test
 
 import (
+	"errors"
 	"math"
 	"sync"
 	"testing"
@@ -10,14 +11,15 @@ import (
 	"github.com/guardrail-go/guardrail/budget"
 )
 
-// Seed 003 card 036: with the bucket starting at 10 tokens and each of 1000
-// original calls depositing 0.1, retries are held to 10 + 0.1*1000 = 110.
-func TestSeedAmplification(t *testing.T) {
-	b := budget.New(budget.Config{})
+// With the bucket starting at 10 tokens and each of 1000 original calls
+// depositing 0.1, retries are held to 10 + 0.1*1000 = 110 where a client
+// without a budget would send 3000.
+func TestAmplificationBound(t *testing.T) {
+	b := mustNew(budget.Config{})
 	retries := 0
 	for range 1000 {
 		b.Deposit()
-		for range 3 { // up to three retries per call, as the helper in the seed
+		for range 3 { // up to three retries per call
 			if !b.TryRetry() {
 				break
 			}
@@ -30,7 +32,7 @@ func TestSeedAmplification(t *testing.T) {
 }
 
 func TestStartsFullAndCaps(t *testing.T) {
-	b := budget.New(budget.Config{Ratio: 0.5, Max: 3})
+	b := mustNew(budget.Config{Ratio: 0.5, Max: 3})
 	if got := b.Tokens(); got != 3 {
 		t.Fatalf("initial tokens = %v, want 3", got)
 	}
@@ -61,19 +63,30 @@ func TestStartsFullAndCaps(t *testing.T) {
 	}
 }
 
-func TestBadConfigMeansDefaults(t *testing.T) {
-	for _, cfg := range []budget.Config{
-		{Ratio: -1, Max: -1},
-		{Ratio: math.NaN(), Max: math.NaN()},
-		{Ratio: math.Inf(1), Max: math.Inf(1)},
+// Invalid values are rejected, each by name, rather than replaced.
+func TestInvalidConfigIsRejected(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  budget.Config
+		want string
+	}{
+		{budget.Config{Ratio: -1, Max: -1}, "budget: Config.Ratio is -1; want a value in (0, 1000], or zero for the default\n" +
+			"budget: Config.Max is -1; want a value in [1, 1e9], or zero for the default"},
+		{budget.Config{Ratio: math.NaN()}, "budget: Config.Ratio is NaN; want a value in (0, 1000], or zero for the default"},
+		{budget.Config{Ratio: 1001}, "budget: Config.Ratio is 1001; want a value in (0, 1000], or zero for the default"},
+		{budget.Config{Max: math.Inf(1)}, "budget: Config.Max is +Inf; want a value in [1, 1e9], or zero for the default"},
+		{budget.Config{Max: 0.2}, "budget: Config.Max is 0.2; want a value in [1, 1e9], or zero for the default"},
+		{budget.Config{MinPerSecond: -1}, "budget: Config.MinPerSecond is -1; want a finite value of at least 0"},
+		{budget.Config{MinPerSecond: math.NaN()}, "budget: Config.MinPerSecond is NaN; want a finite value of at least 0"},
 	} {
-		b := budget.New(cfg)
-		if b.Max() != budget.DefaultMax || b.Tokens() != budget.DefaultMax {
-			t.Errorf("%+v: max %v tokens %v, want the defaults", cfg, b.Max(), b.Tokens())
+		b, err := budget.New(tc.cfg)
+		if b != nil || !errors.Is(err, budget.ErrInvalidConfig) || err.Error() != tc.want {
+			t.Errorf("New(%+v) = %v, %v\nwant nil, %s", tc.cfg, b, err, tc.want)
 		}
 	}
-	if b := budget.New(budget.Config{Max: 0.2}); b.Max() != 1 {
-		t.Errorf("Max 0.2: got %v, want raised to 1", b.Max())
+	for _, cfg := range []budget.Config{{Ratio: 1000, Max: 1e9}, {Max: 1}, {MinPerSecond: 0.5}} {
+		if _, err := budget.New(cfg); err != nil {
+			t.Errorf("New(%+v): %v", cfg, err)
+		}
 	}
 }
 
@@ -91,7 +104,7 @@ func TestUnlimited(t *testing.T) {
 
 func TestMinPerSecondRefillsWithTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := budget.New(budget.Config{Max: 2, MinPerSecond: 1})
+		b := mustNew(budget.Config{Max: 2, MinPerSecond: 1})
 		b.TryRetry()
 		b.TryRetry()
 		if b.TryRetry() {
@@ -115,7 +128,7 @@ func TestMinPerSecondRefillsWithTime(t *testing.T) {
 
 func TestWithoutRefillTimeChangesNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := budget.New(budget.Config{Max: 1})
+		b := mustNew(budget.Config{Max: 1})
 		b.TryRetry()
 		time.Sleep(time.Hour)
 		if b.TryRetry() {
@@ -127,7 +140,7 @@ func TestWithoutRefillTimeChangesNothing(t *testing.T) {
 // Concurrent spenders never overdraw: exactly Max retries are granted from
 // a full bucket no matter how many goroutines race.
 func TestConcurrentSpendIsExact(t *testing.T) {
-	b := budget.New(budget.Config{Max: 100})
+	b := mustNew(budget.Config{Max: 100})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	granted := 0
@@ -151,14 +164,14 @@ func TestConcurrentSpendIsExact(t *testing.T) {
 }
 
 func BenchmarkDeposit(b *testing.B) {
-	bu := budget.New(budget.Config{})
+	bu := mustNew(budget.Config{})
 	for b.Loop() {
 		bu.Deposit()
 	}
 }
 
 func BenchmarkDepositParallel(b *testing.B) {
-	bu := budget.New(budget.Config{})
+	bu := mustNew(budget.Config{})
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			bu.Deposit()
@@ -169,7 +182,7 @@ func BenchmarkDepositParallel(b *testing.B) {
 // Deposit and spend alternate, so the bucket is never full and every
 // operation writes: the worst case for contention.
 func BenchmarkDepositTryRetry(b *testing.B) {
-	bu := budget.New(budget.Config{Ratio: 1})
+	bu := mustNew(budget.Config{Ratio: 1})
 	for b.Loop() {
 		bu.Deposit()
 		bu.TryRetry()
@@ -177,11 +190,20 @@ func BenchmarkDepositTryRetry(b *testing.B) {
 }
 
 func BenchmarkDepositTryRetryParallel(b *testing.B) {
-	bu := budget.New(budget.Config{Ratio: 1})
+	bu := mustNew(budget.Config{Ratio: 1})
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			bu.Deposit()
 			bu.TryRetry()
 		}
 	})
+}
+
+// mustNew is budget.New for configurations the test knows are valid.
+func mustNew(cfg budget.Config) *budget.Budget {
+	b, err := budget.New(cfg)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -7,7 +7,11 @@ import (
 )
 
 func Example() {
-	b := budget.New(budget.Config{Ratio: 0.1, Max: 10})
+	b, err := budget.New(budget.Config{Ratio: 0.1, Max: 10})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	granted := 0
 	for range 1000 { // a dependency that is down: every call wants 3 retries
 		b.Deposit()

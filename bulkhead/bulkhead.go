@@ -6,6 +6,7 @@ package bulkhead
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,19 +32,24 @@ type noTimeError struct{}
 func (*noTimeError) Error() string        { return "bulkhead: full, no slot in the time left" }
 func (*noTimeError) Is(target error) bool { return target == ErrFull }
 
+// ErrInvalidConfig is the sentinel of every error New returns for a Config
+// it rejects; the error names the field, what it held and what is allowed.
+var ErrInvalidConfig = errors.New("bulkhead: invalid config")
+
 // Config configures a Bulkhead: a plain value that New copies. The zero
 // Config is valid: 10 calls at once, no waiting.
 type Config struct {
 	// MaxConcurrent is the number of calls allowed in flight at once. Zero
-	// or negative means DefaultMaxConcurrent (10).
+	// means DefaultMaxConcurrent (10); allowed values are 1 to 1<<32-1.
 	MaxConcurrent int
 	// MaxQueue is the number of callers allowed to wait for a slot, in FIFO
-	// order, when all are taken. Zero (or negative) means no waiting: a
-	// full bulkhead rejects at once.
+	// order, when all are taken. Zero means no waiting: a full bulkhead
+	// rejects at once. Allowed values are 0 to 1<<32-1.
 	MaxQueue int
 	// MaxWait is the longest a caller waits in the queue; the context's
-	// deadline, when sooner, ends the wait first. Zero or negative means
-	// DefaultMaxWait (1 s). Unused when MaxQueue is zero.
+	// deadline, when sooner, ends the wait first. Zero means DefaultMaxWait
+	// (1 s); negative means no limit: only the context ends the wait.
+	// Unused when MaxQueue is zero.
 	MaxWait time.Duration
 }
 
@@ -59,15 +65,14 @@ const (
 // context's deadline.
 //
 // Waiters are served in arrival order, and a newcomer never overtakes a
-// waiter. Acquire and release allocate nothing when a slot is free.
+// waiter. Acquire and Release allocate nothing when a slot is free.
 //
 // Bulkhead is safe for concurrent use by multiple goroutines.
 type Bulkhead struct {
 	state    atomic.Uint64 // in flight | queued<<32; see flightMask
 	limit    uint64
 	maxQueue uint64
-	maxWait  time.Duration
-	release  func() // b.releaseOne, bound once so Acquire does not allocate
+	maxWait  time.Duration // < 0: no limit
 
 	mu sync.Mutex
 	// FIFO of waiters, guarded by mu. Its length is the queued half of
@@ -82,37 +87,87 @@ type waiter struct {
 	prev, next *waiter
 }
 
-// New returns a Bulkhead configured by cfg.
-func New(cfg Config) *Bulkhead {
-	b := &Bulkhead{limit: DefaultMaxConcurrent, maxWait: cfg.MaxWait}
+// New returns a Bulkhead configured by cfg, or an error that Is
+// ErrInvalidConfig and names every field cfg holds an invalid value in.
+func New(cfg Config) (*Bulkhead, error) {
+	var errs []error
+	if cfg.MaxConcurrent < 0 || cfg.MaxConcurrent > flightMask {
+		errs = append(errs, &configError{"MaxConcurrent", cfg.MaxConcurrent, "1 to 4294967295, or zero for the default"})
+	}
+	if cfg.MaxQueue < 0 || cfg.MaxQueue > flightMask {
+		errs = append(errs, &configError{"MaxQueue", cfg.MaxQueue, "0 to 4294967295"})
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	b := &Bulkhead{limit: DefaultMaxConcurrent, maxQueue: uint64(cfg.MaxQueue), maxWait: cfg.MaxWait}
 	if cfg.MaxConcurrent > 0 {
-		b.limit = uint64(min(cfg.MaxConcurrent, flightMask))
+		b.limit = uint64(cfg.MaxConcurrent)
 	}
-	if cfg.MaxQueue > 0 {
-		b.maxQueue = uint64(min(cfg.MaxQueue, flightMask))
-	}
-	if b.maxWait <= 0 {
+	if b.maxWait == 0 {
 		b.maxWait = DefaultMaxWait
 	}
-	b.release = b.releaseOne
-	return b
+	return b, nil
 }
+
+// configError reports one invalid field. It Is ErrInvalidConfig.
+type configError struct {
+	field string
+	value int
+	want  string
+}
+
+func (e *configError) Error() string {
+	return fmt.Sprintf("bulkhead: Config.%s is %d; want %s", e.field, e.value, e.want)
+}
+
+func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// Slot is a slot taken from a Bulkhead by Acquire or AcquireBy. Release
+// frees it; releasing it again, or releasing the zero Slot, does nothing,
+// so an early Release followed by a deferred one is safe:
+//
+//	slot, err := bh.Acquire(ctx)
+//	if err != nil {
+//		return err
+//	}
+//	defer slot.Release()
+//
+// Call Release through the variable Acquire's result was stored in: each
+// copy of a Slot would free the slot again, so a Slot must not be copied
+// (go vet reports copies). A Slot is not safe for concurrent use; the
+// Bulkhead is.
+type Slot struct {
+	_ noCopy
+	b *Bulkhead
+}
+
+// Release frees the slot, handing it to the first waiter if any. Only the
+// first Release of a Slot frees it.
+func (s *Slot) Release() {
+	if b := s.b; b != nil {
+		s.b = nil
+		b.releaseOne()
+	}
+}
+
+// noCopy makes go vet's copylocks check report copies of a Slot.
+type noCopy struct{}
+
+func (*noCopy) Lock()   {}
+func (*noCopy) Unlock() {}
 
 // Acquire takes a slot. It returns at once when one is free; otherwise it
 // waits in the queue, at most MaxWait and never past ctx's deadline. It
-// returns a release func, which must be called exactly once when the call
-// ends (a second call releases someone else's slot, and a release with no
-// slot held panics), or an error and no slot: ErrFull when the queue was
-// full or MaxWait passed, ctx.Err() when ctx was done first (before the
-// call or while waiting). On error the bulkhead is left as it was: a waiter
-// that gives up just as a slot is handed to it passes the slot on.
-//
-// The returned func is the same for every call, so Acquire does not
-// allocate on the uncontended path.
+// returns the Slot, to Release when the call ends, or an error and the
+// zero Slot: ErrFull when the queue was full or MaxWait passed, ctx.Err()
+// when ctx was done first (before the call or while waiting). On error the
+// bulkhead is left as it was: a waiter that gives up just as a slot is
+// handed to it passes the slot on.
 //
 // Acquire waits up to the deadline itself; a caller that needs time left
 // for the call after the wait uses AcquireBy.
-func (b *Bulkhead) Acquire(ctx context.Context) (release func(), err error) {
+func (b *Bulkhead) Acquire(ctx context.Context) (Slot, error) {
 	return b.AcquireBy(ctx, time.Time{})
 }
 
@@ -121,39 +176,39 @@ func (b *Bulkhead) Acquire(ctx context.Context) (release func(), err error) {
 // passed and no slot is free it fails at once, without queueing. A caller
 // that needs some time left for the call itself passes its deadline minus
 // that time, so it never waits for a slot it could not use.
-func (b *Bulkhead) AcquireBy(ctx context.Context, latest time.Time) (release func(), err error) {
+func (b *Bulkhead) AcquireBy(ctx context.Context, latest time.Time) (Slot, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return Slot{}, err
 	}
 	// s < limit: nobody queued and a slot free. A CAS lost to another
 	// acquire or release is retried here rather than in the slow path,
 	// which would take the mutex: under contention that doubled the cost.
 	for s := b.state.Load(); s < b.limit; s = b.state.Load() {
 		if b.state.CompareAndSwap(s, s+1) {
-			return b.release, nil
+			return Slot{b: b}, nil
 		}
 	}
 	return b.acquireSlow(ctx, latest)
 }
 
-func (b *Bulkhead) acquireSlow(ctx context.Context, latest time.Time) (func(), error) {
-	wait, waitErr := b.maxWait, ErrFull
+func (b *Bulkhead) acquireSlow(ctx context.Context, latest time.Time) (Slot, error) {
+	wait, waitErr := b.maxWait, ErrFull // wait < 0: no limit
 	if !latest.IsZero() {
-		if left := time.Until(latest); left < wait {
-			wait, waitErr = left, ErrNoTime
+		if left := time.Until(latest); wait < 0 || left < wait {
+			wait, waitErr = max(left, 0), ErrNoTime
 		}
 	}
-	if b.maxQueue == 0 || wait <= 0 {
+	if b.maxQueue == 0 || wait == 0 {
 		for {
 			s := b.state.Load()
 			if s >= b.limit {
 				if b.maxQueue == 0 {
-					return nil, ErrFull
+					return Slot{}, ErrFull
 				}
-				return nil, waitErr // no time to wait
+				return Slot{}, waitErr // no time to wait
 			}
 			if b.state.CompareAndSwap(s, s+1) {
-				return b.release, nil
+				return Slot{b: b}, nil
 			}
 		}
 	}
@@ -163,13 +218,13 @@ func (b *Bulkhead) acquireSlow(ctx context.Context, latest time.Time) (func(), e
 		if s < b.limit {
 			if b.state.CompareAndSwap(s, s+1) {
 				b.mu.Unlock()
-				return b.release, nil
+				return Slot{b: b}, nil
 			}
 			continue // a fast-path acquire or release raced us
 		}
 		if s>>32 >= b.maxQueue {
 			b.mu.Unlock()
-			return nil, ErrFull
+			return Slot{}, ErrFull
 		}
 		// Queue. The CAS fails if a fast-path release freed a slot since
 		// the load; then look again. Once queued, releases take the slow path.
@@ -187,14 +242,14 @@ func (b *Bulkhead) acquireSlow(ctx context.Context, latest time.Time) (func(), e
 	b.mu.Unlock()
 
 	var expired <-chan time.Time
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > wait {
+	if dl, ok := ctx.Deadline(); wait > 0 && (!ok || time.Until(dl) > wait) {
 		t := time.NewTimer(wait)
 		defer t.Stop()
 		expired = t.C
-	} // else the deadline comes first: ctx.Done ends the wait
+	} // else no limit, or the deadline comes first: ctx.Done ends the wait
 	select {
 	case <-w.ready:
-		return b.release, nil
+		return Slot{b: b}, nil
 	case <-expired:
 		return b.giveUp(w, waitErr)
 	case <-ctx.Done():
@@ -205,15 +260,15 @@ func (b *Bulkhead) acquireSlow(ctx context.Context, latest time.Time) (func(), e
 // giveUp leaves the queue. If a slot was handed to w meanwhile, a waiter
 // whose time ran out takes it (it came in time); one whose context is done
 // passes it on.
-func (b *Bulkhead) giveUp(w *waiter, err error) (func(), error) {
+func (b *Bulkhead) giveUp(w *waiter, err error) (Slot, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if w.granted {
 		if err == ErrFull || err == ErrNoTime {
-			return b.release, nil
+			return Slot{b: b}, nil
 		}
 		b.releaseLocked()
-		return nil, err
+		return Slot{}, err
 	}
 	if w.prev == nil {
 		b.head = w.next
@@ -226,7 +281,7 @@ func (b *Bulkhead) giveUp(w *waiter, err error) (func(), error) {
 		w.next.prev = w.prev
 	}
 	b.state.Add(^uint64(waitUnit - 1)) // -waitUnit
-	return nil, err
+	return Slot{}, err
 }
 
 func (b *Bulkhead) releaseOne() {

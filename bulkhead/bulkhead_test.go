@@ -22,21 +22,30 @@ func wantCounts(t *testing.T, b *bulkhead.Bulkhead, inFlight, waiting int) {
 	}
 }
 
-func mustAcquire(t *testing.T, b *bulkhead.Bulkhead) func() {
+func mustAcquire(t *testing.T, b *bulkhead.Bulkhead) *bulkhead.Slot {
 	t.Helper()
-	release, err := b.Acquire(context.Background())
+	slot, err := b.Acquire(context.Background())
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
-	return release
+	return &slot
+}
+
+// mustNew is bulkhead.New for configurations the test knows are valid.
+func mustNew(cfg bulkhead.Config) *bulkhead.Bulkhead {
+	b, err := bulkhead.New(cfg)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 func TestDefaults(t *testing.T) {
-	b := bulkhead.New(bulkhead.Config{})
+	b := mustNew(bulkhead.Config{})
 	if got := b.Limit(); got != bulkhead.DefaultMaxConcurrent {
 		t.Fatalf("Limit = %d, want %d", got, bulkhead.DefaultMaxConcurrent)
 	}
-	var releases []func()
+	var releases []*bulkhead.Slot
 	for range bulkhead.DefaultMaxConcurrent {
 		releases = append(releases, mustAcquire(t, b))
 	}
@@ -46,7 +55,7 @@ func TestDefaults(t *testing.T) {
 	}
 	wantCounts(t, b, bulkhead.DefaultMaxConcurrent, 0)
 	for _, r := range releases {
-		r()
+		r.Release()
 	}
 	wantCounts(t, b, 0, 0)
 }
@@ -56,7 +65,7 @@ func TestDefaults(t *testing.T) {
 func TestLimitRespectedUnderConcurrency(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const limit, callers = 5, 100
-		b := bulkhead.New(bulkhead.Config{MaxConcurrent: limit, MaxQueue: callers, MaxWait: time.Hour})
+		b := mustNew(bulkhead.Config{MaxConcurrent: limit, MaxQueue: callers, MaxWait: time.Hour})
 		var now, peak, done atomic.Int64
 		var wg sync.WaitGroup
 		for range callers {
@@ -72,7 +81,7 @@ func TestLimitRespectedUnderConcurrency(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 				now.Add(-1)
 				done.Add(1)
-				release()
+				release.Release()
 			})
 		}
 		wg.Wait()
@@ -85,7 +94,7 @@ func TestLimitRespectedUnderConcurrency(t *testing.T) {
 
 func TestQueueBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := bulkhead.New(bulkhead.Config{MaxConcurrent: 2, MaxQueue: 3, MaxWait: time.Hour})
+		b := mustNew(bulkhead.Config{MaxConcurrent: 2, MaxQueue: 3, MaxWait: time.Hour})
 		r1, r2 := mustAcquire(t, b), mustAcquire(t, b)
 		var wg sync.WaitGroup
 		for range 3 {
@@ -95,7 +104,7 @@ func TestQueueBound(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				release()
+				release.Release()
 			})
 		}
 		synctest.Wait()
@@ -108,8 +117,8 @@ func TestQueueBound(t *testing.T) {
 			t.Fatalf("rejection waited %v, want at once", waited)
 		}
 		wantCounts(t, b, 2, 3)
-		r1()
-		r2()
+		r1.Release()
+		r2.Release()
 		wg.Wait()
 		wantCounts(t, b, 0, 0)
 	})
@@ -117,7 +126,7 @@ func TestQueueBound(t *testing.T) {
 
 func TestMaxWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := bulkhead.New(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 1, MaxWait: 100 * time.Millisecond})
+		b := mustNew(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 1, MaxWait: 100 * time.Millisecond})
 		release := mustAcquire(t, b)
 		start := time.Now()
 		if _, err := b.Acquire(context.Background()); err != bulkhead.ErrFull {
@@ -127,7 +136,7 @@ func TestMaxWait(t *testing.T) {
 			t.Fatalf("waited %v, want MaxWait", waited)
 		}
 		wantCounts(t, b, 1, 0)
-		release()
+		release.Release()
 		wantCounts(t, b, 0, 0)
 	})
 }
@@ -147,9 +156,9 @@ func TestWaitBoundedByDeadline(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := bulkhead.New(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 1, MaxWait: tc.maxWait})
+				b := mustNew(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 1, MaxWait: tc.maxWait})
 				release := mustAcquire(t, b)
-				defer release()
+				defer release.Release()
 				ctx, cancel := context.WithTimeout(context.Background(), tc.deadline)
 				defer cancel()
 				start := time.Now()
@@ -167,7 +176,7 @@ func TestWaitBoundedByDeadline(t *testing.T) {
 }
 
 func TestDoneContextFailsAtOnce(t *testing.T) {
-	b := bulkhead.New(bulkhead.Config{MaxQueue: 10})
+	b := mustNew(bulkhead.Config{MaxQueue: 10})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := b.Acquire(ctx); err != context.Canceled {
@@ -181,7 +190,7 @@ func TestDoneContextFailsAtOnce(t *testing.T) {
 func TestFIFOAndCancelWhileWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 6
-		b := bulkhead.New(bulkhead.Config{MaxConcurrent: 1, MaxQueue: n, MaxWait: time.Hour})
+		b := mustNew(bulkhead.Config{MaxConcurrent: 1, MaxQueue: n, MaxWait: time.Hour})
 		hold := mustAcquire(t, b)
 
 		var mu sync.Mutex
@@ -202,7 +211,7 @@ func TestFIFOAndCancelWhileWaiting(t *testing.T) {
 				order = append(order, i)
 				mu.Unlock()
 				time.Sleep(time.Millisecond)
-				release()
+				release.Release()
 			})
 			synctest.Wait() // queued before the next one arrives
 		}
@@ -217,12 +226,12 @@ func TestFIFOAndCancelWhileWaiting(t *testing.T) {
 		}
 
 		// A newcomer does not overtake the queue even when a slot frees.
-		hold()
+		hold.Release()
 		late, err := b.Acquire(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		late()
+		late.Release()
 		wg.Wait()
 		for _, c := range cancels {
 			c()
@@ -251,16 +260,16 @@ func equal(a, b []int) bool {
 func TestGiveUpRacingReleaseDoesNotLeak(t *testing.T) {
 	for range 200 {
 		synctest.Test(t, func(t *testing.T) {
-			b := bulkhead.New(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 2, MaxWait: 10 * time.Millisecond})
+			b := mustNew(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 2, MaxWait: 10 * time.Millisecond})
 			hold := mustAcquire(t, b)
-			time.AfterFunc(10*time.Millisecond, hold) // the same instant as MaxWait
+			time.AfterFunc(10*time.Millisecond, hold.Release) // the same instant as MaxWait
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 			defer cancel()
 			var wg sync.WaitGroup
 			for _, c := range []context.Context{context.Background(), ctx} {
 				wg.Go(func() {
 					if release, err := b.Acquire(c); err == nil {
-						release()
+						release.Release()
 					} else if err != bulkhead.ErrFull && !errors.Is(err, context.DeadlineExceeded) {
 						t.Error(err)
 					}
@@ -277,7 +286,7 @@ func TestGiveUpRacingReleaseDoesNotLeak(t *testing.T) {
 // cancellations; the limit holds and nothing leaks.
 func TestStress(t *testing.T) {
 	const limit = 3
-	b := bulkhead.New(bulkhead.Config{MaxConcurrent: limit, MaxQueue: 4, MaxWait: 200 * time.Microsecond})
+	b := mustNew(bulkhead.Config{MaxConcurrent: limit, MaxQueue: 4, MaxWait: 200 * time.Microsecond})
 	var now, peak atomic.Int64
 	var wg sync.WaitGroup
 	for w := range 8 {
@@ -296,7 +305,7 @@ func TestStress(t *testing.T) {
 					time.Sleep(time.Microsecond)
 				}
 				now.Add(-1)
-				release()
+				release.Release()
 			}
 		})
 	}
@@ -307,23 +316,108 @@ func TestStress(t *testing.T) {
 	wantCounts(t, b, 0, 0)
 }
 
-func TestReleaseWithoutAcquirePanics(t *testing.T) {
-	b := bulkhead.New(bulkhead.Config{})
-	release := mustAcquire(t, b)
-	release()
-	defer func() {
-		if r := recover(); r != "bulkhead: release of a slot not held" {
-			t.Fatalf("recover() = %v", r)
+// A second Release of a Slot, and the Release of the zero Slot, do
+// nothing: an early release plus a deferred one must not free another
+// caller's slot.
+func TestReleaseTwiceIsANoOp(t *testing.T) {
+	b := mustNew(bulkhead.Config{MaxConcurrent: 1})
+	first := mustAcquire(t, b)
+	first.Release()
+	second := mustAcquire(t, b)
+	first.Release() // the deferred release of the first caller
+	if _, err := b.Acquire(context.Background()); err != bulkhead.ErrFull {
+		t.Fatalf("third Acquire = %v with one slot held by the second caller; want ErrFull", err)
+	}
+	wantCounts(t, b, 1, 0)
+	second.Release()
+	second.Release()
+	var zero bulkhead.Slot
+	zero.Release()
+	wantCounts(t, b, 0, 0)
+}
+
+// Callers that release early and again in a defer never take the
+// bulkhead past its limit. Before Release was idempotent, each second
+// release freed a slot someone else held and the peak went past the limit.
+func TestEarlyAndDeferredReleaseKeepTheLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit, callers = 3, 50
+		b := mustNew(bulkhead.Config{MaxConcurrent: limit, MaxQueue: callers, MaxWait: time.Hour})
+		var now, peak atomic.Int64
+		var wg sync.WaitGroup
+		for i := range callers {
+			wg.Go(func() {
+				slot, err := b.Acquire(context.Background())
+				if err != nil {
+					t.Errorf("Acquire: %v", err)
+					return
+				}
+				defer slot.Release()
+				n := now.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				time.Sleep(time.Duration(1+i%3) * time.Millisecond)
+				now.Add(-1)
+				slot.Release() // early: the work is done, the defer runs later
+				time.Sleep(time.Millisecond)
+			})
 		}
-	}()
-	release()
+		wg.Wait()
+		if p := peak.Load(); p > limit {
+			t.Fatalf("%d calls in flight at once, limit %d", p, limit)
+		}
+		wantCounts(t, b, 0, 0)
+	})
+}
+
+// New rejects what no field allows, naming the field; a negative MaxWait
+// means no limit.
+func TestConfigValidation(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  bulkhead.Config
+		want string
+	}{
+		{bulkhead.Config{MaxConcurrent: -1}, "bulkhead: Config.MaxConcurrent is -1; want 1 to 4294967295, or zero for the default"},
+		{bulkhead.Config{MaxConcurrent: 1 << 32}, "bulkhead: Config.MaxConcurrent is 4294967296; want 1 to 4294967295, or zero for the default"},
+		{bulkhead.Config{MaxQueue: -1}, "bulkhead: Config.MaxQueue is -1; want 0 to 4294967295"},
+		{bulkhead.Config{MaxConcurrent: -2, MaxQueue: -3}, "bulkhead: Config.MaxConcurrent is -2; want 1 to 4294967295, or zero for the default\n" +
+			"bulkhead: Config.MaxQueue is -3; want 0 to 4294967295"},
+	} {
+		b, err := bulkhead.New(tc.cfg)
+		if b != nil || !errors.Is(err, bulkhead.ErrInvalidConfig) || err.Error() != tc.want {
+			t.Errorf("New(%+v) = %v, %v\nwant nil, %s", tc.cfg, b, err, tc.want)
+		}
+	}
+}
+
+// MaxWait negative: a waiter waits until its context ends, not 1 s.
+func TestNegativeMaxWaitMeansNoLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := mustNew(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 1, MaxWait: -1})
+		held := mustAcquire(t, b)
+		time.AfterFunc(time.Hour, held.Release)
+		start := time.Now()
+		slot, err := b.Acquire(context.Background())
+		if err != nil || time.Since(start) != time.Hour {
+			t.Fatalf("Acquire = %v after %v; want a slot after 1h", err, time.Since(start))
+		}
+		slot.Release()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		held = mustAcquire(t, b)
+		defer held.Release()
+		start = time.Now()
+		if _, err := b.Acquire(ctx); err != context.DeadlineExceeded || time.Since(start) != time.Minute {
+			t.Fatalf("Acquire = %v after %v; want the context's deadline after 1m", err, time.Since(start))
+		}
+	})
 }
 
 func TestUncontendedDoesNotAllocate(t *testing.T) {
 	if testing.CoverMode() != "" {
 		t.Skip("coverage counters change allocation counts")
 	}
-	b := bulkhead.New(bulkhead.Config{MaxQueue: 10})
+	b := mustNew(bulkhead.Config{MaxQueue: 10})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	if n := testing.AllocsPerRun(1000, func() {
@@ -331,7 +425,7 @@ func TestUncontendedDoesNotAllocate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		release()
+		release.Release()
 	}); n != 0 {
 		t.Fatalf("%v allocs per acquire and release, want 0", n)
 	}
@@ -340,33 +434,33 @@ func TestUncontendedDoesNotAllocate(t *testing.T) {
 func BenchmarkAcquireRelease(b *testing.B) {
 	ctx := context.Background()
 	b.Run("seq", func(b *testing.B) {
-		bh := bulkhead.New(bulkhead.Config{MaxConcurrent: 100})
+		bh := mustNew(bulkhead.Config{MaxConcurrent: 100})
 		b.ReportAllocs()
 		for b.Loop() {
 			release, _ := bh.Acquire(ctx)
-			release()
+			release.Release()
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {
-		bh := bulkhead.New(bulkhead.Config{MaxConcurrent: 100})
+		bh := mustNew(bulkhead.Config{MaxConcurrent: 100})
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				release, _ := bh.Acquire(ctx)
-				release()
+				release.Release()
 			}
 		})
 	})
 	// Contended: 2 slots, 2 goroutines per P hammering, a queue to wait in.
 	b.Run("contended", func(b *testing.B) {
-		bh := bulkhead.New(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 64, MaxWait: time.Hour})
+		bh := mustNew(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 64, MaxWait: time.Hour})
 		b.ReportAllocs()
 		b.SetParallelism(4)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				release, err := bh.Acquire(ctx)
 				if err == nil {
-					release()
+					release.Release()
 				}
 			}
 		})
@@ -389,9 +483,9 @@ func TestAcquireBy(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := bulkhead.New(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 1, MaxWait: tc.maxWait})
+				b := mustNew(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 1, MaxWait: tc.maxWait})
 				release := mustAcquire(t, b)
-				defer release()
+				defer release.Release()
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
 				start := time.Now()
@@ -407,12 +501,12 @@ func TestAcquireBy(t *testing.T) {
 		})
 	}
 	// A free slot needs no time to wait for: granted even past latest.
-	b := bulkhead.New(bulkhead.Config{MaxQueue: 1})
+	b := mustNew(bulkhead.Config{MaxQueue: 1})
 	release, err := b.AcquireBy(context.Background(), time.Now().Add(-time.Hour))
 	if err != nil {
 		t.Fatalf("AcquireBy with a free slot = %v", err)
 	}
-	release()
+	release.Release()
 	if got := bulkhead.ErrNoTime.Error(); got != "bulkhead: full, no slot in the time left" {
 		t.Fatalf("ErrNoTime = %q", got)
 	}
@@ -422,11 +516,11 @@ func TestAcquireBy(t *testing.T) {
 func TestAcquireByRacingRelease(t *testing.T) {
 	for range 100 {
 		synctest.Test(t, func(t *testing.T) {
-			b := bulkhead.New(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour})
+			b := mustNew(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour})
 			hold := mustAcquire(t, b)
-			time.AfterFunc(10*time.Millisecond, hold)
+			time.AfterFunc(10*time.Millisecond, hold.Release)
 			if release, err := b.AcquireBy(context.Background(), time.Now().Add(10*time.Millisecond)); err == nil {
-				release()
+				release.Release()
 			} else if err != bulkhead.ErrNoTime {
 				t.Fatal(err)
 			}

@@ -11,16 +11,21 @@ import (
 func Example() {
 	// Two calls to the recommendation service at a time, no waiting: a
 	// third caller is refused at once instead of piling up.
-	b := bulkhead.New(bulkhead.Config{MaxConcurrent: 2})
+	b, err := bulkhead.New(bulkhead.Config{MaxConcurrent: 2})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	ctx := context.Background()
 
-	release1, _ := b.Acquire(ctx)
-	release2, _ := b.Acquire(ctx)
+	first, _ := b.Acquire(ctx)
+	second, _ := b.Acquire(ctx)
 	if _, err := b.Acquire(ctx); err != nil {
 		fmt.Println("third call:", err, "- in flight:", b.InFlight())
 	}
-	release1()
-	release2()
+	first.Release()
+	second.Release()
+	second.Release() // a second Release does nothing
 	fmt.Println("in flight:", b.InFlight())
 	// Output:
 	// third call: bulkhead: full - in flight: 2
@@ -30,15 +35,19 @@ func Example() {
 func Example_deadline() {
 	// One call at a time; up to 10 callers wait, each at most 1 s and never
 	// past its own deadline.
-	b := bulkhead.New(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 10, MaxWait: time.Second})
-	release, _ := b.Acquire(context.Background())
-	defer release()
+	b, err := bulkhead.New(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 10, MaxWait: time.Second})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	slot, _ := b.Acquire(context.Background())
+	defer slot.Release()
 
 	// This caller has 20 ms left: it gives up then, not after MaxWait, and
 	// leaves the queue as it found it.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	_, err := b.Acquire(ctx)
+	_, err = b.Acquire(ctx)
 	fmt.Println(err, "- waiting:", b.Waiting())
 	// Output:
 	// context deadline exceeded - waiting: 0

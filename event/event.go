@@ -23,13 +23,14 @@ type Observer interface {
 	Observe(ctx context.Context, e Event) context.Context
 }
 
-// ObserverFunc adapts a function to the Observer interface.
+// ObserverFunc adapts a function to the Observer interface. It is as safe
+// for concurrent use as the function is, and must be, like any Observer.
 type ObserverFunc func(ctx context.Context, e Event) context.Context
 
 // Observe calls f(ctx, e).
 func (f ObserverFunc) Observe(ctx context.Context, e Event) context.Context { return f(ctx, e) }
 
-// Kind says what happened.
+// Kind says what happened. It is a plain value, safe for concurrent use.
 type Kind uint8
 
 // The event kinds. Fields of Event not listed for a kind are zero.
@@ -112,9 +113,10 @@ func (k Kind) String() string {
 // Event describes one thing that happened to a guarded call. It is passed by
 // value so that observing allocates nothing. String fields hold values from a
 // small fixed set (the constants below, a Policy's Name) and are safe as
-// metric labels, except Operation, which is whatever the caller set.
+// metric labels, except Operation, which is whatever the caller set. An
+// Event is a plain value owned by the Observer that receives it.
 type Event struct {
-	Kind       Kind
+	Kind       Kind          // what happened; says which other fields are set
 	Dependency string        // Policy.Name, a host, a breaker group key
 	Operation  string        // set by the caller with WithOperation; may be empty
 	Attempt    int           // 1-based attempt number
@@ -174,6 +176,8 @@ const (
 	ReasonMismatch   = "mismatch"    // idempotency: same key, other payload (422)
 	ReasonReleased   = "released"    // idempotency: 5xx or panic, key released
 	ReasonStoreError = "store_error" // idempotency: the store failed
+	// ReasonOutcomeUnknown: idempotency: the handler panicked or hijacked the connection; its key answers 500 until it expires.
+	ReasonOutcomeUnknown = "outcome_unknown"
 )
 
 // Timeout phases (Timeout and typed timeout errors).

@@ -22,7 +22,7 @@ import (
 // breakers trips after 5 calls with half of them failed, and stays open a
 // minute: long enough not to reopen during a test.
 func breakers() *breaker.Group {
-	return breaker.NewGroup(breaker.GroupConfig{Config: breaker.Config{MinRequests: 5, OpenFor: time.Minute}})
+	return must(breaker.NewGroup(breaker.GroupConfig{Config: breaker.Config{MinRequests: 5, OpenFor: time.Minute}}))
 }
 
 func TestBreakerPerHost(t *testing.T) {
@@ -149,7 +149,7 @@ func TestBreakerOpeningStopsRetries(t *testing.T) {
 		calls.Add(1)
 		http.Error(w, "down", http.StatusServiceUnavailable)
 	})
-	group := breaker.NewGroup(breaker.GroupConfig{Config: breaker.Config{MinRequests: 2, OpenFor: time.Minute}})
+	group := must(breaker.NewGroup(breaker.GroupConfig{Config: breaker.Config{MinRequests: 2, OpenFor: time.Minute}}))
 	c := newClient(t, unlimited(guardhttp.Config{MaxAttempts: 5, Breakers: group}))
 	resp, err := get(t, context.Background(), c, srv.URL)
 	if err != nil {
@@ -226,4 +226,13 @@ func TestBulkheadWaitsNoLongerThanTheTimeLeft(t *testing.T) {
 	}
 	// It waits until the deadline minus MinAttempt (50 ms), not a minute.
 	within(t, "the wait", time.Since(start), 150*time.Millisecond-10*time.Millisecond, 150*time.Millisecond+slack)
+}
+
+// must returns v, for constructors given a configuration the test knows is
+// valid.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -24,6 +24,9 @@ type bulkheads struct {
 }
 
 func newBulkheads(cfg bulkhead.Config) *bulkheads {
+	if _, err := bulkhead.New(cfg); err != nil {
+		panic(err) // an invalid Config.Bulkhead, reported when the Transport is built
+	}
 	return &bulkheads{cfg: cfg, maxKeys: breaker.DefaultMaxKeys, m: make(map[string]*bulkhead.Bulkhead)}
 }
 
@@ -46,7 +49,7 @@ func (g *bulkheads) get(key string) *bulkhead.Bulkhead {
 			}
 		}
 	}
-	b = bulkhead.New(g.cfg)
+	b, _ = bulkhead.New(g.cfg) // validated by newBulkheads
 	g.m[key] = b
 	return b
 }

@@ -69,11 +69,7 @@ func DefaultClassify(resp *http.Response, err error) guardrail.Verdict {
 // retryAfter reads the response's Retry-After (RFC 9110: seconds or an
 // HTTP-date). Garbage, negative and fractional values are ignored.
 func retryAfter(resp *http.Response) (time.Duration, bool) {
-	v := resp.Header.Get("Retry-After")
-	if v == "" {
-		return 0, false
-	}
-	return backoff.ParseRetryAfter(v, time.Now())
+	return backoff.ParseRetryAfterValues(resp.Header.Values("Retry-After"), time.Now())
 }
 
 // HeaderIdempotencyKey is the header that makes a POST or PATCH safe to

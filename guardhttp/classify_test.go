@@ -30,7 +30,7 @@ func FuzzDefaultClassify(f *testing.F) {
 			resp.Header.Set("Retry-After", ra)
 		}
 		v := guardhttp.DefaultClassify(resp, nil)
-		if v.RetryAfter < 0 || v.RetryAfter > backoff.MaxRetryAfter {
+		if v.RetryAfter < 0 || v.RetryAfter > backoff.MaxParsedRetryAfter {
 			t.Fatalf("status %d, Retry-After %q: delay %v", code, ra, v.RetryAfter)
 		}
 		retryable := code == 500 || code == 502 || code == 503 || code == 504 || code == 429
@@ -46,4 +46,19 @@ func FuzzDefaultClassify(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A response with two Retry-After fields is read as the longer one: taking
+// the first sent the retry after 1 s to a server whose other field asked
+// for 2 s.
+func TestTwoRetryAfterFieldsTakeTheLonger(t *testing.T) {
+	for _, values := range [][]string{{"1", "2"}, {"2", "1"}, {"soon", "2"}} {
+		resp := &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{}}
+		for _, v := range values {
+			resp.Header.Add("Retry-After", v)
+		}
+		if v := guardhttp.DefaultClassify(resp, nil); v.RetryAfter != 2*time.Second {
+			t.Errorf("Retry-After %q: RetryAfter %v, want 2s", values, v.RetryAfter)
+		}
+	}
 }

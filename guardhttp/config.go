@@ -196,7 +196,7 @@ func (c *Config) settings() settings {
 	s := settings{
 		name:           c.Name,
 		attemptTimeout: c.AttemptTimeout,
-		minAttempt:     orDefault(c.MinAttempt, guardrail.DefaultMinAttempt),
+		minAttempt:     orDefault(c.MinAttempt, guardrail.DefaultMinAttemptTime),
 		connect:        orDefault(c.ConnectTimeout, DefaultConnectTimeout),
 		tls:            orDefault(c.TLSHandshakeTimeout, DefaultTLSHandshakeTimeout),
 		write:          orDefault(c.WriteTimeout, DefaultWriteTimeout),

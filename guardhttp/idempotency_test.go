@@ -25,7 +25,15 @@ func TestLostResponseOfAChargeIsReplayedNotRepeated(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = io.WriteString(w, "charge "+string(rune('0'+n)))
 	})
-	inner := idempotency.Middleware(memstore.New(memstore.Config{}), idempotency.Config{})(charge)
+	store, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := idempotency.New(store, idempotency.Config{SingleTenant: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := keys.Middleware(charge)
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 		served.Add(1)
 		if dropFirst.CompareAndSwap(true, false) {

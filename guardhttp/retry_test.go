@@ -481,7 +481,7 @@ func TestBudgetExhaustedAfterA503ReturnsThe503(t *testing.T) {
 	c := newClient(t, guardhttp.Config{
 		MaxAttempts: 5,
 		Backoff:     backoff.None(),
-		Budget:      budget.New(budget.Config{Max: 1}), // one retry in the bucket
+		Budget:      must(budget.New(budget.Config{Max: 1})), // one retry in the bucket
 		Observer:    rec,
 	})
 	resp, err := get(t, context.Background(), c, srv.URL)
@@ -504,7 +504,7 @@ func TestBudgetExhaustedWithoutAResponseIsAnError(t *testing.T) {
 	c := newClient(t, guardhttp.Config{
 		ResponseHeaderTimeout: 20 * time.Millisecond,
 		Backoff:               backoff.None(),
-		Budget:                budget.New(budget.Config{Max: 1}),
+		Budget:                must(budget.New(budget.Config{Max: 1})),
 	})
 	_, err := get(t, context.Background(), c, "http://"+ln.Addr().String())
 	if !errors.Is(err, guardrail.ErrBudgetExhausted) {

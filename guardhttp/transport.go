@@ -113,7 +113,7 @@ func NewTransport(base http.RoundTripper, cfg Config) *Transport {
 		// ends when the attempt returns, before the body is read. A negative
 		// value still reaches the engine to be rejected.
 		AttemptTimeout: min(cfg.AttemptTimeout, 0),
-		MinAttempt:     cfg.MinAttempt,
+		MinAttemptTime: cfg.MinAttempt,
 		Backoff:        cfg.Backoff,
 		MaxRetryAfter:  cfg.MaxRetryAfter,
 		Budget:         cfg.Budget,
@@ -123,15 +123,16 @@ func NewTransport(base http.RoundTripper, cfg Config) *Transport {
 	}
 	// Every request brings the breaker of its key; the Policy's own would
 	// be one breaker for every host, so it is turned off.
-	t.policy.Breaker = breaker.New(breaker.Config{Mode: breaker.Disabled})
+	t.policy.Breaker, _ = breaker.New(breaker.Config{Mode: breaker.Disabled}) // a valid Config
 	t.breakers = cfg.Breakers
 	if t.breakers == nil {
-		t.breakers = breaker.NewGroup(breaker.GroupConfig{})
+		var gc breaker.GroupConfig
 		if obs, name := cfg.Observer, cfg.Name; obs != nil {
-			t.breakers.Subscribe(func(tr breaker.Transition) {
+			gc.Config.OnTransition = func(tr breaker.Transition) {
 				obs.Observe(context.Background(), tr.Event(name))
-			})
+			}
 		}
+		t.breakers, _ = breaker.NewGroup(gc) // a valid GroupConfig
 	}
 	if cfg.Bulkhead != nil {
 		t.bulkheads = newBulkheads(*cfg.Bulkhead)
@@ -204,7 +205,7 @@ func NewClient(cfg Config) *http.Client {
 }
 
 // RetryBudget returns the budget retries are spent from, for metrics.
-func (t *Transport) RetryBudget() *budget.Budget { return t.policy.RetryBudget() }
+func (t *Transport) RetryBudget() *budget.Budget { return t.policy.BudgetInUse() }
 
 // CloseIdleConnections closes the idle connections of the base transport,
 // if it has such a method.
@@ -223,11 +224,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	resp, err := guardrail.DoCall(req.Context(), &t.policy, guardrail.Call{
-		Idempotent: c.idempotent,
+		Idempotent: idempotence(c.idempotent),
 		Dependency: c.dep,
 		Breaker:    t.breakers.Get(c.key),
 	}, c.attempt)
 	return c.end(resp, err)
+}
+
+// idempotence is the engine's per-call setting for a request whose
+// idempotency the Transport decided.
+func idempotence(ok bool) guardrail.Idempotence {
+	if ok {
+		return guardrail.Idempotent
+	}
+	return guardrail.NotIdempotent
 }
 
 // body modes of a request.
@@ -445,9 +455,9 @@ func (c *call) acquire() (func(), error) {
 	if dl, ok := ctx.Deadline(); ok {
 		latest = dl.Add(-c.t.s.minAttempt)
 	}
-	release, err := b.AcquireBy(ctx, latest)
+	slot, err := b.AcquireBy(ctx, latest)
 	if err == nil {
-		return release, nil
+		return slot.Release, nil
 	}
 	if !errors.Is(err, bulkhead.ErrFull) {
 		return nil, c.mark(err, guardrail.Verdict{Outcome: breaker.Ignored}) // the caller gave up

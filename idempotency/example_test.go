@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -20,12 +21,27 @@ func Example() {
 		fmt.Fprintf(w, "charge %d", charges)
 	})
 
-	guard := idempotency.Middleware(memstore.New(memstore.Config{}), idempotency.Config{
-		Required:  true,
-		Principal: func(r *http.Request) string { return r.Header.Get("X-Account") },
+	store, err := memstore.New(memstore.Config{})
+	if err != nil {
+		panic(err)
+	}
+	keys, err := idempotency.New(store, idempotency.Config{
+		Name:     "payments",
+		Required: true,
+		// Keys are the caller's own: in a real service, the account of
+		// the authenticated request.
+		Scope: func(r *http.Request) (string, error) {
+			if a := r.Header.Get("X-Account"); a != "" {
+				return a, nil
+			}
+			return "", errors.New("no account")
+		},
 	})
+	if err != nil {
+		panic(err)
+	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /payments", guard(pay))
+	mux.Handle("POST /payments", keys.Middleware(pay))
 
 	post := func(key, payload string) {
 		req := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(payload))
@@ -56,10 +72,25 @@ func Example() {
 	// charges: 1
 }
 
+// New refuses a Config that does not say whose keys are whose.
+func ExampleNew() {
+	store, _ := memstore.New(memstore.Config{})
+	_, err := idempotency.New(store, idempotency.Config{})
+	fmt.Println(errors.Is(err, idempotency.ErrConfig))
+
+	// One trusted caller: say so.
+	_, err = idempotency.New(store, idempotency.Config{SingleTenant: true})
+	fmt.Println(err)
+	// Output:
+	// true
+	// <nil>
+}
+
 // A handler confirms that it still holds its key right before the side
 // effect, and commits only then. When it cannot, it answers 503 without
 // committing: that releases the key if it is still the request's, and the
-// client's retry with the same key runs the handler again.
+// client's retry with the same key runs the handler again. A request
+// without a key needs no special case: Confirm returns nil for it.
 func ExampleConfirm() {
 	charges := 0
 	pay := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -74,20 +105,75 @@ func ExampleConfirm() {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, "charge %d", charges)
 	})
-	h := idempotency.Middleware(memstore.New(memstore.Config{}), idempotency.Config{})(pay)
+	store, _ := memstore.New(memstore.Config{})
+	keys, err := idempotency.New(store, idempotency.Config{SingleTenant: true})
+	if err != nil {
+		panic(err)
+	}
+	h := keys.Middleware(pay)
 
-	for range 2 { // the request, then its retry
+	for _, key := range []string{"pay-o1-8e03978e", "pay-o1-8e03978e", ""} { // the request, its retry, one without a key
 		req := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"amount":4200}`))
-		req.Header.Set("Idempotency-Key", "pay-o1-8e03978e")
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		fmt.Println(rec.Code, rec.Body)
 	}
-	// Outside a request the middleware runs under a lease there is
-	// nothing to confirm.
+	// Outside the middleware there is nothing to confirm.
 	fmt.Println(idempotency.Confirm(context.Background()))
 	// Output:
 	// 201 charge 1
 	// 201 charge 1
+	// 201 charge 2
 	// idempotency: no lease in context
+}
+
+// A handler that panics may have committed, so its retry is not run: it
+// gets a replayed 500 saying the outcome is unknown. A handler that knows
+// it committed nothing calls Release first, and its retry runs.
+func ExampleRelease() {
+	charges := 0
+	pay := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Attempt") == "1" {
+			if r.URL.Query().Has("before-charge") {
+				idempotency.Release(r.Context()) // nothing happened yet
+			} else {
+				charges++
+			}
+			panic("bug")
+		}
+		charges++
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "charge %d", charges)
+	})
+	store, _ := memstore.New(memstore.Config{})
+	keys, _ := idempotency.New(store, idempotency.Config{SingleTenant: true})
+	h := keys.Middleware(pay)
+
+	send := func(url, key, attempt string) {
+		defer func() {
+			if v := recover(); v != nil {
+				fmt.Println("attempt", attempt, "panicked:", v)
+			}
+		}()
+		req := httptest.NewRequest(http.MethodPost, url, strings.NewReader(`{"amount":4200}`))
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("X-Attempt", attempt)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		fmt.Println("attempt", attempt, rec.Code, "replayed="+rec.Header().Get("Idempotent-Replayed"))
+	}
+	send("/payments", "k1", "1")
+	send("/payments", "k1", "2")
+	send("/payments?before-charge", "k2", "1")
+	send("/payments?before-charge", "k2", "2")
+	fmt.Println("charges:", charges)
+	// Output:
+	// attempt 1 panicked: bug
+	// attempt 2 500 replayed=true
+	// attempt 1 panicked: bug
+	// attempt 2 201 replayed=
+	// charges: 2
 }

@@ -73,9 +73,9 @@ var errDown = errors.New("store unreachable")
 // to each renewal and past every end the lease had before it.
 func TestHeldWhileRenewalsSucceed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := &extendCounter{Store: memstore.New(memstore.Config{})}
+		store := &extendCounter{Store: must(memstore.New(memstore.Config{}))}
 		var lost atomic.Int32
-		mw := idempotency.Middleware(store, idempotency.Config{Lease: 3 * time.Second, Logger: quiet()})(
+		mw := middleware(store, idempotency.Config{Lease: 3 * time.Second, Logger: quiet()})(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				var wg sync.WaitGroup
 				for range 3 {
@@ -107,7 +107,7 @@ func TestHeldAfterTheLockIsLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var c checks
 		s := recordingStore(&c.extendLog, func(context.Context, int) error { return idempotency.ErrLockLost })
-		mw := idempotency.Middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: quiet()})(
+		mw := middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: quiet()})(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				time.Sleep(999 * time.Millisecond)
 				c.held(r.Context())
@@ -147,7 +147,7 @@ func TestHeldWhenTheLeaseEndsDuringAnOutage(t *testing.T) {
 			}
 			return nil
 		})
-		mw := idempotency.Middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: quiet()})(
+		mw := middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: quiet()})(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				for _, at := range []time.Duration{2500 * time.Millisecond, 3999 * time.Millisecond, 4 * time.Second, 5 * time.Second} {
 					time.Sleep(at - time.Since(c.start))
@@ -174,8 +174,8 @@ func TestHeldWhenTheLeaseEndsDuringAnOutage(t *testing.T) {
 func TestHeldWithRenewalOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var c checks
-		store := &extendCounter{Store: memstore.New(memstore.Config{})}
-		mw := idempotency.Middleware(store, idempotency.Config{Lease: 3 * time.Second, DisableLeaseRenewal: true, Logger: quiet()})(
+		store := &extendCounter{Store: must(memstore.New(memstore.Config{}))}
+		mw := middleware(store, idempotency.Config{Lease: 3 * time.Second, DisableLeaseRenewal: true, Logger: quiet()})(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				time.Sleep(3*time.Second - time.Nanosecond)
 				c.held(r.Context())
@@ -206,7 +206,7 @@ func TestConfirmExtendsTheLease(t *testing.T) {
 			c    checks
 			runs atomic.Int32
 		)
-		mw := idempotency.Middleware(memstore.New(memstore.Config{}), idempotency.Config{
+		mw := middleware(must(memstore.New(memstore.Config{})), idempotency.Config{
 			Lease: 3 * time.Second, DisableLeaseRenewal: true, Logger: quiet(),
 		})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if runs.Add(1) > 1 {
@@ -271,7 +271,7 @@ func TestConfirmCall(t *testing.T) {
 			c.mu.Unlock()
 			return extend(ctx, key, token, lease)
 		}
-		mw := idempotency.Middleware(s, idempotency.Config{
+		mw := middleware(s, idempotency.Config{
 			Lease: 10 * time.Second, DisableLeaseRenewal: true, StoreTimeout: 500 * time.Millisecond, Logger: quiet(),
 		})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			for range 4 {
@@ -312,7 +312,7 @@ func TestConfirmCall(t *testing.T) {
 func TestConfirmAfterTheClientWentAway(t *testing.T) {
 	var canceled, detached error
 	ctx, leave := context.WithCancel(context.Background())
-	mw := idempotency.Middleware(memstore.New(memstore.Config{}), idempotency.Config{Logger: quiet()})(
+	mw := middleware(must(memstore.New(memstore.Config{})), idempotency.Config{Logger: quiet()})(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			leave() // the client goes away
 			canceled = idempotency.Confirm(r.Context())
@@ -339,7 +339,7 @@ func TestConfirmDuringAnOutage(t *testing.T) {
 			}
 			return errDown
 		})
-		mw := idempotency.Middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: quiet()})(
+		mw := middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: quiet()})(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				time.Sleep(2500 * time.Millisecond)
 				c.confirm(r.Context())
@@ -368,17 +368,19 @@ func TestConfirmDuringAnOutage(t *testing.T) {
 	})
 }
 
-// Held and Confirm report ErrNoLease outside a request the middleware runs
-// under a lease, including one it runs unprotected.
+// Held and Confirm report ErrNoLease outside a request the middleware
+// handles, and nil for one it lets through unprotected (no key, or
+// FailOpen), so that a handler needs no special case for those.
 func TestNoLease(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		cfg  idempotency.Config
 		rq   request
+		want error
 	}{
-		{"method passed through", idempotency.Config{}, request{method: http.MethodGet, key: "k"}},
-		{"no key", idempotency.Config{}, request{}},
-		{"fail open", idempotency.Config{FailOpen: true}, request{key: "k"}},
+		{"method passed through", idempotency.Config{}, request{method: http.MethodGet, key: "k"}, idempotency.ErrNoLease},
+		{"no key", idempotency.Config{}, request{}, nil},
+		{"fail open", idempotency.Config{FailOpen: true}, request{key: "k"}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := acquiring()
@@ -387,12 +389,12 @@ func TestNoLease(t *testing.T) {
 			}
 			var held, confirmed error
 			tt.cfg.Logger = quiet()
-			mw := idempotency.Middleware(s, tt.cfg)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mw := middleware(s, tt.cfg)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				held, confirmed = idempotency.Held(r.Context()), idempotency.Confirm(r.Context())
 			}))
 			wantCode(t, serve(mw, tt.rq), http.StatusOK)
-			if held != idempotency.ErrNoLease || confirmed != idempotency.ErrNoLease {
-				t.Errorf("Held: %v, Confirm: %v; want ErrNoLease", held, confirmed)
+			if held != tt.want || confirmed != tt.want {
+				t.Errorf("Held: %v, Confirm: %v; want %v", held, confirmed, tt.want)
 			}
 		})
 	}
@@ -416,7 +418,7 @@ func TestHeldAfterTheHandlerReturns(t *testing.T) {
 			return nil
 		}
 		var ctx context.Context
-		mw := idempotency.Middleware(s, idempotency.Config{Logger: quiet()})(
+		mw := middleware(s, idempotency.Config{Logger: quiet()})(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				ctx = r.Context()
 				w.WriteHeader(http.StatusCreated)
@@ -510,7 +512,7 @@ func TestCancelOnLeaseLost(t *testing.T) {
 				)
 				tt.cfg.Lease = 3 * time.Second
 				tt.cfg.Logger = quiet()
-				mw := idempotency.Middleware(s, tt.cfg)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mw := middleware(s, tt.cfg)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					ctx = r.Context()
 					if tt.confirm > 0 {
 						time.Sleep(tt.confirm)
@@ -556,7 +558,7 @@ func TestCancelOnLeaseLostLogsTheCancellation(t *testing.T) {
 		s := recordingStore(&ext, func(context.Context, int) error { return errDown })
 		s.release = func(context.Context, string, string) error { return nil }
 		cfg := idempotency.Config{CancelOnLeaseLost: true, Lease: 3 * time.Second, Logger: logs.logger()}
-		mw := idempotency.Middleware(s, cfg)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mw := middleware(s, cfg)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			<-r.Context().Done()
 		}))
 		ext.start = time.Now()

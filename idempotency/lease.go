@@ -20,18 +20,45 @@ var (
 	// A handler that gets it must not commit a side effect.
 	ErrLeaseLost = errors.New("idempotency: lease lost")
 	// ErrNoLease: the context does not come from a request the middleware
-	// runs under a lease: a request without a key or with a method it
-	// passes through, one run unprotected by FailOpen after a store
-	// failure, or a context from elsewhere.
+	// handles: a request with a method it passes through (not in
+	// Config.Methods), or a context from elsewhere, such as a handler that
+	// is not behind the middleware at all. A request the middleware lets
+	// through unprotected (no key while Config.Required is false, or run by
+	// Config.FailOpen after a store failure) is not one of these: Held,
+	// Confirm and Release return nil for it.
 	ErrNoLease = errors.New("idempotency: no lease in context")
 )
 
+// unprotected is the value under leaseKey of a request the middleware lets
+// through without a key to protect it, by the configuration's choice.
+type unprotected struct{}
+
+// unprotectedRequest returns r marked as let through unprotected, so that
+// Held, Confirm and Release need no special case for it.
+func unprotectedRequest(r *http.Request) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), leaseKey{}, unprotected{}))
+}
+
+// leaseOf returns the renewal of ctx's request, or nil with the error Held
+// returns when there is none: nil for a request let through unprotected,
+// ErrNoLease otherwise.
+func leaseOf(ctx context.Context) (*renewal, error) {
+	switch v := ctx.Value(leaseKey{}).(type) {
+	case *renewal:
+		return v, nil
+	case unprotected:
+		return nil, nil
+	}
+	return nil, ErrNoLease
+}
+
 // errReturned is why a lease is no longer the request's once its handler
-// has returned: the key is being completed or released.
-var errReturned = fmt.Errorf("%w: the handler has returned", ErrLeaseLost)
+// has returned or hijacked the connection: the key is being, or has been,
+// completed or released.
+var errReturned = fmt.Errorf("%w: the handler has returned or hijacked the connection", ErrLeaseLost)
 
 // leaseKey is the context key of the *renewal of a request the middleware
-// runs under a lease.
+// runs under a lease, or of unprotected{} for one it lets through.
 type leaseKey struct{}
 
 // Held returns nil if the request that ctx belongs to still holds its
@@ -50,18 +77,23 @@ type leaseKey struct{}
 // handler has returned. Once Held or Confirm reported the lease lost, both
 // keep reporting it for the rest of the request. With
 // Config.CancelOnLeaseLost, the handler's context is cancelled, with that
-// error as its cause, as soon as the lease is lost. It returns ErrNoLease
-// when ctx does not come from a request the middleware runs under a
-// lease.
+// error as its cause, as soon as the lease is lost.
+//
+// For a request the middleware lets through unprotected (no key while
+// Config.Required is false, or Config.FailOpen after a store failure),
+// Held returns nil: nothing guards it, so nothing can be lost, and the
+// handler goes on as it would without the middleware. It returns
+// ErrNoLease when ctx does not come from a request the middleware
+// handles.
 //
 // A nil result says the key is held now, not for how long: before a side
 // effect that must not happen twice, call Confirm instead.
 //
 // Held is safe for concurrent use.
 func Held(ctx context.Context) error {
-	rn, _ := ctx.Value(leaseKey{}).(*renewal)
+	rn, err := leaseOf(ctx)
 	if rn == nil {
-		return ErrNoLease
+		return err
 	}
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
@@ -80,9 +112,12 @@ func Held(ctx context.Context) error {
 // when Held would; one matching both ErrLeaseLost and ErrLockLost when the
 // store says the request no longer holds the key; and the store's error
 // (or ctx's) when the call failed, in which case the lease is as it was,
-// held until its end unless a renewal succeeds. It returns ErrNoLease
-// when ctx does not come from a request the middleware runs under a
-// lease. The call is bounded by Config.StoreTimeout as well as by ctx, so
+// held until its end unless a renewal succeeds. Like Held, it returns nil
+// without calling the store for a request let through unprotected (no key
+// while Config.Required is false, or FailOpen), so a handler can call it
+// before every commit whether or not the request has a key; and
+// ErrNoLease when ctx does not come from a request the middleware
+// handles. The call is bounded by Config.StoreTimeout as well as by ctx, so
 // it fails once the client has gone if ctx is the request's: a handler
 // that goes on committing after that can pass context.WithoutCancel of it,
 // through which the lease is still found.
@@ -90,13 +125,13 @@ func Held(ctx context.Context) error {
 // Confirm also extends a lease that is not renewed (DisableLeaseRenewal).
 // It is safe for concurrent use.
 func Confirm(ctx context.Context) error {
-	rn, _ := ctx.Value(leaseKey{}).(*renewal)
+	rn, err := leaseOf(ctx)
 	if rn == nil {
-		return ErrNoLease
+		return err
 	}
 	rn.mu.Lock()
 	start := time.Now()
-	err := rn.check(start)
+	err = rn.check(start)
 	rn.mu.Unlock()
 	if err != nil {
 		return err
@@ -125,6 +160,39 @@ func Confirm(ctx context.Context) error {
 	return rn.check(time.Now())
 }
 
+// Release tells the middleware that the request that ctx belongs to has
+// committed nothing and will commit nothing: when its handler ends,
+// however it ends (a response, a panic, a hijacked connection), its key is
+// released rather than stored, so that a retry with the key runs the
+// handler again. The response is still sent to this request's client.
+//
+// Call it when the handler knows that no side effect happened, typically
+// right before it gives up on an error that it may re-raise as a panic: a
+// panic or a hijack otherwise leaves the key's outcome unknown, and
+// retries get 500 until the key expires (see Server.Middleware). It does
+// no I/O and cannot be undone.
+//
+// A hijack settles the key when the connection is taken over, so call
+// Release before hijacking.
+//
+// It returns nil once recorded, and nil for a request let through
+// unprotected (nothing to release); an error matching ErrLeaseLost if the
+// handler has already returned or hijacked the connection; and ErrNoLease when ctx does not come from
+// a request the middleware handles. It is safe for concurrent use.
+func Release(ctx context.Context) error {
+	rn, err := leaseOf(ctx)
+	if rn == nil {
+		return err
+	}
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	if rn.stopped {
+		return errReturned
+	}
+	rn.released = true
+	return nil
+}
+
 // lockLost is why a lease is lost when the store said err (ErrLockLost).
 func lockLost(err error) error {
 	return fmt.Errorf("%w: the store no longer holds the key for this request: %w", ErrLeaseLost, err)
@@ -141,7 +209,7 @@ const minRenewEvery = time.Millisecond
 // while it calls the store. With CancelOnLeaseLost a second timer fires
 // at the lease's end, moved by each renewal.
 type renewal struct {
-	m            *middleware
+	m            *Server
 	ctx          context.Context // the request's, for its values (logs, traces); never its cancellation
 	op           string          // Operation of events
 	method       string
@@ -151,23 +219,24 @@ type renewal struct {
 	begun        time.Time
 	abort        context.CancelCauseFunc // cancels the handler's context; nil unless CancelOnLeaseLost
 
-	mu      sync.Mutex
-	timer   *time.Timer        // guarded by mu; nil when renewal is off
-	expiry  *time.Timer        // guarded by mu; fires at end to cancel the handler's context; nil unless abort is set
-	end     time.Time          // guarded by mu; when the lease ends at the latest renewal or Confirm, by our clock, measured from before the call so never late
-	failed  error              // guarded by mu; the latest renewal's error, nil once one succeeds
-	lost    error              // guarded by mu; why the lease was reported lost (ErrLeaseLost), nil until then
-	idle    bool               // guarded by mu; renewal gave up before the lease's end: none is scheduled or in flight
-	stopped bool               // guarded by mu; the handler returned
-	cancel  context.CancelFunc // guarded by mu; cancels the renewal in flight, nil when none
-	wg      sync.WaitGroup     // the renewal in flight; Add only under mu while !stopped
+	mu       sync.Mutex
+	timer    *time.Timer        // guarded by mu; nil when renewal is off
+	expiry   *time.Timer        // guarded by mu; fires at end to cancel the handler's context; nil unless abort is set
+	end      time.Time          // guarded by mu; when the lease ends at the latest renewal or Confirm, by our clock, measured from before the call so never late
+	failed   error              // guarded by mu; the latest renewal's error, nil once one succeeds
+	lost     error              // guarded by mu; why the lease was reported lost (ErrLeaseLost), nil until then
+	idle     bool               // guarded by mu; renewal gave up before the lease's end: none is scheduled or in flight
+	stopped  bool               // guarded by mu; the handler returned
+	released bool               // guarded by mu; Release was called: free the key, whatever the outcome
+	cancel   context.CancelFunc // guarded by mu; cancels the renewal in flight, nil when none
+	wg       sync.WaitGroup     // the renewal in flight; Add only under mu while !stopped
 }
 
 // renew tracks the lease that token took on key at begun and starts
 // renewing it, unless renewal is off. It returns the request to hand to
 // the handler: r, with the lease in its context for Held and Confirm, and
 // with CancelOnLeaseLost a context cancelled when the lease is lost.
-func (m *middleware) renew(r *http.Request, route, key, token string, lease time.Duration, begun time.Time) (*renewal, *http.Request) {
+func (m *Server) renew(r *http.Request, route, key, token string, lease time.Duration, begun time.Time) (*renewal, *http.Request) {
 	rn := &renewal{
 		m: m, ctx: r.Context(), op: operation(r), method: r.Method, route: route,
 		key: key, token: token, lease: lease, every: max(lease/3, minRenewEvery),
@@ -194,8 +263,11 @@ func (m *middleware) renew(r *http.Request, route, key, token string, lease time
 // on Held and Confirm report the lease lost. (A Confirm already in flight
 // is the caller's own call; the store refuses it once the key is completed
 // or released, and it changes nothing before.) With CancelOnLeaseLost the
-// handler's context is cancelled, as net/http would once the request ends.
-func (rn *renewal) stop() {
+// handler's context is cancelled if cancelContext is set, as net/http
+// would once the request ends; a hijack stops renewal without it, because
+// the handler still runs and its context stays valid until it returns. It
+// may be called again, and returns whether the handler called Release.
+func (rn *renewal) stop(cancelContext bool) (released bool) {
 	rn.mu.Lock()
 	rn.stopped = true
 	if rn.timer != nil {
@@ -203,13 +275,17 @@ func (rn *renewal) stop() {
 	}
 	if rn.abort != nil {
 		rn.expiry.Stop()
-		rn.abort(nil)
+		if cancelContext {
+			rn.abort(nil)
+		}
 	}
 	if rn.cancel != nil {
 		rn.cancel()
 	}
+	released = rn.released
 	rn.mu.Unlock()
 	rn.wg.Wait()
+	return released
 }
 
 // check returns nil if the lease is known held at now, and otherwise why

@@ -67,11 +67,11 @@ func TestRenewalKeepsTheKeyOfASlowHandler(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				store := &extendCounter{Store: memstore.New(memstore.Config{})}
+				store := &extendCounter{Store: must(memstore.New(memstore.Config{}))}
 				var logs logBuffer
 				ev := &events{}
 				var runs atomic.Int32
-				mw := idempotency.Middleware(store, idempotency.Config{
+				mw := middleware(store, idempotency.Config{
 					Lease: leaseFor, DisableLeaseRenewal: !renew, Logger: logs.logger(), Observer: ev,
 				})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					n := runs.Add(1)
@@ -207,7 +207,7 @@ func TestRenewalSchedule(t *testing.T) {
 			return nil
 		})
 		ev := &events{}
-		mw := idempotency.Middleware(s, idempotency.Config{
+		mw := middleware(s, idempotency.Config{
 			Lease: 3 * time.Second, StoreTimeout: 500 * time.Millisecond, Logger: logs.logger(), Observer: ev,
 		})(sleeper(6500 * time.Millisecond))
 		// The client is gone from the start: the handler runs on, and so
@@ -248,7 +248,7 @@ func TestRenewalWithADeadlineLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var ext extendLog
 		s := recordingStore(&ext, nil)
-		mw := idempotency.Middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: quiet()})(sleeper(time.Minute))
+		mw := middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: quiet()})(sleeper(time.Minute))
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		ext.start = time.Now()
@@ -275,7 +275,7 @@ func TestRenewalGivesUpWhenTheLeaseEnds(t *testing.T) {
 			return idempotency.ErrLockLost // what the store says once the lease ended
 		}
 		ev := &events{}
-		mw := idempotency.Middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: logs.logger(), Observer: ev})(sleeper(10 * time.Second))
+		mw := middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: logs.logger(), Observer: ev})(sleeper(10 * time.Second))
 		ext.start = time.Now()
 		rec := serve(mw, request{key: "k"})
 		wantCode(t, rec, http.StatusCreated)
@@ -314,7 +314,7 @@ func TestRenewalFindsTheLockLost(t *testing.T) {
 		}
 		var lostLogged bool
 		ev := &events{}
-		mw := idempotency.Middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: logs.logger(), Observer: ev})(
+		mw := middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: logs.logger(), Observer: ev})(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				time.Sleep(1500 * time.Millisecond)
 				lostLogged = strings.Contains(logs.String(), "lease was lost while the handler ran")
@@ -366,7 +366,7 @@ func TestRenewalInFlightWhenTheHandlerReturns(t *testing.T) {
 			return nil
 		}
 		ev := &events{}
-		mw := idempotency.Middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: logs.logger(), Observer: ev})(sleeper(1100 * time.Millisecond))
+		mw := middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: logs.logger(), Observer: ev})(sleeper(1100 * time.Millisecond))
 		ext.start = time.Now()
 		wantCode(t, serve(mw, request{key: "k"}), http.StatusCreated)
 		if got, want := time.Since(ext.start), 1100*time.Millisecond; got != want {
@@ -387,19 +387,20 @@ func TestRenewalInFlightWhenTheHandlerReturns(t *testing.T) {
 	})
 }
 
-// A handler that panics stops the renewals before the key is released.
+// A handler that panics stops the renewals before its key's outcome is
+// recorded.
 func TestRenewalStopsOnPanic(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var ext extendLog
 		s := recordingStore(&ext, nil)
 		var releasedAt int
-		s.release = func(context.Context, string, string) error {
+		s.complete = func(context.Context, string, string, *idempotency.Response, time.Duration) error {
 			ext.mu.Lock()
 			releasedAt = len(ext.calls)
 			ext.mu.Unlock()
 			return nil
 		}
-		mw := idempotency.Middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: quiet()})(
+		mw := middleware(s, idempotency.Config{Lease: 3 * time.Second, Logger: quiet()})(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				time.Sleep(2500 * time.Millisecond)
 				panic("boom")
@@ -411,7 +412,7 @@ func TestRenewalStopsOnPanic(t *testing.T) {
 		}()
 		time.Sleep(time.Minute)
 		if len(ext.calls) != 2 || releasedAt != 2 {
-			t.Errorf("%d renewals, %d before the release; want 2 and 2", len(ext.calls), releasedAt)
+			t.Errorf("%d renewals, %d before the outcome was recorded; want 2 and 2", len(ext.calls), releasedAt)
 		}
 	})
 }
@@ -428,7 +429,7 @@ func BenchmarkRenewal(b *testing.B) {
 		off  bool
 	}{{"off", true}, {"on", false}} {
 		b.Run(bm.name, func(b *testing.B) {
-			mw := idempotency.Middleware(acquiring(), idempotency.Config{Logger: quiet(), DisableLeaseRenewal: bm.off})(h)
+			mw := middleware(acquiring(), idempotency.Config{Logger: quiet(), DisableLeaseRenewal: bm.off})(h)
 			b.ReportAllocs()
 			for b.Loop() {
 				req, _ := http.NewRequest(http.MethodPost, "/payments", nil)

@@ -11,8 +11,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/guardrail-go/guardrail/event"
@@ -40,26 +42,48 @@ const (
 	DefaultMaxResponseBytes = 1 << 20
 )
 
-// Config configures Middleware, which reads it once; changing it afterwards
-// has no effect. The zero value is valid: POST and PATCH with
-// an Idempotency-Key are deduplicated for 24 hours, requests without one pass
-// through, and every caller shares one key scope (set Principal when there is
-// more than one caller).
+// Config configures a Server; New copies it, so changing it afterwards has
+// no effect. Every zero field means the default its comment gives, with one
+// exception: New refuses a Config that says neither who is calling (Scope)
+// nor that there is only one caller (SingleTenant), because a zero value
+// there would put every caller's keys in one namespace, and a caller who
+// learnt another's key would be replayed that caller's response. With
+// SingleTenant set and nothing else, POST and PATCH with an Idempotency-Key
+// are deduplicated for 24 hours and requests without one pass through.
 type Config struct {
+	// Name names the protected service in events (event.Event.Dependency),
+	// so that the events of several Servers in one process can be told
+	// apart. Empty leaves Dependency empty.
+	Name string
+
 	// Methods are the request methods the middleware handles; others pass
-	// through untouched. Nil means POST and PATCH.
+	// through untouched. Nil means POST and PATCH; an empty non-nil list,
+	// or one with an empty or malformed method, is invalid.
 	Methods []string
 
 	// Required makes a key mandatory for Methods: a request without one
 	// gets 400. False lets such requests through without protection.
 	Required bool
 
-	// Principal returns who is calling: a user, tenant or API key ID from
-	// the authenticated request. Keys are scoped by it, so one caller can
-	// never replay another's stored response. Nil means one shared scope,
-	// which is right only when every caller is trusted alike; keys then
-	// protect each other only by being unguessable.
-	Principal func(*http.Request) string
+	// Scope returns who is calling: a user, tenant or API key ID from the
+	// authenticated request. Keys are scoped by it, so one caller can never
+	// replay another's stored response, nor block or probe another's key.
+	// It must not return an empty scope: an error, or an empty string,
+	// means the request cannot be attributed to a caller (the middleware
+	// runs before authentication, or the request is anonymous), and the
+	// request is refused with 403 without running the handler, since
+	// looking its key up in any shared scope could hand it someone else's
+	// response; the error is logged, not sent. Return a fixed name such as
+	// "anonymous" to let anonymous requests share one scope on purpose.
+	// Exactly one of Scope and SingleTenant must be set.
+	Scope func(*http.Request) (string, error)
+
+	// SingleTenant puts every request in one key scope. Set it only when
+	// every caller is trusted alike (one internal client, one service
+	// account): any caller that learns a key can then be replayed the
+	// response stored for it, and keys protect each other only by being
+	// unguessable. Exactly one of Scope and SingleTenant must be set.
+	SingleTenant bool
 
 	// Route returns the operation a key is scoped to. Nil means the
 	// ServeMux pattern that matched (r.Pattern, set when the middleware
@@ -71,7 +95,7 @@ type Config struct {
 	Route func(*http.Request) string
 
 	// MaxKeyLength caps the key's length in bytes; longer keys get 400.
-	// Zero or negative means 255.
+	// Zero means 255; a negative value is invalid.
 	MaxKeyLength int
 
 	// ValidateKey, if set, is called with each well-formed key and refuses
@@ -94,8 +118,9 @@ type Config struct {
 	// limit.
 	MaxResponseBytes int
 
-	// TTL is how long a completed response is kept for replay. Zero or
-	// negative means 24 hours.
+	// TTL is how long a completed response, or an unknown outcome (see
+	// Server.Middleware), is kept for replay. Zero means 24 hours; a
+	// negative value is invalid.
 	TTL time.Duration
 
 	// Lease is how long a key stays locked without renewal, so a crashed
@@ -103,7 +128,7 @@ type Config struct {
 	// lease every third of it (see DisableLeaseRenewal), and a process that
 	// dies stops renewing. When the request's context has a deadline later
 	// than Lease from now, the lease is that deadline plus one second
-	// instead. Zero or negative means 30 seconds.
+	// instead. Zero means 30 seconds; a negative value is invalid.
 	Lease time.Duration
 
 	// DisableLeaseRenewal turns off lease renewal. By default the
@@ -131,7 +156,8 @@ type Config struct {
 	CancelOnLeaseLost bool
 
 	// StoreTimeout bounds each store call, lease renewals included. Zero
-	// or negative means 2 seconds.
+	// means 2 seconds; a negative value is invalid (a store call that may
+	// hang forever would hold its request, and its key, as long).
 	StoreTimeout time.Duration
 
 	// StoredHeaders are the response header fields stored and replayed.
@@ -142,74 +168,35 @@ type Config struct {
 
 	// RetryAfter is the Retry-After sent with 503 when the store fails, and
 	// the most sent with 409 while the key is in flight (less when the
-	// holder's lease ends sooner). Zero or negative means 1 second.
+	// holder's lease ends sooner). Zero means 1 second; a negative value
+	// is invalid.
 	RetryAfter time.Duration
 
 	// FailOpen runs requests without protection when the store fails,
 	// instead of refusing them with 503. A retry may then run twice: use
-	// it only where a duplicate is cheaper than an outage.
+	// it only where a duplicate is cheaper than an outage. Such a request
+	// is unprotected, as one without a key is: Held, Confirm and Release
+	// return nil for it.
 	FailOpen bool
 
 	// DocsURL, if set, is the problem "type" of error responses and is
 	// linked from them (Link: <DocsURL>; rel="describedby"), as the draft
-	// asks. Empty means "about:blank".
+	// asks. It must be an absolute URL. Empty means "about:blank".
 	DocsURL string
 
 	// Logger receives store failures, failed lease renewals and lost
 	// leases. Nil means slog.Default().
 	Logger *slog.Logger
 
-	// Observer receives an EventIdempotency per decision. Nil means none.
+	// Observer receives an event.Idempotency event per decision, with
+	// Name as its Dependency. Nil means none.
 	Observer event.Observer
 }
 
-// Middleware returns HTTP middleware that makes Methods requests carrying an
-// Idempotency-Key (draft-ietf-httpapi-idempotency-key-header) safe to
-// retry: the handler runs once per key, and retries get the stored response.
-//
-// For each request with a key, scoped by Principal, method and Route:
-//
-//   - first time: the key is locked in store with a lease, the handler runs,
-//     and its response (status, StoredHeaders, body) is stored for TTL;
-//   - the same key and payload again: the stored response is replayed byte
-//     for byte with "Idempotent-Replayed: true"; the handler does not run;
-//   - the same key while the first request is still running: 409 with
-//     Retry-After;
-//   - the same key with another payload (method, path, query, body): 422;
-//   - a malformed key, or none when Required: 400; a body over
-//     MaxBodyBytes: 413.
-//
-// A 5xx response, a panic (re-raised after releasing), a hijacked
-// connection, and a handler that returns without writing after its client
-// went away release the key instead of storing, so a later retry runs the
-// handler again; every other response (2xx, 3xx, 4xx) is stored. When the
-// store fails the request is refused with 503 and Retry-After (or run
-// unprotected with FailOpen), and logged.
-//
-// While the handler runs, its key's lease is renewed every third of it, so
-// a slow handler keeps its key and a process that dies frees it within a
-// lease. Should renewals fail until the lease ends (a long store outage),
-// the handler still finishes and its client gets its response, but a retry
-// may then run the handler again and the first response is not stored;
-// both are logged. A handler about to commit a side effect that must not
-// happen twice can make sure it still holds its key: Held tells it without
-// I/O, and Confirm extends the lease with one store call.
-//
-// It panics if store is nil. The returned middleware is safe for concurrent
-// use.
-func Middleware(store Store, cfg Config) func(http.Handler) http.Handler {
-	if store == nil {
-		panic("idempotency: nil Store")
-	}
-	m := newMiddleware(store, cfg)
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			m.serve(w, r, next)
-		})
-	}
-}
-
-type middleware struct {
+// Server is the idempotency middleware: built by New, it makes Methods
+// requests carrying an Idempotency-Key safe to retry. It is safe for
+// concurrent use.
+type Server struct {
 	store            Store
 	cfg              Config
 	methods          []string
@@ -226,6 +213,189 @@ type middleware struct {
 	retryAfterHeader string
 }
 
+// ErrConfig is matched (errors.Is) by every error New returns for an
+// invalid Config.
+var ErrConfig = errors.New("idempotency: invalid Config")
+
+// configError is an invalid Config field: it names the field, what it held
+// and what is allowed, and matches ErrConfig.
+type configError struct{ msg string }
+
+func (e *configError) Error() string        { return "idempotency: Config." + e.msg }
+func (e *configError) Is(target error) bool { return target == ErrConfig }
+
+func invalid(format string, args ...any) error {
+	return &configError{msg: fmt.Sprintf(format, args...)}
+}
+
+// New returns a Server that keeps its keys in store, configured by cfg. It
+// returns an error, matching ErrConfig and naming the field, when cfg is
+// invalid: in particular when it sets neither Scope nor SingleTenant, since
+// keys would then be shared by every caller and one caller could be
+// replayed another's stored response. It returns an error if store is nil.
+func New(store Store, cfg Config) (*Server, error) {
+	if store == nil {
+		return nil, errors.New("idempotency: New: nil Store")
+	}
+	if err := validate(&cfg); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		store:        store,
+		cfg:          cfg,
+		methods:      cfg.Methods,
+		maxKeyLen:    orDefault(cfg.MaxKeyLength, DefaultMaxKeyLength),
+		maxBody:      orDefault(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
+		maxResp:      orDefault(cfg.MaxResponseBytes, DefaultMaxResponseBytes),
+		ttl:          orDefault(cfg.TTL, DefaultTTL),
+		lease:        orDefault(cfg.Lease, DefaultLease),
+		storeTimeout: orDefault(cfg.StoreTimeout, DefaultStoreTimeout),
+		retryAfter:   orDefault(cfg.RetryAfter, DefaultRetryAfter),
+		log:          cfg.Logger,
+		problemType:  cfg.DocsURL,
+	}
+	if s.methods == nil {
+		s.methods = []string{http.MethodPost, http.MethodPatch}
+	} else {
+		s.methods = slices.Clone(s.methods)
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.problemType == "" {
+		s.problemType = "about:blank"
+	}
+	s.retryAfterHeader = retryAfterSeconds(s.retryAfter)
+	if cfg.StoredHeaders == nil {
+		s.keep = func(name string) bool { return !notStored[name] }
+	} else {
+		keep := make(map[string]bool, len(cfg.StoredHeaders))
+		for _, name := range cfg.StoredHeaders {
+			if name = http.CanonicalHeaderKey(name); name != "Content-Length" {
+				keep[name] = true
+			}
+		}
+		s.keep = func(name string) bool { return keep[name] }
+	}
+	return s, nil
+}
+
+// validate reports the first invalid field of cfg.
+func validate(cfg *Config) error {
+	switch {
+	case cfg.Scope == nil && !cfg.SingleTenant:
+		return invalid("Scope is nil and SingleTenant is false; want exactly one of them: " +
+			"without a scope every caller's keys would share one namespace, and a caller who learnt another's key " +
+			"would be replayed that caller's stored response (set Scope to return the authenticated caller, or " +
+			"SingleTenant when every caller is trusted alike)")
+	case cfg.Scope != nil && cfg.SingleTenant:
+		return invalid("Scope is set and SingleTenant is true; want exactly one of them: SingleTenant puts every " +
+			"caller in one scope, which contradicts scoping keys by caller")
+	case cfg.Methods != nil && len(cfg.Methods) == 0:
+		return invalid("Methods is empty; want nil (POST and PATCH) or at least one method")
+	case cfg.MaxKeyLength < 0:
+		return invalid("MaxKeyLength is %d; want a positive length in bytes, or 0 for %d", cfg.MaxKeyLength, DefaultMaxKeyLength)
+	case cfg.TTL < 0:
+		return invalid("TTL is %v; want a positive duration, or 0 for %v", cfg.TTL, DefaultTTL)
+	case cfg.Lease < 0:
+		return invalid("Lease is %v; want a positive duration, or 0 for %v", cfg.Lease, DefaultLease)
+	case cfg.StoreTimeout < 0:
+		return invalid("StoreTimeout is %v; want a positive duration, or 0 for %v", cfg.StoreTimeout, DefaultStoreTimeout)
+	case cfg.RetryAfter < 0:
+		return invalid("RetryAfter is %v; want a positive duration, or 0 for %v", cfg.RetryAfter, DefaultRetryAfter)
+	}
+	for i, m := range cfg.Methods {
+		if !validToken(m) {
+			return invalid("Methods[%d] is %q; want an HTTP method token such as %q", i, m, http.MethodPost)
+		}
+	}
+	if cfg.DocsURL != "" {
+		if u, err := url.Parse(cfg.DocsURL); err != nil || !u.IsAbs() {
+			return invalid("DocsURL is %q; want an absolute URL, or empty for about:blank", cfg.DocsURL)
+		}
+	}
+	return nil
+}
+
+// validToken reports whether s is an RFC 9110 token, as a method is.
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Middleware returns next wrapped so that Methods requests carrying an
+// Idempotency-Key (draft-ietf-httpapi-idempotency-key-header) are safe to
+// retry: the handler runs once per key, and retries get the stored
+// response. Its method value is the func(http.Handler) http.Handler that
+// routers take.
+//
+// For each request with a key, scoped by Scope, method and Route:
+//
+//   - first time: the key is locked in the store with a lease, the handler
+//     runs, and its response (status, StoredHeaders, body) is stored for
+//     TTL;
+//   - the same key and payload again: the stored response is replayed byte
+//     for byte with "Idempotent-Replayed: true"; the handler does not run;
+//   - the same key while the first request is still running: 409 with
+//     Retry-After;
+//   - the same key with another payload (method, path, query, body): 422;
+//   - a malformed key, or none when Required: 400; a body over
+//     MaxBodyBytes: 413; a request Scope cannot attribute: 403.
+//
+// A 5xx response, and a handler that returns without writing after its
+// client went away, release the key instead of storing, so a later retry
+// runs the handler again; every other response (2xx, 3xx, 4xx) is stored.
+//
+// A panic and a hijacked connection leave the outcome unknown: the handler
+// may have committed its side effect before it panicked (or before the
+// connection was taken over and cut), and nothing says whether it did. So
+// the key is not released, which would run the handler a second time for
+// the retry; it is completed with an unknown outcome, and for TTL every
+// retry with that key gets, without the handler running, a replayed 500
+// problem document (application/problem+json, "Idempotent-Replayed: true")
+// saying that the outcome of the first request is unknown. 500 because the
+// server failed while processing the request and a retry cannot change
+// that; it is distinguishable from a live failure by
+// "Idempotent-Replayed: true", since a 5xx the handler writes is never
+// stored. The caller has to find out what happened (look the resource up)
+// before trying again with a new key. A handler that knows it committed
+// nothing can call Release first: the key is then released, however the
+// handler ends, and a retry runs it again. A hijacked key is settled as
+// the connection is taken over, before the handler can close it, so that
+// a client retrying at once finds the outcome recorded; a panic is
+// re-raised once the key is recorded, so net/http (or a recovering
+// middleware outside this one) sees it as before.
+//
+// When the store fails the request is refused with 503 and Retry-After (or
+// run unprotected with FailOpen), and logged.
+//
+// While the handler runs, its key's lease is renewed every third of it, so
+// a slow handler keeps its key and a process that dies frees it within a
+// lease. Should renewals fail until the lease ends (a long store outage),
+// the handler still finishes and its client gets its response, but a retry
+// may then run the handler again and the first response is not stored;
+// both are logged. A handler about to commit a side effect that must not
+// happen twice can make sure it still holds its key: Held tells it without
+// I/O, and Confirm extends the lease with one store call. For a request
+// that is unprotected by choice (no key, Required false; or run by
+// FailOpen) both return nil, so a handler needs no special case for it.
+func (s *Server) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.serve(w, r, next)
+	})
+}
+
 // notStored are the fields never stored by default.
 var notStored = map[string]bool{
 	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true,
@@ -234,63 +404,16 @@ var notStored = map[string]bool{
 	HeaderReplayed: true, HeaderBodyOmitted: true,
 }
 
-func newMiddleware(store Store, cfg Config) *middleware {
-	m := &middleware{
-		store:        store,
-		cfg:          cfg,
-		methods:      cfg.Methods,
-		maxKeyLen:    positiveOr(cfg.MaxKeyLength, DefaultMaxKeyLength),
-		maxBody:      nonZeroOr(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
-		maxResp:      nonZeroOr(cfg.MaxResponseBytes, DefaultMaxResponseBytes),
-		ttl:          positiveOr(cfg.TTL, DefaultTTL),
-		lease:        positiveOr(cfg.Lease, DefaultLease),
-		storeTimeout: positiveOr(cfg.StoreTimeout, DefaultStoreTimeout),
-		retryAfter:   positiveOr(cfg.RetryAfter, DefaultRetryAfter),
-		log:          cfg.Logger,
-		problemType:  cfg.DocsURL,
-	}
-	if m.methods == nil {
-		m.methods = []string{http.MethodPost, http.MethodPatch}
-	}
-	if m.log == nil {
-		m.log = slog.Default()
-	}
-	if m.problemType == "" {
-		m.problemType = "about:blank"
-	}
-	m.retryAfterHeader = retryAfterSeconds(m.retryAfter)
-	if cfg.StoredHeaders == nil {
-		m.keep = func(name string) bool { return !notStored[name] }
-	} else {
-		keep := make(map[string]bool, len(cfg.StoredHeaders))
-		for _, name := range cfg.StoredHeaders {
-			if name = http.CanonicalHeaderKey(name); name != "Content-Length" {
-				keep[name] = true
-			}
-		}
-		m.keep = func(name string) bool { return keep[name] }
-	}
-	return m
-}
-
-// nonZeroOr returns def for zero, v otherwise (negative means no limit).
-func nonZeroOr[T int | int64](v, def T) T {
+// orDefault returns def for zero, v otherwise. New has refused the
+// negative values that mean nothing; those left mean no limit.
+func orDefault[T int | int64 | time.Duration](v, def T) T {
 	if v == 0 {
 		return def
 	}
 	return v
 }
 
-// positiveOr returns def for zero or negative, v otherwise: a negative TTL
-// or lease would leave a key unprotected.
-func positiveOr[T int | time.Duration](v, def T) T {
-	if v <= 0 {
-		return def
-	}
-	return v
-}
-
-func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+func (m *Server) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	if !slices.Contains(m.methods, r.Method) {
 		next.ServeHTTP(w, r)
 		return
@@ -299,7 +422,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	switch {
 	case errors.Is(err, ErrNoKey):
 		if !m.cfg.Required {
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, unprotectedRequest(r))
 			return
 		}
 		m.problem(w, http.StatusBadRequest, "Idempotency-Key is missing",
@@ -325,12 +448,21 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	fp := fingerprint(r, body)
 
 	ctx := r.Context()
-	var principal string
-	if m.cfg.Principal != nil {
-		principal = m.cfg.Principal(r)
+	var scope string
+	if m.cfg.Scope != nil {
+		if scope, err = m.cfg.Scope(r); err == nil && scope == "" {
+			err = errors.New("empty scope")
+		}
+		if err != nil {
+			m.log.WarnContext(ctx, "idempotency: Config.Scope could not attribute the request to a caller; refusing it with 403 rather than looking its key up in a shared scope",
+				"err", err, "method", r.Method, "route", m.route(r))
+			m.problem(w, http.StatusForbidden, "Caller unknown for Idempotency-Key",
+				"This request could not be attributed to a caller, so its Idempotency-Key cannot be looked up; the request was not processed.")
+			return
+		}
 	}
 	route := m.route(r)
-	skey := scopedKey(principal, r.Method, route, key)
+	skey := scopedKey(scope, r.Method, route, key)
 
 	lease := m.leaseFor(ctx)
 	begun := time.Now()
@@ -372,7 +504,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 }
 
 // readBody reads the whole request body, up to maxBody.
-func (m *middleware) readBody(r *http.Request) ([]byte, int, error) {
+func (m *Server) readBody(r *http.Request) ([]byte, int, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, 0, nil
 	}
@@ -410,7 +542,7 @@ func fingerprint(r *http.Request, body []byte) Fingerprint {
 	return fp
 }
 
-func (m *middleware) route(r *http.Request) string {
+func (m *Server) route(r *http.Request) string {
 	switch {
 	case m.cfg.Route != nil:
 		return m.cfg.Route(r)
@@ -420,7 +552,7 @@ func (m *middleware) route(r *http.Request) string {
 	return r.URL.Path
 }
 
-func (m *middleware) leaseFor(ctx context.Context) time.Duration {
+func (m *Server) leaseFor(ctx context.Context) time.Duration {
 	lease := m.lease
 	if dl, ok := ctx.Deadline(); ok {
 		if d := time.Until(dl) + time.Second; d > lease {
@@ -432,19 +564,26 @@ func (m *middleware) leaseFor(ctx context.Context) time.Duration {
 
 // run runs the handler under the lock token holds, locked at begun for
 // lease and renewed while it runs, then stores or releases.
-func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, route, skey, token string, lease time.Duration, begun time.Time) {
+func (m *Server) run(w http.ResponseWriter, r *http.Request, next http.Handler, route, skey, token string, lease time.Duration, begun time.Time) {
 	rec := &recorder{w: w, max: m.maxResp, keep: m.keep}
 	rn, hr := m.renew(r, route, skey, token, lease, begun)
+	// Settle the key when the connection is taken over, before the handler
+	// gets it: once the handler can close it, the client may retry at once,
+	// and the retry must find the outcome recorded, not the key in flight.
+	rec.onHijack = func() { m.settle(rn, r, route, skey, token, false, "hijacked") }
 	returned := false
 	defer func() {
 		if returned {
 			return
 		}
-		// A panic, or runtime.Goexit (v == nil). Release first so the
-		// retry can run, then let it go on up.
+		// A panic, or runtime.Goexit (v == nil). The handler may have
+		// committed before it panicked: record the outcome as unknown,
+		// unless it released the key, then let the panic go on up.
 		v := recover()
-		rn.stop()
-		m.release(r, route, skey, token, "panic")
+		if !rec.hijacked {
+			m.settle(rn, r, route, skey, token, true, "panic")
+		}
+		rn.stop(true)
 		if v != nil {
 			panic(v)
 		}
@@ -457,11 +596,13 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	gaveUp := rec.status == 0 && hr.Context().Err() != nil
 	// Stop renewing before finishing the key, so that no renewal runs
 	// after the handler's request is over.
-	rn.stop()
+	released := rn.stop(true)
 
 	switch {
 	case rec.hijacked:
-		m.release(r, route, skey, token, "hijacked")
+		return // settled when the connection was taken over
+	case released:
+		m.release(r, route, skey, token, "released by the handler")
 		return
 	case gaveUp && r.Context().Err() != nil:
 		m.release(r, route, skey, token, "client gone, nothing written")
@@ -506,11 +647,11 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 // values but not its cancellation, because the client's connection being
 // cut (the very case keys exist for) must not stop the response from being
 // stored.
-func (m *middleware) detached(r *http.Request) (context.Context, context.CancelFunc) {
+func (m *Server) detached(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(r.Context()), m.storeTimeout)
 }
 
-func (m *middleware) release(r *http.Request, route, skey, token, why string) {
+func (m *Server) release(r *http.Request, route, skey, token, why string) {
 	ctx, cancel := m.detached(r)
 	defer cancel()
 	if err := m.store.Release(ctx, skey, token); err != nil {
@@ -529,12 +670,50 @@ func (m *middleware) release(r *http.Request, route, skey, token, why string) {
 	m.emit(r, event.ReasonReleased, nil)
 }
 
-func (m *middleware) storeFailed(w http.ResponseWriter, r *http.Request, next http.Handler, route, op string, err error) {
+// settle finishes the key of a request whose outcome is unknown (a panic,
+// a hijack): renewal stops, then the key is released if the handler called
+// Release, and completed with the unknown outcome otherwise.
+func (m *Server) settle(rn *renewal, r *http.Request, route, skey, token string, cancelContext bool, why string) {
+	if rn.stop(cancelContext) {
+		m.release(r, route, skey, token, why+" after Release")
+		return
+	}
+	m.unknown(r, route, skey, token, why)
+}
+
+// unknown completes the key with the unknown-outcome response, so that
+// retries are told so rather than run the handler again.
+func (m *Server) unknown(r *http.Request, route, skey, token, why string) {
+	ctx, cancel := m.detached(r)
+	defer cancel()
+	m.emit(r, event.ReasonOutcomeUnknown, nil)
+	if err := m.store.Complete(ctx, skey, token, m.unknownResponse(), m.ttl); err != nil {
+		if !errors.Is(err, ErrLockLost) {
+			m.emit(r, event.ReasonStoreError, err)
+		}
+		m.log.ErrorContext(r.Context(), "idempotency: the handler's outcome is unknown and recording that failed; a retry may run the request again",
+			"err", err, "method", r.Method, "route", route, "why", why)
+		return
+	}
+	m.log.WarnContext(r.Context(), "idempotency: the handler's outcome is unknown; retries with its key get 500 until the key expires, without running the handler",
+		"method", r.Method, "route", route, "why", why, "ttl", m.ttl)
+}
+
+// unknownResponse is the response stored for a key whose outcome is
+// unknown.
+func (m *Server) unknownResponse() *Response {
+	h, body := m.problemDoc(http.StatusInternalServerError, "Outcome unknown for this Idempotency-Key",
+		"The first request with this Idempotency-Key ended without a response (the server failed while processing it), so whether it took effect is unknown. "+
+			"It will not be run again with this key: find out whether the operation happened before trying it again with a new key.")
+	return &Response{Status: http.StatusInternalServerError, Header: h, Body: body}
+}
+
+func (m *Server) storeFailed(w http.ResponseWriter, r *http.Request, next http.Handler, route, op string, err error) {
 	m.emit(r, event.ReasonStoreError, err)
 	if m.cfg.FailOpen {
 		m.log.WarnContext(r.Context(), "idempotency: store failed; running the request without duplicate protection (FailOpen)",
 			"op", op, "err", err, "method", r.Method, "route", route)
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, unprotectedRequest(r))
 		return
 	}
 	m.log.ErrorContext(r.Context(), "idempotency: store failed; refusing the request with 503 rather than running it unprotected",
@@ -582,7 +761,7 @@ func bodyAllowed(status int) bool {
 	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
 }
 
-func (m *middleware) emit(r *http.Request, reason string, err error) {
+func (m *Server) emit(r *http.Request, reason string, err error) {
 	if m.cfg.Observer == nil {
 		return
 	}
@@ -597,15 +776,16 @@ func operation(r *http.Request) string {
 	return r.Pattern // low-cardinality; a raw path never goes here
 }
 
-func (m *middleware) emitOp(ctx context.Context, op, reason string, err error) {
+func (m *Server) emitOp(ctx context.Context, op, reason string, err error) {
 	if m.cfg.Observer == nil {
 		return
 	}
 	m.cfg.Observer.Observe(ctx, event.Event{
-		Kind:      event.Idempotency,
-		Operation: op,
-		Reason:    reason,
-		Err:       err,
+		Kind:       event.Idempotency,
+		Dependency: m.cfg.Name,
+		Operation:  op,
+		Reason:     reason,
+		Err:        err,
 	})
 }
 
@@ -617,18 +797,29 @@ type problemBody struct {
 }
 
 // problem writes an RFC 9457 problem document.
-func (m *middleware) problem(w http.ResponseWriter, status int, title, detail string) {
+func (m *Server) problem(w http.ResponseWriter, status int, title, detail string) {
+	ph, b := m.problemDoc(status, title, detail)
 	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Cache-Control", "no-store")
+	for k, v := range ph {
+		h[k] = v
+	}
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// problemDoc returns the header fields and body of an RFC 9457 problem
+// document.
+func (m *Server) problemDoc(status int, title, detail string) (http.Header, []byte) {
+	h := http.Header{
+		"Content-Type":  {"application/problem+json"},
+		"Cache-Control": {"no-store"},
+	}
 	if m.cfg.DocsURL != "" {
 		h.Set("Link", "<"+m.cfg.DocsURL+`>; rel="describedby"`)
 	}
 	b, _ := json.Marshal(problemBody{Type: m.problemType, Title: title, Status: status, Detail: detail})
-	b = append(b, '\n')
-	h.Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	w.Write(b)
+	return h, append(b, '\n')
 }
 
 // retryAfterSeconds formats d as delay-seconds, rounded up, at least 1.

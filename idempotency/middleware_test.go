@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,16 +105,43 @@ func serve(h http.Handler, rq request) *httptest.ResponseRecorder {
 	return rec
 }
 
+// middleware returns the Server's Middleware for a test; a Config that sets
+// no scope is single-tenant, which is what a test with one caller means.
+func middleware(store idempotency.Store, cfg idempotency.Config) func(http.Handler) http.Handler {
+	if cfg.Scope == nil {
+		cfg.SingleTenant = true
+	}
+	srv, err := idempotency.New(store, cfg)
+	if err != nil {
+		panic(err)
+	}
+	return srv.Middleware
+}
+
+// must returns v, and panics if err is not nil: for constructors given a
+// Config known to be valid.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func newMW(cfg idempotency.Config, next http.Handler) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = quiet()
 	}
-	return idempotency.Middleware(memstore.New(memstore.Config{}), cfg)(next)
+	return middleware(must(memstore.New(memstore.Config{})), cfg)(next)
 }
 
-func byUser(r *http.Request) string { return r.Header.Get("X-User") }
+func byUser(r *http.Request) (string, error) {
+	if u := r.Header.Get("X-User"); u != "" {
+		return u, nil
+	}
+	return "", errors.New("not signed in")
+}
 
 func wantCode(t *testing.T, rec *httptest.ResponseRecorder, code int) {
 	t.Helper()
@@ -249,7 +277,7 @@ func TestMismatchGets422(t *testing.T) {
 func TestScopes(t *testing.T) {
 	h := &counter{}
 	mux := http.NewServeMux()
-	mw := idempotency.Middleware(memstore.New(memstore.Config{}), idempotency.Config{Principal: byUser, Logger: quiet()})
+	mw := middleware(must(memstore.New(memstore.Config{})), idempotency.Config{Scope: byUser, Logger: quiet()})
 	mux.Handle("POST /payments", mw(h))
 	mux.Handle("POST /refunds", mw(h))
 
@@ -274,6 +302,88 @@ func TestScopes(t *testing.T) {
 	}
 	// A different payload from bob is bob's mismatch, not a new run.
 	wantCode(t, serve(mux, request{key: "shared", body: "y", principal: "bob"}), http.StatusUnprocessableEntity)
+
+	// A request Scope cannot attribute is refused, not looked up in a
+	// shared scope, and runs nothing.
+	wantCode(t, serve(mux, request{key: "shared", body: "x"}), http.StatusForbidden)
+	empty := middleware(must(memstore.New(memstore.Config{})), idempotency.Config{Logger: quiet(),
+		Scope: func(*http.Request) (string, error) { return "", nil }})(h)
+	wantCode(t, serve(empty, request{key: "shared", body: "x"}), http.StatusForbidden)
+	if n := h.runs.Load(); n != 3 {
+		t.Errorf("handler ran %d times, want still 3", n)
+	}
+	// Without a key nothing is looked up, so nothing needs a scope.
+	wantCode(t, serve(mux, request{body: "x"}), http.StatusCreated)
+}
+
+func TestNewRequiresAScope(t *testing.T) {
+	store := must(memstore.New(memstore.Config{}))
+	_, err := idempotency.New(store, idempotency.Config{})
+	if !errors.Is(err, idempotency.ErrConfig) {
+		t.Fatalf("New with a zero Config: %v, want ErrConfig", err)
+	}
+	for _, want := range []string{"Config.Scope", "SingleTenant", "share one namespace", "replayed that caller's stored response"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	_, err = idempotency.New(store, idempotency.Config{SingleTenant: true, Scope: byUser})
+	if !errors.Is(err, idempotency.ErrConfig) || !strings.Contains(err.Error(), "exactly one") {
+		t.Errorf("New with both Scope and SingleTenant: %v", err)
+	}
+	for _, cfg := range []idempotency.Config{{SingleTenant: true}, {Scope: byUser}} {
+		if _, err := idempotency.New(store, cfg); err != nil {
+			t.Errorf("New(%+v): %v", cfg, err)
+		}
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	store := must(memstore.New(memstore.Config{}))
+	tests := []struct {
+		name string
+		cfg  idempotency.Config
+		want string
+	}{
+		{"MaxKeyLength", idempotency.Config{MaxKeyLength: -1}, "Config.MaxKeyLength is -1; want a positive length"},
+		{"TTL", idempotency.Config{TTL: -time.Second}, "Config.TTL is -1s; want a positive duration"},
+		{"Lease", idempotency.Config{Lease: -time.Second}, "Config.Lease is -1s"},
+		{"StoreTimeout", idempotency.Config{StoreTimeout: -1}, "Config.StoreTimeout is -1ns"},
+		{"RetryAfter", idempotency.Config{RetryAfter: -time.Second}, "Config.RetryAfter is -1s"},
+		{"Methods empty", idempotency.Config{Methods: []string{}}, "Config.Methods is empty"},
+		{"Methods malformed", idempotency.Config{Methods: []string{"POST", "BAD METHOD"}}, `Config.Methods[1] is "BAD METHOD"`},
+		{"DocsURL", idempotency.Config{DocsURL: "/docs"}, `Config.DocsURL is "/docs"; want an absolute URL`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.cfg.SingleTenant = true
+			_, err := idempotency.New(store, tt.cfg)
+			if !errors.Is(err, idempotency.ErrConfig) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New: %v, want ErrConfig saying %q", err, tt.want)
+			}
+		})
+	}
+	// Negative size caps mean no limit, as documented.
+	if _, err := idempotency.New(store, idempotency.Config{SingleTenant: true, MaxBodyBytes: -1, MaxResponseBytes: -1}); err != nil {
+		t.Errorf("negative size caps: %v", err)
+	}
+	if _, err := idempotency.New(nil, idempotency.Config{SingleTenant: true}); err == nil {
+		t.Error("New accepted a nil Store")
+	}
+}
+
+func TestNameIsTheEventsDependency(t *testing.T) {
+	var deps []string
+	obs := event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+		deps = append(deps, e.Dependency)
+		return ctx
+	})
+	mw := newMW(idempotency.Config{Name: "payments", Observer: obs}, &counter{})
+	serve(mw, request{key: "k"})
+	serve(mw, request{key: "k"})
+	if want := []string{"payments", "payments"}; !slices.Equal(deps, want) {
+		t.Errorf("dependencies %q, want %q", deps, want)
+	}
 }
 
 func TestReleaseAndStoreRules(t *testing.T) {
@@ -311,31 +421,151 @@ func TestReleaseAndStoreRules(t *testing.T) {
 	}
 }
 
-func TestPanicReleasesAndRepanics(t *testing.T) {
+// wantUnknown checks that rec is the replayed unknown-outcome answer.
+func wantUnknown(t *testing.T, rec *httptest.ResponseRecorder) {
+	t.Helper()
+	wantCode(t, rec, http.StatusInternalServerError)
+	if rec.Header().Get(idempotency.HeaderReplayed) != "true" {
+		t.Error("the unknown outcome is not marked replayed")
+	}
+	if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("Content-Type %q, want a problem document", ct)
+	}
+	var p struct {
+		Title  string
+		Status int
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Status != 500 || !strings.Contains(p.Title, "Outcome unknown") {
+		t.Errorf("body %s (%v), want the outcome-unknown problem", rec.Body, err)
+	}
+}
+
+// servePanic serves rq and returns what the middleware re-raised.
+func servePanic(h http.Handler, rq request) (v any) {
+	defer func() { v = recover() }()
+	serve(h, rq)
+	return nil
+}
+
+// A handler that charges and then panics must not be run again by the
+// retry: it may have committed.
+func TestPanicRecordsUnknownOutcomeAndRepanics(t *testing.T) {
+	var runs, charges atomic.Int32
+	ev := &events{}
+	mw := newMW(idempotency.Config{Observer: ev}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		charges.Add(1)
+		panic("boom")
+	}))
+	if v := servePanic(mw, request{key: "k"}); v != "boom" {
+		t.Errorf("recovered %v, want the handler's panic", v)
+	}
+	if ev.count(event.ReasonOutcomeUnknown) != 1 || ev.count(event.ReasonReleased) != 0 {
+		t.Errorf("events %v, want one outcome_unknown and no release", ev.n)
+	}
+	for range 3 {
+		wantUnknown(t, serve(mw, request{key: "k"}))
+	}
+	if n := charges.Load(); n != 1 {
+		t.Errorf("charged %d times, want 1 (the retries must not run the handler)", n)
+	}
+	// Another payload with the key is still a mismatch.
+	wantCode(t, serve(mw, request{key: "k", body: "other"}), http.StatusUnprocessableEntity)
+	// net/http's own abort is re-raised unchanged too.
+	abort := newMW(idempotency.Config{}, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) }))
+	if v := servePanic(abort, request{key: "k"}); v != http.ErrAbortHandler {
+		t.Errorf("recovered %v, want http.ErrAbortHandler", v)
+	}
+}
+
+// A handler that knows it committed nothing releases its key, and the
+// retry runs it.
+func TestReleaseBeforePanicLetsTheRetryRun(t *testing.T) {
 	var runs atomic.Int32
 	ev := &events{}
 	mw := newMW(idempotency.Config{Observer: ev}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if runs.Add(1) == 1 {
+			if err := idempotency.Release(r.Context()); err != nil {
+				t.Errorf("Release: %v", err)
+			}
 			panic("boom")
 		}
 		w.WriteHeader(http.StatusCreated)
 	}))
-	func() {
-		defer func() {
-			if v := recover(); v != "boom" {
-				t.Errorf("recovered %v, want the handler's panic", v)
-			}
-		}()
-		serve(mw, request{key: "k"})
-	}()
-	if ev.count(event.ReasonReleased) != 1 {
+	if v := servePanic(mw, request{key: "k"}); v != "boom" {
+		t.Errorf("recovered %v, want the handler's panic", v)
+	}
+	if ev.count(event.ReasonReleased) != 1 || ev.count(event.ReasonOutcomeUnknown) != 0 {
 		t.Errorf("events %v, want one release", ev.n)
 	}
 	wantCode(t, serve(mw, request{key: "k"}), http.StatusCreated)
-	wantCode(t, serve(mw, request{key: "k"}), http.StatusCreated)
-	if n := runs.Load(); n != 2 {
-		t.Errorf("handler ran %d times, want 2 (the panic, then the retry)", n)
+	if got := serve(mw, request{key: "k"}); got.Header().Get(idempotency.HeaderReplayed) != "true" {
+		t.Error("the retry's response was not stored")
 	}
+	if n := runs.Load(); n != 2 {
+		t.Errorf("handler ran %d times, want 2 (the released panic, then the retry)", n)
+	}
+}
+
+// Release also frees the key of a handler that answers: its response is
+// sent but not stored.
+func TestReleaseWithAResponse(t *testing.T) {
+	var runs atomic.Int32
+	mw := newMW(idempotency.Config{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		idempotency.Release(r.Context())
+		w.WriteHeader(http.StatusConflict)
+	}))
+	wantCode(t, serve(mw, request{key: "k"}), http.StatusConflict)
+	rec := serve(mw, request{key: "k"})
+	if rec.Header().Get(idempotency.HeaderReplayed) != "" || runs.Load() != 2 {
+		t.Errorf("runs %d, replayed %q: want the released key run again", runs.Load(), rec.Header().Get(idempotency.HeaderReplayed))
+	}
+}
+
+func TestReleaseOutsideAndAfter(t *testing.T) {
+	if err := idempotency.Release(context.Background()); !errors.Is(err, idempotency.ErrNoLease) {
+		t.Errorf("Release outside the middleware: %v, want ErrNoLease", err)
+	}
+	var kept context.Context
+	mw := newMW(idempotency.Config{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		kept = r.Context()
+	}))
+	serve(mw, request{key: "k"})
+	if err := idempotency.Release(kept); !errors.Is(err, idempotency.ErrLeaseLost) {
+		t.Errorf("Release after the handler returned: %v, want ErrLeaseLost", err)
+	}
+}
+
+// A request the middleware lets through unprotected needs no special case:
+// Held, Confirm and Release return nil.
+func TestUnprotectedRequestsNeedNoSpecialCase(t *testing.T) {
+	check := func(t *testing.T) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx := r.Context()
+			if err := errors.Join(idempotency.Held(ctx), idempotency.Confirm(ctx), idempotency.Release(ctx)); err != nil {
+				t.Errorf("unprotected request: %v", err)
+			}
+			w.WriteHeader(http.StatusCreated)
+		})
+	}
+	t.Run("no key", func(t *testing.T) {
+		wantCode(t, serve(newMW(idempotency.Config{}, check(t)), request{}), http.StatusCreated)
+	})
+	t.Run("FailOpen", func(t *testing.T) {
+		s := &fakeStore{begin: func(context.Context, string, idempotency.Fingerprint, time.Duration) (idempotency.Result, error) {
+			return idempotency.Result{}, errors.New("down")
+		}}
+		wantCode(t, serve(middleware(s, idempotency.Config{Logger: quiet(), FailOpen: true})(check(t)), request{key: "k"}), http.StatusCreated)
+	})
+	t.Run("method passed through", func(t *testing.T) {
+		mw := newMW(idempotency.Config{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := idempotency.Confirm(r.Context()); !errors.Is(err, idempotency.ErrNoLease) {
+				t.Errorf("GET: %v, want ErrNoLease", err)
+			}
+		}))
+		serve(mw, request{method: http.MethodGet, key: "k"})
+	})
 }
 
 func TestInFlightGets409WithRetryAfter(t *testing.T) {
@@ -487,7 +717,7 @@ func TestLeaseAndTTLReachTheStore(t *testing.T) {
 		ttl = d
 		return nil
 	}
-	mw := idempotency.Middleware(s, idempotency.Config{Lease: 10 * time.Second, Logger: quiet()})(&counter{})
+	mw := middleware(s, idempotency.Config{Lease: 10 * time.Second, Logger: quiet()})(&counter{})
 	serve(mw, request{key: "k"})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -517,7 +747,7 @@ func TestStoreErrorFailsClosed(t *testing.T) {
 	s.begin = func(ctx context.Context, _ string, _ idempotency.Fingerprint, _ time.Duration) (idempotency.Result, error) {
 		return idempotency.Result{}, errors.New("dial tcp: connection refused")
 	}
-	mw := idempotency.Middleware(s, idempotency.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Observer: ev, RetryAfter: 2 * time.Second})(h)
+	mw := middleware(s, idempotency.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Observer: ev, RetryAfter: 2 * time.Second})(h)
 	rec := serve(mw, request{key: "k"})
 	wantCode(t, rec, http.StatusServiceUnavailable)
 	if got := rec.Header().Get("Retry-After"); got != "2" {
@@ -540,7 +770,7 @@ func TestInvalidStoreResultIsAStoreError(t *testing.T) {
 		return idempotency.Result{State: idempotency.StateCompleted}, nil // no response
 	}
 	h := &counter{}
-	rec := serve(idempotency.Middleware(s, idempotency.Config{Logger: quiet()})(h), request{key: "k"})
+	rec := serve(middleware(s, idempotency.Config{Logger: quiet()})(h), request{key: "k"})
 	wantCode(t, rec, http.StatusServiceUnavailable)
 	if h.runs.Load() != 0 {
 		t.Error("handler ran")
@@ -554,7 +784,7 @@ func TestLostLeaseIsLoggedAndResponseStillSent(t *testing.T) {
 		return idempotency.ErrLockLost
 	}
 	ev := &events{}
-	rec := serve(idempotency.Middleware(s, idempotency.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Observer: ev})(&counter{}), request{key: "k", body: "b"})
+	rec := serve(middleware(s, idempotency.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Observer: ev})(&counter{}), request{key: "k", body: "b"})
 	wantCode(t, rec, http.StatusCreated)
 	if rec.Body.String() != "run 1 body b" {
 		t.Errorf("body %q", rec.Body)
@@ -578,7 +808,7 @@ func TestReleaseOfALostKeyIsNotAStoreError(t *testing.T) {
 	failing := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadGateway)
 	})
-	rec := serve(idempotency.Middleware(s, idempotency.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Observer: ev})(failing), request{key: "k", body: "b"})
+	rec := serve(middleware(s, idempotency.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Observer: ev})(failing), request{key: "k", body: "b"})
 	wantCode(t, rec, http.StatusBadGateway)
 	if !strings.Contains(logs.String(), "no longer held when releasing it") || strings.Contains(logs.String(), "retries get 409") {
 		t.Errorf("log: %s", logs.String())
@@ -603,7 +833,7 @@ func TestClientGoneWithNothingWrittenReleases(t *testing.T) {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	mw := idempotency.Middleware(s, idempotency.Config{Logger: quiet()})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mw := middleware(s, idempotency.Config{Logger: quiet()})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cancel() // the client went away; the handler gives up
 	}))
 	serve(mw, request{key: "k", ctx: ctx})
@@ -612,37 +842,51 @@ func TestClientGoneWithNothingWrittenReleases(t *testing.T) {
 	}
 }
 
-func TestHijackReleases(t *testing.T) {
-	released := make(chan struct{})
-	s := acquiring()
-	s.release = func(context.Context, string, string) error { close(released); return nil }
-	s.complete = func(context.Context, string, string, *idempotency.Response, time.Duration) error {
-		t.Error("stored the response of a hijacked connection")
-		return nil
-	}
-	mw := idempotency.Middleware(s, idempotency.Config{Logger: quiet()})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, _, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			t.Errorf("hijack through the middleware: %v", err)
-			return
-		}
-		c.Close()
-	}))
-	srv := httptest.NewServer(mw)
-	defer srv.Close()
-	req, _ := http.NewRequest(http.MethodPost, srv.URL, nil)
-	req.Header.Set(idempotency.HeaderKey, "k")
-	client := srv.Client()
-	defer client.CloseIdleConnections()
-	if resp, err := client.Do(req); err == nil {
-		resp.Body.Close()
-	}
-	// The server forgets hijacked connections, so wait for the release
-	// itself; the timer only guards against a hang.
-	select {
-	case <-released:
-	case <-time.After(10 * time.Second):
-		t.Error("key not released after a hijack")
+func TestHijackRecordsUnknownOutcome(t *testing.T) {
+	for _, release := range []bool{false, true} {
+		t.Run(fmt.Sprintf("release=%v", release), func(t *testing.T) {
+			done := make(chan string, 1)
+			s := acquiring()
+			s.release = func(context.Context, string, string) error { done <- "released"; return nil }
+			s.complete = func(_ context.Context, _, _ string, resp *idempotency.Response, _ time.Duration) error {
+				done <- "completed " + strconv.Itoa(resp.Status)
+				return nil
+			}
+			mw := middleware(s, idempotency.Config{Logger: quiet()})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if release {
+					idempotency.Release(r.Context())
+				}
+				c, _, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					t.Errorf("hijack through the middleware: %v", err)
+					return
+				}
+				c.Close()
+			}))
+			srv := httptest.NewServer(mw)
+			defer srv.Close()
+			req, _ := http.NewRequest(http.MethodPost, srv.URL, nil)
+			req.Header.Set(idempotency.HeaderKey, "k")
+			client := srv.Client()
+			defer client.CloseIdleConnections()
+			if resp, err := client.Do(req); err == nil {
+				resp.Body.Close()
+			}
+			want := "completed 500"
+			if release {
+				want = "released"
+			}
+			// The server forgets hijacked connections, so wait for the
+			// store call itself; the timer only guards against a hang.
+			select {
+			case got := <-done:
+				if got != want {
+					t.Errorf("after a hijack the key was %s, want %s", got, want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Error("key neither completed nor released after a hijack")
+			}
+		})
 	}
 }
 
@@ -657,15 +901,6 @@ func TestFlushPassesThrough(t *testing.T) {
 	if !rec.Flushed {
 		t.Error("not flushed")
 	}
-}
-
-func TestMiddlewarePanicsOnNilStore(t *testing.T) {
-	defer func() {
-		if v := recover(); v == nil || !strings.HasPrefix(fmt.Sprint(v), "idempotency:") {
-			t.Errorf("recovered %v, want an idempotency: panic", v)
-		}
-	}()
-	idempotency.Middleware(nil, idempotency.Config{})
 }
 
 func FuzzMiddlewareHeaders(f *testing.F) {

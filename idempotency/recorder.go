@@ -20,6 +20,7 @@ type recorder struct {
 	max      int // body bytes kept; negative means no limit
 	omitted  bool
 	hijacked bool
+	onHijack func() // settles the key once the connection is taken over
 }
 
 func (r *recorder) Header() http.Header { return r.w.Header() }
@@ -58,12 +59,16 @@ func (r *recorder) FlushError() error {
 // Flush implements http.Flusher for handlers that type-assert it.
 func (r *recorder) Flush() { _ = r.FlushError() }
 
-// Hijack records that the handler took the connection: its response is
-// then unknown and the key is released.
+// Hijack records that the handler took the connection: its outcome is
+// then unknown, and the key is completed as such (or released, if the
+// handler called Release before) before the connection is handed over.
 func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, rw, err := http.NewResponseController(r.w).Hijack()
-	if err == nil {
+	if err == nil && !r.hijacked {
 		r.hijacked = true
+		if r.onHijack != nil {
+			r.onHijack()
+		}
 	}
 	return c, rw, err
 }

@@ -11,7 +11,10 @@ import (
 )
 
 func Example() {
-	s := memstore.New(memstore.Config{MaxEntries: 10_000, MaxBytes: 16 << 20})
+	s, err := memstore.New(memstore.Config{MaxEntries: 10_000, MaxBytes: 16 << 20})
+	if err != nil {
+		panic(err)
+	}
 	ctx := context.Background()
 	fp := idempotency.Fingerprint{1}
 
@@ -23,8 +26,12 @@ func Example() {
 	s.Complete(ctx, "key", first.Token, &idempotency.Response{Status: http.StatusCreated, Body: []byte("ok")}, time.Hour)
 	done, _ := s.Begin(ctx, "key", fp, 30*time.Second)
 	fmt.Println(done.State, done.Response.Status, string(done.Response.Body))
+
+	_, err = memstore.New(memstore.Config{MaxEntries: -1})
+	fmt.Println(err)
 	// Output:
 	// acquired
 	// in_flight
 	// completed 201 ok
+	// memstore: Config.MaxEntries is -1; want a positive count, or 0 for 100000
 }

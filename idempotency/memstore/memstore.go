@@ -5,6 +5,7 @@ package memstore
 import (
 	"container/heap"
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -20,10 +21,12 @@ const (
 // Config bounds a Store; New copies it. The zero value is valid.
 type Config struct {
 	// MaxEntries caps the keys held, in flight and completed. Zero means
-	// 100,000.
+	// 100,000; a negative value is invalid.
 	MaxEntries int
 	// MaxBytes caps the approximate memory held by keys and stored
-	// responses. Zero means 64 MiB.
+	// responses. Zero means 64 MiB; a negative value is invalid (a store
+	// in process memory without a bound would grow with the rate of keyed
+	// requests times the TTL until the process runs out of memory).
 	MaxBytes int64
 }
 
@@ -62,20 +65,27 @@ type entry struct {
 // entryOverhead approximates the map slot, heap slot and struct.
 const entryOverhead = 160
 
-// New returns an empty Store.
-func New(cfg Config) *Store {
+// New returns an empty Store. It returns an error naming the field when
+// cfg holds a negative limit.
+func New(cfg Config) (*Store, error) {
+	switch {
+	case cfg.MaxEntries < 0:
+		return nil, fmt.Errorf("memstore: Config.MaxEntries is %d; want a positive count, or 0 for %d", cfg.MaxEntries, DefaultMaxEntries)
+	case cfg.MaxBytes < 0:
+		return nil, fmt.Errorf("memstore: Config.MaxBytes is %d; want a positive size in bytes, or 0 for %d", cfg.MaxBytes, DefaultMaxBytes)
+	}
 	s := &Store{
 		maxEntries: cfg.MaxEntries,
 		maxBytes:   cfg.MaxBytes,
 		entries:    make(map[string]*entry),
 	}
-	if s.maxEntries <= 0 {
+	if s.maxEntries == 0 {
 		s.maxEntries = DefaultMaxEntries
 	}
-	if s.maxBytes <= 0 {
+	if s.maxBytes == 0 {
 		s.maxBytes = DefaultMaxBytes
 	}
-	return s
+	return s, nil
 }
 
 // Begin implements idempotency.Store. A returned Response is shared and must

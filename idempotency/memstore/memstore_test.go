@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -15,6 +16,15 @@ import (
 	"github.com/guardrail-go/guardrail/idempotency/memstore"
 	"github.com/guardrail-go/guardrail/idempotency/storetest"
 )
+
+// must returns v, and panics if err is not nil: for constructors given a
+// Config known to be valid.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
@@ -58,7 +68,7 @@ func (o *outageStore) Extend(ctx context.Context, key, token string, lease time.
 func harness() storetest.Harness {
 	return storetest.Harness{
 		New: func(t *testing.T) storetest.Subject {
-			o := &outageStore{Store: memstore.New(memstore.Config{})}
+			o := &outageStore{Store: must(memstore.New(memstore.Config{}))}
 			return storetest.Subject{
 				Store:   o,
 				Advance: time.Sleep, // inside the bubble: fake time, instant
@@ -78,7 +88,7 @@ func fp(b byte) idempotency.Fingerprint { return idempotency.Fingerprint{b} }
 
 func TestMaxEntriesRefusesNewKeysUntilExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := memstore.New(memstore.Config{MaxEntries: 2})
+		s := must(memstore.New(memstore.Config{MaxEntries: 2}))
 		ctx := t.Context()
 		for _, k := range []string{"a", "b"} {
 			res, err := s.Begin(ctx, k, fp(1), time.Minute)
@@ -105,7 +115,7 @@ func TestMaxEntriesRefusesNewKeysUntilExpiry(t *testing.T) {
 
 func TestMaxBytesKeepsCompletionWithoutBody(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := memstore.New(memstore.Config{MaxBytes: 4096})
+		s := must(memstore.New(memstore.Config{MaxBytes: 4096}))
 		ctx := t.Context()
 		res, _ := s.Begin(ctx, "k", fp(1), time.Minute)
 		big := &idempotency.Response{Status: http.StatusCreated, Header: http.Header{"Location": {"/x/1"}}, Body: make([]byte, 8192)}
@@ -125,7 +135,7 @@ func TestMaxBytesKeepsCompletionWithoutBody(t *testing.T) {
 
 func TestBytesAccounting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := memstore.New(memstore.Config{})
+		s := must(memstore.New(memstore.Config{}))
 		ctx := t.Context()
 		res, _ := s.Begin(ctx, "k", fp(1), time.Minute)
 		locked := s.Bytes()
@@ -146,13 +156,30 @@ func TestBytesAccounting(t *testing.T) {
 }
 
 func BenchmarkMiddleware(b *testing.B) {
-	storetest.BenchmarkMiddleware(b, memstore.New(memstore.Config{MaxEntries: 1 << 24, MaxBytes: 1 << 33}))
+	storetest.BenchmarkMiddleware(b, must(memstore.New(memstore.Config{MaxEntries: 1 << 24, MaxBytes: 1 << 33})))
 }
 
 func BenchmarkMiddlewareParallel(b *testing.B) {
-	storetest.BenchmarkMiddlewareParallel(b, memstore.New(memstore.Config{MaxEntries: 1 << 24, MaxBytes: 1 << 33}))
+	storetest.BenchmarkMiddlewareParallel(b, must(memstore.New(memstore.Config{MaxEntries: 1 << 24, MaxBytes: 1 << 33})))
 }
 
 func BenchmarkExtend(b *testing.B) {
-	storetest.BenchmarkExtend(b, memstore.New(memstore.Config{MaxEntries: 1 << 24, MaxBytes: 1 << 33}))
+	storetest.BenchmarkExtend(b, must(memstore.New(memstore.Config{MaxEntries: 1 << 24, MaxBytes: 1 << 33})))
+}
+
+func TestNewRefusesNegativeLimits(t *testing.T) {
+	for _, tt := range []struct {
+		cfg  memstore.Config
+		want string
+	}{
+		{memstore.Config{MaxEntries: -1}, "memstore: Config.MaxEntries is -1; want a positive count"},
+		{memstore.Config{MaxBytes: -1}, "memstore: Config.MaxBytes is -1; want a positive size"},
+	} {
+		if _, err := memstore.New(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("New(%+v): %v, want %q", tt.cfg, err, tt.want)
+		}
+	}
+	if _, err := memstore.New(memstore.Config{}); err != nil {
+		t.Errorf("New with a zero Config: %v", err)
+	}
 }

@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
 	"log"
 	"net/http"
 	"time"
@@ -21,7 +22,10 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	store := pgstore.New(pool, pgstore.Config{Table: "idempotency_keys"})
+	store, err := pgstore.New(pool, pgstore.Config{Table: "idempotency_keys"})
+	if err != nil {
+		log.Fatal(err)
+	}
 	if err := store.Migrate(ctx); err != nil {
 		log.Fatal(err)
 	}
@@ -33,12 +37,26 @@ func Example() {
 		}
 	}()
 
+	keys, err := idempotency.New(store, idempotency.Config{
+		Name:     "payments",
+		Required: true,
+		Scope:    accountOf, // keys are per account
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /payments", idempotency.Middleware(store, idempotency.Config{
-		Required:  true,
-		Principal: func(r *http.Request) string { return r.Header.Get("X-Account") },
-	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("POST /payments", keys.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 	})))
 	_ = http.ListenAndServe // serve mux as usual
+}
+
+// accountOf returns the authenticated account of r; here, a header an
+// authenticating proxy sets.
+func accountOf(r *http.Request) (string, error) {
+	if a := r.Header.Get("X-Account"); a != "" {
+		return a, nil
+	}
+	return "", errors.New("no account")
 }

@@ -27,10 +27,12 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Config configures a Store; New copies it. The zero value is valid.
+// Config configures a Store; New copies it and reports an invalid Table.
+// The zero value is valid.
 type Config struct {
 	// Table is the table's name, optionally schema-qualified
-	// ("billing.idempotency"). Empty means "guardrail_idempotency".
+	// ("billing.idempotency"), each name at most 63 bytes (PostgreSQL
+	// would truncate a longer one). Empty means "guardrail_idempotency".
 	Table string
 }
 
@@ -56,16 +58,27 @@ type Store struct {
 }
 
 // New returns a Store on db. Create its table with Migrate, or run the SQL
-// that Schema returns with your migration tool. New panics if db is nil.
-func New(db DB, cfg Config) *Store {
+// that Schema returns with your migration tool. It returns an error if db
+// is nil or Config.Table is not a table name.
+func New(db DB, cfg Config) (*Store, error) {
 	if db == nil {
-		panic("pgstore: nil DB")
+		return nil, errors.New("pgstore: New: nil DB")
 	}
 	name := cfg.Table
 	if name == "" {
 		name = DefaultTable
 	}
 	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return nil, fmt.Errorf("pgstore: Config.Table is %q; want a table name, optionally qualified by one schema name (schema.table)", cfg.Table)
+	}
+	for _, part := range parts {
+		// PostgreSQL truncates longer names silently, so two long names
+		// could end up naming one table.
+		if part == "" || len(part) > maxIdentifier || strings.IndexByte(part, 0) >= 0 {
+			return nil, fmt.Errorf("pgstore: Config.Table is %q; want each name of schema.table non-empty, at most %d bytes, without NUL", cfg.Table, maxIdentifier)
+		}
+	}
 	s := &Store{
 		db:    db,
 		table: pgx.Identifier(parts).Sanitize(),
@@ -100,8 +113,12 @@ WHERE key = $1 AND token = $2 AND expires_at > now()`
 WHERE key = $1 AND token = $2 AND status IS NULL AND expires_at > now()`
 	s.sweepSQL = `DELETE FROM ` + t + ` WHERE key IN (
   SELECT key FROM ` + t + ` WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)`
-	return s
+	return s, nil
 }
+
+// maxIdentifier is the longest identifier PostgreSQL keeps whole
+// (NAMEDATALEN - 1 in a default build).
+const maxIdentifier = 63
 
 // Migrate creates the store's table and index if they do not exist. It is
 // safe to run from every instance at start-up: an advisory lock serialises

@@ -3,8 +3,10 @@ package pgstore_test
 import (
 	"context"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +18,26 @@ import (
 	"github.com/guardrail-go/guardrail/idempotency/pgstore"
 	"github.com/guardrail-go/guardrail/idempotency/storetest"
 )
+
+// must returns v, and panics if err is not nil: for constructors given a
+// Config known to be valid.
+
+// middleware returns the Server's Middleware for a test with one caller.
+func middleware(store idempotency.Store, cfg idempotency.Config) func(http.Handler) http.Handler {
+	cfg.SingleTenant = true
+	srv, err := idempotency.New(store, cfg)
+	if err != nil {
+		panic(err)
+	}
+	return srv.Middleware
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
@@ -60,7 +82,7 @@ func newPool(tb testing.TB, proxyAddr string) *pgxpool.Pool {
 func testTable(tb testing.TB, pool *pgxpool.Pool) (*pgstore.Store, string) {
 	tb.Helper()
 	table := "guardrail_idem_test_" + idempotency.NewToken()[:12]
-	s := pgstore.New(pool, pgstore.Config{Table: table})
+	s := must(pgstore.New(pool, pgstore.Config{Table: table}))
 	if err := s.Migrate(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
@@ -78,7 +100,7 @@ func harness() storetest.Harness {
 		proxy := testproxy.Start(t, net.JoinHostPort(host, strconv.Itoa(int(port))))
 		pool := newPool(t, proxy.Addr())
 		return storetest.Subject{
-			Store: pgstore.New(pool, pgstore.Config{Table: table}),
+			Store: must(pgstore.New(pool, pgstore.Config{Table: table})),
 			Advance: func(d time.Duration) {
 				// The database's clock, moved forward for this table's rows.
 				_, err := direct.Exec(context.Background(),
@@ -101,7 +123,7 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	pool := newPool(t, "")
 	table := "guardrail_idem_test_" + idempotency.NewToken()[:12]
 	t.Cleanup(func() { pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
-	s := pgstore.New(pool, pgstore.Config{Table: table})
+	s := must(pgstore.New(pool, pgstore.Config{Table: table}))
 	errs := make(chan error, 4)
 	for range 4 {
 		go func() { errs <- s.Migrate(t.Context()) }()
@@ -159,7 +181,7 @@ func TestSchemaQualifiedTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
-	s := pgstore.New(pool, pgstore.Config{Table: schema + ".idem"})
+	s := must(pgstore.New(pool, pgstore.Config{Table: schema + ".idem"}))
 	if err := s.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -179,4 +201,21 @@ func BenchmarkExtend(b *testing.B) {
 	pool := newPool(b, "")
 	s, _ := testTable(b, pool)
 	storetest.BenchmarkExtend(b, s)
+}
+
+func TestNewRefusesBadTables(t *testing.T) {
+	db := (*pgxpool.Pool)(nil) // never used: New does no I/O
+	for _, table := range []string{"a.b.c", "billing.", ".keys", strings.Repeat("x", 64), "a\x00b"} {
+		if _, err := pgstore.New(db, pgstore.Config{Table: table}); err == nil || !strings.Contains(err.Error(), "pgstore: Config.Table is") {
+			t.Errorf("New with Table %q: %v, want an error naming Config.Table", table, err)
+		}
+	}
+	for _, table := range []string{"", "keys", "billing.keys", strings.Repeat("x", 63)} {
+		if _, err := pgstore.New(db, pgstore.Config{Table: table}); err != nil {
+			t.Errorf("New with Table %q: %v", table, err)
+		}
+	}
+	if _, err := pgstore.New(nil, pgstore.Config{}); err == nil {
+		t.Error("New accepted a nil DB")
+	}
 }

@@ -244,7 +244,7 @@ func TestStoreRestartKeepsData(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	store := pgstore.New(pool, pgstore.Config{})
+	store := must(pgstore.New(pool, pgstore.Config{}))
 	if err := store.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestStoreRestartKeepsData(t *testing.T) {
 	started := make(chan string, len(gates))
 	var charges atomic.Int64
 	var logs syncBuffer
-	h := idempotency.Middleware(store, idempotency.Config{
+	h := middleware(store, idempotency.Config{
 		Lease:  time.Minute, // far longer than the test: only the test ends it
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

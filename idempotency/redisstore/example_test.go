@@ -1,6 +1,8 @@
 package redisstore_test
 
 import (
+	"errors"
+	"log"
 	"net/http"
 
 	"github.com/redis/go-redis/v9"
@@ -16,12 +18,26 @@ func Example() {
 	defer client.Close()
 	store := redisstore.New(client, redisstore.Config{Prefix: "payments:idem:"})
 
+	keys, err := idempotency.New(store, idempotency.Config{
+		Name:     "payments",
+		Required: true,
+		Scope:    accountOf, // keys are per account
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /payments", idempotency.Middleware(store, idempotency.Config{
-		Required:  true,
-		Principal: func(r *http.Request) string { return r.Header.Get("X-Account") },
-	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("POST /payments", keys.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 	})))
 	_ = http.ListenAndServe // serve mux as usual
+}
+
+// accountOf returns the authenticated account of r; here, a header an
+// authenticating proxy sets.
+func accountOf(r *http.Request) (string, error) {
+	if a := r.Header.Get("X-Account"); a != "" {
+		return a, nil
+	}
+	return "", errors.New("no account")
 }

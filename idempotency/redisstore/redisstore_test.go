@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"strconv"
 	"testing"
@@ -15,6 +16,16 @@ import (
 	"github.com/guardrail-go/guardrail/idempotency/redisstore"
 	"github.com/guardrail-go/guardrail/idempotency/storetest"
 )
+
+// middleware returns the Server's Middleware for a test with one caller.
+func middleware(store idempotency.Store, cfg idempotency.Config) func(http.Handler) http.Handler {
+	cfg.SingleTenant = true
+	srv, err := idempotency.New(store, cfg)
+	if err != nil {
+		panic(err)
+	}
+	return srv.Middleware
+}
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 

@@ -84,7 +84,7 @@ func TestStoreRestartKeepsData(t *testing.T) {
 	defer client.Close()
 	store := redisstore.New(client, redisstore.Config{Prefix: "restart:"})
 	var charges atomic.Int64
-	h := idempotency.Middleware(store, idempotency.Config{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := middleware(store, idempotency.Config{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := charges.Add(1)
 		w.WriteHeader(http.StatusCreated)
 		_, _ = io.WriteString(w, "charge "+strconv.FormatInt(n, 10))

@@ -47,7 +47,7 @@ func BenchmarkMiddleware(b *testing.B, s idempotency.Store) {
 			b.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
 	}
-	mw := idempotency.Middleware(s, idempotency.Config{Logger: discardLogger()})(benchHandler)
+	mw := middleware(s, idempotency.Config{Logger: discardLogger()})(benchHandler)
 	prefix := idempotency.NewToken()[:8] + "-"
 	b.Run("bare", func(b *testing.B) {
 		b.ReportAllocs()
@@ -89,7 +89,7 @@ func BenchmarkMiddlewareParallel(b *testing.B, s idempotency.Store) {
 			}
 		}
 	}
-	mw := idempotency.Middleware(s, idempotency.Config{Logger: discardLogger()})(benchHandler)
+	mw := middleware(s, idempotency.Config{Logger: discardLogger()})(benchHandler)
 	prefix := idempotency.NewToken()[:8] + "-"
 	b.Run("bare", func(b *testing.B) {
 		b.ReportAllocs()

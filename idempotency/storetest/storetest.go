@@ -604,7 +604,7 @@ func testMiddlewareLeaseExpiry(t *testing.T, s Subject) {
 	var runs atomic.Int32
 	stuck := make(chan struct{})
 	entered := make(chan struct{})
-	h := idempotency.Middleware(s.Store, idempotency.Config{Lease: leaseFor, DisableLeaseRenewal: true, Logger: discardLogger()})(
+	h := middleware(s.Store, idempotency.Config{Lease: leaseFor, DisableLeaseRenewal: true, Logger: discardLogger()})(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := runs.Add(1)
 			if n == 1 {

@@ -103,3 +103,15 @@ func BenchmarkRun(b *testing.B) {
 		})
 	}
 }
+
+func TestExponentialPlusAddsSmallJitter(t *testing.T) {
+	s := ExponentialPlus(100*time.Millisecond, 10*time.Second, 100*time.Millisecond)
+	if got := s.Delay(3, 0, 0.5); got != 850*time.Millisecond {
+		t.Errorf("Delay(3, u=0.5) = %v, want 850ms", got)
+	}
+	for _, u := range []float64{-1, math.NaN(), 2} {
+		if got := s.Delay(100, 0, u); got < 10*time.Second || got >= 10*time.Second+100*time.Millisecond {
+			t.Errorf("Delay(100, u=%v) = %v, want within [cap, cap+jitter)", u, got)
+		}
+	}
+}

@@ -266,7 +266,10 @@ func newRun(cfg Config) (*run, error) {
 		s.strategy = backoff.Default()
 	}
 	if cfg.Budget != nil {
-		s.budget = budget.New(*cfg.Budget)
+		var err error
+		if s.budget, err = budget.New(*cfg.Budget); err != nil {
+			return nil, err
+		}
 	}
 
 	s.clients = make([]client, n)

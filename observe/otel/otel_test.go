@@ -219,7 +219,7 @@ func TestRefusedRetryAndBreakerEvents(t *testing.T) {
 		}
 		return ctx
 	})
-	b := budget.New(budget.Config{Max: 1})
+	b := must(budget.New(budget.Config{Max: 1}))
 	b.TryRetry() // empty it
 	p := &guardrail.Policy{Name: "ledger", Idempotent: true, Budget: b, Observer: event.Join(f.obs, breakerTransition)}
 	_, err := guardrail.Do(context.Background(), p, func(context.Context) (int, error) {
@@ -330,7 +330,7 @@ func TestMetrics(t *testing.T) {
 		f := newFixture(t, 0)
 		p := &guardrail.Policy{Name: "pricing", Idempotent: true, Backoff: backoff.None(), Budget: budget.Unlimited(), Observer: f.obs}
 		f.obs.WatchPolicy(p)
-		f.obs.WatchBreaker("pricing", p.CircuitBreaker()) // watched through the policy already: counted once
+		f.obs.WatchBreaker("pricing", p.BreakerInUse()) // watched through the policy already: counted once
 		ctx, cancel := context.WithTimeout(event.WithOperation(context.Background(), "Get"), time.Second)
 		defer cancel()
 		for i := range 4 {
@@ -455,7 +455,7 @@ func TestPolicyBreakerTransitionSpan(t *testing.T) {
 		f := newFixture(t, 0)
 		p := &guardrail.Policy{
 			Name: "ledger", MaxAttempts: 1, Observer: f.obs,
-			Breaker: breaker.New(breaker.Config{Name: "ledger", MinRequests: 2, OpenFor: 5 * time.Second, OpenJitter: -1}),
+			Breaker: must(breaker.New(breaker.Config{Name: "ledger", MinRequests: 2, OpenFor: 5 * time.Second, NoOpenJitter: true, Observer: f.obs})),
 		}
 		for range 3 {
 			_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) {
@@ -494,4 +494,13 @@ func TestPolicyBreakerTransitionSpan(t *testing.T) {
 			t.Errorf("third call events = %s", got)
 		}
 	})
+}
+
+// must returns v, for constructors given a configuration the test knows is
+// valid.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -104,7 +104,7 @@ func TestWorkload(t *testing.T) {
 
 		inventory := &guardrail.Policy{
 			Name: "inventory", Idempotent: true, Backoff: backoff.Constant(100 * time.Millisecond),
-			Budget:   budget.New(budget.Config{Ratio: 0.1, Max: 2}),
+			Budget:   must(budget.New(budget.Config{Ratio: 0.1, Max: 2})),
 			Observer: c,
 		}
 		search := &guardrail.Policy{
@@ -211,9 +211,9 @@ func TestWorkload(t *testing.T) {
 			"guardrail_call_duration_seconds_sum" + l("payments", ""):                       0.2,
 		})
 		diff(t, only(got, "guardrail_retry_budget_tokens"), map[string]float64{
-			`guardrail_retry_budget_tokens{dependency="inventory",region="eu"}`: inventory.RetryBudget().Tokens(),
+			`guardrail_retry_budget_tokens{dependency="inventory",region="eu"}`: inventory.BudgetInUse().Tokens(),
 		})
-		if tok := inventory.RetryBudget().Tokens(); tok < 0.1 || tok > 0.2 {
+		if tok := inventory.BudgetInUse().Tokens(); tok < 0.1 || tok > 0.2 {
 			t.Errorf("inventory tokens = %v, want 0.1 <= tokens <= 0.2", tok)
 		}
 
@@ -245,7 +245,7 @@ func TestBreakerTrip(t *testing.T) {
 		reg.MustRegister(c)
 		p := &guardrail.Policy{
 			Name: "payments", MaxAttempts: 1, Observer: c,
-			Breaker: breaker.New(breaker.Config{Name: "payments", MinRequests: 4, OpenFor: 10 * time.Second, OpenJitter: -1}),
+			Breaker: must(breaker.New(breaker.Config{Name: "payments", MinRequests: 4, OpenFor: 10 * time.Second, NoOpenJitter: true, Observer: c})),
 		}
 		c.WatchPolicy(p)
 		state := func(closed, open, halfOpen float64) map[string]float64 {
@@ -302,7 +302,7 @@ func TestBreakerGroupAndEvents(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	c := prom.New(prom.Config{})
 	reg.MustRegister(c)
-	g := breaker.NewGroup(breaker.GroupConfig{})
+	g := must(breaker.NewGroup(breaker.GroupConfig{}))
 	c.WatchBreakerGroup(g)
 	g.Get("a.internal")
 	g.Get("b.internal").ForceOpen()
@@ -534,4 +534,13 @@ func TestShedder(t *testing.T) {
 	diff(t, only(samples(t, reg), "guardrail_shed_in_flight"), map[string]float64{
 		`guardrail_shed_in_flight{dependency="api"}`: 0,
 	})
+}
+
+// must returns v, for constructors given a configuration the test knows is
+// valid.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

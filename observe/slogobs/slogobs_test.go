@@ -240,7 +240,7 @@ func TestPolicyBreakerTrip(t *testing.T) {
 		o := slogobs.New(slogobs.Config{Logger: slog.New(rec)})
 		p := &guardrail.Policy{
 			Name: "ledger", MaxAttempts: 1, Observer: o,
-			Breaker: breaker.New(breaker.Config{Name: "ledger", MinRequests: 4, OpenFor: 5 * time.Second, OpenJitter: -1}),
+			Breaker: must(breaker.New(breaker.Config{Name: "ledger", MinRequests: 4, OpenFor: 5 * time.Second, NoOpenJitter: true, Observer: o})),
 		}
 		for range 10 {
 			_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) {
@@ -254,4 +254,13 @@ func TestPolicyBreakerTrip(t *testing.T) {
 			`WARN guardrail: calls rejected by breaker dependency=ledger burst=ongoing count=5 window=0s total=6 burst_duration=0s last_error=breaker "ledger": open until 2000-01-01T00:00:05Z`,
 		)
 	})
+}
+
+// must returns v, for constructors given a configuration the test knows is
+// valid.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -254,8 +254,8 @@ func (g *Gauges) WatchBreakerGroup(grp *breaker.Group) {
 
 // WatchPolicy watches p's retry budget and breaker under p.Name.
 func (g *Gauges) WatchPolicy(p *guardrail.Policy) {
-	g.WatchBudget(p.Name, p.RetryBudget())
-	if b := p.CircuitBreaker(); b != nil {
+	g.WatchBudget(p.Name, p.BudgetInUse())
+	if b := p.BreakerInUse(); b != nil {
 		g.WatchBreaker(p.Name, b)
 	}
 }

@@ -37,7 +37,7 @@ func TestGauges(t *testing.T) {
 	}, nil)
 	// Events: a watched dependency ignores them, another is exported.
 	g.Observe(&event.Event{Kind: event.BreakerTransition, Dependency: "a", To: "closed"})
-	g.WatchBudget("a", budget.New(budget.Config{Max: 4}))
+	g.WatchBudget("a", must(budget.New(budget.Config{Max: 4})))
 	g.WatchBudget("a", budget.Unlimited())
 	g.Observe(&event.Event{Kind: event.BudgetExhausted, Dependency: "b", Tokens: 0.25})
 	g.Observe(&event.Event{Kind: event.Shed, Dependency: "b", InFlight: 9, Limit: 10})
@@ -70,7 +70,7 @@ func TestGauges(t *testing.T) {
 // counts once; two functions count twice (they cannot be told apart).
 func TestWatchTwice(t *testing.T) {
 	g := NewGauges(NewFolders(0))
-	b := budget.New(budget.Config{Max: 3})
+	b := must(budget.New(budget.Config{Max: 3}))
 	g.WatchBudget("x", b)
 	g.WatchBudget("x", b)
 	id := new(int)
@@ -82,4 +82,13 @@ func TestWatchTwice(t *testing.T) {
 	if got["tokens/x"] != 3 || got["state/x/open"] != 1 || got["load/x"] != 2 {
 		t.Errorf("tokens %v (want 3), open %v (want 1), in flight %v (want 2)", got["tokens/x"], got["state/x/open"], got["load/x"])
 	}
+}
+
+// must returns v, for constructors given a configuration the test knows is
+// valid.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

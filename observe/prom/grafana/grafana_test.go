@@ -53,7 +53,7 @@ func registered(t *testing.T) map[string]family {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 	c.WatchBreakerState("d", func() string { return "closed" })
-	c.WatchBudget("d", budget.New(budget.Config{}))
+	c.WatchBudget("d", must(budget.New(budget.Config{})))
 	c.WatchLoad("d", func() (int, int) { return 1, 2 })
 	ctx := context.Background()
 	for k := event.CallStart; k <= event.Timeout; k++ {
@@ -373,4 +373,13 @@ type fakeT struct{ errs []string }
 func (f *fakeT) Helper() {}
 func (f *fakeT) Errorf(format string, args ...any) {
 	f.errs = append(f.errs, fmt.Sprintf(format, args...))
+}
+
+// must returns v, for constructors given a configuration the test knows is
+// valid.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

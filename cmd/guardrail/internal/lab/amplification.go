@@ -177,7 +177,10 @@ func (p ampParams) scenario(ctx context.Context, allTiers bool, ratio float64, u
 			cfg.MaxAttempts = p.attempts
 		}
 		if ratio > 0 && i == 0 {
-			cfg.Budget = budget.New(budget.Config{Ratio: ratio})
+			var err error
+			if cfg.Budget, err = budget.New(budget.Config{Ratio: ratio}); err != nil {
+				return 0, err
+			}
 		}
 		if withBreaker && i == 0 {
 			cfg.Breakers = nil // guardhttp's default: one breaker per host

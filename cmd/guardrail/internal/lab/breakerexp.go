@@ -99,7 +99,10 @@ type shop struct {
 }
 
 func newShop(p *pricing, cfg breaker.Config, attemptTimeout time.Duration) (*shop, *breaker.Breaker) {
-	group := breaker.NewGroup(breaker.GroupConfig{Config: cfg})
+	group, err := breaker.NewGroup(breaker.GroupConfig{Config: cfg})
+	if err != nil {
+		panic(err) // the experiment's own constants
+	}
 	cache, err := fallback.NewCache[string, price](fallback.CacheConfig{TTL: time.Hour,
 		// A 404 says the price is gone: serving the old one would lie.
 		ShouldFallback: func(err error) bool { var se statusError; return !errors.As(err, &se) || se.code != 404 }})
@@ -167,11 +170,11 @@ func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
 	}
 
 	// 1-2. Low traffic: 1 success and 2 failures, without and with a minimum volume.
-	for _, min := range []int{-1, def.MinRequests} {
-		env.Progress("breaker: low traffic, min requests %d", max(min, 0))
-		s, br := newShop(pr, breaker.Config{MinRequests: min, OpenFor: p.openFor}, p.attemptTimeout)
+	for _, min := range []int{1, def.MinRequests} {
+		env.Progress("breaker: low traffic, min requests %d", min)
 		tripped := -1 // failures counted when it tripped
-		br.Subscribe(func(t breaker.Transition) { tripped = t.Failures })
+		s, br := newShop(pr, breaker.Config{MinRequests: min, OpenFor: p.openFor,
+			OnTransition: func(t breaker.Transition) { tripped = t.Failures }}, p.attemptTimeout)
 		pr.set(nil)
 		o := ask(s, 1)
 		pr.set(fault.Status{Code: 503})
@@ -182,8 +185,8 @@ func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
 		if tripped >= 0 {
 			o.failures = tripped
 		}
-		add(fmt.Sprintf("low traffic, MinRequests %d", max(min, 0)), o)
-		if min < 0 {
+		add(fmt.Sprintf("low traffic, MinRequests %d", min), o)
+		if min == 1 {
 			r.check(o.opened, "no minimum volume trips at low traffic", "1 success, then failures: opened after %d call(s): %v", o.calls, o.opened)
 		} else {
 			r.check(!o.opened, "a minimum volume holds at low traffic", "1 success + 2 failures opened the breaker: %v", o.opened)
@@ -202,7 +205,6 @@ func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
 	// 4. Outage: the breaker trips after the minimum volume, the rest is
 	// answered stale at once. Its transitions make the state timeline.
 	env.Progress("breaker: outage, %d requests", p.requests)
-	s, br = newShop(pr, breaker.Config{MinRequests: p.outageMin, OpenFor: p.openFor, OpenJitter: -1}, p.attemptTimeout)
 	var mu sync.Mutex
 	t0 := time.Now()
 	type point struct {
@@ -210,11 +212,12 @@ func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
 		state breaker.State
 	}
 	timeline := []point{{0, breaker.Closed}}
-	br.Subscribe(func(t breaker.Transition) {
-		mu.Lock()
-		timeline = append(timeline, point{time.Since(t0), t.To})
-		mu.Unlock()
-	})
+	s, br = newShop(pr, breaker.Config{MinRequests: p.outageMin, OpenFor: p.openFor, NoOpenJitter: true,
+		OnTransition: func(t breaker.Transition) {
+			mu.Lock()
+			timeline = append(timeline, point{time.Since(t0), t.To})
+			mu.Unlock()
+		}}, p.attemptTimeout)
 	pr.set(nil)
 	if _, err := s.price(ctx, "p1"); err != nil { // a last-good price
 		return nil, fmt.Errorf("warming the cache: %w", err)

@@ -36,7 +36,8 @@ func guarded(keepAlive bool, cfg guardhttp.Config) *http.Client {
 // noBreakers is a breaker group whose breakers never trip, for experiments
 // that measure something else.
 func noBreakers() *breaker.Group {
-	return breaker.NewGroup(breaker.GroupConfig{Config: breaker.Config{Mode: breaker.Disabled}})
+	g, _ := breaker.NewGroup(breaker.GroupConfig{Config: breaker.Config{Mode: breaker.Disabled}}) // a valid Config
+	return g
 }
 
 // get issues GET url, reads and closes the body, and returns the status; a
@@ -56,4 +57,10 @@ func get(ctx context.Context, c *http.Client, url string) (int, error) {
 		return resp.StatusCode, statusError{resp.StatusCode}
 	}
 	return resp.StatusCode, nil
+}
+
+// disabledBreaker is a breaker that admits every call and records nothing.
+func disabledBreaker() *breaker.Breaker {
+	b, _ := breaker.New(breaker.Config{Mode: breaker.Disabled}) // a valid Config
+	return b
 }

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
@@ -20,7 +21,6 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
-	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/fault"
 	"github.com/guardrail-go/guardrail/guardhttp"
@@ -64,7 +64,8 @@ func (p idemParams) newStore(ctx context.Context) (idempotency.Store, func(), er
 	tag := hex.EncodeToString(suffix)
 	switch p.store {
 	case "memory":
-		return memstore.New(memstore.Config{}), func() {}, nil
+		s, err := memstore.New(memstore.Config{})
+		return s, func() {}, err
 	case "redis":
 		c := redis.NewClient(&redis.Options{Addr: p.redis, MaxRetries: 1, DialTimeout: time.Second})
 		if err := c.Ping(ctx).Err(); err != nil {
@@ -84,8 +85,11 @@ func (p idemParams) newStore(ctx context.Context) (idempotency.Store, func(), er
 			return nil, nil, fmt.Errorf("postgres at %s: %w", p.postgres, err)
 		}
 		table := "guardrail_lab_" + tag
-		s := pgstore.New(pool, pgstore.Config{Table: table})
-		if err := s.Migrate(ctx); err != nil {
+		s, err := pgstore.New(pool, pgstore.Config{Table: table})
+		if err == nil {
+			err = s.Migrate(ctx)
+		}
+		if err != nil {
 			pool.Close()
 			return nil, nil, err
 		}
@@ -101,15 +105,17 @@ func (p idemParams) run(ctx context.Context, env *Env) (*Result, error) {
 	if p.loss < 0 || p.loss >= 1 {
 		return nil, fmt.Errorf("idempotency: --loss must be in [0, 1)")
 	}
-	r := &Result{Experiment: "idempotency", Title: fmt.Sprintf("POST /payments, %.0f%% of responses lost after commit (seeds 000, 002, 003), keys in %s", p.loss*100, p.store)}
+	r := &Result{Experiment: "idempotency", Title: fmt.Sprintf("POST /payments, %.0f%% of responses lost after commit, keys in %s", p.loss*100, p.store)}
 	rows := []struct {
-		label string
-		key   bool
-		retry bool
+		label  string
+		key    bool
+		retry  bool
+		inside bool // the connection is cut inside the idempotency middleware
 	}{
-		{"no key, a helper that retries anyway", false, true},
-		{"no key, guardhttp (POST is not idempotent)", false, false},
-		{"guardhttp attaching an Idempotency-Key", true, true},
+		{"no key, a helper that retries anyway", false, true, false},
+		{"no key, guardhttp (POST is not idempotent)", false, false, false},
+		{"guardhttp attaching an Idempotency-Key", true, true, false},
+		{"the same, connection cut inside the middleware", true, true, true},
 	}
 	for i, row := range rows {
 		env.Progress("idempotency: row %d/%d", i+1, len(rows))
@@ -117,14 +123,20 @@ func (p idemParams) run(ctx context.Context, env *Env) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		res, err := p.row(ctx, env, store, row.key, row.retry)
+		res, err := p.row(ctx, env, store, row.key, row.retry, row.inside)
 		closeStore()
 		if err != nil {
 			return nil, err
 		}
 		r.add(row.label, Int("payments", p.payments), Int("charges", res.charges), Int("lost_responses", res.lost),
-			Int("client_errors", res.errors), Int("replayed", res.replayed))
+			Int("client_errors", res.errors), Int("replayed", res.replayed), Int("unknown_outcomes", res.unknown))
 		switch {
+		case row.inside:
+			// The middleware saw the connection taken over: it cannot know
+			// whether the charge happened, so the retries are told so.
+			r.check(res.charges == p.payments && res.unknown <= res.lost && res.replayed == 0, "a cut inside the middleware is an unknown outcome, not a second charge",
+				"%d charges for %d payments; %d of %d lost answers reported as unknown outcomes to the retry",
+				res.charges, p.payments, res.unknown, res.lost)
 		case row.key:
 			// A caller errs only when all its attempts lost their answer.
 			allLost := float64(p.payments) * math.Pow(p.loss, attempts)
@@ -142,15 +154,17 @@ func (p idemParams) run(ctx context.Context, env *Env) (*Result, error) {
 	r.note("The server commits the charge, then the connection is cut before the answer (fault: lose_response).")
 	r.note("Without a key the caller cannot tell a lost answer from a failed charge: guardrail does not retry it")
 	r.note("(ErrOutcomeUnknown for a timeout, the reset error here); with a key the retry gets the stored answer.")
+	r.note("Cut inside the middleware, the connection is hijacked under it: the outcome is unknown, and the retry")
+	r.note("gets a replayed 500 saying so, instead of running the handler (and the charge) again.")
 	return r, nil
 }
 
 // attempts is the client's MaxAttempts in every row.
 const attempts = 4
 
-type idemOut struct{ charges, lost, errors, replayed int }
+type idemOut struct{ charges, lost, errors, replayed, unknown int }
 
-func (p idemParams) row(ctx context.Context, env *Env, store idempotency.Store, withKey, retry bool) (idemOut, error) {
+func (p idemParams) row(ctx context.Context, env *Env, store idempotency.Store, withKey, retry, inside bool) (idemOut, error) {
 	var charges atomic.Int64
 	pay := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -166,21 +180,35 @@ func (p idemParams) row(ctx context.Context, env *Env, store idempotency.Store, 
 	}
 	defer inj.Close()
 	mux := http.NewServeMux()
-	mux.Handle("POST /payments", idempotency.Middleware(store, idempotency.Config{})(pay))
-	srv, err := serve(inj.Middleware(mux))
+	// One client makes every payment: one key scope is right.
+	keys, err := idempotency.New(store, idempotency.Config{Name: "payments", SingleTenant: true,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return idemOut{}, err
+	}
+	var h http.Handler
+	if inside {
+		mux.Handle("POST /payments", keys.Middleware(inj.Middleware(pay)))
+		h = mux
+	} else {
+		mux.Handle("POST /payments", keys.Middleware(pay))
+		h = inj.Middleware(mux)
+	}
+	srv, err := serve(h)
 	if err != nil {
 		return idemOut{}, err
 	}
 	defer srv.Close()
 
-	// Row 1 is the blind helper of the seeds: any error, any method, retry.
+	// Row 1 is a blind retry helper: any error, any method, retry.
 	naive := newHTTPClient(true)
 	naivePol := &guardrail.Policy{Name: "payments", MaxAttempts: attempts, Idempotent: true, Budget: budget.Unlimited(),
-		Backoff: backoff.FullJitter(time.Millisecond, 20*time.Millisecond), Breaker: breaker.New(breaker.Config{Mode: breaker.Disabled})}
+		Backoff: backoff.FullJitter(time.Millisecond, 20*time.Millisecond), Breaker: disabledBreaker()}
 	// Rows 2 and 3 are guardhttp, which retries a POST only with a key; in
 	// row 3 it attaches one per payment (the same on every attempt).
 	client := guarded(true, guardhttp.Config{Name: "payments", MaxAttempts: attempts, IdempotencyKeys: withKey,
 		Budget: budget.Unlimited(), Backoff: backoff.FullJitter(time.Millisecond, 20*time.Millisecond), Breakers: noBreakers()})
+	var unknown int
 	send := func(ctx context.Context, c *http.Client, body []byte) (bool, error) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/payments", bytes.NewReader(body))
 		resp, err := c.Do(req)
@@ -189,10 +217,15 @@ func (p idemParams) row(ctx context.Context, env *Env, store idempotency.Store, 
 		}
 		defer resp.Body.Close()
 		_, _ = io.Copy(io.Discard, resp.Body)
+		replayed := resp.Header.Get(idempotency.HeaderReplayed) == "true"
+		if resp.StatusCode == http.StatusInternalServerError && replayed {
+			unknown++ // the key's outcome is unknown: the charge may have happened
+			return false, statusError{resp.StatusCode}
+		}
 		if resp.StatusCode != http.StatusCreated {
 			return false, guardrail.Transient(statusError{resp.StatusCode})
 		}
-		return resp.Header.Get("Idempotent-Replayed") == "true", nil
+		return replayed, nil
 	}
 	var out idemOut
 	for i := range p.payments {
@@ -217,6 +250,7 @@ func (p idemParams) row(ctx context.Context, env *Env, store idempotency.Store, 
 		out.lost += int(c.Fired)
 	}
 	out.charges = int(charges.Load())
+	out.unknown = unknown
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return out, ctx.Err()
 	}

@@ -163,7 +163,7 @@ func TestBreaker(t *testing.T) {
 	for _, r := range res.Rows {
 		rows[r.Label] = r
 	}
-	if !col(t, rows["low traffic, MinRequests 0"], "opened").(bool) || col(t, rows["low traffic, MinRequests 20"], "opened").(bool) {
+	if !col(t, rows["low traffic, MinRequests 1"], "opened").(bool) || col(t, rows["low traffic, MinRequests 20"], "opened").(bool) {
 		t.Error("the minimum volume did not decide the low-traffic rows")
 	}
 	if got := col(t, rows["30 x 404"], "failures_counted").(int); got != 0 {
