@@ -43,7 +43,7 @@ func (g *bulkheads) get(key string) *bulkhead.Bulkhead {
 			}
 		}
 	}
-	b = bulkhead.New(g.cfg)
+	b, _ = bulkhead.New(g.cfg) // validated by NewClient
 	g.m[key] = b
 	return b
 }

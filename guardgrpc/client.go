@@ -57,7 +57,7 @@ type ClientConfig struct {
 	// starting an attempt with: with less, the call fails at once with
 	// DEADLINE_EXCEEDED (an *Error that Is guardrail.ErrDeadline), and a
 	// retry whose delay plus MinAttemptTime does not fit is not made. Zero
-	// means guardrail.DefaultMinAttempt (50 ms); negative means no minimum.
+	// means guardrail.DefaultMinAttemptTime (50 ms); negative means no minimum.
 	MinAttemptTime time.Duration
 
 	// Backoff computes the delay before a retry the server sent no
@@ -210,16 +210,16 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	bud := cfg.Budget
 	if bud == nil {
-		bud = budget.New(budget.Config{})
+		bud, _ = budget.New(budget.Config{}) // a valid Config
 	}
 	// Every call brings the breaker of its key; the Policy's own would be
 	// one breaker for every target.
-	off := breaker.New(breaker.Config{Mode: breaker.Disabled})
+	off, _ := breaker.New(breaker.Config{Mode: breaker.Disabled}) // a valid Config
 	c.policy = guardrail.Policy{
 		Name:           cfg.Name,
 		MaxAttempts:    cfg.MaxAttempts,
 		AttemptTimeout: cfg.AttemptTimeout,
-		MinAttempt:     cfg.MinAttemptTime,
+		MinAttemptTime: cfg.MinAttemptTime,
 		Backoff:        cfg.Backoff,
 		MaxRetryAfter:  cfg.MaxRetryAfter,
 		Classify:       classifyMarked,
@@ -229,16 +229,16 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		Rand:           cfg.Rand,
 	}
 	c.once = guardrail.Policy{
-		Name: cfg.Name, MaxAttempts: 1, AttemptTimeout: cfg.AttemptTimeout, MinAttempt: cfg.MinAttemptTime,
+		Name: cfg.Name, MaxAttempts: 1, AttemptTimeout: cfg.AttemptTimeout, MinAttemptTime: cfg.MinAttemptTime,
 		Classify: classifyMarked, Budget: bud, Breaker: off, Observer: cfg.Observer,
 	}
 	c.streamPolicy = guardrail.Policy{
-		Name: cfg.Name, MaxAttempts: cfg.MaxAttempts, MinAttempt: cfg.MinAttemptTime, Backoff: cfg.Backoff,
+		Name: cfg.Name, MaxAttempts: cfg.MaxAttempts, MinAttemptTime: cfg.MinAttemptTime, Backoff: cfg.Backoff,
 		MaxRetryAfter: cfg.MaxRetryAfter, Classify: classifyMarked, Budget: bud, Breaker: off,
 		Observer: cfg.Observer, Rand: cfg.Rand,
 	}
 	c.streamOnce = guardrail.Policy{
-		Name: cfg.Name, MaxAttempts: 1, MinAttempt: cfg.MinAttemptTime,
+		Name: cfg.Name, MaxAttempts: 1, MinAttemptTime: cfg.MinAttemptTime,
 		Classify: classifyMarked, Budget: bud, Breaker: off, Observer: cfg.Observer,
 	}
 	// A resumed stream's engine call is not a new call: its start and end
@@ -250,21 +250,25 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	c.resume = make([]*guardrail.Policy, c.maxAttempt+1)
 	for k := 2; k <= c.maxAttempt; k++ {
 		c.resume[k] = &guardrail.Policy{
-			Name: cfg.Name, MaxAttempts: k, MinAttempt: cfg.MinAttemptTime, Backoff: cfg.Backoff,
+			Name: cfg.Name, MaxAttempts: k, MinAttemptTime: cfg.MinAttemptTime, Backoff: cfg.Backoff,
 			MaxRetryAfter: cfg.MaxRetryAfter, Classify: classifyMarked, Budget: bud, Breaker: off,
 			Observer: resumeObs, Rand: cfg.Rand,
 		}
 	}
 	c.breakers = cfg.Breakers
 	if c.breakers == nil {
-		c.breakers = breaker.NewGroup(breaker.GroupConfig{})
+		var gc breaker.GroupConfig
 		if obs, name := cfg.Observer, cfg.Name; obs != nil {
-			c.breakers.Subscribe(func(tr breaker.Transition) {
+			gc.Config.OnTransition = func(tr breaker.Transition) {
 				obs.Observe(context.Background(), tr.Event(name))
-			})
+			}
 		}
+		c.breakers, _ = breaker.NewGroup(gc) // a valid GroupConfig
 	}
 	if cfg.Bulkhead != nil {
+		if _, err := bulkhead.New(*cfg.Bulkhead); err != nil {
+			return nil, fmt.Errorf("guardgrpc: ClientConfig.Bulkhead: %w", err)
+		}
 		c.bulkheads = newBulkheads(*cfg.Bulkhead)
 	}
 	c.pool.New = func() any { return new(unaryCall) }
@@ -329,7 +333,7 @@ func (c *Client) StreamClientInterceptor() grpc.StreamClientInterceptor {
 func (c *Client) Breakers() *breaker.Group { return c.breakers }
 
 // RetryBudget returns the budget retries are spent from, for metrics.
-func (c *Client) RetryBudget() *budget.Budget { return c.policy.RetryBudget() }
+func (c *Client) RetryBudget() *budget.Budget { return c.policy.BudgetInUse() }
 
 // idempotent reports whether method may be sent twice: it is listed, its
 // service is, or the call carries an idempotency key.
@@ -356,7 +360,10 @@ func (c *Client) policyFor(cc *grpc.ClientConn, method string, retriesOff bool) 
 
 // call returns the per-call settings of the engine.
 func (c *Client) call(cc *grpc.ClientConn, key string, idempotent bool) guardrail.Call {
-	gc := guardrail.Call{Idempotent: idempotent, Dependency: c.cfg.Name, Breaker: c.breakers.Get(key)}
+	gc := guardrail.Call{Idempotent: guardrail.NotIdempotent, Dependency: c.cfg.Name, Breaker: c.breakers.Get(key)}
+	if idempotent {
+		gc.Idempotent = guardrail.Idempotent
+	}
 	if gc.Dependency == "" {
 		gc.Dependency = key
 	}

@@ -12,9 +12,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/breaker"
@@ -311,7 +311,7 @@ func TestPushbackRefusals(t *testing.T) {
 
 func TestSustainedUnavailableOpensBreaker(t *testing.T) {
 	h := &health{check: failFirst(1<<40, codes.Unavailable)}
-	group := breaker.NewGroup(breaker.GroupConfig{Config: breaker.Config{MinRequests: 10, OpenFor: time.Minute}})
+	group := newGroup(t, breaker.Config{MinRequests: 10, OpenFor: time.Minute})
 	c := newClient(t, guardgrpc.ClientConfig{Breakers: group, MaxAttempts: 1})
 	cl := dial(t, serve(t, h), c)
 	ctx := ctxTimeout(t, 10*time.Second)
@@ -351,8 +351,8 @@ func TestHalfOpenAdmitsExactlyTheProbes(t *testing.T) {
 		return serving, nil
 	}}
 	const openFor = 200 * time.Millisecond
-	group := breaker.NewGroup(breaker.GroupConfig{Config: breaker.Config{
-		MinRequests: 5, OpenFor: openFor, OpenJitter: -1, HalfOpenProbes: probes}})
+	group := newGroup(t, breaker.Config{
+		MinRequests: 5, OpenFor: openFor, NoOpenJitter: true, HalfOpenProbes: probes})
 	cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{Breakers: group, MaxAttempts: 1}))
 	ctx := ctxTimeout(t, 20*time.Second)
 	for range 5 {

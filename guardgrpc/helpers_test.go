@@ -13,6 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/guardgrpc"
 )
@@ -115,3 +116,12 @@ func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 }
 
 var bulkheadCfg = bulkhead.Config{MaxConcurrent: 2}
+
+func newGroup(t testing.TB, cfg breaker.Config) *breaker.Group {
+	t.Helper()
+	g, err := breaker.NewGroup(breaker.GroupConfig{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}

@@ -30,7 +30,7 @@ func (c *Client) newStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.
 	if !retriesOff && cc != nil && cc.GetMethodConfig(method).RetryPolicy != nil {
 		p = &c.streamOnce // grpc-go retries this method itself
 	} else {
-		s.retryable = s.gc.Idempotent && c.maxBuf > 0 && c.maxAttempt > 1
+		s.retryable = s.gc.Idempotent == guardrail.Idempotent && c.maxBuf > 0 && c.maxAttempt > 1
 	}
 	st, err := guardrail.DoCall(ctx, p, s.gc, s.open)
 	if err != nil {
