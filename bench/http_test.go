@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -15,8 +16,24 @@ import (
 )
 
 // Every client below is given the connection pool guardhttp.NewClient
-// builds for itself (guardhttp.BaseTransport), without its guard, so the
-// rows differ only by what each library wraps around it.
+// builds for itself (plainTransport), without its guard, so the rows
+// differ only by what each library wraps around it.
+
+// plainTransport is the connection pool guardhttp.NewClient builds for
+// itself: HTTP/2 when offered, 64 idle connections per host, proxies from
+// the environment, a bounded dial and TLS handshake.
+func plainTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: guardhttp.DefaultConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          4 * guardhttp.DefaultMaxIdleConnsPerHost,
+		MaxIdleConnsPerHost:   guardhttp.DefaultMaxIdleConnsPerHost,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   guardhttp.DefaultTLSHandshakeTimeout,
+		ExpectContinueTimeout: time.Second,
+	}
+}
 
 // httpClient is one row of BenchmarkHTTP.
 type httpClient struct {
@@ -46,13 +63,13 @@ func peerHTTPClients() []httpClient {
 	// go-retryablehttp: 2 retries, its logger off (by default it logs
 	// every request), over the same pool.
 	rc := retryablehttp.NewClient()
-	rc.HTTPClient = &http.Client{Transport: guardhttp.BaseTransport(guardhttp.Config{})}
+	rc.HTTPClient = &http.Client{Transport: plainTransport()}
 	rc.RetryMax = maxAttempts - 1
 	rc.RetryWaitMin, rc.RetryWaitMax = backoffBase, backoffCap
 	rc.Logger = nil
 
 	return []httpClient{
-		{"failsafehttp", &http.Client{Transport: failsafehttp.NewRoundTripper(guardhttp.BaseTransport(guardhttp.Config{}), retry, cb)}},
+		{"failsafehttp", &http.Client{Transport: failsafehttp.NewRoundTripper(plainTransport(), retry, cb)}},
 		{"retryablehttp", rc.StandardClient()},
 	}
 }
@@ -68,7 +85,7 @@ func BenchmarkHTTP(b *testing.B) {
 		_, _ = io.WriteString(w, "ok")
 	}))
 	defer srv.Close()
-	clients := []httpClient{{"plain", &http.Client{Transport: guardhttp.BaseTransport(guardhttp.Config{})}}}
+	clients := []httpClient{{"plain", &http.Client{Transport: plainTransport()}}}
 	clients = append(clients, guardhttpClients()...)
 	clients = append(clients, peerHTTPClients()...)
 	for _, deadline := range []string{"none", "1h"} {

@@ -2,9 +2,7 @@ package guardhttp
 
 import (
 	"context"
-	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"sync"
@@ -44,11 +42,20 @@ var epoch = time.Now()
 // time.Now.
 func nanotime() int64 { return int64(time.Since(epoch)) + 1 }
 
-// attempt is one try of a request: its context, which a timeout cancels
-// with a *TimeoutError as the cause; one timer that enforces the phase
+// attempt is one try of a request: its context, which guardhttp cancels
+// when one of its limits runs out; one timer that enforces the phase
 // limits; the trace hooks that report the phase boundaries; and, once the
 // response is out, its body, which keeps the attempt alive until it is read
 // or closed.
+//
+// Everything here rests on what net/http documents: a request's context
+// "controls the entire lifetime of a request and its response: obtaining a
+// connection, sending the request, and reading the response headers and
+// body"; httptrace's hooks report when a connection is asked for and got,
+// when a TLS handshake starts and when the request was written. A limit
+// that runs out records its *TimeoutError in the attempt first, then
+// cancels the context: what the round trip or a body Read then returns is
+// replaced by that record, whatever net/http made of the cancellation.
 //
 // The context is derived from the caller's, not from the retry engine's
 // attempt context: the engine ends that one when the attempt returns,
@@ -59,33 +66,25 @@ func nanotime() int64 { return int64(time.Since(epoch)) + 1 }
 // for the current due time. On the success path it is armed once and
 // stopped once.
 //
-// A native attempt (see native.go) has no context of its own and no timer:
-// the base transport and the connection bound the phases before the body,
-// and from the first Read of its body the Transport's watchdog watches it
-// and ends a stalled Read by closing the body.
-//
 // Times are monotonic nanoseconds since epoch (nanotime); 0 means none.
 type attempt struct {
 	t       *Transport
 	dep     string
 	n       int  // attempt number, 1-based
-	native  bool // phases before the body are bounded by the connection and the dialer
-	waiting bool // native: the body phase starts at the first Read
 	handed  bool // the body belongs to the caller; set before it is shared
 	ctx     context.Context
-	cancel  context.CancelCauseFunc // nil when native
-	detach  func() bool             // stops forwarding the caller's cancellation; nil when inherited
-	release func()                  // frees the bulkhead slot; nil when none
-	conn    *guardConn              // native: the connection, when the attempt needs to know it
-	body    io.ReadCloser           // the response body, once handed over
-	idx     int                     // native: its index in the watchdog
+	cancel  context.CancelCauseFunc
+	detach  func() bool   // stops forwarding the caller's cancellation; nil when inherited
+	release func()        // frees the bulkhead slot; nil when none
+	body    io.ReadCloser // the response body, once handed over
+	trace   httptrace.ClientTrace
+	vals    [4]string // values of the headers the attempt adds (see call.header)
+	digits  [40]byte  // the bytes of its deadline headers' values
 
 	// reading is the time at which the current body Read began, 0 between
 	// Reads: the body-idle check reads it instead of the timer being
-	// re-armed on every Read. A native attempt stores a pending marker
-	// instead, -reads, which the watchdog replaces by the time (see check).
+	// re-armed on every Read.
 	reading atomic.Int64
-	reads   int64 // native: Reads started; written by the reader only
 
 	mu       sync.Mutex  // guards the fields below
 	timer    *phaseTimer // nil until armed, and again once the attempt is done
@@ -95,19 +94,10 @@ type attempt struct {
 	expires  int64         // when the current limit runs out
 	deadline int64         // end of the attempt (AttemptTimeout)
 	cause    *TimeoutError // the timeout that ended the attempt
-	watched  bool          // native: the watchdog watches the body; written by the reader
-}
-
-// tracedAttempt is an attempt with trace hooks of its own, in one
-// allocation.
-type tracedAttempt struct {
-	attempt
-	trace httptrace.ClientTrace
 }
 
 func (t *Transport) newAttempt(c *call, actx context.Context, now time.Time) *attempt {
-	ta := &tracedAttempt{attempt: attempt{t: t, dep: c.dep, n: c.n}}
-	a := &ta.attempt
+	a := &attempt{t: t, dep: c.dep, n: c.n}
 	parent := c.req.Context()
 	var ctx context.Context
 	if t.observer != nil {
@@ -130,17 +120,17 @@ func (t *Transport) newAttempt(c *call, actx context.Context, now time.Time) *at
 			a.deadline = 0 // the caller's deadline comes first
 		}
 	}
-	ta.trace.GotConn = a.gotConn
-	ta.trace.WroteRequest = a.wroteRequest
-	if !t.reportsConn {
-		ta.trace.GetConn = a.getConn
+	a.trace.GotConn = a.gotConn
+	a.trace.WroteRequest = a.wroteRequest
+	if t.mayHandshake(c.req) {
+		a.trace.TLSHandshakeStart = a.tlsStart
 	}
-	if !t.reportsConn || t.proxied || c.req.URL.Scheme == "https" {
-		ta.trace.TLSHandshakeStart = a.tlsStart
+	if t.http == nil {
+		a.trace.GetConn = a.getConn
 	}
-	a.ctx = httptrace.WithClientTrace(ctx, &ta.trace)
+	a.ctx = httptrace.WithClientTrace(ctx, &a.trace)
 	a.mu.Lock()
-	if t.reportsConn {
+	if t.http != nil {
 		// *http.Transport asks for a connection first thing: GetConn
 		// would only tell us what we know.
 		a.phase = phaseConnect
@@ -150,6 +140,27 @@ func (t *Transport) newAttempt(c *call, actx context.Context, now time.Time) *at
 	return a
 }
 
+// mayHandshake reports whether sending req may take a TLS handshake: it is
+// an HTTPS request, or the base transport may send it through a proxy
+// (which may be an HTTPS one). A request that cannot need no hook for it,
+// which saves an allocation per attempt.
+func (t *Transport) mayHandshake(req *http.Request) bool {
+	if req.URL.Scheme != "http" || t.http == nil {
+		return true
+	}
+	if t.http.Proxy == nil {
+		return false
+	}
+	if !t.envProxy {
+		return true // a Proxy of the caller's, which may be costly to ask twice
+	}
+	// http.ProxyFromEnvironment, as NewClient's base has: the base asks it
+	// about each request too, and for an HTTP request without HTTP_PROXY
+	// its answer is a few comparisons.
+	u, err := t.http.Proxy(req)
+	return u != nil || err != nil
+}
+
 // deadlineTime returns the attempt's deadline (AttemptTimeout) as a time,
 // or the zero time if it has none.
 func (a *attempt) deadlineTime() time.Time {
@@ -157,48 +168,6 @@ func (a *attempt) deadlineTime() time.Time {
 		return time.Time{}
 	}
 	return epoch.Add(time.Duration(a.deadline - 1))
-}
-
-// newNativeAttempt starts an attempt whose phases before the body the base
-// transport and the connection bound themselves (see native.go). Its
-// context is the engine's, which, the engine having no attempt timeout of
-// its own, is the caller's as the Observer saw it: no timeout needs to
-// cancel it. It traces the request only to tell its connection where a
-// request with a body starts and ends: its write timeout starts when the
-// connection is handed over rather than at the first write, and ends when
-// the whole body is written rather than at a write's return; and, for a
-// request that asks to switch protocols, to stop timing the connection if
-// the server switches.
-func (t *Transport) newNativeAttempt(c *call, actx context.Context) *attempt {
-	_, upgrade := c.req.Header["Upgrade"]
-	if (t.s.write <= 0 && t.s.header <= 0) || (c.bodyMode == bodyNone && !upgrade) {
-		return &attempt{t: t, dep: c.dep, n: c.n, native: true, ctx: actx}
-	}
-	ta := &tracedAttempt{attempt: attempt{t: t, dep: c.dep, n: c.n, native: true}}
-	a := &ta.attempt
-	ta.trace.GotConn = a.gotConnNative
-	ta.trace.WroteRequest = a.wroteNative
-	a.ctx = httptrace.WithClientTrace(actx, &ta.trace)
-	return a
-}
-
-// gotConnNative starts the write timeout on the connection in hand and
-// remembers the connection. *http.Transport reports GotConn for HTTP/1 on
-// the goroutine of RoundTrip, before it returns: a.conn needs no lock.
-func (a *attempt) gotConnNative(i httptrace.GotConnInfo) {
-	if gc, ok := i.Conn.(*guardConn); ok {
-		a.conn = gc
-		gc.begin()
-	}
-}
-
-// wroteNative ends the write timeout once the request and its body are
-// written. *http.Transport reports it from the goroutine that writes the
-// request, which got the connection from RoundTrip's: after GotConn.
-func (a *attempt) wroteNative(i httptrace.WroteRequestInfo) {
-	if a.conn != nil {
-		a.conn.wrote(i.Err)
-	}
 }
 
 func (a *attempt) getConn(string)                { a.enter(phaseConnect) }
@@ -256,8 +225,7 @@ func (a *attempt) enter(p phase) {
 // startBody moves the attempt to the body phase. Body-idle time is
 // counted from the start of each Read, so the timer only needs to look no
 // later than one limit after any Read could have begun, the previous
-// phase's start; the check re-arms if it comes too soon. A native attempt
-// has no timer: the watchdog watches it from its first Read (see check).
+// phase's start; the check re-arms if it comes too soon.
 func (a *attempt) startBody() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -266,13 +234,6 @@ func (a *attempt) startBody() {
 	}
 	a.phase = phaseBody
 	a.limit = a.t.s.bodyIdle
-	if a.native {
-		if a.limit > 0 {
-			a.watched = true
-			a.t.watch.add(a)
-		}
-		return
-	}
 	due := int64(0)
 	if a.limit > 0 {
 		due = a.started + int64(a.limit)
@@ -311,8 +272,8 @@ func (a *attempt) schedule(now, due int64) {
 }
 
 // fire runs when pt, the attempt's timer, goes off: it re-arms the timer
-// if the limit now runs out later, and otherwise ends the attempt with a
-// TimeoutError.
+// if the limit now runs out later, and otherwise records a TimeoutError
+// and then cancels the attempt's context with it.
 func (a *attempt) fire(pt *phaseTimer) {
 	a.mu.Lock()
 	if a.timer != pt {
@@ -330,12 +291,7 @@ func (a *attempt) fire(pt *phaseTimer) {
 		a.mu.Unlock()
 		return
 	}
-	te := &TimeoutError{Dependency: a.dep}
-	switch {
-	case a.deadline != 0 && now >= a.deadline:
-		te.Phase, te.After = event.PhaseAttempt, a.t.s.attemptTimeout
-		te.notSent = a.phase == phaseConnect || a.phase == phaseTLS
-	case a.phase == phaseBody:
+	if a.phase == phaseBody && (a.deadline == 0 || now < a.deadline) {
 		// Only time spent inside a Read counts: the caller's own pace
 		// between Reads is not the server's fault.
 		since := a.reading.Load()
@@ -349,48 +305,24 @@ func (a *attempt) fire(pt *phaseTimer) {
 			a.mu.Unlock()
 			return
 		}
-		te.Phase, te.After = event.PhaseBodyIdle, a.limit
-	default:
-		te.Phase, te.After = phaseNames[a.phase], a.limit
-		te.notSent = a.phase == phaseConnect || a.phase == phaseTLS
 	}
-	a.cause = te
+	te := a.expired(now)
 	a.mu.Unlock()
 	a.cancel(te)
 }
 
-func (a *attempt) slot() *int { return &a.idx }
-
-// check is the watchdog's look at the body of a native attempt: it ends a
-// Read that has waited longer than the body-idle timeout by closing the
-// body (*http.Transport supports Close during Read, and drops the
-// connection of a body not read to its end), and reports whether a Read
-// is in progress. Only time spent inside a Read counts: the caller's own
-// pace between Reads is not the server's fault.
-//
-// A Read is timed from a clock read after the look that found it pending,
-// so from no earlier than its start; markers are unique to a Read, so the
-// compare-and-swap cannot give that time to a later one.
-func (a *attempt) check(now int64, clock func() int64) bool {
-	since := a.reading.Load()
-	switch {
-	case since == 0:
-		return false
-	case since < 0:
-		a.reading.CompareAndSwap(since, clock())
-		return true
-	case now < since+int64(a.limit):
-		return true
+// expired records and returns the timeout of the limit that ran out at
+// now, the attempt's deadline or its current phase's. The caller holds
+// a.mu, and has checked that a limit ran out.
+func (a *attempt) expired(now int64) *TimeoutError {
+	te := &TimeoutError{Dependency: a.dep, notSent: a.phase == phaseConnect || a.phase == phaseTLS}
+	if a.deadline != 0 && now >= a.deadline {
+		te.Phase, te.After = event.PhaseAttempt, a.t.s.attemptTimeout
+	} else {
+		te.Phase, te.After = phaseNames[a.phase], a.limit
 	}
-	a.mu.Lock()
-	if a.cause != nil || a.phase != phaseBody || a.reading.Load() != since {
-		a.mu.Unlock()
-		return true // done, or another Read: look again next tick
-	}
-	a.cause = &TimeoutError{Phase: event.PhaseBodyIdle, Dependency: a.dep, After: a.limit}
-	a.mu.Unlock()
-	a.body.Close()
-	return false
+	a.cause = te
+	return te
 }
 
 // withDeadline reports a deadline that its context inherits from
@@ -405,9 +337,7 @@ type withDeadline struct {
 func (c withDeadline) Deadline() (time.Time, bool) { return c.deadline, true }
 
 // phaseTimer is a timer lent to one attempt at a time, so that a request
-// does not allocate one. It goes back to the pool stopped: a timer left
-// armed would make every pass of the scheduler read the clock until it
-// fires.
+// does not allocate one. It goes back to the pool stopped.
 //
 // A run of fire that starts as the timer passes to another attempt finds
 // either the attempt that gave it back, which no longer holds it and
@@ -464,49 +394,29 @@ func (pt *phaseTimer) release() {
 }
 
 // failed ends an attempt whose round trip returned err and returns the
-// error to report: the phase timeout that cancelled it, or a timeout the
-// base transport raised itself (its dialer's, its TLS handshake's, its
-// response header timeout) or that closed a native attempt's connection
-// (the watchdog's), named as ours, or err unchanged.
+// error to report: the timeout guardhttp recorded before it cancelled the
+// attempt, or err unchanged.
+//
+// One more case is a timeout of guardhttp's too: while connecting, the
+// base transport may give up an instant before guardhttp's timer fires,
+// because NewClient bounds its dialer and its TLS handshake by the same
+// limits (so that a dial nobody waits for any more does not linger), and
+// those bounds start after the attempt's. Whether the phase's limit has
+// run out is read from guardhttp's own clock, not from err.
 func (a *attempt) failed(err error) error {
 	a.mu.Lock()
-	cause, p, started, limit := a.cause, a.phase, a.started, a.limit
-	a.mu.Unlock()
-	if cause == nil && a.ctx.Err() == nil {
-		cause = a.baseTimeout(err, p, started, limit)
+	cause := a.cause
+	if cause == nil && (a.phase == phaseConnect || a.phase == phaseTLS) && a.expires != 0 {
+		if now := nanotime(); now >= a.expires {
+			cause = a.expired(now)
+		}
 	}
+	a.mu.Unlock()
 	a.finish()
 	if cause != nil {
 		return cause
 	}
 	return err
-}
-
-// baseTimeout returns err as a *TimeoutError if it is a timeout the base
-// transport raised itself, or nil. p is the phase the attempt was in, and
-// started and limit its start and limit, for an attempt that follows them.
-// A native attempt follows no phase: the error says which one ran out,
-// and the limit is ours, as NewClient gave it to the base transport.
-func (a *attempt) baseTimeout(err error, p phase, started int64, limit time.Duration) *TimeoutError {
-	var ne net.Error
-	if !errors.As(err, &ne) || !ne.Timeout() {
-		return nil
-	}
-	if a.native {
-		p = nativePhase(err)
-		if p == phaseStart {
-			return nil
-		}
-		return &TimeoutError{Phase: phaseNames[p], Dependency: a.dep, After: a.t.s.limitOf(p), notSent: p == phaseConnect || p == phaseTLS}
-	}
-	if p != phaseConnect && p != phaseTLS && !(p == phaseHeader && isHeaderTimeout(err)) {
-		return nil
-	}
-	after := time.Duration(nanotime() - started)
-	if limit > 0 {
-		after = min(after, limit)
-	}
-	return &TimeoutError{Phase: phaseNames[p], Dependency: a.dep, After: after, notSent: p != phaseHeader}
 }
 
 // timedOut returns the timeout that ended the attempt, if any.
@@ -522,9 +432,7 @@ func (a *attempt) finish() {
 	if !a.stopTimer() {
 		return
 	}
-	if a.cancel != nil {
-		a.cancel(nil)
-	}
+	a.cancel(nil)
 	if a.detach != nil {
 		a.detach()
 	}
@@ -542,14 +450,11 @@ func (a *attempt) stopTimer() bool {
 		return false
 	}
 	a.phase = phaseDone
-	pt, watched := a.timer, a.watched
+	pt := a.timer
 	a.timer, a.expires = nil, 0
 	a.mu.Unlock()
 	if pt != nil {
 		pt.release()
-	}
-	if watched {
-		a.t.watch.remove(a)
 	}
 	return true
 }
@@ -565,9 +470,6 @@ func (a *attempt) handOver(resp *http.Response) {
 		// The body is the connection itself (io.ReadWriteCloser): leave it
 		// as it is, stop the timers, and leave the context to the caller's.
 		a.stopTimer()
-		if a.conn != nil {
-			a.conn.off() // the connection is the caller's, and so are its writes
-		}
 		if a.release != nil {
 			a.release() // the connection is the caller's now
 		}
@@ -581,29 +483,13 @@ func (a *attempt) handOver(resp *http.Response) {
 // watch makes body the attempt's and starts the body phase.
 func (a *attempt) watch(body io.ReadCloser) {
 	a.body = body // before the timer may look at it
-	if a.native {
-		a.waiting = true
-		return
-	}
 	a.startBody()
 }
 
 // Read reads the response body. A Read that waits longer than the
 // body-idle timeout for data fails with a *TimeoutError.
 func (a *attempt) Read(p []byte) (int, error) {
-	if a.native {
-		a.reads++ // Reads are not concurrent: a needs no lock
-		a.reading.Store(-a.reads)
-		if a.waiting {
-			a.waiting = false
-			a.startBody()
-		}
-	} else {
-		a.reading.Store(nanotime())
-	}
-	if a.watched { // written by this goroutine, in startBody
-		a.t.watch.wake()
-	}
+	a.reading.Store(nanotime())
 	n, err := a.body.Read(p)
 	a.reading.Store(0)
 	if err != nil {

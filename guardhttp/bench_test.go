@@ -3,6 +3,7 @@ package guardhttp_test
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
@@ -42,17 +43,17 @@ func BenchmarkClient(b *testing.B) {
 		newClient func() *http.Client
 		headers   bool // the request carries the deadline headers
 	}{
-		{"plain", func() *http.Client { return &http.Client{Transport: guardhttp.BaseTransport(guardhttp.Config{})} }, false},
+		{"plain", func() *http.Client { return &http.Client{Transport: plainTransport()} }, false},
 		{"timeouts", func() *http.Client {
-			t := guardhttp.BaseTransport(guardhttp.Config{})
+			t := plainTransport()
 			t.ResponseHeaderTimeout = guardhttp.DefaultResponseHeaderTimeout
 			return &http.Client{Transport: t}
 		}, false},
-		{"wire", func() *http.Client { return &http.Client{Transport: guardhttp.BaseTransport(guardhttp.Config{})} }, true},
+		{"wire", func() *http.Client { return &http.Client{Transport: plainTransport()} }, true},
 		{"floor", func() *http.Client {
-			return &http.Client{Transport: floor{guardhttp.BaseTransport(guardhttp.Config{})}}
+			return &http.Client{Transport: floor{plainTransport()}}
 		}, false},
-		{"guardhttp", func() *http.Client { return guardhttp.NewClient(guardhttp.Config{}) }, false},
+		{"guardhttp", func() *http.Client { return guardClient(b) }, false},
 	}
 	// Each run starts with another client, so that over several runs none
 	// is always measured first or last.
@@ -169,7 +170,7 @@ func BenchmarkOverhead(b *testing.B) {
 		rt   http.RoundTripper
 	}{
 		{"bare", fakeTransport{}},
-		{"guardhttp", guardhttp.NewTransport(fakeTransport{}, guardhttp.Config{})},
+		{"guardhttp", must(guardhttp.NewTransport(fakeTransport{}, guardhttp.Config{}))},
 	} {
 		b.Run("rt="+c.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -205,7 +206,7 @@ func BenchmarkClientPaired(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			srv := okServer(b)
 			newReq := func(headers bool) *http.Request { return benchGet(b, srv.URL, withDeadline, headers) }
-			timeouts := guardhttp.BaseTransport(guardhttp.Config{})
+			timeouts := plainTransport()
 			timeouts.ResponseHeaderTimeout = guardhttp.DefaultResponseHeaderTimeout
 			type client struct {
 				name string
@@ -213,12 +214,12 @@ func BenchmarkClientPaired(b *testing.B) {
 				req  *http.Request
 			}
 			clients := []client{
-				{"plain", &http.Client{Transport: guardhttp.BaseTransport(guardhttp.Config{})}, newReq(false)},
+				{"plain", &http.Client{Transport: plainTransport()}, newReq(false)},
 				{"timeouts", &http.Client{Transport: timeouts}, newReq(false)},
-				{"guard", guardhttp.NewClient(guardhttp.Config{}), newReq(false)},
+				{"guard", guardClient(b), newReq(false)},
 			}
 			if withDeadline {
-				clients = append(clients, client{"wire", &http.Client{Transport: guardhttp.BaseTransport(guardhttp.Config{})}, newReq(true)})
+				clients = append(clients, client{"wire", &http.Client{Transport: plainTransport()}, newReq(true)})
 			}
 			do := func(c client) { send(b, c.c, c.req) }
 			for _, c := range clients {
@@ -256,6 +257,32 @@ func BenchmarkClientPaired(b *testing.B) {
 			}
 		})
 	}
+}
+
+// plainTransport is what a careful user builds without guardhttp: the
+// connection pool NewClient builds for itself (HTTP/2 when offered, 64
+// idle connections per host, proxies from the environment, a bounded dial
+// and TLS handshake), and nothing else.
+func plainTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: guardhttp.DefaultConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          4 * guardhttp.DefaultMaxIdleConnsPerHost,
+		MaxIdleConnsPerHost:   guardhttp.DefaultMaxIdleConnsPerHost,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   guardhttp.DefaultTLSHandshakeTimeout,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// guardClient is guardhttp.NewClient(guardhttp.Config{}).
+func guardClient(b *testing.B) *http.Client {
+	c, err := guardhttp.NewClient(guardhttp.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
 }
 
 // okServer starts a loopback server that answers "ok", closed when b ends.

@@ -23,10 +23,9 @@ type bulkheads struct {
 	m  map[string]*bulkhead.Bulkhead
 }
 
+// newBulkheads returns a group of bulkheads configured by cfg, which
+// Config.validate checked.
 func newBulkheads(cfg bulkhead.Config) *bulkheads {
-	if _, err := bulkhead.New(cfg); err != nil {
-		panic(err) // an invalid Config.Bulkhead, reported when the Transport is built
-	}
 	return &bulkheads{cfg: cfg, maxKeys: breaker.DefaultMaxKeys, m: make(map[string]*bulkhead.Bulkhead)}
 }
 

@@ -25,7 +25,7 @@ type Classifier func(resp *http.Response, err error) guardrail.Verdict
 //   - 1xx, 2xx, 3xx: success.
 //   - 502, 503, 504: failure, retryable; a 503's Retry-After is honoured.
 //   - 429: failure; retryable only when it carries a valid Retry-After, as
-//     the server then said when to come back (seed 003: a 429 is retried on
+//     the server then said when to come back (a 429 is retried on
 //     the server's schedule, never on our own).
 //   - 500: failure, retryable. The retry engine retries it only for an
 //     idempotent request, since a 500 may come after the side effect ran.

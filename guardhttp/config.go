@@ -1,6 +1,8 @@
 package guardhttp
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -13,8 +15,11 @@ import (
 	"github.com/guardrail-go/guardrail/bulkhead"
 )
 
-// Defaults used for zero Config fields. The phase timeouts are seed 002's
-// (connect 1.5 s, send 3 s, response 5 s; TLS 3 s from DESIGN.md).
+// Defaults used for zero Config fields. A connection that takes longer
+// than 1.5 s to open, a TLS handshake or a request that takes longer than
+// 3 s to send, and a server that takes longer than 5 s to start answering
+// are, for a service calling another in the same region, a network or a
+// dependency in trouble rather than a slow day.
 const (
 	DefaultConnectTimeout        = 1500 * time.Millisecond
 	DefaultTLSHandshakeTimeout   = 3 * time.Second
@@ -25,7 +30,7 @@ const (
 	// let it think before answering has stalled, yet a body produced on the
 	// fly (rows streamed from a cursor) has room to breathe. A stalled body
 	// then holds a connection for seconds, not for as long as the server
-	// cares to hang (seed 002: 28 s, then forever).
+	// cares to hang.
 	DefaultBodyIdleTimeout = 10 * time.Second
 	// DefaultMaxBufferedBody bounds the request body kept in memory so it
 	// can be sent again.
@@ -56,9 +61,11 @@ const maxDrain = 64 << 10
 // outside. Share a Budget, an Observer or Breakers between transports
 // through the fields below.
 //
-// A Config is a plain value: NewTransport and NewClient read it once, so
-// changing it afterwards has no effect; the values it points to (Budget,
-// Observer, Breakers, Classify, Key) must be safe for concurrent use.
+// A Config is a plain value: NewTransport and NewClient validate it and
+// read it once, so changing it afterwards has no effect; the values it
+// points to (Budget, Observer, Breakers, Classify, Key) must be safe for
+// concurrent use. An invalid field makes them return an error that names
+// it and Is ErrInvalidConfig.
 type Config struct {
 	// Name labels the dependency in events and errors. Empty means each
 	// request's key (see Key): by default the URL's host. It becomes a
@@ -67,20 +74,23 @@ type Config struct {
 
 	// MaxAttempts bounds the attempts of one request, counting the first.
 	// Zero means guardrail.DefaultMaxAttempts (3); 1 never retries; a
-	// negative value makes every request fail with guardrail.ErrInvalidPolicy.
+	// negative value is invalid.
 	MaxAttempts int
 
 	// AttemptTimeout bounds each attempt as a whole, from the start of the
 	// attempt until its response body is read or closed, on top of the
 	// phase timeouts. The effective bound is min(AttemptTimeout, time left on
-	// the request's context). Zero means none (each phase is still bounded);
-	// a negative value is invalid.
+	// the request's context). Zero means none (each phase is still
+	// bounded); negative means no limit, as zero.
 	AttemptTimeout time.Duration
 
-	// MinAttempt is the least time left on the request's context worth
-	// starting an attempt with (see guardrail.Policy.MinAttempt). Zero means
-	// guardrail.DefaultMinAttempt (50 ms); negative means no minimum.
-	MinAttempt time.Duration
+	// MinAttemptTime is the least time left on the request's context worth
+	// starting an attempt with: with less, the request ends with
+	// guardrail.ErrDeadline instead of sending an attempt that cannot
+	// finish, and a retry whose delay plus MinAttemptTime does not fit is
+	// not made. Zero means guardrail.DefaultMinAttemptTime (50 ms); negative
+	// means no limit (no minimum).
+	MinAttemptTime time.Duration
 
 	// Backoff computes the delay before a retry that the server gave no
 	// Retry-After for. Nil means full jitter from 100 ms, capped at 10 s.
@@ -154,8 +164,9 @@ type Config struct {
 	Key func(*http.Request) string
 
 	// Breakers holds one circuit breaker per key, so that one failing host
-	// (or route, or shard) does not stop calls to the others (seed 003:
-	// never one breaker for a whole HTTP client). Nil means a group of this
+	// (or route, or shard) does not stop calls to the others: one breaker
+	// for a whole HTTP client would let one bad host cut off every healthy
+	// one. Nil means a group of this
 	// Transport's own with breaker's defaults: 10 s window, at least 20
 	// calls, 50 % failures, open 30 s plus up to 20 % jitter, one probe,
 	// at most breaker.DefaultMaxKeys keys; its transitions go to Observer.
@@ -167,10 +178,15 @@ type Config struct {
 	// Bulkhead, when not nil, gives each key a concurrency compartment so
 	// configured: at most MaxConcurrent attempts in flight to it, at most
 	// MaxQueue waiting, none past MaxWait or the time left minus
-	// MinAttempt. An attempt holds its slot until its response body is read
-	// or closed: a slow download holds a connection too. A request refused
-	// fails with an error that Is guardrail.ErrBulkheadFull and is not
-	// retried. Nil means no bound.
+	// MinAttemptTime. An attempt holds its slot until its response body is
+	// read or closed: a slow download holds a connection too. A request
+	// refused fails with an error that Is guardrail.ErrBulkheadFull and is
+	// not retried. Nil means no bound.
+	//
+	// It is a configuration, where guardrail.Policy.Bulkhead is a
+	// *bulkhead.Bulkhead, because a Transport calls many failure domains
+	// (one per key) and builds a compartment for each as keys appear; a
+	// Policy guards one dependency and shares the one it is given.
 	Bulkhead *bulkhead.Config
 }
 
@@ -195,8 +211,8 @@ type settings struct {
 func (c *Config) settings() settings {
 	s := settings{
 		name:           c.Name,
-		attemptTimeout: c.AttemptTimeout,
-		minAttempt:     orDefault(c.MinAttempt, guardrail.DefaultMinAttemptTime),
+		attemptTimeout: max(c.AttemptTimeout, 0),
+		minAttempt:     orDefault(c.MinAttemptTime, guardrail.DefaultMinAttemptTime),
 		connect:        orDefault(c.ConnectTimeout, DefaultConnectTimeout),
 		tls:            orDefault(c.TLSHandshakeTimeout, DefaultTLSHandshakeTimeout),
 		write:          orDefault(c.WriteTimeout, DefaultWriteTimeout),
@@ -222,6 +238,35 @@ func (c *Config) settings() settings {
 		s.classify = DefaultClassify
 	}
 	return s
+}
+
+// ErrInvalidConfig is the sentinel every error of NewTransport and
+// NewClient about their Config Is.
+var ErrInvalidConfig = errors.New("guardhttp: invalid Config")
+
+// configError is an invalid field of a Config; err is the cause, when
+// the field is the configuration of another package.
+type configError struct {
+	msg string
+	err error
+}
+
+func (e *configError) Error() string        { return e.msg }
+func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
+func (e *configError) Unwrap() error        { return e.err }
+
+// validate reports the first invalid field of c. Durations and sizes
+// cannot be invalid: zero is their default, negative turns them off.
+func (c *Config) validate() error {
+	if c.MaxAttempts < 0 {
+		return &configError{msg: fmt.Sprintf("guardhttp: Config.MaxAttempts is %d; want 0 (the default, %d) or more", c.MaxAttempts, guardrail.DefaultMaxAttempts)}
+	}
+	if c.Bulkhead != nil {
+		if _, err := bulkhead.New(*c.Bulkhead); err != nil {
+			return &configError{msg: "guardhttp: Config.Bulkhead: " + err.Error(), err: err}
+		}
+	}
+	return nil
 }
 
 // orDefault maps zero to def and a negative d to 0, "no limit".

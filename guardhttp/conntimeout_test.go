@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
 	"strings"
@@ -22,8 +21,8 @@ import (
 
 // On a reused connection, a response that never starts ends the attempt
 // at the response-header limit, once: net/http sends a request again by
-// itself when reading a reused connection fails before the first byte,
-// and the connection's timeout must not look like that (see guardConn).
+// itself when a reused connection fails before the first byte of the
+// response, but never one whose context was cancelled.
 func TestResponseHeaderTimeoutOnAReusedConnectionIsNotSentAgain(t *testing.T) {
 	var requests atomic.Int64
 	var srv *server
@@ -132,8 +131,9 @@ func TestInterimResponsesDoNotEndTheHeaderPhase(t *testing.T) {
 }
 
 // A request that asks for 100 Continue sends its body once the server
-// asks for it, and the body is timed afresh: here the server waits most of
-// the write limit before asking, and the body still goes through.
+// asks for it; the wait for the 100 is part of the write phase, which ends
+// when the body is written: here the server waits most of the write limit
+// before asking, and the body still goes through.
 func TestExpectContinue(t *testing.T) {
 	const limit = 300 * time.Millisecond
 	var got atomic.Value
@@ -164,36 +164,6 @@ func TestExpectContinue(t *testing.T) {
 	}
 	if s, _ := got.Load().(string); s != body {
 		t.Errorf("server got %d bytes, want %d", len(s), len(body))
-	}
-}
-
-// Closing an idle pooled connection whose phase ran out (see guardConn:
-// an early answer can leave one timed) is silent, and the next request
-// takes a new connection.
-func TestWatchdogClosingAnIdleConnectionIsSilent(t *testing.T) {
-	var logs bytes.Buffer
-	prev := log.Writer()
-	log.SetOutput(&logs)
-	defer log.SetOutput(prev)
-
-	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, "ok")
-	})
-	c := newClient(t, guardhttp.Config{ResponseHeaderTimeout: 50 * time.Millisecond})
-	for range 2 {
-		resp, err := get(t, context.Background(), c, srv.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		readAll(t, resp)
-		guardhttp.ExpireIdleConnsForTest(c)
-		srv.waitClosed(t, 1)
-	}
-	if got := srv.newConns.Load(); got != 2 {
-		t.Errorf("server saw %d connections, want 2", got)
-	}
-	if logs.Len() > 0 {
-		t.Errorf("net/http logged: %s", logs.String())
 	}
 }
 
@@ -249,10 +219,12 @@ func newScriptedServer(t *testing.T, script func(req []byte, w io.Writer, stop <
 // half far too late: exactly the late ones time out, in their
 // response-header phase, and the server sees each request once (none is
 // sent again behind the caller's back).
-func TestWatchdogUnderConcurrency(t *testing.T) {
+func TestTimeoutsUnderConcurrency(t *testing.T) {
 	const (
-		limit    = 100 * time.Millisecond
-		requests = 200
+		// Far above what a fast answer takes even on two busy cores, under
+		// the race detector, with a hundred connections opening at once.
+		limit    = 400 * time.Millisecond
+		requests = 100
 	)
 	var seen sync.Map // path -> count
 	var srv *server

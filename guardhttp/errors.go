@@ -13,9 +13,11 @@ import (
 var ErrTimeout = errors.New("guardhttp: timeout")
 
 // TimeoutError says which phase of an attempt ran out of time and against
-// which dependency. Connect and TLS timeouts point at the network (the
+// which dependency. It is what the Transport recorded when its own limit
+// ran out, before it cancelled the attempt, never read from the error the
+// base transport returned. Connect and TLS timeouts point at the network (the
 // request was not sent); write, response-header and body timeouts point at
-// a slow server (seed 002), and for a request that is not idempotent they
+// a slow server, and for a request that is not idempotent they
 // leave its outcome unknown.
 //
 // It Is ErrTimeout and, like the timeouts of http.Client, also
@@ -34,9 +36,7 @@ type TimeoutError struct {
 	// Dependency is the request's dependency label: Config.Name, or its
 	// key (the URL's host by default).
 	Dependency string
-	// After is the limit that expired. When a base transport other than
-	// NewClient's reported the timeout itself (its dialer's timeout, say)
-	// it is how long the phase had run.
+	// After is the configured limit that expired.
 	After time.Duration
 
 	notSent bool // the request had not left: retrying it is safe

@@ -1,12 +1,15 @@
 package guardhttp_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/guardhttp"
@@ -25,10 +28,14 @@ func Example() {
 	}))
 	defer srv.Close()
 
-	client := guardhttp.NewClient(guardhttp.Config{
+	client, err := guardhttp.NewClient(guardhttp.Config{
 		Name:    "greeter",
 		Backoff: backoff.None(), // for the example; keep the default jitter in production
 	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer client.CloseIdleConnections()
 
 	resp, err := client.Get(srv.URL)
@@ -58,7 +65,11 @@ func Example_idempotencyKeys() {
 	}))
 	defer srv.Close()
 
-	client := guardhttp.NewClient(guardhttp.Config{IdempotencyKeys: true, Backoff: backoff.None()})
+	client, err := guardhttp.NewClient(guardhttp.Config{IdempotencyKeys: true, Backoff: backoff.None()})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer client.CloseIdleConnections()
 
 	resp, err := client.Post(srv.URL, "application/json", nil)
@@ -73,13 +84,69 @@ func Example_idempotencyKeys() {
 	// Output: 201 2 attempts, same key: true
 }
 
-// NewClient's connection pool under a Transport of one's own: here, to
-// keep more idle connections per host.
-func ExampleBaseTransport() {
-	base := guardhttp.BaseTransport(guardhttp.Config{})
-	base.MaxIdleConnsPerHost = 256
-	client := &http.Client{Transport: guardhttp.NewTransport(base, guardhttp.Config{Name: "search"})}
+// A server that takes too long to answer: the error names the phase that
+// ran out, and the request was tried as often as allowed.
+func ExampleTimeoutError() {
+	stop := make(chan struct{})
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		select { // never answers
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	}))
+	defer srv.Close()
+	defer close(stop)
+
+	client, err := guardhttp.NewClient(guardhttp.Config{
+		Name:                  "slow",
+		MaxAttempts:           2,
+		ResponseHeaderTimeout: 50 * time.Millisecond,
+		Backoff:               backoff.None(),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer client.CloseIdleConnections()
-	fmt.Println(base.MaxIdleConnsPerHost, base.TLSHandshakeTimeout, base.ResponseHeaderTimeout)
-	// Output: 256 3s 0s
+
+	_, err = client.Get(srv.URL)
+	var te *guardhttp.TimeoutError
+	if errors.As(err, &te) {
+		fmt.Println(te.Phase, te.After, te.Dependency, "after", calls.Load(), "calls")
+	}
+	// Output: response_header 50ms slow after 2 calls
+}
+
+// A Config is checked when the client is built.
+func ExampleNewClient_invalid() {
+	_, err := guardhttp.NewClient(guardhttp.Config{MaxAttempts: -1})
+	fmt.Println(err)
+	fmt.Println(errors.Is(err, guardhttp.ErrInvalidConfig))
+	// Output:
+	// guardhttp: Config.MaxAttempts is -1; want 0 (the default, 3) or more
+	// true
+}
+
+// A Transport over a connection pool of one's own: here, to keep more idle
+// connections per host. Bound its dial and its TLS handshake too, so that
+// a dial no request waits for any more does not linger.
+func ExampleNewTransport() {
+	base := &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         (&net.Dialer{Timeout: guardhttp.DefaultConnectTimeout}).DialContext,
+		TLSHandshakeTimeout: guardhttp.DefaultTLSHandshakeTimeout,
+		ForceAttemptHTTP2:   true,
+		MaxIdleConnsPerHost: 256,
+	}
+	rt, err := guardhttp.NewTransport(base, guardhttp.Config{Name: "search"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	client := &http.Client{Transport: rt}
+	defer client.CloseIdleConnections()
+	fmt.Println(rt.Breakers() != nil, rt.RetryBudget() != nil)
+	// Output: true true
 }

@@ -47,7 +47,7 @@ func TestHTTP2TimeoutCancelsTheStreamNotTheConnection(t *testing.T) {
 
 	base := srv.Client().Transport.(*http.Transport)
 	t.Cleanup(base.CloseIdleConnections)
-	rt := guardhttp.NewTransport(base, guardhttp.Config{ResponseHeaderTimeout: 100 * time.Millisecond, MaxAttempts: 1})
+	rt := newTransport(t, base, guardhttp.Config{ResponseHeaderTimeout: 100 * time.Millisecond, MaxAttempts: 1})
 	c := &http.Client{Transport: rt}
 
 	_, err := get(t, context.Background(), c, srv.URL)
@@ -85,7 +85,7 @@ func TestObserverContextReachesTheBaseTransport(t *testing.T) {
 		_, gotDeadline = r.Context().Deadline()
 		return http.DefaultTransport.RoundTrip(r)
 	})
-	rt := guardhttp.NewTransport(base, guardhttp.Config{Observer: obs})
+	rt := newTransport(t, base, guardhttp.Config{Observer: obs})
 	t.Cleanup(http.DefaultTransport.(*http.Transport).CloseIdleConnections)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -140,7 +140,7 @@ func TestOpaqueBaseTransportGetsNoPhaseLimits(t *testing.T) {
 		}
 		return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("ok")), Request: r}, nil
 	})
-	rt := guardhttp.NewTransport(base, guardhttp.Config{
+	rt := newTransport(t, base, guardhttp.Config{
 		ConnectTimeout: 20 * time.Millisecond, WriteTimeout: 20 * time.Millisecond, ResponseHeaderTimeout: 20 * time.Millisecond,
 	})
 	req, _ := http.NewRequest(http.MethodPost, "http://opaque.test/", strings.NewReader("x"))

@@ -137,11 +137,24 @@ func (r *recorder) count(kind event.Kind, match func(event.Event) bool) int {
 	return n
 }
 
+// newTransport returns guardhttp.NewTransport(base, cfg), or fails the test.
+func newTransport(t *testing.T, base http.RoundTripper, cfg guardhttp.Config) *guardhttp.Transport {
+	t.Helper()
+	rt, err := guardhttp.NewTransport(base, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
+
 // newClient returns guardhttp.NewClient(cfg), closing its idle connections
 // when the test ends.
 func newClient(t *testing.T, cfg guardhttp.Config) *http.Client {
 	t.Helper()
-	c := guardhttp.NewClient(cfg)
+	c, err := guardhttp.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(c.CloseIdleConnections)
 	return c
 }
@@ -166,7 +179,6 @@ func readAll(t *testing.T, resp *http.Response) string {
 	return string(b)
 }
 
-// asTimeout returns err's *TimeoutError or fails the test.
 // wantTimeout fails the test unless the request got no response and err
 // is a *guardhttp.TimeoutError of the given phase and, unless it is zero,
 // limit, and returns it.
@@ -183,6 +195,7 @@ func wantTimeout(t *testing.T, resp *http.Response, err error, phase string, lim
 	return te
 }
 
+// asTimeout returns err's *TimeoutError or fails the test.
 func asTimeout(t *testing.T, err error) *guardhttp.TimeoutError {
 	t.Helper()
 	var te *guardhttp.TimeoutError

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/event"
 
 	"github.com/guardrail-go/guardrail"
@@ -571,16 +572,31 @@ func TestCustomClassifier(t *testing.T) {
 	}
 }
 
-func TestInvalidConfigFailsEveryRequest(t *testing.T) {
+// An invalid Config is refused when the client is built, with an error
+// that names the field; what negative means no limit is accepted.
+func TestInvalidConfigIsRefusedAtConstruction(t *testing.T) {
+	_, err := guardhttp.NewClient(guardhttp.Config{MaxAttempts: -1})
+	if !errors.Is(err, guardhttp.ErrInvalidConfig) || !strings.Contains(err.Error(), "Config.MaxAttempts is -1") {
+		t.Errorf("NewClient: err = %v, want one naming Config.MaxAttempts", err)
+	}
+	if _, err := guardhttp.NewTransport(nil, guardhttp.Config{MaxAttempts: -2}); !errors.Is(err, guardhttp.ErrInvalidConfig) {
+		t.Errorf("NewTransport: err = %v, want ErrInvalidConfig", err)
+	}
+	_, err = guardhttp.NewClient(guardhttp.Config{Bulkhead: &bulkhead.Config{MaxConcurrent: -1}})
+	if !errors.Is(err, guardhttp.ErrInvalidConfig) || !strings.Contains(err.Error(), "Config.Bulkhead") {
+		t.Errorf("NewClient with a bad bulkhead: err = %v, want one naming Config.Bulkhead", err)
+	}
+	noLimits := guardhttp.Config{
+		AttemptTimeout: -1, MinAttemptTime: -1, ConnectTimeout: -1, TLSHandshakeTimeout: -1,
+		WriteTimeout: -1, ResponseHeaderTimeout: -1, BodyIdleTimeout: -1, MaxBufferedBody: -1,
+		DeadlineReserve: -1, MaxRetryAfter: -1,
+	}
+	c := newClient(t, noLimits)
 	sc := &script{statuses: []int{200}}
 	srv := newServer(t, sc.handler)
-	c := newClient(t, guardhttp.Config{MaxAttempts: -1})
-	body := &closeCounter{Reader: strings.NewReader("x")}
-	req, _ := http.NewRequest(http.MethodPut, srv.URL, body)
-	if _, err := c.Do(req); !errors.Is(err, guardrail.ErrInvalidPolicy) {
-		t.Errorf("err = %v, want guardrail.ErrInvalidPolicy", err)
+	resp, err := get(t, context.Background(), c, srv.URL)
+	if err != nil {
+		t.Fatalf("no limits: %v", err)
 	}
-	if body.closes.Load() != 1 || len(sc.requests()) != 0 {
-		t.Errorf("body closed %d times, server saw %d requests; want 1 and 0", body.closes.Load(), len(sc.requests()))
-	}
+	resp.Body.Close()
 }

@@ -180,7 +180,7 @@ func TestConnectTimeout(t *testing.T) {
 	}
 	t.Cleanup(func() { close(release); base.CloseIdleConnections() })
 	const limit = 100 * time.Millisecond
-	rt := guardhttp.NewTransport(base, guardhttp.Config{ConnectTimeout: limit, MaxAttempts: 2, Backoff: backoff.None()})
+	rt := newTransport(t, base, guardhttp.Config{ConnectTimeout: limit, MaxAttempts: 2, Backoff: backoff.None()})
 	req, err := http.NewRequest(http.MethodPost, "http://192.0.2.1/pay", strings.NewReader("x"))
 	if err != nil {
 		t.Fatal(err)

@@ -9,9 +9,9 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/guardrail-go/guardrail/event"
 
@@ -27,7 +27,7 @@ import (
 // announces the request's deadline to the server.
 //
 // Per request, in this order: the time left on the request's context is
-// checked (guardrail's MinAttempt); the circuit breaker of the request's key
+// checked (Config.MinAttemptTime); the circuit breaker of the request's key
 // (its host, or Config.Key's answer) may refuse it; the key's bulkhead, if
 // configured, gives it a slot; each attempt runs on a clone of the request,
 // with X-Request-Timeout and X-Request-Deadline set from the time left
@@ -59,61 +59,56 @@ import (
 // (errors.As to *guardrail.Error gives the attempt count and, when known,
 // how long to wait: the time to the breaker's next probe).
 //
-// Phase timeouts rely on the base transport reporting its progress through
-// net/http/httptrace, as *http.Transport does: one timer per attempt
-// follows the phases and ends the attempt by cancelling its context, and
-// *http.Transport then closes the connection. With a base that reports
-// nothing, only the attempt timeout and the body-idle timeout apply.
-//
-// The transport of NewClient times the phases of its cleartext HTTP/1
-// requests on the connections themselves (its dialer's timeout for
-// connect; each connection's view of the request written and the response
-// arriving for write and response header), and a watchdog that ticks
-// while a phase is timed ends the ones that run out, so that these
-// requests need neither the cancellable context and trace hooks nor a
-// runtime timer per request, which cost more than the rest of the guard.
-// Their timeouts are named as on the traced path. See docs/http-client.md.
+// Phase timeouts rely only on what net/http documents: the base
+// transport reports its progress through net/http/httptrace (GetConn,
+// TLSHandshakeStart, GotConn, WroteRequest), as *http.Transport does for
+// HTTP/1 and HTTP/2, directly or through a proxy, and it ends a request
+// whose context is cancelled, in whatever phase, body included. One timer
+// per attempt follows the phases; when a limit runs out, the Transport
+// records which one, then cancels the attempt's context, and the attempt
+// fails with that record, a *TimeoutError, whatever error the base
+// transport made of the cancellation. With a base that reports nothing,
+// only the attempt timeout and the body-idle timeout apply. See
+// docs/http-client.md.
 //
 // A Transport is safe for concurrent use by multiple goroutines. It does
 // not modify the caller's request, and starts no goroutine of its own.
 type Transport struct {
-	base        http.RoundTripper
-	reportsConn bool // base is an *http.Transport: it asks for a connection first thing
-	proxied     bool // base may go through a proxy, which may take a TLS handshake
-	// native: base is NewClient's own, which bounds connect, TLS and
-	// response header itself with our limits; cleartext requests take the
-	// native path (see native.go).
-	native    bool
+	base      http.RoundTripper
+	http      *http.Transport // base, if it is one: it asks for a connection first thing
+	envProxy  bool            // http's Proxy is http.ProxyFromEnvironment (NewClient's)
 	s         settings
 	observer  event.Observer // Config.Observer, for events after the engine returned
 	breakers  *breaker.Group
 	bulkheads *bulkheads       // nil: none
-	watch     *watchdog        // enforces the phases of native attempts
 	policy    guardrail.Policy // must not be copied: holds the budget
 }
 
 // NewTransport returns a Transport that sends requests through base under
-// cfg. A nil base means http.DefaultTransport. Timeouts that the base
-// enforces itself still apply and are reported as such; for connect and TLS
-// ones reported while the attempt is connecting, the *TimeoutError names the
-// phase.
-func NewTransport(base http.RoundTripper, cfg Config) *Transport {
+// cfg. A nil base means http.DefaultTransport. It returns an error naming
+// the field if cfg is invalid (see Config).
+//
+// The phase limits hold for any *http.Transport. A base of one's own should
+// also bound its dialer (net.Dialer's Timeout) and its TLS handshake
+// (TLSHandshakeTimeout), as NewClient's does: net/http lets a dial that a
+// cancelled request started run on, to fill the pool, and only those
+// bounds end it. A timeout the base raises itself before the Transport's
+// own limit runs out reaches the caller as the base's error.
+func NewTransport(base http.RoundTripper, cfg Config) (*Transport, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	if base == nil {
 		base = http.DefaultTransport
 	}
 	t := &Transport{base: base, s: cfg.settings(), observer: cfg.Observer}
-	t.watch = newWatchdog(t.s.shortestLimit())
-	if ht, ok := base.(*http.Transport); ok {
-		t.reportsConn, t.proxied = true, ht.Proxy != nil
-	}
+	t.http, _ = base.(*http.Transport)
 	t.policy = guardrail.Policy{
 		Name:        cfg.Name,
 		MaxAttempts: cfg.MaxAttempts,
 		// The Transport bounds attempts itself: the engine's attempt context
-		// ends when the attempt returns, before the body is read. A negative
-		// value still reaches the engine to be rejected.
-		AttemptTimeout: min(cfg.AttemptTimeout, 0),
-		MinAttemptTime: cfg.MinAttempt,
+		// ends when the attempt returns, before the body is read.
+		MinAttemptTime: cfg.MinAttemptTime,
 		Backoff:        cfg.Backoff,
 		MaxRetryAfter:  cfg.MaxRetryAfter,
 		Budget:         cfg.Budget,
@@ -137,27 +132,22 @@ func NewTransport(base http.RoundTripper, cfg Config) *Transport {
 	if cfg.Bulkhead != nil {
 		t.bulkheads = newBulkheads(*cfg.Bulkhead)
 	}
-	return t
+	return t, nil
 }
 
 // Breakers returns the group holding the breaker of each key, for metrics
 // and manual control.
 func (t *Transport) Breakers() *breaker.Group { return t.breakers }
 
-// BaseTransport returns the *http.Transport that NewClient sends through
-// for cfg, before NewClient adds its guard: the proxies of the environment
-// as it is when BaseTransport is called (as net/http, which reads it once;
-// none when no proxy variable is set), HTTP/2 when the server offers it,
+// baseTransport returns the *http.Transport that NewClient sends through
+// for s: proxies from the environment, HTTP/2 when the server offers it,
 // up to DefaultMaxIdleConnsPerHost idle connections per host kept 90 s, a
-// dialer bounded by cfg's connect timeout and a TLS handshake bounded by
-// its TLS timeout. It has no response-header timeout and its connections
-// time nothing. Use it as the base of NewTransport to get NewClient's
-// pool, or as the plain client to compare NewClient with. Like any
-// *http.Transport, it is safe for concurrent use.
-func BaseTransport(cfg Config) *http.Transport {
-	s := cfg.settings()
+// dialer bounded by the connect timeout and a TLS handshake bounded by the
+// TLS timeout.
+func baseTransport(s *settings) *http.Transport {
 	dialer := &net.Dialer{Timeout: s.connect, KeepAlive: 30 * time.Second}
-	base := &http.Transport{
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           dialer.DialContext,
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          4 * DefaultMaxIdleConnsPerHost,
@@ -166,42 +156,28 @@ func BaseTransport(cfg Config) *http.Transport {
 		TLSHandshakeTimeout:   s.tls,
 		ExpectContinueTimeout: time.Second,
 	}
-	for _, v := range [...]string{"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"} {
-		if os.Getenv(v) != "" {
-			base.Proxy = http.ProxyFromEnvironment
-		}
-	}
-	return base
 }
 
 // NewClient returns an *http.Client whose Transport is a Transport over an
-// *http.Transport of its own (BaseTransport's): the proxies of the environment as it is when
-// NewClient is called (as net/http, which reads it once), HTTP/2 when the
-// server offers it, up to DefaultMaxIdleConnsPerHost idle connections per
-// host kept 90 s, a dialer bounded by the connect timeout and a TLS
-// handshake bounded by the TLS timeout (so a dial the request gave up on
-// does not linger either), and connections that time the writing of each
-// request and the wait for its response headers. Without a proxy and an
-// AttemptTimeout, its cleartext requests rely on these rather than on
-// trace hooks (see Transport); otherwise the response-header timeout is
-// also the base's ResponseHeaderTimeout. The client has no Timeout: the
-// request's context, the attempt and the phase timeouts bound it.
-func NewClient(cfg Config) *http.Client {
-	s := cfg.settings()
-	base := BaseTransport(cfg)
-	t := NewTransport(base, cfg)
-	// An attempt timeout spans every phase: it needs the traced path.
-	if base.Proxy == nil && cfg.AttemptTimeout == 0 {
-		// Cleartext requests are timed by their connections; HTTPS ones
-		// by the traced path's timer, with no help from the base.
-		t.native = true
-		if s.write > 0 || s.header > 0 {
-			base.DialContext = guardDialer(base.DialContext, t.watch, s.write, s.header)
-		}
-	} else {
-		base.ResponseHeaderTimeout = s.header
+// *http.Transport of its own: the proxies of the environment as
+// http.ProxyFromEnvironment reads them (once, on first use), HTTP/2 when
+// the server offers it, up to DefaultMaxIdleConnsPerHost idle connections
+// per host kept 90 s, keep-alive probes every 30 s, a dialer bounded by
+// the connect timeout and a TLS handshake bounded by the TLS timeout (so
+// that a dial the request gave up on does not linger). The client has no
+// Timeout: the request's context, the attempt and the phase timeouts bound
+// it. It returns an error naming the field if cfg is invalid (see Config).
+func NewClient(cfg Config) (*http.Client, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	return &http.Client{Transport: t}
+	s := cfg.settings()
+	t, err := NewTransport(baseTransport(&s), cfg)
+	if err != nil {
+		return nil, err
+	}
+	t.envProxy = true
+	return &http.Client{Transport: t}, nil
 }
 
 // RetryBudget returns the budget retries are spent from, for metrics.
@@ -398,34 +374,21 @@ func (c *call) attempt(actx context.Context) (*http.Response, error) {
 			return nil, err
 		}
 	}
-	var a *attempt
-	var now time.Time // read when needed
-	if t.native && c.req.URL.Scheme == "http" {
-		a = t.newNativeAttempt(c, actx)
-	} else {
-		now = time.Now()
-		a = t.newAttempt(c, actx, now)
-	}
+	now := time.Now()
+	a := t.newAttempt(c, actx, now)
 	a.release = release
 	body, getBody, length, same, err := c.body()
 	if err != nil {
 		a.finish()
 		return nil, c.mark(err, guardrail.Verdict{Outcome: breaker.Ignored})
 	}
-	r := c.req
 	dl, headers := c.headers(a)
-	if headers || !same || a.ctx != r.Context() {
-		ar := new(attemptRequest)
-		if a.ctx == r.Context() {
-			ar.req = *r // what WithContext would allocate, but with vals
-		} else {
-			ar.req = *r.WithContext(a.ctx)
-		}
-		r = &ar.req
+	r := c.req.WithContext(a.ctx) // a shallow copy
+	if !same {
 		r.Body, r.GetBody, r.ContentLength = body, getBody, length
-		if headers {
-			r.Header = c.header(dl, now, &ar.vals)
-		}
+	}
+	if headers {
+		r.Header = c.header(dl, now, &a.vals, &a.digits)
 	}
 	resp, err := t.base.RoundTrip(r)
 	if err != nil {
@@ -447,7 +410,7 @@ func (c *call) attempt(actx context.Context) (*http.Response, error) {
 }
 
 // acquire takes a slot in the key's bulkhead, waiting at most until the
-// deadline minus MinAttempt.
+// deadline minus MinAttemptTime.
 func (c *call) acquire() (func(), error) {
 	b := c.t.bulkheads.get(c.key)
 	ctx := c.req.Context()
@@ -493,13 +456,6 @@ func (c *call) mark(err error, v guardrail.Verdict) error {
 	return c.marked
 }
 
-// attemptRequest is the copy of the caller's request an attempt sends,
-// with the values of the headers it adds, in one allocation.
-type attemptRequest struct {
-	req  http.Request
-	vals [4]string
-}
-
 // headers returns the deadline of attempt c.n (zero if none), and whether
 // it needs headers the caller's request does not have.
 func (c *call) headers(a *attempt) (time.Time, bool) {
@@ -511,12 +467,11 @@ func (c *call) headers(a *attempt) (time.Time, bool) {
 }
 
 // header returns the headers of attempt c.n, whose deadline is dl (zero:
-// none), with the values it adds kept in vals. now is the attempt's start,
-// or zero if not read yet.
+// none), with the values it adds kept in vals and the deadline's digits in
+// digits, both parts of the attempt. now is the attempt's start.
 //
-// It allocates the map and one string for the deadline's digits, whatever
-// it adds.
-func (c *call) header(dl time.Time, now time.Time, vals *[4]string) http.Header {
+// It allocates the map alone, whatever it adds.
+func (c *call) header(dl time.Time, now time.Time, vals *[4]string, digits *[40]byte) http.Header {
 	hasDeadline := !dl.IsZero()
 	// A shallow copy: the caller's value slices are shared, never written
 	// (a key we set gets a slice of its own), and the base transport only
@@ -525,38 +480,37 @@ func (c *call) header(dl time.Time, now time.Time, vals *[4]string) http.Header 
 	for k, v := range c.req.Header {
 		h[k] = v
 	}
+	var keys [4]string
 	n := 0
-	set := func(key, v string) {
-		vals[n] = v
-		h[key] = vals[n : n+1 : n+1]
-		n++
-	}
 	if hasDeadline {
-		if now.IsZero() {
-			now = time.Now()
-		}
-		timeout, at := deadlineValues(now, dl.Sub(now)-c.t.s.reserve)
-		set(deadline.HeaderTimeout, timeout)
-		set(deadline.HeaderDeadline, at)
+		vals[0], vals[1] = deadlineValues(now, dl.Sub(now)-c.t.s.reserve, digits)
+		keys[0], keys[1] = deadline.HeaderTimeout, deadline.HeaderDeadline
+		n = 2
 	}
 	if c.n > 1 {
-		set(deadline.HeaderRetryAttempt, strconv.Itoa(c.n-1))
+		keys[n], vals[n] = deadline.HeaderRetryAttempt, strconv.Itoa(c.n-1)
+		n++
 	}
 	if c.idemKey != "" {
-		set(HeaderIdempotencyKey, c.idemKey)
+		keys[n], vals[n] = HeaderIdempotencyKey, c.idemKey
+		n++
+	}
+	for i := range n {
+		h[keys[i]] = vals[i : i+1 : i+1] // a slice of its own: appending to one spills into no other
 	}
 	return h
 }
 
 // deadlineValues returns what deadline.Set writes for a request leaving at
-// now with time left d, in one allocation.
-func deadlineValues(now time.Time, d time.Duration) (timeout, at string) {
+// now with time left d, written in buf, which must not change afterwards:
+// the strings are views of it (unsafe.String), so that they cost no
+// allocation of their own; buf lives in the attempt, as long as they do.
+func deadlineValues(now time.Time, d time.Duration, buf *[40]byte) (timeout, at string) {
 	d = max(d, 0)
-	var buf [40]byte
 	b := strconv.AppendInt(buf[:0], int64(d/time.Millisecond), 10)
 	n := len(b)
 	b = strconv.AppendInt(b, now.Add(d).UnixMilli(), 10)
-	s := string(b)
+	s := unsafe.String(&buf[0], len(b))
 	return s[:n], s[n:]
 }
 

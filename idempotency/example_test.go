@@ -76,7 +76,7 @@ func Example() {
 func ExampleNew() {
 	store, _ := memstore.New(memstore.Config{})
 	_, err := idempotency.New(store, idempotency.Config{})
-	fmt.Println(errors.Is(err, idempotency.ErrConfig))
+	fmt.Println(errors.Is(err, idempotency.ErrInvalidConfig))
 
 	// One trusted caller: say so.
 	_, err = idempotency.New(store, idempotency.Config{SingleTenant: true})

@@ -16,7 +16,8 @@ var (
 	// ErrLeaseLost: the request's lease on its key is no longer known to
 	// be held, so a retry may run the request again: a renewal or Confirm
 	// found the lock lost (the error then matches ErrLockLost too), the
-	// lease's end passed without a renewal, or the handler has returned.
+	// lease's end passed without a renewal, or the handler has returned or
+	// hijacked the connection.
 	// A handler that gets it must not commit a side effect.
 	ErrLeaseLost = errors.New("idempotency: lease lost")
 	// ErrNoLease: the context does not come from a request the middleware

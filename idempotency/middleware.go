@@ -49,7 +49,8 @@ const (
 // there would put every caller's keys in one namespace, and a caller who
 // learnt another's key would be replayed that caller's response. With
 // SingleTenant set and nothing else, POST and PATCH with an Idempotency-Key
-// are deduplicated for 24 hours and requests without one pass through.
+// are deduplicated for 24 hours and requests without one pass through. A
+// Config is a plain value, safe to share while nobody modifies it.
 type Config struct {
 	// Name names the protected service in events (event.Event.Dependency),
 	// so that the events of several Servers in one process can be told
@@ -75,6 +76,7 @@ type Config struct {
 	// looking its key up in any shared scope could hand it someone else's
 	// response; the error is logged, not sent. Return a fixed name such as
 	// "anonymous" to let anonymous requests share one scope on purpose.
+	// It is called before the body is read, and must not read it.
 	// Exactly one of Scope and SingleTenant must be set.
 	Scope func(*http.Request) (string, error)
 
@@ -213,26 +215,27 @@ type Server struct {
 	retryAfterHeader string
 }
 
-// ErrConfig is matched (errors.Is) by every error New returns for an
-// invalid Config.
-var ErrConfig = errors.New("idempotency: invalid Config")
+// ErrInvalidConfig is the sentinel of every error New returns for a Config
+// it rejects.
+var ErrInvalidConfig = errors.New("idempotency: invalid config")
 
 // configError is an invalid Config field: it names the field, what it held
-// and what is allowed, and matches ErrConfig.
+// and what is allowed. It Is ErrInvalidConfig.
 type configError struct{ msg string }
 
 func (e *configError) Error() string        { return "idempotency: Config." + e.msg }
-func (e *configError) Is(target error) bool { return target == ErrConfig }
+func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
 
 func invalid(format string, args ...any) error {
 	return &configError{msg: fmt.Sprintf(format, args...)}
 }
 
 // New returns a Server that keeps its keys in store, configured by cfg. It
-// returns an error, matching ErrConfig and naming the field, when cfg is
-// invalid: in particular when it sets neither Scope nor SingleTenant, since
-// keys would then be shared by every caller and one caller could be
-// replayed another's stored response. It returns an error if store is nil.
+// returns an error that Is ErrInvalidConfig, naming the field, when cfg is
+// invalid: in particular when it sets neither Scope nor SingleTenant,
+// since keys would then be shared by every caller and one caller could be
+// replayed another's stored response. It returns an error if store is
+// nil.
 func New(store Store, cfg Config) (*Server, error) {
 	if store == nil {
 		return nil, errors.New("idempotency: New: nil Store")
@@ -372,10 +375,11 @@ func validToken(s string) bool {
 // before trying again with a new key. A handler that knows it committed
 // nothing can call Release first: the key is then released, however the
 // handler ends, and a retry runs it again. A hijacked key is settled as
-// the connection is taken over, before the handler can close it, so that
-// a client retrying at once finds the outcome recorded; a panic is
-// re-raised once the key is recorded, so net/http (or a recovering
-// middleware outside this one) sees it as before.
+// the connection is taken over, before the handler can close it (Hijack
+// returns after that store call), so that a client retrying at once finds
+// the outcome recorded. A panic is re-raised once the key is recorded, so
+// net/http (or a recovering middleware outside this one) sees it as
+// before.
 //
 // When the store fails the request is refused with 503 and Retry-After (or
 // run unprotected with FailOpen), and logged.
@@ -438,6 +442,21 @@ func (m *Server) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		return
 	}
 
+	// Attribute the request before reading its body: a request that
+	// cannot be costs nothing more.
+	var scope string
+	if m.cfg.Scope != nil {
+		if scope, err = m.cfg.Scope(r); err == nil && scope == "" {
+			err = errors.New("empty scope")
+		}
+		if err != nil {
+			m.log.WarnContext(r.Context(), "idempotency: Config.Scope could not attribute the request to a caller; refusing it with 403 rather than looking its key up in a shared scope",
+				"err", err, "method", r.Method, "route", m.route(r))
+			m.problem(w, http.StatusForbidden, "Caller unknown for Idempotency-Key",
+				"This request could not be attributed to a caller, so its Idempotency-Key cannot be looked up; the request was not processed.")
+			return
+		}
+	}
 	body, status, err := m.readBody(r)
 	if err != nil {
 		m.problem(w, status, http.StatusText(status), err.Error())
@@ -448,19 +467,6 @@ func (m *Server) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	fp := fingerprint(r, body)
 
 	ctx := r.Context()
-	var scope string
-	if m.cfg.Scope != nil {
-		if scope, err = m.cfg.Scope(r); err == nil && scope == "" {
-			err = errors.New("empty scope")
-		}
-		if err != nil {
-			m.log.WarnContext(ctx, "idempotency: Config.Scope could not attribute the request to a caller; refusing it with 403 rather than looking its key up in a shared scope",
-				"err", err, "method", r.Method, "route", m.route(r))
-			m.problem(w, http.StatusForbidden, "Caller unknown for Idempotency-Key",
-				"This request could not be attributed to a caller, so its Idempotency-Key cannot be looked up; the request was not processed.")
-			return
-		}
-	}
 	route := m.route(r)
 	skey := scopedKey(scope, r.Method, route, key)
 
@@ -565,12 +571,12 @@ func (m *Server) leaseFor(ctx context.Context) time.Duration {
 // run runs the handler under the lock token holds, locked at begun for
 // lease and renewed while it runs, then stores or releases.
 func (m *Server) run(w http.ResponseWriter, r *http.Request, next http.Handler, route, skey, token string, lease time.Duration, begun time.Time) {
-	rec := &recorder{w: w, max: m.maxResp, keep: m.keep}
 	rn, hr := m.renew(r, route, skey, token, lease, begun)
-	// Settle the key when the connection is taken over, before the handler
-	// gets it: once the handler can close it, the client may retry at once,
-	// and the retry must find the outcome recorded, not the key in flight.
-	rec.onHijack = func() { m.settle(rn, r, route, skey, token, false, "hijacked") }
+	// The recorder settles the key when the connection is taken over,
+	// before the handler gets it: once the handler can close it, the
+	// client may retry at once, and the retry must find the outcome
+	// recorded, not the key in flight.
+	rec := &recorder{w: w, max: m.maxResp, keep: m.keep, hj: hijackKey{s: m, rn: rn, r: r, route: route, skey: skey, token: token}}
 	returned := false
 	defer func() {
 		if returned {

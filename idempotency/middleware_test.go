@@ -319,8 +319,8 @@ func TestScopes(t *testing.T) {
 func TestNewRequiresAScope(t *testing.T) {
 	store := must(memstore.New(memstore.Config{}))
 	_, err := idempotency.New(store, idempotency.Config{})
-	if !errors.Is(err, idempotency.ErrConfig) {
-		t.Fatalf("New with a zero Config: %v, want ErrConfig", err)
+	if !errors.Is(err, idempotency.ErrInvalidConfig) {
+		t.Fatalf("New with a zero Config: %v, want ErrInvalidConfig", err)
 	}
 	for _, want := range []string{"Config.Scope", "SingleTenant", "share one namespace", "replayed that caller's stored response"} {
 		if !strings.Contains(err.Error(), want) {
@@ -328,7 +328,7 @@ func TestNewRequiresAScope(t *testing.T) {
 		}
 	}
 	_, err = idempotency.New(store, idempotency.Config{SingleTenant: true, Scope: byUser})
-	if !errors.Is(err, idempotency.ErrConfig) || !strings.Contains(err.Error(), "exactly one") {
+	if !errors.Is(err, idempotency.ErrInvalidConfig) || !strings.Contains(err.Error(), "exactly one") {
 		t.Errorf("New with both Scope and SingleTenant: %v", err)
 	}
 	for _, cfg := range []idempotency.Config{{SingleTenant: true}, {Scope: byUser}} {
@@ -358,8 +358,8 @@ func TestNewValidates(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.cfg.SingleTenant = true
 			_, err := idempotency.New(store, tt.cfg)
-			if !errors.Is(err, idempotency.ErrConfig) || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("New: %v, want ErrConfig saying %q", err, tt.want)
+			if !errors.Is(err, idempotency.ErrInvalidConfig) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New: %v, want ErrInvalidConfig saying %q", err, tt.want)
 			}
 		})
 	}
@@ -861,6 +861,15 @@ func TestHijackRecordsUnknownOutcome(t *testing.T) {
 					t.Errorf("hijack through the middleware: %v", err)
 					return
 				}
+				// Settled before the handler got the connection, so a
+				// client retrying as soon as it is closed finds the
+				// outcome recorded.
+				if len(done) != 1 {
+					t.Error("the key was not settled when Hijack returned")
+				}
+				if err := idempotency.Release(r.Context()); !errors.Is(err, idempotency.ErrLeaseLost) {
+					t.Errorf("Release after the hijack: %v, want ErrLeaseLost", err)
+				}
 				c.Close()
 			}))
 			srv := httptest.NewServer(mw)
@@ -930,4 +939,24 @@ func FuzzMiddlewareHeaders(f *testing.F) {
 			t.Fatalf("status %d", rec.Code)
 		}
 	})
+}
+
+// readCounter counts the reads of a request body.
+type readCounter struct{ n atomic.Int32 }
+
+func (c *readCounter) Read(p []byte) (int, error) { c.n.Add(1); return 0, io.EOF }
+
+// A request Scope refuses is answered before its body is read.
+func TestScopeRefusalReadsNoBody(t *testing.T) {
+	h := &counter{}
+	mw := newMW(idempotency.Config{Scope: byUser}, h)
+	body := &readCounter{}
+	req := httptest.NewRequest(http.MethodPost, "/payments", body)
+	req.Header.Set(idempotency.HeaderKey, "k")
+	rec := httptest.NewRecorder()
+	mw.ServeHTTP(rec, req)
+	wantCode(t, rec, http.StatusForbidden)
+	if n := body.n.Load(); n != 0 || h.runs.Load() != 0 {
+		t.Errorf("body read %d times, handler ran %d times; want neither", n, h.runs.Load())
+	}
 }

@@ -20,7 +20,16 @@ type recorder struct {
 	max      int // body bytes kept; negative means no limit
 	omitted  bool
 	hijacked bool
-	onHijack func() // settles the key once the connection is taken over
+	hj       hijackKey // settles the key once the connection is taken over
+}
+
+// hijackKey is what settling a request's key on a hijack needs, kept in the
+// recorder rather than in a closure so that it costs no allocation.
+type hijackKey struct {
+	s                  *Server
+	rn                 *renewal
+	r                  *http.Request
+	route, skey, token string
 }
 
 func (r *recorder) Header() http.Header { return r.w.Header() }
@@ -66,8 +75,8 @@ func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, rw, err := http.NewResponseController(r.w).Hijack()
 	if err == nil && !r.hijacked {
 		r.hijacked = true
-		if r.onHijack != nil {
-			r.onHijack()
+		if k := r.hj; k.s != nil {
+			k.s.settle(k.rn, k.r, k.route, k.skey, k.token, false, "hijacked")
 		}
 	}
 	return c, rw, err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -22,23 +21,20 @@ func init() {
 // runFaultProxy forwards requests to --to, except for the faults its rules
 // inject.
 func runFaultProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("fault-proxy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("fault-proxy")
 	var ff faultFlags
 	ff.register(fs, "127.0.0.1:8091", "127.0.0.1:8092")
 	to := fs.String("to", "", "URL of the service to proxy to (required)")
-	fs.Usage = func() {
-		io.WriteString(fs.Output(), `usage: guardrail fault-proxy --to URL [flags]
+	help := flagHelp(`usage: guardrail fault-proxy --to URL [flags]
 
 Forwards every request to the service at --to, except for the faults
 injected by the rules (from --rules, --fault and the quick flags --latency,
 --error-rate, --status, --retry-after, --reset-rate). Rules and counters can
 be read and changed at run time on the admin endpoint: GET/PUT /rules.
 
-`)
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
+Flags:
+`, fs)
+	if err := parseFlags(fs, args, stdout, help); err != nil {
 		return err
 	}
 	if *to == "" {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"io"
 	"net/http"
 	"strconv"
@@ -20,24 +19,21 @@ func init() {
 // runFaultServer serves 200 with a fixed body to every request, except for
 // the faults its rules inject.
 func runFaultServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("fault-server", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("fault-server")
 	var ff faultFlags
 	ff.register(fs, "127.0.0.1:8081", "127.0.0.1:8082")
 	body := fs.String("body", "ok\n", "the answer's body")
 	size := fs.Int("body-size", 0, "answer with this many bytes instead of --body (repeating it)")
-	fs.Usage = func() {
-		io.WriteString(fs.Output(), `usage: guardrail fault-server [flags]
+	help := flagHelp(`usage: guardrail fault-server [flags]
 
 Serves "200 ok" to every request, except for the faults injected by the
 rules (from --rules, --fault and the quick flags --latency, --error-rate,
 --status, --retry-after, --reset-rate). Rules and counters can be read and
 changed at run time on the admin endpoint: GET/PUT /rules.
 
-`)
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
+Flags:
+`, fs)
+	if err := parseFlags(fs, args, stdout, help); err != nil {
 		return err
 	}
 	if *size < 0 {

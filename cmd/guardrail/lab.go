@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -15,94 +16,233 @@ import (
 )
 
 func init() {
-	register(command{name: "lab", summary: "replay the incidents of the source articles on loopback and print the numbers", run: runLab})
+	register(command{name: "lab", summary: "run the experiments on loopback HTTP servers, print their numbers and check them", run: runLab})
 }
 
-const labUsage = `usage: guardrail lab [--quick] [--json] [--report FILE.html] [--seed N] [NAME [flags]]...
+// experiments lists the lab's experiments; tests replace it.
+var experiments = lab.Experiments
+
+const labUsage = `usage: guardrail lab [flags] [NAME [NAME flags]]...
 
 Runs every experiment, or the ones named, each on real HTTP servers on
 127.0.0.1 (jitter is a simulation), prints its table and checks its own
-numbers: the lab exits 1 when a result contradicts what the guardrail
-should do. 'guardrail lab NAME --help' lists an experiment's flags.
+numbers. A check passes, fails, or is not judged when the run could not
+measure what it needs (a machine too busy to keep a load on schedule); only
+a failed check makes the lab exit 1. The lab's flags below may come before
+or after the names; an experiment's own flags follow its name.
+'guardrail lab NAME --help' lists an experiment's flags.
 
 Experiments:
 `
 
-func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("lab", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	quick := fs.Bool("quick", false, "shrink durations and counts (CI smoke test)")
-	jsonOut := fs.Bool("json", false, "write one JSON object per row to stdout instead of tables")
-	report := fs.String("report", "", "write a self-contained HTML report with charts to this file")
-	seed := fs.Uint64("seed", 1, "seed for every random draw")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, labUsage)
-		for _, e := range lab.Experiments() {
-			fmt.Fprintf(stderr, "  %-14s %s\n", e.Name, e.Summary)
+// labFlags are the flags of the lab itself, accepted anywhere on its
+// command line.
+type labFlags struct {
+	quick  bool
+	json   bool
+	report string
+	seed   uint64
+	fs     *flag.FlagSet
+}
+
+func newLabFlags() *labFlags {
+	f := &labFlags{fs: newFlagSet("lab")}
+	f.fs.BoolVar(&f.quick, "quick", false, "shrink durations and counts (CI smoke test)")
+	f.fs.BoolVar(&f.json, "json", false, "write JSON lines to stdout instead of tables: one object per row, then one per check")
+	f.fs.StringVar(&f.report, "report", "", "write a self-contained HTML report with charts to this file")
+	f.fs.Uint64Var(&f.seed, "seed", 1, "seed for every random draw")
+	return f
+}
+
+func labHelp(fs *flag.FlagSet) func(io.Writer) {
+	return func(w io.Writer) {
+		io.WriteString(w, labUsage)
+		for _, e := range experiments() {
+			fmt.Fprintf(w, "  %-14s %s\n", e.Name, e.Summary)
 		}
-		fmt.Fprintln(stderr, "\nFlags:")
-		fs.PrintDefaults()
+		fmt.Fprintln(w, "\nFlags:")
+		printFlags(w, fs)
+		fmt.Fprintln(w)
+		fmt.Fprint(w, exitCodes)
 	}
-	if err := fs.Parse(args); err != nil {
+}
+
+func experimentHelp(e lab.Experiment, quick bool) func(io.Writer) {
+	return func(w io.Writer) {
+		fmt.Fprintf(w, "usage: guardrail lab %s [flags]\n\n%s\n\nFlags:\n", e.Name, e.Summary)
+		own := newFlagSet(e.Name)
+		e.Setup(own, quick)
+		printFlags(w, own)
+		fmt.Fprintln(w, "\nThe lab's flags (--quick, --json, --report, --seed) are accepted too;")
+		fmt.Fprintln(w, "'guardrail lab --help' describes them.")
+		fmt.Fprintln(w)
+		fmt.Fprint(w, exitCodes)
+	}
+}
+
+// selected is an experiment named on the command line, with its flags.
+type selected struct {
+	exp   lab.Experiment
+	run   lab.Run
+	fs    *flag.FlagSet
+	flags []string
+}
+
+// parseLab splits the lab's command line into its experiments, each with
+// the flags that follow its name, and parses them. The experiments' defaults
+// depend on --quick, wherever it stands, so the caller parses twice: first
+// to learn --quick, then with the defaults it chooses. When -h or --help was
+// given, help is what it asked about: an experiment after its name, the lab
+// itself (a selected with no run) before any name.
+func parseLab(args []string, quick bool) (*labFlags, []selected, *selected, error) {
+	lf := newLabFlags()
+	var sel []selected
+	var lead []string           // the flags before the first name
+	flags := func() *[]string { // those of the last name, or lead
+		if len(sel) == 0 {
+			return &lead
+		}
+		return &sel[len(sel)-1].flags
+	}
+	fs := lf.fs
+	byName := map[string]lab.Experiment{}
+	for _, e := range experiments() {
+		byName[e.Name] = e
+	}
+	onlyNames := false // after "--"
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" && !onlyNames {
+			onlyNames = true
+			continue
+		}
+		if onlyNames || len(a) < 2 || a[0] != '-' {
+			e, ok := byName[a]
+			if !ok {
+				return nil, nil, nil, usageError{fmt.Sprintf("unknown experiment %q (have %s)", a, strings.Join(names(), ", "))}
+			}
+			efs := newFlagSet("lab " + a)
+			run := e.Setup(efs, quick)
+			// The lab's flags work after a name too; an experiment's own
+			// flag of the same name (jitter's --seed) wins there.
+			lf.fs.VisitAll(func(f *flag.Flag) {
+				if efs.Lookup(f.Name) == nil {
+					efs.Var(f.Value, f.Name, f.Usage)
+				}
+			})
+			sel = append(sel, selected{exp: e, run: run, fs: efs})
+			fs = efs
+			continue
+		}
+		if name, ok := unknownFlag(fs, a); ok {
+			// Stop here: the flag's value, if it has one, would pass for
+			// an experiment's name.
+			err := fmt.Errorf("flag provided but not defined: -%s", name)
+			if len(sel) == 0 {
+				return nil, nil, nil, usageError{err.Error() + experimentFlagHint(name)}
+			}
+			s := sel[len(sel)-1]
+			return nil, nil, nil, helpHint{usageError{s.exp.Name + ": " + err.Error()}, "guardrail lab " + s.exp.Name + " --help"}
+		}
+		f := flags()
+		*f = append(*f, a)
+		if takesValue(fs, a) && i+1 < len(args) {
+			i++
+			*f = append(*f, args[i])
+		}
+	}
+	var help *selected
+	if err := lf.fs.Parse(lead); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			return lf, sel, &selected{}, nil
+		}
+		return nil, nil, nil, usageError{err.Error()}
+	}
+	for i := range sel {
+		s := &sel[i]
+		if err := s.fs.Parse(s.flags); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				if help == nil {
+					help = s
+				}
+				continue
+			}
+			return nil, nil, nil, helpHint{usageError{s.exp.Name + ": " + err.Error()}, "guardrail lab " + s.exp.Name + " --help"}
+		}
+	}
+	if len(sel) == 0 {
+		for _, e := range experiments() {
+			fs := newFlagSet(e.Name)
+			sel = append(sel, selected{exp: e, run: e.Setup(fs, quick), fs: fs})
+		}
+	}
+	return lf, sel, help, nil
+}
+
+// experimentFlagHint says which experiments define a flag the lab does not.
+func experimentFlagHint(name string) string {
+	var owners []string
+	for _, e := range experiments() {
+		fs := newFlagSet(e.Name)
+		e.Setup(fs, false)
+		if fs.Lookup(name) != nil {
+			owners = append(owners, e.Name)
+		}
+	}
+	if len(owners) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (--%s is a flag of %s: put it after the experiment's name)", name, strings.Join(owners, ", "))
+}
+
+func names() []string {
+	var out []string
+	for _, e := range experiments() {
+		out = append(out, e.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	lf, runs, help, err := parseLab(args, false)
+	if err != nil {
+		return err
+	}
+	if lf.quick {
+		if lf, runs, help, err = parseLab(args, true); err != nil {
 			return err
 		}
-		return usageError{err.Error()}
 	}
-
-	type selected struct {
-		exp lab.Experiment
-		run lab.Run
-	}
-	var runs []selected
-	rest := fs.Args()
-	if len(rest) == 0 {
-		for _, e := range lab.Experiments() {
-			efs := flag.NewFlagSet(e.Name, flag.ContinueOnError)
-			runs = append(runs, selected{e, e.Setup(efs, *quick)})
-		}
-	}
-	for len(rest) > 0 {
-		name := rest[0]
-		e, ok := lab.Lookup(name)
-		if !ok {
-			return usageError{fmt.Sprintf("unknown experiment %q (have %s)", name, strings.Join(lab.Names(), ", "))}
-		}
-		efs := flag.NewFlagSet("lab "+name, flag.ContinueOnError)
-		efs.SetOutput(stderr)
-		run := e.Setup(efs, *quick)
-		efs.Usage = func() {
-			fmt.Fprintf(stderr, "usage: guardrail lab %s [flags]\n\n%s\n\nFlags:\n", name, e.Summary)
-			efs.PrintDefaults()
-		}
-		if err := efs.Parse(rest[1:]); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return err
-			}
-			return usageError{err.Error()}
-		}
-		runs = append(runs, selected{e, run})
-		rest = efs.Args()
+	switch {
+	case help != nil && help.run == nil:
+		labHelp(lf.fs)(stdout)
+		return flag.ErrHelp
+	case help != nil:
+		experimentHelp(help.exp, lf.quick)(stdout)
+		return flag.ErrHelp
 	}
 
 	prog := newProgress(stderr)
 	defer prog.stop()
 	var results []*lab.Result
-	var failed []string
+	var failed, unjudged []string
 	start := time.Now()
 	for _, s := range runs {
 		prog.set(s.exp.Name)
-		env := &lab.Env{Quick: *quick, Seed: *seed, Progress: prog.printf}
+		env := &lab.Env{Quick: lf.quick, Seed: lf.seed, Progress: prog.printf}
 		t0 := time.Now()
 		res, err := s.run(ctx, env)
+		prog.clear()
+		if fe, ok := errors.AsType[*lab.FlagError](err); ok {
+			return helpHint{usageError{s.exp.Name + ": " + fe.Msg}, "guardrail lab " + s.exp.Name + " --help"}
+		}
 		if err != nil {
-			prog.clear()
 			return fmt.Errorf("%s: %w", s.exp.Name, err)
 		}
 		res.Took = time.Since(t0)
-		prog.clear()
 		results = append(results, res)
-		if *jsonOut {
+		if lf.json {
 			if err := lab.WriteJSON(stdout, res); err != nil {
 				return err
 			}
@@ -112,9 +252,12 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		for _, c := range res.Failed() {
 			failed = append(failed, fmt.Sprintf("%s: %s: %s", res.Experiment, c.Name, c.Detail))
 		}
+		for _, c := range res.NotJudged() {
+			unjudged = append(unjudged, fmt.Sprintf("%s: %s", res.Experiment, c.Name))
+		}
 	}
-	if *report != "" {
-		f, err := os.Create(*report)
+	if lf.report != "" {
+		f, err := os.Create(lf.report)
 		if err != nil {
 			return err
 		}
@@ -125,7 +268,17 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if werr != nil {
 			return werr
 		}
-		fmt.Fprintf(stderr, "report written to %s\n", *report)
+		fmt.Fprintf(stderr, "report written to %s\n", lf.report)
+	}
+	checks := 0
+	for _, res := range results {
+		checks += len(res.Checks)
+	}
+	fmt.Fprintf(stderr, "guardrail lab: %d experiment(s) in %v, %d check(s): %d pass, %d fail, %d not judged\n",
+		len(results), time.Since(start).Round(100*time.Millisecond), checks, checks-len(failed)-len(unjudged), len(failed), len(unjudged))
+	if len(unjudged) > 0 {
+		fmt.Fprintf(stderr, "guardrail lab: %d check(s) not judged, the run could not measure what they need (they do not change the exit status):\n  %s\n",
+			len(unjudged), strings.Join(unjudged, "\n  "))
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("%d check(s) failed:\n  %s", len(failed), strings.Join(failed, "\n  "))

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -29,9 +28,9 @@ most --capacity requests per --slot and answers 503 to the rest; refused
 clients retry after their backoff strategy's delay, up to --max-attempts.
 Prints one row per strategy: the calls the server received, the most
 retries landing in one slot, the clients that gave up, and when the last
-client finished. The defaults are card 018 of the retry-storm article:
-1000 clients failing together at t=0, 100 requests per 100 ms, base 100 ms,
-cap 10 s, 10 attempts.
+client finished. The defaults are a retry storm after an outage: 1000
+clients failing together at t=0 against a server that serves 100 requests
+per 100 ms, exponential backoff from 100 ms capped at 10 s, 10 attempts.
 
 Strategies: none (exponential, no jitter), plus (exponential + 0..--plus-jitter),
 equal, full, decorrelated.
@@ -40,12 +39,7 @@ Flags:
 `
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		io.WriteString(fs.Output(), simUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("sim")
 	clients := fs.Int("clients", sim.DefaultClients, "number of clients, each making one logical call")
 	capacity := fs.Int("capacity", sim.DefaultCapacity, "requests the server serves per slot (0: it serves nothing)")
 	slot := fs.Duration("slot", sim.DefaultSlot, "length of the server's capacity slot")
@@ -62,7 +56,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	spread := fs.Duration("spread", 0, "spread the first calls evenly over this window (0: all at t=0)")
 	rate := fs.Float64("rate", 0, "Poisson arrivals, clients per second (0: all at t=0)")
 	jsonOut := fs.Bool("json", false, "write one JSON object per row instead of the table")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(fs, args, stdout, flagHelp(simUsage, fs)); err != nil {
 		return err
 	}
 

@@ -155,8 +155,8 @@ func TestSimUsage(t *testing.T) {
 			t.Errorf("sim %v: exit %d, stdout %q, stderr %q; want exit 2 and an error", args, code, out, errOut)
 		}
 	}
-	code, _, errOut := runCmd(t, "sim", "--help")
-	if code != 0 || !strings.Contains(errOut, "-strategies") {
-		t.Errorf("--help: exit %d, stderr %q", code, errOut)
+	code, out, errOut := runCmd(t, "sim", "--help")
+	if code != 0 || errOut != "" || !strings.Contains(out, "-strategies") {
+		t.Errorf("--help: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }

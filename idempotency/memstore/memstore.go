@@ -5,6 +5,7 @@ package memstore
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -18,7 +19,8 @@ const (
 	DefaultMaxBytes   = 64 << 20
 )
 
-// Config bounds a Store; New copies it. The zero value is valid.
+// Config bounds a Store; New copies it. The zero value is valid. A Config
+// is a plain value, safe to share while nobody modifies it.
 type Config struct {
 	// MaxEntries caps the keys held, in flight and completed. Zero means
 	// 100,000; a negative value is invalid.
@@ -65,14 +67,24 @@ type entry struct {
 // entryOverhead approximates the map slot, heap slot and struct.
 const entryOverhead = 160
 
-// New returns an empty Store. It returns an error naming the field when
-// cfg holds a negative limit.
+// ErrInvalidConfig is the sentinel of every error New returns for a Config
+// it rejects.
+var ErrInvalidConfig = errors.New("memstore: invalid config")
+
+// configError reports an invalid field. It Is ErrInvalidConfig.
+type configError struct{ msg string }
+
+func (e *configError) Error() string        { return e.msg }
+func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// New returns an empty Store. It returns an error that Is ErrInvalidConfig,
+// naming the field, when cfg holds a negative limit.
 func New(cfg Config) (*Store, error) {
 	switch {
 	case cfg.MaxEntries < 0:
-		return nil, fmt.Errorf("memstore: Config.MaxEntries is %d; want a positive count, or 0 for %d", cfg.MaxEntries, DefaultMaxEntries)
+		return nil, &configError{fmt.Sprintf("memstore: Config.MaxEntries is %d; want a positive count, or 0 for %d", cfg.MaxEntries, DefaultMaxEntries)}
 	case cfg.MaxBytes < 0:
-		return nil, fmt.Errorf("memstore: Config.MaxBytes is %d; want a positive size in bytes, or 0 for %d", cfg.MaxBytes, DefaultMaxBytes)
+		return nil, &configError{fmt.Sprintf("memstore: Config.MaxBytes is %d; want a positive size in bytes, or 0 for %d", cfg.MaxBytes, DefaultMaxBytes)}
 	}
 	s := &Store{
 		maxEntries: cfg.MaxEntries,

@@ -175,7 +175,7 @@ func TestNewRefusesNegativeLimits(t *testing.T) {
 		{memstore.Config{MaxEntries: -1}, "memstore: Config.MaxEntries is -1; want a positive count"},
 		{memstore.Config{MaxBytes: -1}, "memstore: Config.MaxBytes is -1; want a positive size"},
 	} {
-		if _, err := memstore.New(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+		if _, err := memstore.New(tt.cfg); !errors.Is(err, memstore.ErrInvalidConfig) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("New(%+v): %v, want %q", tt.cfg, err, tt.want)
 		}
 	}

@@ -28,7 +28,8 @@ type DB interface {
 }
 
 // Config configures a Store; New copies it and reports an invalid Table.
-// The zero value is valid.
+// The zero value is valid. A Config is a plain value, safe to share while
+// nobody modifies it.
 type Config struct {
 	// Table is the table's name, optionally schema-qualified
 	// ("billing.idempotency"), each name at most 63 bytes (PostgreSQL
@@ -57,9 +58,20 @@ type Store struct {
 	beginSQL, completeSQL, releaseSQL, extendSQL, sweepSQL string
 }
 
+// ErrInvalidConfig is the sentinel of every error New returns for a Config
+// it rejects.
+var ErrInvalidConfig = errors.New("pgstore: invalid config")
+
+// configError reports an invalid field. It Is ErrInvalidConfig.
+type configError struct{ msg string }
+
+func (e *configError) Error() string        { return e.msg }
+func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
+
 // New returns a Store on db. Create its table with Migrate, or run the SQL
 // that Schema returns with your migration tool. It returns an error if db
-// is nil or Config.Table is not a table name.
+// is nil, and one that Is ErrInvalidConfig if Config.Table is not a table
+// name.
 func New(db DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("pgstore: New: nil DB")
@@ -70,13 +82,13 @@ func New(db DB, cfg Config) (*Store, error) {
 	}
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 {
-		return nil, fmt.Errorf("pgstore: Config.Table is %q; want a table name, optionally qualified by one schema name (schema.table)", cfg.Table)
+		return nil, &configError{fmt.Sprintf("pgstore: Config.Table is %q; want a table name, optionally qualified by one schema name (schema.table)", cfg.Table)}
 	}
 	for _, part := range parts {
 		// PostgreSQL truncates longer names silently, so two long names
 		// could end up naming one table.
 		if part == "" || len(part) > maxIdentifier || strings.IndexByte(part, 0) >= 0 {
-			return nil, fmt.Errorf("pgstore: Config.Table is %q; want each name of schema.table non-empty, at most %d bytes, without NUL", cfg.Table, maxIdentifier)
+			return nil, &configError{fmt.Sprintf("pgstore: Config.Table is %q; want each name of schema.table non-empty, at most %d bytes, without NUL", cfg.Table, maxIdentifier)}
 		}
 	}
 	s := &Store{

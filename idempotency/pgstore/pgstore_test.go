@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -206,7 +207,7 @@ func BenchmarkExtend(b *testing.B) {
 func TestNewRefusesBadTables(t *testing.T) {
 	db := (*pgxpool.Pool)(nil) // never used: New does no I/O
 	for _, table := range []string{"a.b.c", "billing.", ".keys", strings.Repeat("x", 64), "a\x00b"} {
-		if _, err := pgstore.New(db, pgstore.Config{Table: table}); err == nil || !strings.Contains(err.Error(), "pgstore: Config.Table is") {
+		if _, err := pgstore.New(db, pgstore.Config{Table: table}); !errors.Is(err, pgstore.ErrInvalidConfig) || !strings.Contains(err.Error(), "pgstore: Config.Table is") {
 			t.Errorf("New with Table %q: %v, want an error naming Config.Table", table, err)
 		}
 	}

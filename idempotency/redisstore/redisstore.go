@@ -20,7 +20,8 @@ const DefaultPrefix = "guardrail:idem:"
 // ErrCorrupt: a value under the store's prefix is not one the store wrote.
 var ErrCorrupt = errors.New("redisstore: corrupt value")
 
-// Config configures a Store; New copies it. The zero value is valid.
+// Config configures a Store; New copies it. The zero value is valid. A Config
+// is a plain value, safe to share while nobody modifies it.
 type Config struct {
 	// Prefix is prepended to every key, to share a Redis with other data.
 	// Empty means "guardrail:idem:".

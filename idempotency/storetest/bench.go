@@ -32,6 +32,7 @@ func benchKey(prefix string) string {
 // the difference within one run:
 //
 //   - bare: the handler alone;
+//   - nokey: a request without a key, passed through;
 //   - first: a new key each time (lock, run, store: two store round trips);
 //   - replay: the same key each time (one round trip, handler not run).
 func BenchmarkMiddleware(b *testing.B, s idempotency.Store) {
@@ -53,6 +54,12 @@ func BenchmarkMiddleware(b *testing.B, s idempotency.Store) {
 		b.ReportAllocs()
 		for b.Loop() {
 			serve(b, benchHandler, "")
+		}
+	})
+	b.Run("nokey", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			serve(b, mw, "")
 		}
 	})
 	b.Run("first", func(b *testing.B) {

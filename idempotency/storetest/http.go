@@ -154,8 +154,12 @@ func testResponseLost(t *testing.T, s Subject) {
 
 	// The client is guardhttp: it retries the POST because it carries a
 	// key, and sends the same key on every attempt.
-	gclient := &http.Client{Transport: guardhttp.NewTransport(client.Transport, guardhttp.Config{
-		Name: "payments", MaxAttempts: 3, Backoff: backoff.None()})}
+	grt, err := guardhttp.NewTransport(client.Transport, guardhttp.Config{
+		Name: "payments", MaxAttempts: 3, Backoff: backoff.None()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gclient := &http.Client{Transport: grt}
 	key := idempotency.NewToken()
 	body := `{"order":"o-1","amount":4200}`
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/payments", strings.NewReader(body))

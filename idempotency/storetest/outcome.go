@@ -97,8 +97,12 @@ func testPanicAfterCharge(t *testing.T, s Subject) {
 	defer srv.Close()
 	base := srv.Client()
 	defer base.CloseIdleConnections()
-	client := &http.Client{Transport: guardhttp.NewTransport(base.Transport, guardhttp.Config{
-		Name: "payments", MaxAttempts: 3, Backoff: backoff.None(), IdempotencyKeys: true})}
+	grt, err := guardhttp.NewTransport(base.Transport, guardhttp.Config{
+		Name: "payments", MaxAttempts: 3, Backoff: backoff.None(), IdempotencyKeys: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: grt}
 
 	post := func(url string) (*http.Response, string) {
 		resp, err := client.Post(url, "application/json", strings.NewReader(`{"order":"o-1","amount":4200}`))

@@ -10,7 +10,7 @@ import (
 	"github.com/guardrail-go/guardrail/internal/sim"
 )
 
-// The card's scenario without jitter: 1000 clients fail together and retry
+// A retry storm without jitter: 1000 clients fail together and retry
 // together, in ten waves, for 32.7 seconds.
 func ExampleJitter() {
 	rows, err := sim.Jitter(context.Background(), sim.JitterConfig{
@@ -32,7 +32,7 @@ func ExampleJitter() {
 }
 
 // A dead dependency, 1000 calls over 2 seconds, up to 4 attempts each: a
-// 10 % retry budget holds the load to about 1.1 calls per call (card 036).
+// 10 % retry budget holds the load to about 1.1 calls per call.
 func ExampleRun() {
 	for _, b := range []*budget.Config{nil, {Ratio: 0.1, Max: 10}} {
 		res, err := sim.Run(context.Background(), sim.Config{

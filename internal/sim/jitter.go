@@ -12,7 +12,7 @@ import (
 	"github.com/guardrail-go/guardrail/backoff"
 )
 
-// The backoff strategies of the jitter experiment (seed 003, card 018), by
+// The backoff strategies of the jitter experiment, a retry storm, by
 // the names NewStrategy and JitterConfig.Strategies accept.
 const (
 	StrategyNone         = "none"         // backoff.Exponential: min(cap, base*2^retry)
@@ -22,7 +22,8 @@ const (
 	StrategyDecorrelated = "decorrelated" // backoff.Decorrelated
 )
 
-// DefaultPlusJitter is the additive jitter of the helper seed 003 warns about.
+// DefaultPlusJitter is the additive jitter of a common retry helper: an
+// exponential delay plus 0..100 ms, too little to spread a herd.
 const DefaultPlusJitter = 100 * time.Millisecond
 
 // Strategies returns the names of the jitter experiment's strategies in the
@@ -59,8 +60,8 @@ func NewStrategy(name string, base, cap, plus time.Duration) (s backoff.Strategy
 }
 
 // JitterConfig configures the jitter experiment: one scenario run once per
-// backoff strategy. The zero value is seed 003's card 018 with all five
-// strategies. Jitter only reads it, so one may serve concurrent runs.
+// backoff strategy. The zero value is the retry storm of the defaults
+// (1000 clients failing together) with all five strategies. Jitter only reads it, so one may serve concurrent runs.
 type JitterConfig struct {
 	// Config is the scenario. Its Backoff is ignored: each strategy
 	// replaces it. Every strategy runs with the same Seed, so they are
@@ -92,7 +93,7 @@ type Row struct {
 //
 // Read the table with the slot in mind. A jitter spreads a herd only over
 // its window: when the window is no wider than a slot, the herd still lands
-// in one slot. With the card's parameters (base = slot = 100 ms) the first
+// in one slot. With the default parameters (base = slot = 100 ms) the first
 // retry of equal and full jitter falls in [0, 100 ms), inside slot 0 whose
 // capacity the first calls already used, so their retry peak is at least
 // Clients-Capacity and those retries are wasted; the +0..100ms helper's
@@ -123,10 +124,10 @@ func Jitter(ctx context.Context, cfg JitterConfig) ([]Row, error) {
 	return rows, nil
 }
 
-// labelWidth is the width of the label column in the seed's table.
+// labelWidth is the width of the label column in the lab's table.
 const labelWidth = 15
 
-// String formats r as a line of the seed's table:
+// String formats r as a line of the lab's table:
 //
 //	no jitter       total_calls= 5500 retry_peak/slot= 900 gave_up=   0 all_done_at=32.7s
 func (r Row) String() string { return r.line(labelWidth) }
@@ -136,8 +137,8 @@ func (r Row) line(width int) string {
 		width, r.Label, r.Result.TotalCalls, r.Result.RetryPeak, r.Result.GaveUp, r.Result.AllDoneAt.Seconds())
 }
 
-// WriteTable writes rows as the seed's table, one line each, widening the
-// label column when a label is longer than the seed's.
+// WriteTable writes rows as the lab's table, one line each, widening the
+// label column when a label is longer than the default width.
 func WriteTable(w io.Writer, rows []Row) error {
 	width := labelWidth
 	for _, r := range rows {

@@ -14,7 +14,8 @@ import (
 	"github.com/guardrail-go/guardrail/budget"
 )
 
-// Defaults of Config: the scenario of seed 003, card 018.
+// Defaults of Config: a retry storm, 1000 clients failing together against
+// a server that serves 100 requests per 100 ms.
 const (
 	DefaultClients     = 1000
 	DefaultCapacity    = 100
@@ -43,8 +44,8 @@ func badConfig(format string, args ...any) error {
 	return &configError{fmt.Sprintf(format, args...)}
 }
 
-// Config describes one scenario. The zero value is the scenario of seed 003
-// card 018 with full jitter: 1000 clients failing together at t=0, a server
+// Config describes one scenario. The zero value is the retry storm of the
+// defaults with full jitter: 1000 clients failing together at t=0, a server
 // that serves 100 requests per 100 ms slot, at most 10 attempts, no budget,
 // no deadline, seed 0. Run only reads a Config, so one may serve concurrent
 // runs if its Backoff and CapacityAt are pure.

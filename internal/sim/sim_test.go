@@ -105,7 +105,7 @@ func checkInvariants(t *testing.T, cfg Config, res Result) {
 	}
 }
 
-// The card's scenario without jitter is pure arithmetic: waves of 1000, 900,
+// The default scenario without jitter is pure arithmetic: waves of 1000, 900,
 // ..., 100 clients at 0, .1, .3, .7, 1.5, 3.1, 6.3, 12.7, 22.7 and 32.7 s.
 func TestNoJitterIsTheCardsArithmetic(t *testing.T) {
 	res := runOK(t, Config{Backoff: backoff.Exponential(100*time.Millisecond, 10*time.Second)})
@@ -233,10 +233,10 @@ func TestZeroDelayRetriesInTheSameSlot(t *testing.T) {
 	}
 }
 
-// With the card's parameters the first retry of equal and full jitter
+// With the default parameters the first retry of equal and full jitter
 // (within [0, 100ms) of t=0) lands in slot 0, which the first 100 calls
 // already used up: so their retry peak is at least 900, whatever the seed.
-// This is why the seed's peaks (597 and 419) cannot be reproduced.
+// This is why the reference peaks (597 and 419) cannot be reproduced.
 func TestCardFirstRetriesOfFullJitterHitTheSaturatedSlot(t *testing.T) {
 	for seed := range uint64(5) {
 		res := jitter(t, JitterConfig{Config: Config{Seed: seed}, Strategies: []string{StrategyEqual, StrategyFull}})
@@ -282,7 +282,7 @@ func TestFullJitterBeatsPlusOnFinerSlots(t *testing.T) {
 	}
 }
 
-// Every jitter finishes the card's herd long before no jitter does.
+// Every jitter finishes the default herd long before no jitter does.
 func TestJitterFinishesSoonerThanNone(t *testing.T) {
 	for seed := range uint64(5) {
 		res := jitter(t, JitterConfig{Config: Config{Seed: seed}})
@@ -308,7 +308,7 @@ func TestBudgetReducesCalls(t *testing.T) {
 	}
 }
 
-// Card 036: the database is down, 1000 users arrive over 2 s, the tier next
+// The database is down, 1000 users arrive over 2 s, the tier next
 // to it makes up to 4 attempts. Without a budget the DB sees 4000 calls;
 // with a 10 % budget 1109 (10 initial tokens, then 0.1 per user).
 func TestBudgetOnADeadServerIsTheCards1109(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/guardrail-go/guardrail"
@@ -56,28 +57,52 @@ const (
 	AttrQueueWaitMS = attribute.Key("guardrail.queue_wait_ms")
 )
 
+// ErrInvalidConfig is the error every invalid Config field Is. The error
+// New returns names the field, what it held and what is allowed.
+var ErrInvalidConfig = errors.New("otel: invalid Config")
+
 // Config configures an Observer. The zero Config is valid: it uses the
-// global providers (otel.GetTracerProvider, otel.GetMeterProvider).
+// global providers (otel.GetTracerProvider, otel.GetMeterProvider) and the
+// global propagator. A Config is a plain value: New reads it once, so
+// changing it afterwards has no effect; the providers and the propagator it
+// holds must be safe for concurrent use, as OpenTelemetry's are.
 type Config struct {
 	// TracerProvider makes the spans. Nil means otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
 	// MeterProvider makes the instruments. Nil means
 	// otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
+	// Propagator reads the caller's trace context in Middleware. Nil means
+	// otel.GetTextMapPropagator() at the time of each request, so one set
+	// after New is used.
+	Propagator propagation.TextMapPropagator
 	// MaxLabelValues caps the distinct values of each metric attribute
 	// (dependency, operation, ...), as in observe/prom: later values are
 	// recorded as "other". Span attributes are not capped. Zero means 100;
-	// negative means no cap.
+	// a negative value is invalid.
 	MaxLabelValues int
 	// DurationBuckets are the explicit bucket boundaries, in seconds, of
-	// the duration histograms. Nil means 1 ms to 30 s.
+	// the duration histograms: finite and strictly increasing. Empty means
+	// 1 ms to 30 s.
 	DurationBuckets []float64
 	// RemainingBuckets are the bucket boundaries, in seconds, of
-	// guardrail.deadline.remaining. Nil means 10 ms to 60 s.
+	// guardrail.deadline.remaining: finite and strictly increasing. Empty
+	// means 10 ms to 60 s.
 	RemainingBuckets []float64
 }
 
-// Observer is a event.Observer that traces and measures guarded calls.
+// validate returns the error of the first invalid field of cfg, or nil.
+func (cfg *Config) validate() error {
+	if err := series.CheckMaxValues("otel", ErrInvalidConfig, cfg.MaxLabelValues); err != nil {
+		return err
+	}
+	if err := series.CheckBuckets("otel", ErrInvalidConfig, "Config.DurationBuckets", cfg.DurationBuckets); err != nil {
+		return err
+	}
+	return series.CheckBuckets("otel", ErrInvalidConfig, "Config.RemainingBuckets", cfg.RemainingBuckets)
+}
+
+// Observer is an event.Observer that traces and measures guarded calls.
 //
 // Traces: a span per call (CallSpanName) with a child span per attempt
 // (AttemptSpanName), so a call that was slow because the dependency was
@@ -93,9 +118,13 @@ type Config struct {
 // API, named so that the Prometheus translation of an OTLP export gives the
 // same names as observe/prom.
 //
+// Servers: Middleware joins each request to its caller's trace, so the
+// spans of the guarded calls a handler makes hang under the caller's.
+//
 // An Observer is safe for concurrent use.
 type Observer struct {
 	tracer  trace.Tracer
+	prop    propagation.TextMapPropagator // nil: the global one, per request
 	folders *series.Folders
 	gauges  *series.Gauges
 	reg     metric.Registration
@@ -140,9 +169,13 @@ type callAttrs struct {
 	retried *attrs // retry success (outcome ok) or retry exhausted
 }
 
-// New returns an Observer configured by cfg. It fails only if the meter
-// refuses an instrument.
+// New returns an Observer configured by cfg. It fails with an error that
+// Is ErrInvalidConfig and names the field when a field of cfg is invalid,
+// and with the meter's error when the meter refuses an instrument.
 func New(cfg Config) (*Observer, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	tp, mp := cfg.TracerProvider, cfg.MeterProvider
 	if tp == nil {
 		tp = gotel.GetTracerProvider()
@@ -151,16 +184,17 @@ func New(cfg Config) (*Observer, error) {
 		mp = gotel.GetMeterProvider()
 	}
 	durBuckets, remBuckets := cfg.DurationBuckets, cfg.RemainingBuckets
-	if durBuckets == nil {
+	if len(durBuckets) == 0 {
 		durBuckets = series.DurationBuckets
 	}
-	if remBuckets == nil {
+	if len(remBuckets) == 0 {
 		remBuckets = series.RemainingBuckets
 	}
 	meter := mp.Meter(ScopeName)
 	fs := series.NewFolders(cfg.MaxLabelValues)
 	o := &Observer{
 		tracer:  tp.Tracer(ScopeName),
+		prop:    cfg.Propagator,
 		folders: fs,
 		gauges:  series.NewGauges(fs),
 	}
@@ -209,8 +243,12 @@ func New(cfg Config) (*Observer, error) {
 	o.reg, err = meter.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
 		dep := func(d string) attribute.KeyValue { return attribute.String(series.LDependency, d) }
 		o.gauges.Collect(
-			func(d, s string, n float64) {
-				ob.ObserveInt64(state, int64(n), metric.WithAttributes(dep(d), attribute.String(series.LState, s)))
+			func(d, k, s string, n float64) {
+				if k == "" { // as an empty Prometheus label: absent
+					ob.ObserveInt64(state, int64(n), metric.WithAttributes(dep(d), attribute.String(series.LState, s)))
+					return
+				}
+				ob.ObserveInt64(state, int64(n), metric.WithAttributes(dep(d), attribute.String(series.LKey, k), attribute.String(series.LState, s)))
 			},
 			func(d string, n float64) { ob.ObserveFloat64(tokens, n, metric.WithAttributes(dep(d))) },
 			func(d string, in, lim float64) {
@@ -279,8 +317,8 @@ func (o *Observer) WatchLoad(dependency string, load func() (inFlight, limit int
 	o.gauges.WatchLoad(dependency, load, nil)
 }
 
-// Observe records e. It implements event.Observer: for EventCallStart
-// it returns a context carrying the call's span, for EventAttemptStart one
+// Observe records e. It implements event.Observer: for event.CallStart
+// it returns a context carrying the call's span, for event.AttemptStart one
 // carrying the attempt's span.
 func (o *Observer) Observe(ctx context.Context, e event.Event) context.Context {
 	dep, op := e.Dependency, e.Operation
@@ -454,6 +492,7 @@ type callCtx struct {
 	callState
 }
 
+// Value returns the call's state for stateKey, else the parent's value.
 func (c *callCtx) Value(key any) any {
 	if key == (stateKey{}) {
 		return &c.callState
@@ -553,11 +592,11 @@ func (o *Observer) WatchBreaker(dependency string, b *breaker.Breaker) {
 	o.gauges.WatchBreaker(dependency, b)
 }
 
-// WatchBreakerGroup reports the state of every breaker g holds, each under
-// its key as the dependency (as an HTTP transport names them), at every
-// collection. Breakers the group drops disappear from the next collection.
-// Past the label cap, keys fold to "other", whose gauge counts the breakers
-// in each state.
-func (o *Observer) WatchBreakerGroup(g *breaker.Group) {
-	o.gauges.WatchBreakerGroup(g)
+// WatchBreakerGroup reports the state of every breaker g holds at every
+// collection, under dependency with the breaker's group key as the key
+// attribute; pass "" for a client without a name, whose calls name each key
+// as a dependency of its own. See observe/prom's
+// Collector.WatchBreakerGroup.
+func (o *Observer) WatchBreakerGroup(dependency string, g *breaker.Group) {
+	o.gauges.WatchBreakerGroup(dependency, g)
 }

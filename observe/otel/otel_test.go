@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -41,7 +42,7 @@ func newFixture(t *testing.T, maxLabels int) *fixture {
 	f := &fixture{spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
 	f.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(f.spans))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(f.reader))
-	obs, err := gotel.New(gotel.Config{TracerProvider: f.tp, MeterProvider: mp, MaxLabelValues: maxLabels})
+	obs, err := gotel.New(gotel.Config{TracerProvider: f.tp, MeterProvider: mp, Propagator: propagation.TraceContext{}, MaxLabelValues: maxLabels})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,8 +199,8 @@ func TestAttemptTimeoutPhase(t *testing.T) {
 		if got := attempts[0].EndTime().Sub(attempts[0].StartTime()); got != 50*time.Millisecond {
 			t.Errorf("attempt 1 lasted %v, want 50ms", got)
 		}
-		if got := attr(attempts[1], gotel.AttrPhase); got.Type() != attribute.INVALID {
-			t.Errorf("attempt 2 has a timeout phase %v", got.Emit())
+		if got := attr(attempts[1], gotel.AttrPhase); got.Type() != attribute.EMPTY {
+			t.Errorf("attempt 2 has a timeout phase %v", got.String())
 		}
 		if got := attr(attempts[1], gotel.AttrBackoff).AsFloat64(); got != 10 {
 			t.Errorf("attempt 2 backoff = %v ms, want 10", got)
@@ -242,7 +243,7 @@ func TestRefusedRetryAndBreakerEvents(t *testing.T) {
 		if e.Name == gotel.TransitionSpanName {
 			got := map[attribute.Key]string{}
 			for _, a := range e.Attributes {
-				got[a.Key] = a.Value.Emit()
+				got[a.Key] = a.Value.String()
 			}
 			if got[gotel.AttrFrom] != "closed" || got[gotel.AttrTo] != "open" || got[gotel.AttrReason] == "" {
 				t.Errorf("transition event attributes = %v", got)
@@ -299,14 +300,14 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// TestHandlerJoinsCallerTrace: a guarded call made by a handler belongs to
-// the caller's trace.
-func TestHandlerJoinsCallerTrace(t *testing.T) {
+// TestMiddlewareJoinsCallerTrace: a guarded call made by a handler belongs
+// to the caller's trace.
+func TestMiddlewareJoinsCallerTrace(t *testing.T) {
 	f := newFixture(t, 0)
 	p := &guardrail.Policy{Name: "db", Observer: f.obs}
-	h := gotel.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := f.obs.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = guardrail.Do(r.Context(), p, func(context.Context) (int, error) { return 1, nil })
-	}), propagation.TraceContext{})
+	}))
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	req := httptest.NewRequest(http.MethodGet, "/", nil)
 	req.Header.Set("traceparent", "00-"+traceID+"-"+parentID+"-01")
@@ -416,7 +417,7 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) map[string]float64 {
 	id := func(s attribute.Set) string {
 		var kv []string
 		for _, a := range s.ToSlice() {
-			kv = append(kv, string(a.Key)+"="+a.Value.Emit())
+			kv = append(kv, string(a.Key)+"="+a.Value.String())
 		}
 		return "{" + strings.Join(kv, ",") + "}"
 	}
@@ -479,7 +480,7 @@ func TestPolicyBreakerTransitionSpan(t *testing.T) {
 			gotel.AttrDependency: "ledger", gotel.AttrFrom: "closed", gotel.AttrTo: "open",
 			gotel.AttrReason: "failure_rate", gotel.AttrCause: "failure rate 1 of 2 calls >= 0.5", gotel.AttrOpenFor: "5000",
 		} {
-			if got := attr(tr, k).Emit(); got != want {
+			if got := attr(tr, k).String(); got != want {
 				t.Errorf("transition %s = %q, want %q", k, got, want)
 			}
 		}
@@ -494,6 +495,56 @@ func TestPolicyBreakerTransitionSpan(t *testing.T) {
 			t.Errorf("third call events = %s", got)
 		}
 	})
+}
+
+// TestInvalidConfig: New refuses an invalid field with an error naming it
+// that Is ErrInvalidConfig.
+func TestInvalidConfig(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  gotel.Config
+		want string
+	}{
+		{gotel.Config{MaxLabelValues: -5}, "otel: Config.MaxLabelValues is -5; want 0 (the default, 100) or more"},
+		{gotel.Config{DurationBuckets: []float64{0.1, math.NaN()}}, "otel: Config.DurationBuckets is [0.1 NaN]; want finite boundaries in strictly increasing order, or none for the default"},
+		{gotel.Config{RemainingBuckets: []float64{1, math.Inf(1)}}, "otel: Config.RemainingBuckets is [1 +Inf]; want finite boundaries in strictly increasing order, or none for the default"},
+	} {
+		o, err := gotel.New(tc.cfg)
+		if o != nil || !errors.Is(err, gotel.ErrInvalidConfig) {
+			t.Errorf("New(%+v) = %v, %v; want nil and ErrInvalidConfig", tc.cfg, o, err)
+			continue
+		}
+		if err.Error() != tc.want {
+			t.Errorf("New(%+v): %q, want %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+// TestBreakerGroupUnderName: a group that splits a named dependency
+// reports each breaker under the name with its key; a transition event
+// under that name adds no second data point for the same breaker.
+func TestBreakerGroupUnderName(t *testing.T) {
+	f := newFixture(t, 0)
+	g := must(breaker.NewGroup(breaker.GroupConfig{}))
+	f.obs.WatchBreakerGroup("users", g)
+	g.Get("u1:443").ForceOpen()
+	f.obs.Observe(context.Background(), event.Event{Kind: event.BreakerTransition, Dependency: "users", From: "closed", To: "open", Reason: "forced_open"})
+	got := collect(t, f.reader)
+	want := map[string]float64{
+		"guardrail.breaker.state{dependency=users,key=u1:443,state=closed}":                      0,
+		"guardrail.breaker.state{dependency=users,key=u1:443,state=open}":                        1,
+		"guardrail.breaker.state{dependency=users,key=u1:443,state=half_open}":                   0,
+		"guardrail.breaker.transitions{dependency=users,from=closed,reason=forced_open,to=open}": 1,
+	}
+	for k, w := range want {
+		if g, ok := got[k]; !ok || g != w {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, w)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("unexpected %s = %v", k, got[k])
+		}
+	}
 }
 
 // must returns v, for constructors given a configuration the test knows is

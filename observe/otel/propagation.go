@@ -30,6 +30,7 @@ type transport struct {
 	p    propagation.TextMapPropagator
 }
 
+// RoundTrip sends req, or a clone of it carrying the trace context, to next.
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	p := t.p
 	if p == nil {
@@ -47,15 +48,16 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.next.RoundTrip(out)
 }
 
-// Handler returns an http.Handler that reads the caller's trace context
-// from the request headers with p and serves the request with it in its
-// context, so the spans of guarded calls the handler makes (and shedding or
-// idempotency events) join the caller's trace. It starts no span of its
-// own: use an HTTP server instrumentation for that, in which case it is not
-// needed. A nil p means otel.GetTextMapPropagator().
-func Handler(next http.Handler, p propagation.TextMapPropagator) http.Handler {
+// Middleware returns an http.Handler that reads the caller's trace context
+// from the request headers with Config.Propagator and serves the request
+// with it in its context, so the spans of guarded calls the handler makes
+// (and shedding or idempotency events) join the caller's trace. It starts
+// no span of its own: use an HTTP server instrumentation for that, in which
+// case it is not needed. Its method value composes with the other
+// server-side pieces: r.Use(tracing.Middleware, sh.Middleware).
+func (o *Observer) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		prop := p
+		prop := o.prop
 		if prop == nil {
 			prop = gotel.GetTextMapPropagator()
 		}

@@ -29,7 +29,7 @@ func BenchmarkDo(b *testing.B) {
 		benchDo(b, p)
 	})
 	b.Run("observer=prom", func(b *testing.B) {
-		c := prom.New(prom.Config{})
+		c := newCollector(b, prom.Config{})
 		prometheus.NewRegistry().MustRegister(c)
 		p := &guardrail.Policy{Name: "pricing", Observer: c}
 		benchDo(b, p)
@@ -48,7 +48,7 @@ func benchDo(b *testing.B, p *guardrail.Policy) {
 // call: the four events Do emits, without Do's clock reads. It should be
 // close to the difference between observer=prom and observer=nop above.
 func BenchmarkObserveSuccessPath(b *testing.B) {
-	c := prom.New(prom.Config{})
+	c := newCollector(b, prom.Config{})
 	ctx := context.Background()
 	ev := func(k event.Kind, outcome string) event.Event {
 		return event.Event{Kind: k, Dependency: "pricing", Operation: "GET /price", Attempt: 1, Outcome: outcome, Remaining: -1}

@@ -13,11 +13,15 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/observe/prom"
 )
 
 func Example() {
-	metrics := prom.New(prom.Config{})
+	metrics, err := prom.New(prom.Config{})
+	if err != nil {
+		panic(err)
+	}
 	reg := prometheus.NewRegistry() // or prometheus.DefaultRegisterer
 	reg.MustRegister(metrics)
 
@@ -42,6 +46,9 @@ func Example() {
 		for _, m := range f.GetMetric() {
 			var labels []string
 			for _, l := range m.GetLabel() {
+				if l.GetValue() == "" { // to PromQL, an empty label is no label
+					continue
+				}
 				labels = append(labels, l.GetName()+"="+l.GetValue())
 			}
 			fmt.Printf("%s{%s} %v\n", f.GetName(), strings.Join(labels, ","), m.GetCounter().GetValue()+m.GetGauge().GetValue())
@@ -57,4 +64,41 @@ func Example() {
 	// guardrail_retries_total{dependency=pricing,operation=GetPrice,reason=backoff} 1
 	// guardrail_retry_budget_tokens{dependency=pricing} 9
 	// guardrail_retry_success_total{dependency=pricing,operation=GetPrice} 1
+}
+
+// A guardhttp client named "users" keeps one breaker per host. Watching its
+// group under the client's name exports each breaker under the dependency
+// its calls report, with the host as the key, so calls, transitions and
+// state join on dependency.
+func ExampleCollector_WatchBreakerGroup() {
+	metrics, err := prom.New(prom.Config{})
+	if err != nil {
+		panic(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics)
+
+	hosts, err := breaker.NewGroup(breaker.GroupConfig{}) // in a client: transport.Breakers()
+	if err != nil {
+		panic(err)
+	}
+	metrics.WatchBreakerGroup("users", hosts)
+	hosts.Get("10.0.0.7:443")
+	hosts.Get("10.0.0.8:443").ForceOpen()
+
+	families, _ := reg.Gather()
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if m.GetGauge().GetValue() == 1 { // each breaker's current state
+				var labels []string
+				for _, l := range m.GetLabel() {
+					labels = append(labels, l.GetName()+"="+l.GetValue())
+				}
+				fmt.Printf("%s{%s}\n", f.GetName(), strings.Join(labels, ","))
+			}
+		}
+	}
+	// Output:
+	// guardrail_breaker_state{dependency=users,key=10.0.0.7:443,state=closed}
+	// guardrail_breaker_state{dependency=users,key=10.0.0.8:443,state=open}
 }

@@ -1,6 +1,7 @@
 package prom_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/guardhttp"
 	"github.com/guardrail-go/guardrail/observe/prom"
@@ -27,9 +29,12 @@ func TestCardinalityThroughGuardHTTP(t *testing.T) {
 	}))
 	defer srv.Close()
 	reg := prometheus.NewPedanticRegistry()
-	c := prom.New(prom.Config{})
+	c := newCollector(t, prom.Config{})
 	reg.MustRegister(c)
-	tr := guardhttp.NewTransport(srv.Client().Transport, guardhttp.Config{Name: "users", Observer: c, MaxAttempts: 2, Backoff: backoff.None()})
+	tr, err := guardhttp.NewTransport(srv.Client().Transport, guardhttp.Config{Name: "users", Observer: c, MaxAttempts: 2, Backoff: backoff.None()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	client := &http.Client{Transport: tr}
 	defer tr.CloseIdleConnections()
 
@@ -71,9 +76,12 @@ func TestGuardHTTPEventsAreCounted(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
 	defer srv.Close()
 	reg := prometheus.NewPedanticRegistry()
-	c := prom.New(prom.Config{})
+	c := newCollector(t, prom.Config{})
 	reg.MustRegister(c)
-	tr := guardhttp.NewTransport(srv.Client().Transport, guardhttp.Config{Name: "users", Observer: c})
+	tr, err := guardhttp.NewTransport(srv.Client().Transport, guardhttp.Config{Name: "users", Observer: c})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer tr.CloseIdleConnections()
 	for i := range 5 {
 		resp, err := (&http.Client{Transport: tr}).Get(fmt.Sprintf("%s/u/%d", srv.URL, i))
@@ -93,4 +101,45 @@ func TestGuardHTTPEventsAreCounted(t *testing.T) {
 	if total != 5 {
 		t.Fatalf("calls counted %v (%v), want 5", total, calls)
 	}
+}
+
+// TestGuardHTTPOneDependencyPerBreaker: a named client's breaker is one
+// guardrail_breaker_state series under the client's name, with the host as
+// its key, whether its state comes from the watched group or from the
+// transition the transport reports; calls, transitions and the state join
+// on dependency.
+func TestGuardHTTPOneDependencyPerBreaker(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	reg := prometheus.NewPedanticRegistry()
+	c := newCollector(t, prom.Config{})
+	reg.MustRegister(c)
+	tr, err := guardhttp.NewTransport(srv.Client().Transport, guardhttp.Config{Name: "users", Observer: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.CloseIdleConnections()
+	c.WatchBreakerGroup("users", tr.Breakers())
+	client := &http.Client{Transport: tr}
+
+	resp, err := client.Get(srv.URL + "/u/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	tr.Breakers().Get(host).ForceOpen() // the transport reports the transition under "users"
+	if _, err := client.Get(srv.URL + "/u/2"); !errors.Is(err, guardrail.ErrCircuitOpen) {
+		t.Fatalf("call on the open breaker: %v, want ErrCircuitOpen", err)
+	}
+
+	got := samples(t, reg)
+	diff(t, only(got, "guardrail_breaker_state", "guardrail_breaker_transitions_total", "guardrail_calls_total"), map[string]float64{
+		`guardrail_breaker_state{dependency="users",key="` + host + `",state="closed"}`:                        0,
+		`guardrail_breaker_state{dependency="users",key="` + host + `",state="open"}`:                          1,
+		`guardrail_breaker_state{dependency="users",key="` + host + `",state="half_open"}`:                     0,
+		`guardrail_breaker_transitions_total{dependency="users",from="closed",reason="forced_open",to="open"}`: 1,
+		`guardrail_calls_total{dependency="users",operation="",outcome="ok"}`:                                  1,
+		`guardrail_calls_total{dependency="users",operation="",outcome="circuit_open"}`:                        1,
+	})
 }

@@ -3,7 +3,11 @@ package prom
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sort"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/guardrail-go/guardrail/event"
 
@@ -22,12 +26,21 @@ const Other = series.Other
 // DefaultMaxLabelValues is the default cap of distinct values per label.
 const DefaultMaxLabelValues = series.DefaultMaxValues
 
-// Config configures a Collector. The zero Config is valid.
+// ErrInvalidConfig is the error every invalid Config field Is. The error
+// New returns names the field, what it held and what is allowed.
+var ErrInvalidConfig = errors.New("prom: invalid Config")
+
+// Config configures a Collector. The zero Config is valid. A Config is a
+// plain value: New reads it once and keeps its own copy of what it needs,
+// so changing it afterwards has no effect.
 type Config struct {
 	// ConstLabels are added to every series, for labels that are fixed for
-	// the process, such as {"region": "eu-west-1"}. Nil means none.
-	// Registering a Collector fails if one is named like a guardrail label
-	// (dependency, operation, ...) or is not a valid label name.
+	// the process, such as {"region": "eu-west-1"}. Nil means none. A name
+	// must be a valid Prometheus label name (letters, digits and
+	// underscores, not starting with a digit or "__"), must not be one of
+	// guardrail's labels (dependency, key, operation, outcome, reason,
+	// phase, priority, state, from, to) or "le", and a value must be valid
+	// UTF-8.
 	ConstLabels prometheus.Labels
 
 	// MaxLabelValues caps the distinct values of each label (dependency,
@@ -35,21 +48,79 @@ type Config struct {
 	// kept and every later one is exported as "other", so a raw URL path
 	// or user ID passed as an operation cannot grow the series without
 	// bound. Values longer than 128 bytes or not valid UTF-8 are always
-	// "other". Zero means DefaultMaxLabelValues (100); negative means no cap.
+	// "other". Zero means DefaultMaxLabelValues (100); a negative value is
+	// invalid.
 	MaxLabelValues int
 
 	// DurationBuckets are the histogram buckets, in seconds, of call,
-	// attempt and queue durations. Nil means 1 ms to 30 s.
+	// attempt and queue durations: finite and strictly increasing. Empty
+	// means 1 ms to 30 s.
 	DurationBuckets []float64
 
 	// RemainingBuckets are the histogram buckets, in seconds, of the time
-	// left on the deadline when an attempt starts. Nil means 10 ms to 60 s.
+	// left on the deadline when an attempt starts: finite and strictly
+	// increasing. Empty means 10 ms to 60 s.
 	RemainingBuckets []float64
 }
 
+// validate returns the error of the first invalid field of cfg, or nil.
+func (cfg *Config) validate() error {
+	if err := series.CheckMaxValues("prom", ErrInvalidConfig, cfg.MaxLabelValues); err != nil {
+		return err
+	}
+	if err := series.CheckBuckets("prom", ErrInvalidConfig, "Config.DurationBuckets", cfg.DurationBuckets); err != nil {
+		return err
+	}
+	if err := series.CheckBuckets("prom", ErrInvalidConfig, "Config.RemainingBuckets", cfg.RemainingBuckets); err != nil {
+		return err
+	}
+	reserved := map[string]bool{"le": true}
+	for _, d := range series.All {
+		for _, l := range d.Labels {
+			reserved[l] = true
+		}
+	}
+	names := make([]string, 0, len(cfg.ConstLabels))
+	for name := range cfg.ConstLabels {
+		names = append(names, name)
+	}
+	sort.Strings(names) // report the same field on every run
+	for _, name := range names {
+		invalid := func(value, want string) error {
+			return &series.ConfigError{Pkg: "prom", Field: fmt.Sprintf("Config.ConstLabels[%q]", name), Value: value, Want: want, Sentinel: ErrInvalidConfig}
+		}
+		switch {
+		case !labelName(name):
+			return invalid("set", "label names of letters, digits and underscores, not starting with a digit or \"__\"")
+		case reserved[name]:
+			return invalid("set", "a name guardrail's series do not use")
+		case !utf8.ValidString(cfg.ConstLabels[name]):
+			return invalid(fmt.Sprintf("%q", cfg.ConstLabels[name]), "a valid UTF-8 value")
+		}
+	}
+	return nil
+}
+
+// labelName reports whether s is a label name every Prometheus version
+// accepts and that is not reserved for Prometheus' own use.
+func labelName(s string) bool {
+	if s == "" || len(s) >= 2 && s[:2] == "__" {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r == '_', 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z':
+		case '0' <= r && r <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // Collector turns guardrail events into the guardrail_* series listed in
-// docs/metrics.md. It is both a event.Observer (set it as
-// Policy.Observer, or combine it with guardrail.Observers) and a
+// docs/metrics.md. It is both an event.Observer (set it as
+// Policy.Observer, or combine it with event.Join) and a
 // prometheus.Collector (register it once). Gauges of state that events
 // report only when it changes (breaker state, budget tokens, shedder load)
 // are read at scrape time from the components given to the Watch methods,
@@ -129,15 +200,19 @@ type attemptSeries struct {
 	dur   prometheus.Observer
 }
 
-// New returns a Collector configured by cfg. Register it with a
-// prometheus.Registerer before the first scrape.
-func New(cfg Config) *Collector {
+// New returns a Collector configured by cfg, or an error that Is
+// ErrInvalidConfig and names the first invalid field. Register the
+// Collector with a prometheus.Registerer before the first scrape.
+func New(cfg Config) (*Collector, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	durBuckets := cfg.DurationBuckets
-	if durBuckets == nil {
+	if len(durBuckets) == 0 {
 		durBuckets = series.DurationBuckets
 	}
 	remBuckets := cfg.RemainingBuckets
-	if remBuckets == nil {
+	if len(remBuckets) == 0 {
 		remBuckets = series.RemainingBuckets
 	}
 	c := &Collector{folders: series.NewFolders(cfg.MaxLabelValues)}
@@ -215,7 +290,7 @@ func New(cfg Config) *Collector {
 	c.queueC = series.NewCache(series.QueueWait, fs, func(lv []string) prometheus.Observer {
 		return c.queueWait.WithLabelValues(lv...)
 	})
-	return c
+	return c, nil
 }
 
 // Observe records e. It implements event.Observer and returns ctx
@@ -270,11 +345,12 @@ func (c *Collector) Observe(ctx context.Context, e event.Event) context.Context 
 
 // WatchBreakerState exports the state of a breaker of dependency from the
 // first scrape on: state is called at every scrape and returns "closed",
-// "open" or "half_open" (breaker.State's String). A watched dependency's
-// gauge ignores transition events, which only count transitions. Watching
-// the same dependency again adds a breaker: past the label cap, or for a
-// group of breakers under one name, guardrail_breaker_state counts the
-// breakers in each state.
+// "open" or "half_open" (breaker.State's String), and the key label is
+// empty. A watched dependency's gauge ignores transition events, which only
+// count transitions. Watching the same dependency again adds a breaker:
+// past the label cap, guardrail_breaker_state counts the breakers in each
+// state. For a breaker.Group use WatchBreakerGroup, which labels each
+// breaker with its key.
 func (c *Collector) WatchBreakerState(dependency string, state func() string) {
 	c.gauges.WatchBreakerState(dependency, state, nil)
 }
@@ -316,8 +392,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		v.Collect(ch)
 	}
 	c.gauges.Collect(
-		func(dep, state string, n float64) {
-			ch <- prometheus.MustNewConstMetric(c.stateDesc, prometheus.GaugeValue, n, dep, state)
+		func(dep, key, state string, n float64) {
+			ch <- prometheus.MustNewConstMetric(c.stateDesc, prometheus.GaugeValue, n, dep, key, state)
 		},
 		func(dep string, n float64) {
 			ch <- prometheus.MustNewConstMetric(c.tokensDesc, prometheus.GaugeValue, n, dep)
@@ -343,11 +419,18 @@ func (c *Collector) WatchBreaker(dependency string, b *breaker.Breaker) {
 	c.gauges.WatchBreaker(dependency, b)
 }
 
-// WatchBreakerGroup reports the state of every breaker g holds, each under
-// its key as the dependency (as an HTTP transport names them), at every
-// collection. Breakers the group drops disappear from the next collection.
-// Past the label cap, keys fold to "other", whose gauge counts the breakers
-// in each state.
-func (c *Collector) WatchBreakerGroup(g *breaker.Group) {
-	c.gauges.WatchBreakerGroup(g)
+// WatchBreakerGroup reports the state of every breaker g holds at every
+// collection, under the dependency its calls name, with the breaker's
+// group key in the key label. Pass the name the calls report: an HTTP
+// client's guardhttp Config.Name, whose transport splits that dependency by
+// host (or by its Config.Key). For a client without a name, whose calls
+// name each key as a dependency of its own, pass "": each breaker is then
+// exported under its key as the dependency, with an empty key label.
+//
+// A dependency watched this way takes no breaker state from transition
+// events, so one breaker is one series. Breakers the group drops
+// disappear from the next collection. Past the label cap, keys fold to
+// "other", whose gauge counts the breakers in each state.
+func (c *Collector) WatchBreakerGroup(dependency string, g *breaker.Group) {
+	c.gauges.WatchBreakerGroup(dependency, g)
 }

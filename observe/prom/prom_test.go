@@ -99,7 +99,7 @@ var errUnavailable = errors.New("503 service unavailable")
 func TestWorkload(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reg := prometheus.NewPedanticRegistry()
-		c := prom.New(prom.Config{ConstLabels: prometheus.Labels{"region": "eu"}})
+		c := newCollector(t, prom.Config{ConstLabels: prometheus.Labels{"region": "eu"}})
 		reg.MustRegister(c)
 
 		inventory := &guardrail.Policy{
@@ -241,7 +241,7 @@ func TestWorkload(t *testing.T) {
 func TestBreakerTrip(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reg := prometheus.NewPedanticRegistry()
-		c := prom.New(prom.Config{})
+		c := newCollector(t, prom.Config{})
 		reg.MustRegister(c)
 		p := &guardrail.Policy{
 			Name: "payments", MaxAttempts: 1, Observer: c,
@@ -250,9 +250,9 @@ func TestBreakerTrip(t *testing.T) {
 		c.WatchPolicy(p)
 		state := func(closed, open, halfOpen float64) map[string]float64 {
 			return map[string]float64{
-				`guardrail_breaker_state{dependency="payments",state="closed"}`:    closed,
-				`guardrail_breaker_state{dependency="payments",state="open"}`:      open,
-				`guardrail_breaker_state{dependency="payments",state="half_open"}`: halfOpen,
+				`guardrail_breaker_state{dependency="payments",key="",state="closed"}`:    closed,
+				`guardrail_breaker_state{dependency="payments",key="",state="open"}`:      open,
+				`guardrail_breaker_state{dependency="payments",key="",state="half_open"}`: halfOpen,
 			}
 		}
 		diff(t, only(samples(t, reg), "guardrail_breaker_state"), state(1, 0, 0))
@@ -296,28 +296,39 @@ func TestBreakerTrip(t *testing.T) {
 	})
 }
 
-// TestBreakerGroupAndEvents: a watched group exports one gauge per key; a
-// dependency nobody watches gets its gauge from transition events.
+// TestBreakerGroupAndEvents: a group watched without a name exports its
+// breakers under their keys as dependencies; a group watched under a name
+// exports them under it, each with its key; a dependency nobody watches
+// gets its gauge from transition events.
 func TestBreakerGroupAndEvents(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	c := prom.New(prom.Config{})
+	c := newCollector(t, prom.Config{})
 	reg.MustRegister(c)
-	g := must(breaker.NewGroup(breaker.GroupConfig{}))
-	c.WatchBreakerGroup(g)
-	g.Get("a.internal")
-	g.Get("b.internal").ForceOpen()
+	hosts := must(breaker.NewGroup(breaker.GroupConfig{}))
+	c.WatchBreakerGroup("", hosts)
+	hosts.Get("a.internal")
+	hosts.Get("b.internal").ForceOpen()
+	users := must(breaker.NewGroup(breaker.GroupConfig{}))
+	c.WatchBreakerGroup("users", users)
+	users.Get("u1.internal:443").ForceOpen()
 	c.Observe(context.Background(), event.Event{Kind: event.BreakerTransition, Dependency: "ledger", From: "closed", To: "open", Reason: "failure_rate"})
 	c.Observe(context.Background(), event.Event{Kind: event.BreakerTransition, Dependency: "ledger", From: "open", To: "half_open", Reason: "open_elapsed"})
+	// The transition of users' breaker as a transport reports it: under
+	// the dependency's name, without the key. It must not add a series.
+	c.Observe(context.Background(), event.Event{Kind: event.BreakerTransition, Dependency: "users", From: "closed", To: "open", Reason: "forced_open"})
 	diff(t, only(samples(t, reg), "guardrail_breaker_state"), map[string]float64{
-		`guardrail_breaker_state{dependency="a.internal",state="closed"}`:    1,
-		`guardrail_breaker_state{dependency="a.internal",state="open"}`:      0,
-		`guardrail_breaker_state{dependency="a.internal",state="half_open"}`: 0,
-		`guardrail_breaker_state{dependency="b.internal",state="closed"}`:    0,
-		`guardrail_breaker_state{dependency="b.internal",state="open"}`:      1,
-		`guardrail_breaker_state{dependency="b.internal",state="half_open"}`: 0,
-		`guardrail_breaker_state{dependency="ledger",state="closed"}`:        0,
-		`guardrail_breaker_state{dependency="ledger",state="open"}`:          0,
-		`guardrail_breaker_state{dependency="ledger",state="half_open"}`:     1,
+		`guardrail_breaker_state{dependency="a.internal",key="",state="closed"}`:              1,
+		`guardrail_breaker_state{dependency="a.internal",key="",state="open"}`:                0,
+		`guardrail_breaker_state{dependency="a.internal",key="",state="half_open"}`:           0,
+		`guardrail_breaker_state{dependency="b.internal",key="",state="closed"}`:              0,
+		`guardrail_breaker_state{dependency="b.internal",key="",state="open"}`:                1,
+		`guardrail_breaker_state{dependency="b.internal",key="",state="half_open"}`:           0,
+		`guardrail_breaker_state{dependency="ledger",key="",state="closed"}`:                  0,
+		`guardrail_breaker_state{dependency="ledger",key="",state="open"}`:                    0,
+		`guardrail_breaker_state{dependency="ledger",key="",state="half_open"}`:               1,
+		`guardrail_breaker_state{dependency="users",key="u1.internal:443",state="closed"}`:    0,
+		`guardrail_breaker_state{dependency="users",key="u1.internal:443",state="open"}`:      1,
+		`guardrail_breaker_state{dependency="users",key="u1.internal:443",state="half_open"}`: 0,
 	})
 }
 
@@ -325,7 +336,7 @@ func TestBreakerGroupAndEvents(t *testing.T) {
 // admission, idempotency and bulkheads.
 func TestServerEvents(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	c := prom.New(prom.Config{})
+	c := newCollector(t, prom.Config{})
 	reg.MustRegister(c)
 	ctx := context.Background()
 	for range 3 {
@@ -365,7 +376,7 @@ func TestServerEvents(t *testing.T) {
 func TestCardinality(t *testing.T) {
 	const maxValues = 20
 	reg := prometheus.NewPedanticRegistry()
-	c := prom.New(prom.Config{MaxLabelValues: maxValues})
+	c := newCollector(t, prom.Config{MaxLabelValues: maxValues})
 	reg.MustRegister(c)
 	p := &guardrail.Policy{Name: "users", Observer: c}
 	run := func(from int) {
@@ -405,7 +416,7 @@ func TestCardinality(t *testing.T) {
 // are obviously not names become "other".
 func TestUnfitLabelValues(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	c := prom.New(prom.Config{})
+	c := newCollector(t, prom.Config{})
 	reg.MustRegister(c)
 	for _, op := range []string{"\xff\xfe", strings.Repeat("a", 500)} {
 		c.Observe(context.Background(), event.Event{Kind: event.CallEnd, Dependency: "x", Operation: op, Outcome: event.OutcomeOK})
@@ -419,7 +430,7 @@ func TestUnfitLabelValues(t *testing.T) {
 // race detector).
 func TestConcurrentObserveAndScrape(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	c := prom.New(prom.Config{MaxLabelValues: 5})
+	c := newCollector(t, prom.Config{MaxLabelValues: 5})
 	reg.MustRegister(c)
 	c.WatchBreakerState("a", func() string { return "closed" })
 	done := make(chan struct{})
@@ -455,7 +466,7 @@ func FuzzObserve(f *testing.F) {
 	f.Add(uint8(event.CallEnd), "pricing", "GET /x", "ok", "backoff", "attempt", "batch", "closed", "open")
 	f.Add(uint8(event.Shed), "\xff", strings.Repeat("z", 200), "", "capacity", "", "", "", "")
 	f.Add(uint8(event.BreakerTransition), "other", "other", "other", "other", "other", "other", "weird", "")
-	c := prom.New(prom.Config{MaxLabelValues: 10})
+	c := newCollector(f, prom.Config{MaxLabelValues: 10})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 	f.Fuzz(func(t *testing.T, kind uint8, dep, op, outcome, reason, phase, priority, from, to string) {
@@ -473,7 +484,7 @@ func FuzzObserve(f *testing.F) {
 
 // TestSeriesNames: Describe announces exactly the documented families.
 func TestSeriesNames(t *testing.T) {
-	names := registeredNames(prom.New(prom.Config{}))
+	names := registeredNames(newCollector(t, prom.Config{}))
 	sort.Strings(names)
 	if len(names) != 22 {
 		t.Errorf("%d series families: %v", len(names), names)
@@ -502,7 +513,7 @@ func registeredNames(c prometheus.Collector) []string {
 // requests may fill only part of the limit, so the third one is shed.
 func TestShedder(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	c := prom.New(prom.Config{})
+	c := newCollector(t, prom.Config{})
 	reg.MustRegister(c)
 	s, err := shed.New(shed.Config{Name: "api", Limit: 4, Shares: map[shed.Priority]float64{shed.Sheddable: 0.5}, Observer: c})
 	if err != nil {
@@ -534,6 +545,49 @@ func TestShedder(t *testing.T) {
 	diff(t, only(samples(t, reg), "guardrail_shed_in_flight"), map[string]float64{
 		`guardrail_shed_in_flight{dependency="api"}`: 0,
 	})
+}
+
+// newCollector returns prom.New(cfg), failing the test on an error.
+func newCollector(t testing.TB, cfg prom.Config) *prom.Collector {
+	t.Helper()
+	c, err := prom.New(cfg)
+	if err != nil {
+		t.Fatalf("prom.New: %v", err)
+	}
+	return c
+}
+
+// TestInvalidConfig: every invalid field is refused by New with an error
+// that names it, says what it held and what is allowed, and Is
+// ErrInvalidConfig; nothing is replaced by a default.
+func TestInvalidConfig(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  prom.Config
+		want string
+	}{
+		{prom.Config{MaxLabelValues: -1}, "prom: Config.MaxLabelValues is -1; want 0 (the default, 100) or more"},
+		{prom.Config{DurationBuckets: []float64{0.1, 0.05}}, "prom: Config.DurationBuckets is [0.1 0.05]; want finite boundaries in strictly increasing order, or none for the default"},
+		{prom.Config{RemainingBuckets: []float64{1, 1}}, "prom: Config.RemainingBuckets is [1 1]; want finite boundaries in strictly increasing order, or none for the default"},
+		{prom.Config{ConstLabels: prometheus.Labels{"dependency": "x"}}, `prom: Config.ConstLabels["dependency"] is set; want a name guardrail's series do not use`},
+		{prom.Config{ConstLabels: prometheus.Labels{"le": "x"}}, `prom: Config.ConstLabels["le"] is set; want a name guardrail's series do not use`},
+		{prom.Config{ConstLabels: prometheus.Labels{"1region": "x"}}, `prom: Config.ConstLabels["1region"] is set; want label names of letters, digits and underscores, not starting with a digit or "__"`},
+		{prom.Config{ConstLabels: prometheus.Labels{"__name": "x"}}, `prom: Config.ConstLabels["__name"] is set; want label names of letters, digits and underscores, not starting with a digit or "__"`},
+		{prom.Config{ConstLabels: prometheus.Labels{"region": "\xff"}}, `prom: Config.ConstLabels["region"] is "\xff"; want a valid UTF-8 value`},
+	} {
+		c, err := prom.New(tc.cfg)
+		if c != nil || !errors.Is(err, prom.ErrInvalidConfig) {
+			t.Errorf("New(%+v) = %v, %v; want nil and ErrInvalidConfig", tc.cfg, c, err)
+			continue
+		}
+		if err.Error() != tc.want {
+			t.Errorf("New(%+v): %q, want %q", tc.cfg, err, tc.want)
+		}
+	}
+	// Empty bucket lists are the defaults; a valid ConstLabel registers.
+	c := newCollector(t, prom.Config{DurationBuckets: []float64{}, ConstLabels: prometheus.Labels{"region_2": "eu"}})
+	if err := prometheus.NewPedanticRegistry().Register(c); err != nil {
+		t.Errorf("Register: %v", err)
+	}
 }
 
 // must returns v, for constructors given a configuration the test knows is

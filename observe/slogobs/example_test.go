@@ -20,15 +20,18 @@ func Example() {
 			return a
 		},
 	}))
-	obs := slogobs.New(slogobs.Config{
+	obs, err := slogobs.New(slogobs.Config{
 		Logger: logger,
 		BreakerConfig: func(dependency string) slog.Value {
 			return slog.GroupValue(slog.Float64("failure_rate", 0.5), slog.Int("min_requests", 20), slog.Duration("open_for", 30*time.Second))
 		},
 	})
+	if err != nil {
+		panic(err)
+	}
 	defer obs.Close() // writes the summaries of bursts in progress
 
-	// Set it as a Policy's Observer (with guardrail.Observers to combine
+	// Set it as a Policy's Observer (with event.Join to combine
 	// it with metrics); here, events as the breaker and the shedder send them.
 	ctx := context.Background()
 	obs.Observe(ctx, event.Event{

@@ -4,6 +4,7 @@ package slogobs
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sort"
 	"sync"
@@ -26,6 +27,7 @@ const (
 	MsgBulkheadReject    = "guardrail: calls rejected by bulkhead"
 	MsgBudgetExhausted   = "guardrail: retries refused by budget"
 	MsgStoreError        = "guardrail: idempotency store failing"
+	MsgOutcomeUnknown    = "guardrail: idempotency outcome unknown"
 	MsgRetry             = "guardrail: retry"
 	MsgRetryRefused      = "guardrail: retry refused"
 	MsgTimeout           = "guardrail: timeout"
@@ -40,7 +42,14 @@ const (
 	BurstEnd     = "end"     // a whole interval without rejection: the burst is over
 )
 
-// Config configures an Observer. The zero Config is valid.
+// ErrInvalidConfig is the error every invalid Config field Is. The error
+// New returns names the field, what it held and what is allowed.
+var ErrInvalidConfig = errors.New("slogobs: invalid Config")
+
+// Config configures an Observer. The zero Config is valid. A Config is a
+// plain value: New reads it once, so changing it afterwards has no effect;
+// the Logger and BreakerConfig it holds are called from many goroutines and
+// must be safe for concurrent use.
 type Config struct {
 	// Logger receives the records. Nil means slog.Default() at the time
 	// of each record.
@@ -50,7 +59,8 @@ type Config struct {
 	// record at its start, then at most one per Interval per dependency
 	// and kind of rejection while it lasts, and one when a whole Interval
 	// passed without any. Zero means DefaultInterval (10 s); a negative
-	// value means 1 s.
+	// value is invalid (a burst always needs an interval to be summarised
+	// over).
 	Interval time.Duration
 
 	// BreakerConfig returns the effective configuration of the breaker of
@@ -58,11 +68,11 @@ type Config struct {
 	// Nil means no configuration is logged. breaker.Config implements
 	// slog.LogValuer, so for a policy's breaker this is
 	//
-	//	func(string) slog.Value { return p.CircuitBreaker().Config().LogValue() }
+	//	func(string) slog.Value { return p.BreakerInUse().Config().LogValue() }
 	BreakerConfig func(dependency string) slog.Value
 }
 
-// Observer is a event.Observer that logs with log/slog:
+// Observer is an event.Observer that logs with log/slog:
 //
 //   - each breaker transition, with its reason (a fixed set), its cause in
 //     words with the numbers that decided it ("failure rate 0.55 of 20
@@ -70,7 +80,10 @@ type Config struct {
 //     configuration from Config.BreakerConfig: at Warn when the breaker
 //     opens, at Info otherwise;
 //   - bursts of rejections (load shed, breaker rejections, full bulkheads,
-//     retries refused by the budget, idempotency store errors) summarised
+//     retries refused by the budget, idempotency store errors, and requests
+//     whose outcome the idempotency middleware could not know because the
+//     handler panicked or took the connection: their keys answer 500 until
+//     they expire) summarised
 //     per dependency, never one line per rejected request: a record when
 //     the burst starts, at most one per Config.Interval with the counts by
 //     reason (and priority), and one when it ends;
@@ -95,9 +108,13 @@ type Observer struct {
 	written *sync.Cond // signalled when writing drops to 0; uses mu
 }
 
+// burstKey is a kind of rejection of one dependency. Idempotency
+// decisions of two reasons (store errors, unknown outcomes) are bursts of
+// their own.
 type burstKey struct {
-	kind event.Kind
-	dep  string
+	kind   event.Kind
+	reason string // for event.Idempotency only
+	dep    string
 }
 
 // burst counts the rejections of one kind for one dependency.
@@ -115,14 +132,16 @@ type burst struct {
 	timer       *time.Timer
 }
 
-// New returns an Observer configured by cfg.
-func New(cfg Config) *Observer {
+// New returns an Observer configured by cfg, or an error that Is
+// ErrInvalidConfig and names the invalid field.
+func New(cfg Config) (*Observer, error) {
 	iv := cfg.Interval
 	switch {
 	case iv == 0:
 		iv = DefaultInterval
 	case iv < 0:
-		iv = time.Second
+		return nil, &series.ConfigError{Pkg: "slogobs", Field: "Config.Interval", Value: iv.String(),
+			Want: "0 (the default, 10s) or more", Sentinel: ErrInvalidConfig}
 	}
 	o := &Observer{
 		logger:        cfg.Logger,
@@ -132,7 +151,7 @@ func New(cfg Config) *Observer {
 		bursts:        make(map[burstKey]*burst),
 	}
 	o.written = sync.NewCond(&o.mu)
-	return o
+	return o, nil
 }
 
 func (o *Observer) log() *slog.Logger {
@@ -151,7 +170,7 @@ func (o *Observer) Observe(ctx context.Context, e event.Event) context.Context {
 	case event.Shed, event.BreakerReject, event.BulkheadReject, event.BudgetExhausted:
 		o.reject(ctx, &e)
 	case event.Idempotency:
-		if e.Reason == event.ReasonStoreError {
+		if e.Reason == event.ReasonStoreError || e.Reason == event.ReasonOutcomeUnknown {
 			o.reject(ctx, &e)
 			break
 		}
@@ -213,7 +232,10 @@ func (o *Observer) transition(ctx context.Context, e *event.Event) {
 }
 
 func (o *Observer) reject(ctx context.Context, e *event.Event) {
-	k := burstKey{e.Kind, o.deps.Fold(e.Dependency)}
+	k := burstKey{kind: e.Kind, dep: o.deps.Fold(e.Dependency)}
+	if e.Kind == event.Idempotency {
+		k.reason = e.Reason
+	}
 	now := time.Now()
 	o.mu.Lock()
 	if o.closed {
@@ -346,7 +368,13 @@ func (o *Observer) Close() error {
 	o.mu.Unlock()
 	sort.Slice(pending, func(i, j int) bool {
 		a, b := pending[i].key, pending[j].key
-		return a.kind < b.kind || a.kind == b.kind && a.dep < b.dep
+		if a.kind != b.kind {
+			return a.kind < b.kind
+		}
+		if a.reason != b.reason {
+			return a.reason < b.reason
+		}
+		return a.dep < b.dep
 	})
 	for _, s := range pending {
 		o.logSummary(context.Background(), s)
@@ -354,8 +382,8 @@ func (o *Observer) Close() error {
 	return nil
 }
 
-func kindMessage(k event.Kind) (string, slog.Level) {
-	switch k {
+func kindMessage(k burstKey) (string, slog.Level) {
+	switch k.kind {
 	case event.Shed:
 		return MsgShed, slog.LevelWarn
 	case event.BreakerReject:
@@ -364,13 +392,15 @@ func kindMessage(k event.Kind) (string, slog.Level) {
 		return MsgBulkheadReject, slog.LevelWarn
 	case event.BudgetExhausted:
 		return MsgBudgetExhausted, slog.LevelWarn
-	default:
-		return MsgStoreError, slog.LevelError
 	}
+	if k.reason == event.ReasonOutcomeUnknown {
+		return MsgOutcomeUnknown, slog.LevelWarn
+	}
+	return MsgStoreError, slog.LevelError
 }
 
 func (o *Observer) logStart(ctx context.Context, k burstKey, e *event.Event) {
-	msg, level := kindMessage(k.kind)
+	msg, level := kindMessage(k)
 	attrs := []slog.Attr{
 		slog.String("dependency", e.Dependency),
 		slog.String("burst", BurstStart),
@@ -395,7 +425,7 @@ func (o *Observer) logStart(ctx context.Context, k burstKey, e *event.Event) {
 }
 
 func (o *Observer) logSummary(ctx context.Context, s summary) {
-	msg, level := kindMessage(s.key.kind)
+	msg, level := kindMessage(s.key)
 	if s.phase == BurstEnd {
 		level = slog.LevelInfo
 	}

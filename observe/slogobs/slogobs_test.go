@@ -75,7 +75,7 @@ func expect(t *testing.T, got []string, want ...string) {
 
 func TestBreakerTransition(t *testing.T) {
 	rec := &recorder{level: slog.LevelInfo}
-	o := slogobs.New(slogobs.Config{
+	o := newObserver(t, slogobs.Config{
 		Logger: slog.New(rec),
 		BreakerConfig: func(dep string) slog.Value {
 			return slog.GroupValue(slog.Float64("failure_rate", 0.5), slog.Int("min_requests", 20), slog.Duration("open", 30*time.Second))
@@ -98,7 +98,7 @@ func TestBreakerTransition(t *testing.T) {
 func TestShedBurst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{level: slog.LevelInfo}
-		o := slogobs.New(slogobs.Config{Logger: slog.New(rec), Interval: 10 * time.Second})
+		o := newObserver(t, slogobs.Config{Logger: slog.New(rec), Interval: 10 * time.Second})
 		ctx := context.Background()
 		shed := func(i int) event.Event {
 			e := event.Event{Kind: event.Shed, Dependency: "api", Operation: "POST /orders",
@@ -142,7 +142,7 @@ func TestShedBurst(t *testing.T) {
 func TestBurstsPerDependencyAndKind(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{level: slog.LevelInfo}
-		o := slogobs.New(slogobs.Config{Logger: slog.New(rec)})
+		o := newObserver(t, slogobs.Config{Logger: slog.New(rec)})
 		ctx := context.Background()
 		for range 3 {
 			o.Observe(ctx, event.Event{Kind: event.BreakerReject, Dependency: "a", Delay: time.Second})
@@ -176,7 +176,7 @@ func TestDebugRecords(t *testing.T) {
 	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
 		synctest.Test(t, func(t *testing.T) {
 			rec := &recorder{level: level}
-			o := slogobs.New(slogobs.Config{Logger: slog.New(rec)})
+			o := newObserver(t, slogobs.Config{Logger: slog.New(rec)})
 			defer o.Close()
 			p := &guardrail.Policy{Name: "search", Idempotent: true, MaxAttempts: 2, Backoff: backoff.Constant(time.Millisecond), Observer: o}
 			_, _ = guardrail.Do(event.WithOperation(context.Background(), "Find"), p, func(context.Context) (int, error) {
@@ -200,7 +200,7 @@ func TestDebugRecords(t *testing.T) {
 func TestConcurrent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{level: slog.LevelInfo}
-		o := slogobs.New(slogobs.Config{Logger: slog.New(rec), Interval: time.Second})
+		o := newObserver(t, slogobs.Config{Logger: slog.New(rec), Interval: time.Second})
 		var wg sync.WaitGroup
 		for g := range 4 {
 			wg.Go(func() {
@@ -237,7 +237,7 @@ func TestConcurrent(t *testing.T) {
 func TestPolicyBreakerTrip(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{level: slog.LevelInfo}
-		o := slogobs.New(slogobs.Config{Logger: slog.New(rec)})
+		o := newObserver(t, slogobs.Config{Logger: slog.New(rec)})
 		p := &guardrail.Policy{
 			Name: "ledger", MaxAttempts: 1, Observer: o,
 			Breaker: must(breaker.New(breaker.Config{Name: "ledger", MinRequests: 4, OpenFor: 5 * time.Second, NoOpenJitter: true, Observer: o})),
@@ -256,6 +256,28 @@ func TestPolicyBreakerTrip(t *testing.T) {
 	})
 }
 
+// newObserver returns slogobs.New(cfg), failing the test on an error.
+func newObserver(t testing.TB, cfg slogobs.Config) *slogobs.Observer {
+	t.Helper()
+	o, err := slogobs.New(cfg)
+	if err != nil {
+		t.Fatalf("slogobs.New: %v", err)
+	}
+	return o
+}
+
+// TestInvalidConfig: a negative Interval is refused, naming the field, and
+// the error Is ErrInvalidConfig.
+func TestInvalidConfig(t *testing.T) {
+	o, err := slogobs.New(slogobs.Config{Interval: -time.Second})
+	if o != nil || !errors.Is(err, slogobs.ErrInvalidConfig) {
+		t.Fatalf("New = %v, %v; want nil and ErrInvalidConfig", o, err)
+	}
+	if got, want := err.Error(), "slogobs: Config.Interval is -1s; want 0 (the default, 10s) or more"; got != want {
+		t.Errorf("error = %q, want %q", got, want)
+	}
+}
+
 // must returns v, for constructors given a configuration the test knows is
 // valid.
 func must[T any](v T, err error) T {
@@ -263,4 +285,28 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestIdempotencyOutcomeUnknown: unknown outcomes (a handler that panicked
+// or took the connection, whose key now answers 500) are a burst of their
+// own at Warn, apart from store errors of the same dependency; other
+// idempotency decisions are Debug records only.
+func TestIdempotencyOutcomeUnknown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{level: slog.LevelInfo}
+		o := newObserver(t, slogobs.Config{Logger: slog.New(rec)})
+		ctx := context.Background()
+		for range 2 {
+			o.Observe(ctx, event.Event{Kind: event.Idempotency, Dependency: "api", Operation: "POST /orders", Reason: event.ReasonOutcomeUnknown})
+			o.Observe(ctx, event.Event{Kind: event.Idempotency, Dependency: "api", Operation: "POST /orders", Reason: event.ReasonStoreError})
+			o.Observe(ctx, event.Event{Kind: event.Idempotency, Dependency: "api", Operation: "POST /orders", Reason: event.ReasonReplayed})
+		}
+		o.Close()
+		expect(t, rec.take(),
+			"WARN guardrail: idempotency outcome unknown dependency=api burst=start operation=POST /orders summary_every=10s",
+			"ERROR guardrail: idempotency store failing dependency=api burst=start operation=POST /orders summary_every=10s",
+			"WARN guardrail: idempotency outcome unknown dependency=api burst=ongoing count=1 window=0s total=2 burst_duration=0s by_reason.outcome_unknown=1",
+			"ERROR guardrail: idempotency store failing dependency=api burst=ongoing count=1 window=0s total=2 burst_duration=0s by_reason.store_error=1",
+		)
+	})
 }

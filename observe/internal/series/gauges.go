@@ -20,7 +20,7 @@ import (
 // watched components under one dependency value (a group, or values folded
 // to Other) add up. Gauges is safe for concurrent use.
 type Gauges struct {
-	dep, state *Folder
+	dep, key, state *Folder
 
 	states *Cache[*stateGauge]
 	tokens *Cache[*floatGauge]
@@ -40,12 +40,13 @@ type floatGauge struct{ bits atomic.Uint64 }
 type loadGauge struct{ inFlight, limit atomic.Int64 }
 
 // stateWatch reports breaker states at collection time: either the one
-// breaker of dep, or (each != nil) a changing set of breakers, each under
-// its own dependency value.
+// breaker of dep, or (each != nil) a changing set of breakers (a group),
+// each under dep with its own key, or under its key as the dependency when
+// dep is empty.
 type stateWatch struct {
 	dep   string
 	state func() string
-	each  func(report func(dependency, state string))
+	each  func(report func(key, state string))
 }
 
 type budgetWatch struct {
@@ -66,6 +67,7 @@ var byDependency = &Def{Name: "by_dependency", Labels: []string{LDependency}}
 func NewGauges(fs *Folders) *Gauges {
 	return &Gauges{
 		dep:    fs.For(LDependency),
+		key:    fs.For(LKey),
 		state:  fs.For(LState),
 		states: NewCache(byDependency, fs, func([]string) *stateGauge { return new(stateGauge) }),
 		tokens: NewCache(byDependency, fs, func([]string) *floatGauge { return new(floatGauge) }),
@@ -146,13 +148,20 @@ func (g *Gauges) WatchLoad(dependency string, load func() (inFlight, limit int),
 	g.mu.Unlock()
 }
 
-// WatchStates adds a changing set of breakers (a keyed group): at
-// collection time each calls report once per breaker with its dependency
-// value (the key) and state.
-func (g *Gauges) WatchStates(each func(report func(dependency, state string)), id any) {
+// WatchStates adds a changing set of breakers (a keyed group) of
+// dependency: at collection time each calls report once per breaker with
+// its key and state. Each breaker is exported under dependency with its key
+// as the key label; when dependency is empty, each key is a dependency of
+// its own (as an HTTP client without a name labels its calls) and the key
+// label is empty.
+func (g *Gauges) WatchStates(dependency string, each func(report func(key, state string)), id any) {
+	w := stateWatch{each: each}
+	if dependency != "" {
+		w.dep = g.dep.Fold(dependency)
+	}
 	g.mu.Lock()
-	if g.first(watchKey{'g', "", id}) {
-		g.wStates = append(g.wStates, stateWatch{each: each})
+	if g.first(watchKey{'g', w.dep, id}) {
+		g.wStates = append(g.wStates, w)
 	}
 	g.mu.Unlock()
 }
@@ -165,46 +174,58 @@ func (g *Gauges) watches() ([]stateWatch, []budgetWatch, []loadWatch) {
 		g.wLoads[:len(g.wLoads):len(g.wLoads)]
 }
 
-// Collect reports every gauge value: for each dependency with a known
-// breaker, the number of its breakers in each of States (and in any other
-// state seen); the tokens of each dependency's budgets; the in-flight
+// Collect reports every gauge value: for each dependency and key with a
+// known breaker, the number of its breakers in each of States (and in any
+// other state seen); the tokens of each dependency's budgets; the in-flight
 // count and limit of each dependency's shedders. Watched components are
-// called without any lock held.
-func (g *Gauges) Collect(state func(dep, state string, n float64), tokens func(dep string, n float64), load func(dep string, inFlight, limit float64)) {
+// called without any lock held. A dependency with a watched breaker takes
+// no state from events: they name no key, and would export the same
+// breaker a second time.
+func (g *Gauges) Collect(state func(dep, key, state string, n float64), tokens func(dep string, n float64), load func(dep string, inFlight, limit float64)) {
 	ws, wb, wl := g.watches()
 
-	type depState struct{ dep, state string }
+	type depKey struct{ dep, key string }
+	type depState struct {
+		depKey
+		state string
+	}
 	counts := make(map[depState]float64)
-	deps := make(map[string]bool) // true when watched
+	known := make(map[depKey]bool)
+	watched := make(map[string]bool) // dependencies with a watched breaker
+	add := func(dep, key, state string) {
+		dk := depKey{dep, key}
+		known[dk] = true
+		watched[dep] = true
+		counts[depState{dk, g.state.Fold(state)}]++
+	}
 	for _, w := range ws {
-		if w.each == nil {
-			deps[w.dep] = true
-			counts[depState{w.dep, g.state.Fold(w.state())}]++
-			continue
+		switch {
+		case w.each == nil:
+			add(w.dep, "", w.state())
+		case w.dep == "":
+			w.each(func(key, state string) { add(g.dep.Fold(key), "", state) })
+		default:
+			w.each(func(key, state string) { add(w.dep, g.key.Fold(key), state) })
 		}
-		w.each(func(dependency, state string) {
-			d := g.dep.Fold(dependency)
-			deps[d] = true
-			counts[depState{d, g.state.Fold(state)}]++
-		})
 	}
 	g.states.Range(func(lv []string, sg *stateGauge) {
 		s := sg.state.Load()
-		if s == nil || deps[lv[0]] {
+		if s == nil || watched[lv[0]] {
 			return
 		}
-		deps[lv[0]] = false
-		counts[depState{lv[0], *s}]++
+		dk := depKey{lv[0], ""}
+		known[dk] = true
+		counts[depState{dk, *s}]++
 	})
-	for dep := range deps {
+	for dk := range known {
 		for _, s := range States {
-			k := depState{dep, s}
-			state(dep, s, counts[k])
+			k := depState{dk, s}
+			state(dk.dep, dk.key, s, counts[k])
 			delete(counts, k)
 		}
 	}
 	for k, n := range counts { // states other than the three known ones
-		state(k.dep, k.state, n)
+		state(k.dep, k.key, k.state, n)
 	}
 
 	toks := make(map[string]float64)
@@ -242,9 +263,10 @@ func (g *Gauges) WatchBreaker(dependency string, b *breaker.Breaker) {
 	g.WatchBreakerState(dependency, func() string { return b.State().String() }, b)
 }
 
-// WatchBreakerGroup watches every breaker grp holds, each under its key.
-func (g *Gauges) WatchBreakerGroup(grp *breaker.Group) {
-	g.WatchStates(func(report func(dependency, state string)) {
+// WatchBreakerGroup watches every breaker grp holds, under dependency with
+// its key as the key label (see WatchStates).
+func (g *Gauges) WatchBreakerGroup(dependency string, grp *breaker.Group) {
+	g.WatchStates(dependency, func(report func(key, state string)) {
 		grp.Range(func(key string, b *breaker.Breaker) bool {
 			report(key, b.State().String())
 			return true

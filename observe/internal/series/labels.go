@@ -68,7 +68,8 @@ func (f *Folder) Len() int {
 	return len(f.seen)
 }
 
-// Folders holds one Folder per label name, all with the same cap.
+// Folders holds one Folder per label name, all with the same cap. Folders
+// is safe for concurrent use.
 type Folders struct {
 	max int
 	mu  sync.Mutex

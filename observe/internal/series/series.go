@@ -2,7 +2,7 @@
 // adapter, and bounds the values their labels may take.
 package series
 
-// Kind is a series' metric type.
+// Kind is a series' metric type, a plain value.
 type Kind uint8
 
 // The metric types.
@@ -24,25 +24,33 @@ func (k Kind) String() string {
 	}
 }
 
-// Def describes one series. Name is the Prometheus name; OTel is the
-// OpenTelemetry instrument name, chosen so that the OpenTelemetry
-// Prometheus translation (dots to underscores, "_seconds" for unit "s",
-// "_total" for counters) gives back Name, and a dashboard works with either
-// adapter.
+// Def describes one series. The OpenTelemetry instrument name is chosen so
+// that the OpenTelemetry Prometheus translation (dots to underscores,
+// "_seconds" for unit "s", "_total" for counters) gives back the Prometheus
+// name, and a dashboard works with either adapter. A Def is never modified:
+// it is safe for concurrent use.
 type Def struct {
-	Name   string
-	OTel   string
-	Kind   Kind
-	Unit   string // UCUM unit for OpenTelemetry; "s" for durations
-	Labels []string
-	Help   string
+	Name   string   // the Prometheus name
+	OTel   string   // the OpenTelemetry instrument name
+	Kind   Kind     // the metric type
+	Unit   string   // UCUM unit for OpenTelemetry; "s" for durations
+	Labels []string // label names, in the order adapters pass values
+	Help   string   // the help text, listing the values of its labels
 }
 
-// Label names. Values come from a small fixed set (Outcome*, Reason*,
-// Phase* constants of the root package, breaker states, shed priorities)
-// except dependency and operation, which are folded past a cap.
+// Label names. Values come from a small fixed set (the Outcome*, Attempt*,
+// Reason* and Phase* constants of package event, breaker states, shed
+// priorities) except dependency, key and operation, which are folded past a
+// cap.
+//
+// One rule names a dependency everywhere: dependency is the name its calls
+// report (Policy.Name, an HTTP client's Config.Name, or the request's key
+// when that is empty), so every series of one dependency joins on it. Key is
+// the breaker group key (a host, a route) where a group splits one named
+// dependency into several breakers, and empty otherwise.
 const (
 	LDependency = "dependency"
+	LKey        = "key"
 	LOperation  = "operation"
 	LOutcome    = "outcome"
 	LReason     = "reason"
@@ -88,7 +96,7 @@ var (
 	RetriesRefused = &Def{
 		Name: "guardrail_retries_refused_total", OTel: "guardrail.retries.refused", Kind: Counter,
 		Labels: []string{LDependency, LOperation, LReason},
-		Help:   "Retryable failures that were not retried, by reason: attempts, budget, deadline, not_idempotent, retry_after.",
+		Help:   "Retryable failures that were not retried, by reason: attempts, budget, deadline, not_idempotent, retry_after, breaker_open.",
 	}
 	RetrySuccess = &Def{
 		Name: "guardrail_retry_success_total", OTel: "guardrail.retry.success", Kind: Counter,
@@ -112,8 +120,8 @@ var (
 	}
 	BreakerState = &Def{
 		Name: "guardrail_breaker_state", OTel: "guardrail.breaker.state", Kind: Gauge,
-		Labels: []string{LDependency, LState},
-		Help:   "1 for the breaker's current state (closed, open, half_open), 0 for the others.",
+		Labels: []string{LDependency, LKey, LState},
+		Help:   "1 for the breaker's current state (closed, open, half_open), 0 for the others; key is the breaker group key where a group splits the dependency.",
 	}
 	BreakerTransitions = &Def{
 		Name: "guardrail_breaker_transitions_total", OTel: "guardrail.breaker.transitions", Kind: Counter,
@@ -138,7 +146,7 @@ var (
 	Shed = &Def{
 		Name: "guardrail_shed_total", OTel: "guardrail.shed", Kind: Counter,
 		Labels: []string{LDependency, LOperation, LPriority, LReason},
-		Help:   "Requests a server shed, by priority and reason: capacity, retry, queue_time, queue_full, expired.",
+		Help:   "Requests a server shed, by priority and reason: capacity, retry_ratio, queue_time, queue_full, expired.",
 	}
 	Admitted = &Def{
 		Name: "guardrail_admitted_total", OTel: "guardrail.admitted", Kind: Counter,
@@ -163,7 +171,7 @@ var (
 	Idempotency = &Def{
 		Name: "guardrail_idempotency_total", OTel: "guardrail.idempotency", Kind: Counter,
 		Labels: []string{LDependency, LOperation, LOutcome},
-		Help:   "Idempotency-Key decisions: stored, replayed, conflict, mismatch, released, store_error.",
+		Help:   "Idempotency-Key decisions: stored, replayed, conflict, mismatch, released, store_error, outcome_unknown.",
 	}
 )
 
@@ -185,6 +193,7 @@ var (
 	// DurationBuckets span a fast cache hit to a slow failover.
 	DurationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 	// RemainingBuckets span "too late for another attempt" (the 50 ms
-	// MinAttempt default) to generous end-to-end budgets.
+	// default least time worth starting an attempt with) to generous
+	// end-to-end budgets.
 	RemainingBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 )

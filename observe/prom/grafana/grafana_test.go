@@ -32,7 +32,7 @@ type family struct {
 // each has once every kind of event was observed.
 func registered(t *testing.T) map[string]family {
 	t.Helper()
-	c := prom.New(prom.Config{})
+	c := newCollector(t, prom.Config{})
 	fams := make(map[string]family)
 	ch := make(chan *prometheus.Desc)
 	go func() { c.Describe(ch); close(ch) }()
@@ -373,6 +373,16 @@ type fakeT struct{ errs []string }
 func (f *fakeT) Helper() {}
 func (f *fakeT) Errorf(format string, args ...any) {
 	f.errs = append(f.errs, fmt.Sprintf(format, args...))
+}
+
+// newCollector returns prom.New(cfg), failing the test on an error.
+func newCollector(t testing.TB, cfg prom.Config) *prom.Collector {
+	t.Helper()
+	c, err := prom.New(cfg)
+	if err != nil {
+		t.Fatalf("prom.New: %v", err)
+	}
+	return c
 }
 
 // must returns v, for constructors given a configuration the test knows is

@@ -28,7 +28,7 @@ type ampParams struct {
 func amplification() Experiment {
 	return Experiment{
 		Name:    "amplification",
-		Summary: "retries at every tier multiply load on a dead DB; one tier and a budget do not (seed 003 card 036)",
+		Summary: "retries at every tier of a call chain multiply the load on a dead database; retrying at one tier, a retry budget and a breaker do not",
 		Setup: func(fs *flag.FlagSet, quick bool) Run {
 			p := ampParams{tiers: 3, attempts: 4, users: 1000, over: 2 * time.Second, ratio: 0.1, base: time.Millisecond, dbMode: "reset"}
 			if quick {
@@ -39,7 +39,7 @@ func amplification() Experiment {
 			fs.IntVar(&p.users, "users", p.users, "user requests in the budget rows")
 			fs.DurationVar(&p.over, "over", p.over, "spread the timed rows' user requests evenly over this long")
 			fs.Float64Var(&p.ratio, "budget", p.ratio, "retry budget ratio at the tier nearest the DB")
-			fs.DurationVar(&p.base, "base", p.base, "full-jitter backoff base (the seed's 100ms only makes the run slower)")
+			fs.DurationVar(&p.base, "base", p.base, "full-jitter backoff base (a longer one only makes the run slower: the counts do not depend on it)")
 			fs.StringVar(&p.dbMode, "db", p.dbMode, "how the DB is down: reset (accepts and resets, counted by the DB) or refused (nothing listens, counted at the data-service's dialer)")
 			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
 		},
@@ -48,12 +48,12 @@ func amplification() Experiment {
 
 func (p ampParams) run(ctx context.Context, env *Env) (*Result, error) {
 	if p.tiers < 1 || p.attempts < 1 || p.users < 1 {
-		return nil, fmt.Errorf("amplification: tiers, attempts and users must be at least 1")
+		return nil, flagErrorf("--tiers, --attempts and --users must be at least 1, not %d, %d and %d", p.tiers, p.attempts, p.users)
 	}
 	if p.dbMode != "reset" && p.dbMode != "refused" {
-		return nil, fmt.Errorf("amplification: --db must be reset or refused, not %q", p.dbMode)
+		return nil, flagErrorf("--db must be reset or refused, not %q", p.dbMode)
 	}
-	r := &Result{Experiment: "amplification", Title: fmt.Sprintf("%d tiers down to a dead DB (seed 003, card 036)", p.tiers)}
+	r := &Result{Experiment: "amplification", Title: fmt.Sprintf("%d tiers of services in front of a dead database: the database calls one user request costs", p.tiers)}
 	rows := []struct {
 		label string
 		all   bool    // every tier retries (else only the one nearest the DB)
@@ -164,12 +164,12 @@ func (p ampParams) scenario(ctx context.Context, allTiers bool, ratio float64, u
 	// Build from the DB up: tier 0 is the data-service, nearest the DB.
 	for i := 0; i < p.tiers; i++ {
 		cfg := guardhttp.Config{
-			Name:        fmt.Sprintf("tier%d", i),
-			MaxAttempts: 1,
-			MinAttempt:  -1,
-			Backoff:     backoff.FullJitter(p.base, 100*p.base),
-			Budget:      budget.Unlimited(),
-			// The card measures retries alone: breakers off unless the row
+			Name:           fmt.Sprintf("tier%d", i),
+			MaxAttempts:    1,
+			MinAttemptTime: -1,
+			Backoff:        backoff.FullJitter(p.base, 100*p.base),
+			Budget:         budget.Unlimited(),
+			// The rows measure retries alone: breakers off unless the row
 			// asks for guardrail's default one.
 			Breakers: noBreakers(),
 		}
@@ -189,7 +189,7 @@ func (p ampParams) scenario(ctx context.Context, allTiers bool, ratio float64, u
 		if i == 0 && dialer != nil {
 			base.DialContext = dialer.DialContext
 		}
-		client := &http.Client{Transport: guardhttp.NewTransport(base, cfg)}
+		client := &http.Client{Transport: mustTransport(base, cfg)}
 		target := next
 		s, err := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if _, err := get(r.Context(), client, target); err != nil {

@@ -29,10 +29,10 @@ type breakerParams struct {
 func breakerExp() Experiment {
 	return Experiment{
 		Name:    "breaker",
-		Summary: "a pricing service that fails, 404s and hangs, behind a breaker with a stale-price fallback (card 019)",
+		Summary: "a pricing service that fails, answers 404 and hangs, behind a breaker with a last-good-price fallback",
 		Setup: func(fs *flag.FlagSet, quick bool) Run {
 			p := breakerParams{openFor: time.Second, attemptTimeout: 1200 * time.Millisecond, hang: 5 * time.Second, outageMin: 4, requests: 30}
-			fs.DurationVar(&p.openFor, "open-for", p.openFor, "how long the breaker stays open (the card's demo uses 1s; the default is 30s)")
+			fs.DurationVar(&p.openFor, "open-for", p.openFor, "how long the breaker stays open (1s keeps the run short; the breaker package's default is 30s)")
 			fs.DurationVar(&p.attemptTimeout, "attempt-timeout", p.attemptTimeout, "per-attempt timeout, a little above pricing's p99 (800ms)")
 			fs.DurationVar(&p.hang, "hang", p.hang, "how long the slow pricing service takes")
 			fs.IntVar(&p.outageMin, "outage-min-requests", p.outageMin, "the outage rows' breaker minimum volume")
@@ -135,7 +135,7 @@ func (s *shop) price(ctx context.Context, sku string) (fallback.Result[price], e
 }
 
 func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
-	r := &Result{Experiment: "breaker", Title: "pricing behind a breaker and a last-good fallback (seed 003, card 019)"}
+	r := &Result{Experiment: "breaker", Title: "pricing behind a breaker and a last-good fallback: what opens the breaker, what does not, and what callers get"}
 	pr, err := newPricing()
 	if err != nil {
 		return nil, err

@@ -30,7 +30,17 @@ func newBaseTransport(keepAlive bool) *http.Transport {
 
 // guarded returns a guardhttp client over a pool of its own.
 func guarded(keepAlive bool, cfg guardhttp.Config) *http.Client {
-	return &http.Client{Transport: guardhttp.NewTransport(newBaseTransport(keepAlive), cfg)}
+	return &http.Client{Transport: mustTransport(newBaseTransport(keepAlive), cfg)}
+}
+
+// mustTransport is guardhttp.NewTransport for the experiments' Configs,
+// which are written in the code: an invalid one is a bug of the lab.
+func mustTransport(base http.RoundTripper, cfg guardhttp.Config) *guardhttp.Transport {
+	t, err := guardhttp.NewTransport(base, cfg)
+	if err != nil {
+		panic("lab: " + err.Error())
+	}
+	return t
 }
 
 // noBreakers is a breaker group whose breakers never trip, for experiments

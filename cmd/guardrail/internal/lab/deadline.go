@@ -26,7 +26,7 @@ type deadlineParams struct {
 func deadlineExp() Experiment {
 	return Experiment{
 		Name:    "deadline",
-		Summary: "a 1.9 s deadline propagated to A, then B and optional C: a partial answer in time, and a disconnect stopping everything (card 037)",
+		Summary: "a 1.9 s deadline propagated to A, then B and optional C: a partial answer in time, and a disconnect stopping everything",
 		Setup: func(fs *flag.FlagSet, quick bool) Run {
 			p := deadlineParams{a: 700 * time.Millisecond, b: 600 * time.Millisecond, c: 3 * time.Second,
 				perA: 800 * time.Millisecond, perBC: 900 * time.Millisecond, budget: 1900 * time.Millisecond,
@@ -86,7 +86,7 @@ func (w *worker) take() []string {
 }
 
 func (p deadlineParams) run(ctx context.Context, env *Env) (*Result, error) {
-	r := &Result{Experiment: "deadline", Title: fmt.Sprintf("API with a %v SLO: A, then B || optional C, %v deadline in headers (seed 003, card 037)", p.slo, p.budget)}
+	r := &Result{Experiment: "deadline", Title: fmt.Sprintf("API with a %v SLO: A, then B || optional C, under a %v deadline sent in headers", p.slo, p.budget)}
 	workers := map[string]*worker{}
 	urls := map[string]string{}
 	for name, d := range map[string]time.Duration{"A": p.a, "B": p.b, "C": p.c} {

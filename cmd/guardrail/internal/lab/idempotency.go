@@ -98,14 +98,14 @@ func (p idemParams) newStore(ctx context.Context) (idempotency.Store, func(), er
 			pool.Close()
 		}, nil
 	}
-	return nil, nil, fmt.Errorf("idempotency: --store must be memory, redis or postgres, not %q", p.store)
+	return nil, nil, flagErrorf("--store must be memory, redis or postgres, not %q", p.store)
 }
 
 func (p idemParams) run(ctx context.Context, env *Env) (*Result, error) {
 	if p.loss < 0 || p.loss >= 1 {
-		return nil, fmt.Errorf("idempotency: --loss must be in [0, 1)")
+		return nil, flagErrorf("--loss must be in [0, 1)")
 	}
-	r := &Result{Experiment: "idempotency", Title: fmt.Sprintf("POST /payments, %.0f%% of responses lost after commit, keys in %s", p.loss*100, p.store)}
+	r := &Result{Experiment: "idempotency", Title: fmt.Sprintf("POST /payments, %.0f%% of responses lost after commit, keys in %s: charges with and without an Idempotency-Key", p.loss*100, p.store)}
 	rows := []struct {
 		label  string
 		key    bool

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -21,7 +22,7 @@ type jitterParams struct {
 func jitter() Experiment {
 	return Experiment{
 		Name:    "jitter",
-		Summary: "1,000 clients failing together: which backoff breaks the herd (seed 003 card 018, simulation)",
+		Summary: "1,000 clients failing together against a server of limited capacity: which backoff breaks the herd (a simulation)",
 		Setup: func(fs *flag.FlagSet, quick bool) Run {
 			p := jitterParams{clients: sim.DefaultClients, capacity: sim.DefaultCapacity, attempts: sim.DefaultMaxAttempts,
 				slot: sim.DefaultSlot, base: 100 * time.Millisecond, cap: 10 * time.Second, plus: 100 * time.Millisecond,
@@ -42,6 +43,16 @@ func jitter() Experiment {
 }
 
 func (p jitterParams) run(ctx context.Context, env *Env) (*Result, error) {
+	// sim.Config reads zero as its default; a flag of 0 means 0, which
+	// the simulation cannot run.
+	switch {
+	case p.clients < 1 || p.capacity < 1 || p.attempts < 1:
+		return nil, flagErrorf("--clients, --capacity and --max-attempts must be at least 1, not %d, %d and %d", p.clients, p.capacity, p.attempts)
+	case p.slot <= 0 || p.base <= 0 || p.cap <= 0:
+		return nil, flagErrorf("--slot, --base and --cap must be positive, not %v, %v and %v", p.slot, p.base, p.cap)
+	case p.fineSlot < 0:
+		return nil, flagErrorf("--fine-slot must not be negative, not %v", p.fineSlot)
+	}
 	seed := p.seed
 	if seed == 0 {
 		seed = env.Seed
@@ -51,9 +62,12 @@ func (p jitterParams) run(ctx context.Context, env *Env) (*Result, error) {
 		Config: sim.Config{Clients: p.clients, Slot: p.slot, Capacity: p.capacity, MaxAttempts: p.attempts, Seed: seed},
 		Base:   p.base, Cap: p.cap, PlusJitter: p.plus, Strategies: names,
 	}
-	r := &Result{Experiment: "jitter", Title: fmt.Sprintf("%d clients failing at t=0, %d requests per %v slot (seed 003, card 018; simulation)", p.clients, p.capacity, p.slot)}
+	r := &Result{Experiment: "jitter", Title: fmt.Sprintf("%d clients failing together at t=0 against a server of %d requests per %v slot: the herd each backoff makes (simulation)", p.clients, p.capacity, p.slot)}
 	env.Progress("jitter: simulating %d strategies", len(names))
 	rows, err := sim.Jitter(ctx, cfg)
+	if errors.Is(err, sim.ErrConfig) {
+		return nil, flagErrorf("%s", strings.TrimPrefix(err.Error(), "sim: "))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -89,9 +103,9 @@ func (p jitterParams) run(ctx context.Context, env *Env) (*Result, error) {
 		r.check(plus.RetryPeak >= p.clients-p.capacity, "a small additive jitter keeps the herd",
 			"+0..%v: retry peak %d per slot (the whole first wave, %d, lands in one slot)", p.plus, plus.RetryPeak, p.clients-p.capacity)
 	}
-	r.note("Seed for reference: no jitter 5500 calls, peak 900, done 32.7s; +0..100ms 3711/900/3.5s; equal 3591/597/1.4s; full 3395/419/2.5s.")
+	r.note("Reference figures for this scenario: no jitter 5500 calls, peak 900, done 32.7s; +0..100ms 3711/900/3.5s; equal 3591/597/1.4s; full 3395/419/2.5s.")
 	r.note("With base = slot = 100ms the first equal- and full-jitter retries fall inside slot 0, already used by the first calls,")
-	r.note("so their first wave is refused whole; no slotted model reproduces the seed's 597/419 peaks. Decorrelated jitter never")
+	r.note("so their first wave is refused whole; no slotted model reaches the reference's 597/419 peaks. Decorrelated jitter never")
 	r.note("waits less than base and avoids it. The second table keeps the rate but cuts the slot: full jitter's spread then pays.")
 
 	if p.fineSlot > 0 && p.fineSlot < p.slot && p.slot%p.fineSlot == 0 {

@@ -1,6 +1,8 @@
-// Package lab runs the experiments of `guardrail lab`: the incidents of the
-// source articles replayed on real loopback HTTP (and one simulation), each
-// printing its numbers and checking that the guardrail did what it should.
+// Package lab runs the experiments of `guardrail lab`: the failures that take
+// services down (retry storms, a dead dependency, a slow one, lost responses,
+// overload) reproduced on real loopback HTTP servers (and one simulation),
+// each printing its numbers and checking that the guardrail did what it
+// should.
 package lab
 
 import (
@@ -29,6 +31,16 @@ type Experiment struct {
 // Run runs an experiment once.
 type Run func(ctx context.Context, env *Env) (*Result, error)
 
+// FlagError is the error of a Run whose flags hold values it cannot run
+// with; the command reports it as a bad command line, not a failure.
+type FlagError struct{ Msg string }
+
+func (e *FlagError) Error() string { return e.Msg }
+
+func flagErrorf(format string, args ...any) error {
+	return &FlagError{Msg: fmt.Sprintf(format, args...)}
+}
+
 // Env is what an experiment gets from the runner.
 type Env struct {
 	// Quick asks for shorter durations (CI smoke runs).
@@ -42,7 +54,7 @@ type Env struct {
 // Result is what an experiment measured.
 type Result struct {
 	Experiment string
-	Title      string   // the seed card it replays
+	Title      string   // what the experiment shows, with its parameters
 	Rows       []Row    // the table, in order
 	Notes      []string // printed under the table
 	Checks     []Check  // what the guardrail should have done
@@ -98,23 +110,78 @@ func (r *Result) note(format string, args ...any) {
 	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
 }
 
+// Verdict is what a check concluded about the experiment's numbers.
+type Verdict int
+
+const (
+	// Pass: the numbers show the guardrail doing what it should.
+	Pass Verdict = iota
+	// Fail: the numbers contradict what the guardrail should do; the lab
+	// exits 1.
+	Fail
+	// NotJudged: the run could not produce numbers to judge (the machine
+	// was too busy to keep a load on schedule, say). It neither passes nor
+	// fails, and leaves the exit code alone.
+	NotJudged
+)
+
+// String returns the verdict as the JSON output spells it: "pass", "fail"
+// or "not_judged".
+func (v Verdict) String() string {
+	switch v {
+	case Pass:
+		return "pass"
+	case Fail:
+		return "fail"
+	case NotJudged:
+		return "not_judged"
+	}
+	return fmt.Sprintf("Verdict(%d)", int(v))
+}
+
+// mark is the verdict in the table.
+func (v Verdict) mark() string {
+	switch v {
+	case Pass:
+		return "pass"
+	case Fail:
+		return "FAIL"
+	}
+	return "not judged"
+}
+
 // Check is one assertion about an experiment's own numbers: the lab exits
-// non-zero when one fails, since the guardrail did not do its job.
+// 1 when one fails, since the guardrail did not do its job.
 type Check struct {
-	Name   string
-	OK     bool
-	Detail string
+	Name    string
+	Verdict Verdict
+	Detail  string
 }
 
+// check records a judged check: Pass when ok, else Fail.
 func (r *Result) check(ok bool, name string, detailFormat string, args ...any) {
-	r.Checks = append(r.Checks, Check{Name: name, OK: ok, Detail: fmt.Sprintf(detailFormat, args...)})
+	v := Fail
+	if ok {
+		v = Pass
+	}
+	r.Checks = append(r.Checks, Check{Name: name, Verdict: v, Detail: fmt.Sprintf(detailFormat, args...)})
 }
 
-// Failed returns the checks that failed.
-func (r *Result) Failed() []Check {
+// notJudged records a check the run could not judge, with the reason.
+func (r *Result) notJudged(name string, detailFormat string, args ...any) {
+	r.Checks = append(r.Checks, Check{Name: name, Verdict: NotJudged, Detail: fmt.Sprintf(detailFormat, args...)})
+}
+
+// Failed returns the checks that failed; not judged ones are not among them.
+func (r *Result) Failed() []Check { return r.with(Fail) }
+
+// NotJudged returns the checks the run could not judge.
+func (r *Result) NotJudged() []Check { return r.with(NotJudged) }
+
+func (r *Result) with(v Verdict) []Check {
 	var out []Check
 	for _, c := range r.Checks {
-		if !c.OK {
+		if c.Verdict == v {
 			out = append(out, c)
 		}
 	}
@@ -183,8 +250,8 @@ func (c Col) jsonValue() any {
 	return c.Value
 }
 
-// WriteTable prints r in the shape of the source articles: a label padded to
-// the widest, then key=value columns.
+// WriteTable prints r as text: a label padded to the widest, then key=value
+// columns, then the notes and the checks with their verdicts.
 func WriteTable(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "\n== %s: %s\n", r.Experiment, r.Title)
 	width := 0
@@ -204,16 +271,14 @@ func WriteTable(w io.Writer, r *Result) {
 		fmt.Fprintf(w, "  %s\n", n)
 	}
 	for _, c := range r.Checks {
-		mark := "ok  "
-		if !c.OK {
-			mark = "FAIL"
-		}
-		fmt.Fprintf(w, "  [%s] %s: %s\n", mark, c.Name, c.Detail)
+		fmt.Fprintf(w, "  [%s] %s: %s\n", c.Verdict.mark(), c.Name, c.Detail)
 	}
 }
 
-// WriteJSON writes one JSON object per row:
-// {"experiment": ..., "row": label, key: value, ...}.
+// WriteJSON writes one JSON object per row,
+// {"experiment": ..., "row": label, key: value, ...}, then one per check,
+// {"experiment": ..., "check": name, "verdict": "pass" | "fail" |
+// "not_judged", "detail": ...}.
 func WriteJSON(w io.Writer, r *Result) error {
 	enc := json.NewEncoder(w)
 	for _, row := range r.Rows {
@@ -221,6 +286,12 @@ func WriteJSON(w io.Writer, r *Result) error {
 		for _, c := range row.Cols {
 			obj = append(obj, kv{c.Key, c.jsonValue()})
 		}
+		if err := enc.Encode(obj); err != nil {
+			return err
+		}
+	}
+	for _, c := range r.Checks {
+		obj := orderedObject{{"experiment", r.Experiment}, {"check", c.Name}, {"verdict", c.Verdict.String()}, {"detail", c.Detail}}
 		if err := enc.Encode(obj); err != nil {
 			return err
 		}

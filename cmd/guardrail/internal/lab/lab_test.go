@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guardrail-go/guardrail/breaker"
 	"go.uber.org/goleak"
 )
 
@@ -61,8 +62,10 @@ func TestAmplification(t *testing.T) {
 		if want[i] > 0 && per != want[i] {
 			t.Errorf("%s: per_user %.2f, want %.0f", r.Label, per, want[i])
 		}
-		if want[i] == -2 && per > 0.2 {
-			t.Errorf("%s: per_user %.3f, want the breaker to cut it far below the budget's", r.Label, per)
+		// The breaker trips after its minimum volume; the calls in flight
+		// then (more on a loaded machine) and their budgeted retries land.
+		if limit := 4 * breaker.DefaultMinRequests; want[i] == -2 && col(t, r, "db_calls").(int) > limit {
+			t.Errorf("%s: %d DB calls (per_user %.3f), want at most %d: the breaker cuts them far below the budget's", r.Label, col(t, r, "db_calls").(int), per, limit)
 		}
 		if want[i] == -1 && (per < 1.05 || per > 1.2) {
 			t.Errorf("%s: per_user %.2f, want within 1.05-1.2 at ratio 0.1", r.Label, per)
@@ -121,6 +124,35 @@ func TestReportIsSelfContained(t *testing.T) {
 	}
 }
 
+func TestVerdicts(t *testing.T) {
+	r := &Result{Experiment: "x", Title: "t"}
+	r.check(true, "holds", "%d", 1)
+	r.check(false, "breaks", "%d", 2)
+	r.notJudged("unmeasured", "too busy")
+	if f := r.Failed(); len(f) != 1 || f[0].Name != "breaks" {
+		t.Errorf("Failed() = %v, want the one failed check", f)
+	}
+	if n := r.NotJudged(); len(n) != 1 || n[0].Name != "unmeasured" {
+		t.Errorf("NotJudged() = %v, want the one check not judged", n)
+	}
+	var table bytes.Buffer
+	WriteTable(&table, r)
+	for _, want := range []string{"  [pass] holds: 1\n", "  [FAIL] breaks: 2\n", "  [not judged] unmeasured: too busy\n"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+	var page bytes.Buffer
+	if err := WriteReport(&page, []*Result{r}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`<li class="ok">✓ holds: 1</li>`, `<li class="fail">✗ breaks: 2</li>`, `<li class="unjudged">– not judged: unmeasured: too busy</li>`} {
+		if !strings.Contains(page.String(), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
+
 func TestJitter(t *testing.T) {
 	res := runExp(t, "jitter")
 	byRow := map[string]Row{}
@@ -129,7 +161,7 @@ func TestJitter(t *testing.T) {
 	}
 	none := byRow["no jitter"]
 	if got := col(t, none, "total_calls").(int); got != 5500 {
-		t.Errorf("no jitter: %d calls, want the seed's 5500", got)
+		t.Errorf("no jitter: %d calls, want the arithmetic's 5500", got)
 	}
 	if got := col(t, none, "all_done_at_ms").(time.Duration); got != 32700*time.Millisecond {
 		t.Errorf("no jitter: done at %v, want 32.7s", got)
@@ -143,7 +175,7 @@ func TestJitter(t *testing.T) {
 }
 
 func TestDeadline(t *testing.T) {
-	// Card 037 at half the scale; the servers' 10ms reserve stays small.
+	// The default deadline chain at half the scale; the servers' 10ms reserve stays small.
 	res := runExp(t, "deadline", "--a", "350ms", "--b", "300ms", "--c", "1500ms", "--per-a", "400ms", "--per-bc", "450ms",
 		"--budget", "950ms", "--slo", "1s", "--disconnect", "150ms")
 	if !col(t, res.Rows[0], "partial").(bool) {

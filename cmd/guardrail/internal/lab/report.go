@@ -24,7 +24,7 @@ body{font:15px/1.45 system-ui,sans-serif;max-width:1100px;margin:2em auto;paddin
 h1{font-size:1.6em}h2{margin-top:2em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:1em 0;font-size:.92em}
 td,th{border:1px solid #ddd;padding:.3em .6em;text-align:right}td:first-child,th:first-child{text-align:left}
-.ok{color:#1a7f37}.fail{color:#cf222e;font-weight:bold}.note{color:#555}
+.ok{color:#1a7f37}.fail{color:#cf222e;font-weight:bold}.unjudged{color:#8a6d00}.note{color:#555}
 .chart{position:relative;height:340px;margin:1em 0}
 </style>
 <script>{{.JS}}</script>
@@ -38,7 +38,7 @@ td,th{border:1px solid #ddd;padding:.3em .6em;text-align:right}td:first-child,th
 {{range $r.Rows}}<tr><td>{{.Label}}</td>{{range .Cells}}<td>{{.}}</td>{{end}}</tr>{{end}}
 </table>
 {{range $r.Notes}}<p class="note">{{.}}</p>{{end}}
-<ul>{{range $r.Checks}}<li class="{{if .OK}}ok{{else}}fail{{end}}">{{if .OK}}✓{{else}}✗{{end}} {{.Name}}: {{.Detail}}</li>{{end}}</ul>
+<ul>{{range $r.Checks}}<li class="{{.Verdict.Class}}">{{.Verdict.Symbol}} {{.Name}}: {{.Detail}}</li>{{end}}</ul>
 {{range $j, $c := $r.Charts}}<div class="chart"><canvas id="c{{$i}}_{{$j}}"></canvas></div>{{end}}
 {{end}}
 <script>
@@ -124,7 +124,7 @@ func WriteReport(w io.Writer, results []*Result, took time.Duration) error {
 		for j, c := range r.Charts {
 			rc := reportChart{ID: chartID(i, j), Title: c.Title, Kind: c.Kind, XLabel: c.XLabel, YLabel: c.YLabel, X: c.X, YCat: c.YCategories, LogY: c.LogY}
 			for _, s := range c.Series {
-				rc.Series = append(rc.Series, jSeries{s.Name, s.Values})
+				rc.Series = append(rc.Series, jSeries(s))
 			}
 			charts = append(charts, rc)
 		}
@@ -140,6 +140,28 @@ func WriteReport(w io.Writer, results []*Result, took time.Duration) error {
 		"When":    time.Now().Format(time.RFC1123),
 		"Took":    took.Round(100 * time.Millisecond),
 	})
+}
+
+// Class is the verdict's CSS class in the HTML report.
+func (v Verdict) Class() string {
+	switch v {
+	case Pass:
+		return "ok"
+	case Fail:
+		return "fail"
+	}
+	return "unjudged"
+}
+
+// Symbol is the verdict's mark in the HTML report.
+func (v Verdict) Symbol() string {
+	switch v {
+	case Pass:
+		return "✓"
+	case Fail:
+		return "✗"
+	}
+	return "– not judged:"
 }
 
 func chartID(i, j int) string { return "c" + strconv.Itoa(i) + "_" + strconv.Itoa(j) }

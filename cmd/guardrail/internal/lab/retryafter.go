@@ -93,12 +93,12 @@ func (s *raServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (p retryAfterParams) run(ctx context.Context, env *Env) (*Result, error) {
 	if p.asked < time.Second || p.asked%time.Second != 0 {
-		return nil, fmt.Errorf("retry-after: --retry-after must be whole seconds, at least 1s")
+		return nil, flagErrorf("--retry-after must be whole seconds, at least 1s")
 	}
 	if p.status != 429 && p.status != 503 {
-		return nil, fmt.Errorf("retry-after: --status must be 429 or 503")
+		return nil, flagErrorf("--status must be 429 or 503")
 	}
-	r := &Result{Experiment: "retry-after", Title: fmt.Sprintf("a server answering %d with Retry-After (seeds 000, 003)", p.status)}
+	r := &Result{Experiment: "retry-after", Title: fmt.Sprintf("a server answering %d with Retry-After: retries wait as long as asked, and none outlives its caller's deadline", p.status)}
 	rows := []struct {
 		label    string
 		date     bool

@@ -2,7 +2,6 @@ package lab
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/http"
 	"sync"
@@ -92,10 +91,4 @@ type countingDialer struct {
 func (c *countingDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	c.dials.Add(1)
 	return c.d.DialContext(ctx, network, addr)
-}
-
-// isRefused reports a refused connection.
-func isRefused(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
 }
