@@ -476,14 +476,13 @@ func TestStreamNotIdempotentNotRetriedAfterOpen(t *testing.T) {
 
 func TestServiceConfigRetriesLeftToGRPC(t *testing.T) {
 	h := &health{check: failFirst(1, codes.Unavailable)}
-	c := newClient(t, guardgrpc.ClientConfig{IdempotentMethods: []string{checkMethod}})
 	const sc = `{"methodConfig":[{"name":[{"service":"grpc.health.v1.Health"}],
 		"retryPolicy":{"maxAttempts":4,"initialBackoff":"0.01s","maxBackoff":"0.01s","backoffMultiplier":1,"retryableStatusCodes":["UNAVAILABLE"]}}]}`
 	addr := serve(t, h)
 	// Interceptors installed alone, on a connection whose service config
 	// retries: guardgrpc makes one attempt and grpc-go retries.
 	obs := &countAttempts{}
-	c = newClient(t, guardgrpc.ClientConfig{IdempotentMethods: []string{checkMethod}, Observer: obs})
+	c := newClient(t, guardgrpc.ClientConfig{IdempotentMethods: []string{checkMethod}, Observer: obs})
 	cl := dial(t, addr, nil, grpc.WithDefaultServiceConfig(sc),
 		grpc.WithUnaryInterceptor(c.UnaryClientInterceptor()))
 	h.check = failFirst(2, codes.Unavailable)

@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/guardrail-go/guardrail/guardgrpc"
 	"github.com/guardrail-go/guardrail/idempotency"
 	"github.com/guardrail-go/guardrail/idempotency/memstore"
-	"github.com/guardrail-go/guardrail/guardgrpc"
 )
 
 // lossy is a server interceptor, outermost, that loses the answer of the
