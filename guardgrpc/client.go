@@ -2,7 +2,6 @@ package guardgrpc
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,13 +181,13 @@ type Client struct {
 func NewClient(cfg ClientConfig) (*Client, error) {
 	switch {
 	case cfg.MaxAttempts < 0:
-		return nil, fmt.Errorf("guardgrpc: ClientConfig.MaxAttempts is %d; want 0 (the default) or more", cfg.MaxAttempts)
+		return nil, invalid("ClientConfig.MaxAttempts is %d; want 0 (the default) or more", cfg.MaxAttempts)
 	case cfg.AttemptTimeout < 0:
-		return nil, fmt.Errorf("guardgrpc: ClientConfig.AttemptTimeout is %v; want 0 (none) or more", cfg.AttemptTimeout)
+		return nil, invalid("ClientConfig.AttemptTimeout is %v; want 0 (none) or more", cfg.AttemptTimeout)
 	}
 	for _, m := range cfg.IdempotentMethods {
 		if !strings.HasPrefix(m, "/") {
-			return nil, fmt.Errorf("guardgrpc: ClientConfig.IdempotentMethods holds %q; want a full method name such as \"/pkg.Service/Method\"", m)
+			return nil, invalid("ClientConfig.IdempotentMethods holds %q; want a full method name such as \"/pkg.Service/Method\"", m)
 		}
 	}
 	c := &Client{cfg: cfg, classify: cfg.Classify, key: cfg.Key, maxBuf: cfg.MaxBufferedMessages, maxAttempt: cfg.MaxAttempts}
@@ -267,7 +266,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	if cfg.Bulkhead != nil {
 		if _, err := bulkhead.New(*cfg.Bulkhead); err != nil {
-			return nil, fmt.Errorf("guardgrpc: ClientConfig.Bulkhead: %w", err)
+			return nil, &configError{msg: "guardgrpc: ClientConfig.Bulkhead: " + err.Error(), err: err}
 		}
 		c.bulkheads = newBulkheads(*cfg.Bulkhead)
 	}

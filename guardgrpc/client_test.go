@@ -19,6 +19,7 @@ import (
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
+	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/guardgrpc"
 )
@@ -534,9 +535,10 @@ func TestNewClientRejectsInvalidConfig(t *testing.T) {
 		{MaxAttempts: -1},
 		{AttemptTimeout: -time.Second},
 		{IdempotentMethods: []string{"Check"}},
+		{Bulkhead: &bulkhead.Config{MaxConcurrent: -1}},
 	} {
-		if _, err := guardgrpc.NewClient(cfg); err == nil {
-			t.Errorf("NewClient(%+v) = nil error", cfg)
+		if _, err := guardgrpc.NewClient(cfg); !errors.Is(err, guardgrpc.ErrInvalidConfig) {
+			t.Errorf("NewClient(%+v) = %v, want ErrInvalidConfig", cfg, err)
 		}
 	}
 }

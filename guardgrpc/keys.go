@@ -117,14 +117,14 @@ type keys struct {
 
 func newKeys(cfg KeyConfig, obs event.Observer) (*keys, error) {
 	if cfg.Store == nil {
-		return nil, errors.New("guardgrpc: KeyConfig.Store is nil; want an idempotency.Store")
+		return nil, invalid("KeyConfig.Store is nil; want an idempotency.Store")
 	}
 	k := &keys{cfg: cfg, obs: obs, log: cfg.Logger}
 	var err error
 	pick := func(name string, v, def time.Duration) time.Duration {
 		switch {
 		case v < 0 && err == nil:
-			err = fmt.Errorf("guardgrpc: KeyConfig.%s is %v; want 0 (the default) or more", name, v)
+			err = invalid("KeyConfig.%s is %v; want 0 (the default) or more", name, v)
 		case v <= 0:
 			return def
 		}
@@ -139,7 +139,7 @@ func newKeys(cfg KeyConfig, obs event.Observer) (*keys, error) {
 	}
 	switch {
 	case cfg.MaxKeyLength < 0:
-		return nil, fmt.Errorf("guardgrpc: KeyConfig.MaxKeyLength is %d; want 0 (the default) or more", cfg.MaxKeyLength)
+		return nil, invalid("KeyConfig.MaxKeyLength is %d; want 0 (the default) or more", cfg.MaxKeyLength)
 	case cfg.MaxKeyLength == 0:
 		k.maxLen = idempotency.DefaultMaxKeyLength
 	default:

@@ -2,7 +2,6 @@ package guardgrpc
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -101,10 +100,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		s.code = codes.Unavailable
 	case codes.Unavailable, codes.ResourceExhausted:
 	default:
-		return nil, fmt.Errorf("guardgrpc: ServerConfig.ShedCode is %v; want Unavailable or ResourceExhausted", cfg.ShedCode)
+		return nil, invalid("ServerConfig.ShedCode is %v; want Unavailable or ResourceExhausted", cfg.ShedCode)
 	}
 	if cfg.MaxPriority > shed.Critical {
-		return nil, fmt.Errorf("guardgrpc: ServerConfig.MaxPriority is %d; want a priority from shed.Sheddable to shed.Critical, or 0 for shed.Normal", cfg.MaxPriority)
+		return nil, invalid("ServerConfig.MaxPriority is %d; want a priority from shed.Sheddable to shed.Critical, or 0 for shed.Normal", cfg.MaxPriority)
 	}
 	switch pb := cfg.ShedPushback; {
 	case pb == 0:

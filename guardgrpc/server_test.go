@@ -326,12 +326,12 @@ func TestNewServerRejectsInvalidConfig(t *testing.T) {
 		{ShedCode: codes.Internal},
 		{MaxPriority: shed.Critical + 1},
 		{Keys: &guardgrpc.KeyConfig{}},
+		{Keys: &guardgrpc.KeyConfig{Store: failingStore{}, TTL: -time.Second}},
 	} {
-		if _, err := guardgrpc.NewServer(cfg); err == nil {
-			t.Errorf("NewServer(%+v) = nil error", cfg)
+		if _, err := guardgrpc.NewServer(cfg); !errors.Is(err, guardgrpc.ErrInvalidConfig) {
+			t.Errorf("NewServer(%+v) = %v, want ErrInvalidConfig", cfg, err)
 		}
 	}
-	_ = errors.New
 }
 
 // waitFor spins until cond holds, failing the test after 10 s.
