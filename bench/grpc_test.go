@@ -46,9 +46,9 @@ func BenchmarkGRPCUnary(b *testing.B) {
 		name string
 		opts []grpc.DialOption
 	}{
-		{"plain", nil},
-		{"guardgrpc", guard.DialOptions()},
-		{"failsafegrpc", []grpc.DialOption{grpc.WithUnaryInterceptor(
+		{"client=plain", nil},
+		{"client=guardgrpc", guard.DialOptions()},
+		{"client=failsafegrpc", []grpc.DialOption{grpc.WithUnaryInterceptor(
 			failsafegrpc.NewUnaryClientInterceptorWithExecutor(failsafe.With[any](fsRetry, fsBreaker)))}},
 	}
 	req := &healthpb.HealthCheckRequest{}

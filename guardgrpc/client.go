@@ -144,7 +144,9 @@ type ClientConfig struct {
 // AttemptFunc runs one attempt of a unary call; see ClientConfig.Attempt.
 // Its arguments are those of a grpc.UnaryClientInterceptor, with ctx the
 // attempt's context and idempotent telling whether the call may be sent
-// twice.
+// twice. It must not use its arguments after it returns (a copy it
+// started must be done or cancelled and no longer touching reply or opts),
+// and must be safe for concurrent use.
 type AttemptFunc func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
 	invoker grpc.UnaryInvoker, idempotent bool, opts ...grpc.CallOption) error
 

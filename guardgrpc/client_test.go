@@ -542,3 +542,59 @@ func TestNewClientRejectsInvalidConfig(t *testing.T) {
 		}
 	}
 }
+
+// opEvents records the kinds and operations of events.
+type opEvents struct {
+	mu    sync.Mutex
+	kinds []string
+	ops   map[string]bool
+}
+
+func (o *opEvents) Observe(ctx context.Context, e event.Event) context.Context {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.kinds = append(o.kinds, e.Kind.String())
+	if o.ops == nil {
+		o.ops = map[string]bool{}
+	}
+	o.ops[e.Operation] = true
+	return ctx
+}
+
+func TestEventsNameTheMethod(t *testing.T) {
+	h := &health{check: failFirst(1, codes.Unavailable)}
+	obs := &opEvents{}
+	cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{Observer: obs, IdempotentMethods: []string{checkMethod}}))
+	if _, err := cl.Check(ctxTimeout(t, 5*time.Second), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	want := []string{"call_start", "attempt_start", "attempt_end", "retry", "attempt_start", "attempt_end", "call_end"}
+	if !equal(obs.kinds, want) {
+		t.Fatalf("events %v, want %v", obs.kinds, want)
+	}
+	if len(obs.ops) != 1 || !obs.ops[checkMethod] {
+		t.Fatalf("operations %v, want only %q", obs.ops, checkMethod)
+	}
+}
+
+func TestAttemptSeamSeesEveryAttempt(t *testing.T) {
+	h := &health{check: failFirst(1, codes.Unavailable)}
+	var seen []bool
+	c := newClient(t, guardgrpc.ClientConfig{
+		IdempotentMethods: []string{checkMethod},
+		Attempt: func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+			invoker grpc.UnaryInvoker, idempotent bool, opts ...grpc.CallOption) error {
+			seen = append(seen, idempotent)
+			return invoker(ctx, method, req, reply, cc, opts...)
+		},
+	})
+	cl := dial(t, serve(t, h), c)
+	if _, err := cl.Check(ctxTimeout(t, 5*time.Second), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 2 || !seen[0] || !seen[1] {
+		t.Fatalf("Attempt saw %v, want two idempotent attempts", seen)
+	}
+}

@@ -419,7 +419,9 @@ func (k *keys) renew(ctx context.Context, skey, token string, lease time.Duratio
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
-	every := lease / 3
+	every := max(lease/3, time.Millisecond)
+	mu.Lock() // the callback reads t: it must see it set
+	defer mu.Unlock()
 	t = time.AfterFunc(every, func() {
 		mu.Lock()
 		defer mu.Unlock()

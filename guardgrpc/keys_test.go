@@ -173,3 +173,35 @@ func newMemstore(t testing.TB) *memstore.Store {
 	}
 	return s
 }
+
+func TestLeaseRenewedWhileHandlerRuns(t *testing.T) {
+	const lease = 60 * time.Millisecond
+	gate := make(chan struct{})
+	in := make(chan struct{}, 1)
+	h := &health{check: func(context.Context, int64, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+		in <- struct{}{}
+		<-gate
+		return serving, nil
+	}}
+	srv := newServer(t, guardgrpc.ServerConfig{MaxTimeout: -1, Keys: &guardgrpc.KeyConfig{Store: newMemstore(t), Lease: lease, Logger: slog.New(slog.DiscardHandler)}})
+	cl := dial(t, serve(t, h, grpc.UnaryInterceptor(srv.UnaryServerInterceptor())), nil)
+	done := make(chan error)
+	go func() {
+		// No deadline: the lease alone protects the key.
+		_, err := cl.Check(metadata.AppendToOutgoingContext(context.Background(), guardgrpc.MDIdempotencyKey, "slow"), &healthpb.HealthCheckRequest{})
+		done <- err
+	}()
+	<-in
+	time.Sleep(5 * lease) // several leases pass while the handler runs
+	_, err := cl.Check(metadata.AppendToOutgoingContext(ctxTimeout(t, time.Second), guardgrpc.MDIdempotencyKey, "slow"), &healthpb.HealthCheckRequest{})
+	close(gate)
+	if status.Code(err) != codes.Aborted {
+		t.Fatalf("same key after %v of a running handler: %v, want ABORTED (the lease is renewed)", 5*lease, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := h.calls.Load(); got != 1 {
+		t.Fatalf("handler ran %d times, want 1", got)
+	}
+}
