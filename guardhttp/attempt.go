@@ -78,8 +78,9 @@ type attempt struct {
 	release func()        // frees the bulkhead slot; nil when none
 	body    io.ReadCloser // the response body, once handed over
 	trace   httptrace.ClientTrace
-	vals    [4]string // values of the headers the attempt adds (see call.header)
-	digits  [40]byte  // the bytes of its deadline headers' values
+	req     http.Request // the copy of the caller's request the attempt sends
+	vals    [4]string    // values of the headers the attempt adds (see call.header)
+	digits  [40]byte     // the bytes of its deadline headers' values
 
 	// reading is the time at which the current body Read began, 0 between
 	// Reads: the body-idle check reads it instead of the timer being

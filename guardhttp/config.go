@@ -81,7 +81,7 @@ type Config struct {
 	// attempt until its response body is read or closed, on top of the
 	// phase timeouts. The effective bound is min(AttemptTimeout, time left on
 	// the request's context). Zero means none (each phase is still
-	// bounded); negative means no limit, as zero.
+	// bounded); a negative value is invalid, as in guardrail.Policy.
 	AttemptTimeout time.Duration
 
 	// MinAttemptTime is the least time left on the request's context worth
@@ -138,7 +138,9 @@ type Config struct {
 	// MaxBufferedBody is the largest request body without GetBody that is
 	// kept in memory to be sent again on a retry. A larger body is sent once
 	// and its request is never retried. Zero means DefaultMaxBufferedBody;
-	// negative means never buffer.
+	// a negative value is invalid (an unbounded buffer would let one large
+	// upload take the process's memory). A body with GetBody, such as
+	// bytes.Reader's, is never buffered.
 	MaxBufferedBody int64
 
 	// IdempotencyKeys, when true, gives a POST or PATCH that has no
@@ -211,7 +213,7 @@ type settings struct {
 func (c *Config) settings() settings {
 	s := settings{
 		name:           c.Name,
-		attemptTimeout: max(c.AttemptTimeout, 0),
+		attemptTimeout: c.AttemptTimeout,
 		minAttempt:     orDefault(c.MinAttemptTime, guardrail.DefaultMinAttemptTime),
 		connect:        orDefault(c.ConnectTimeout, DefaultConnectTimeout),
 		tls:            orDefault(c.TLSHandshakeTimeout, DefaultTLSHandshakeTimeout),
@@ -255,11 +257,18 @@ func (e *configError) Error() string        { return e.msg }
 func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
 func (e *configError) Unwrap() error        { return e.err }
 
-// validate reports the first invalid field of c. Durations and sizes
-// cannot be invalid: zero is their default, negative turns them off.
+// validate reports the first invalid field of c. The phase timeouts, the
+// minimum attempt time, the reserve and MaxRetryAfter cannot be invalid:
+// zero is their default, negative turns them off.
 func (c *Config) validate() error {
 	if c.MaxAttempts < 0 {
 		return &configError{msg: fmt.Sprintf("guardhttp: Config.MaxAttempts is %d; want 0 (the default, %d) or more", c.MaxAttempts, guardrail.DefaultMaxAttempts)}
+	}
+	if c.AttemptTimeout < 0 {
+		return &configError{msg: fmt.Sprintf("guardhttp: Config.AttemptTimeout is %v; want 0 (no bound of its own) or more", c.AttemptTimeout)}
+	}
+	if c.MaxBufferedBody < 0 {
+		return &configError{msg: fmt.Sprintf("guardhttp: Config.MaxBufferedBody is %d; want 0 (the default, %d bytes) or more", c.MaxBufferedBody, DefaultMaxBufferedBody)}
 	}
 	if c.Bulkhead != nil {
 		if _, err := bulkhead.New(*c.Bulkhead); err != nil {

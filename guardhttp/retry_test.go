@@ -586,9 +586,20 @@ func TestInvalidConfigIsRefusedAtConstruction(t *testing.T) {
 	if !errors.Is(err, guardhttp.ErrInvalidConfig) || !strings.Contains(err.Error(), "Config.Bulkhead") {
 		t.Errorf("NewClient with a bad bulkhead: err = %v, want one naming Config.Bulkhead", err)
 	}
+	for _, bad := range []struct {
+		cfg   guardhttp.Config
+		field string
+	}{
+		{guardhttp.Config{AttemptTimeout: -1}, "Config.AttemptTimeout is -1ns"},
+		{guardhttp.Config{MaxBufferedBody: -1}, "Config.MaxBufferedBody is -1"},
+	} {
+		if _, err := guardhttp.NewClient(bad.cfg); !errors.Is(err, guardhttp.ErrInvalidConfig) || !strings.Contains(err.Error(), bad.field) {
+			t.Errorf("NewClient(%+v): err = %v, want one naming %s", bad.cfg, err, bad.field)
+		}
+	}
 	noLimits := guardhttp.Config{
-		AttemptTimeout: -1, MinAttemptTime: -1, ConnectTimeout: -1, TLSHandshakeTimeout: -1,
-		WriteTimeout: -1, ResponseHeaderTimeout: -1, BodyIdleTimeout: -1, MaxBufferedBody: -1,
+		MinAttemptTime: -1, ConnectTimeout: -1, TLSHandshakeTimeout: -1,
+		WriteTimeout: -1, ResponseHeaderTimeout: -1, BodyIdleTimeout: -1,
 		DeadlineReserve: -1, MaxRetryAfter: -1,
 	}
 	c := newClient(t, noLimits)

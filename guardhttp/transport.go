@@ -29,7 +29,7 @@ import (
 // Per request, in this order: the time left on the request's context is
 // checked (Config.MinAttemptTime); the circuit breaker of the request's key
 // (its host, or Config.Key's answer) may refuse it; the key's bulkhead, if
-// configured, gives it a slot; each attempt runs on a clone of the request,
+// configured, gives it a slot; each attempt runs on a copy of the request,
 // with X-Request-Timeout and X-Request-Deadline set from the time left
 // (minus Config.DeadlineReserve), X-Retry-Attempt: n on the n-th retry, and
 // each phase bounded by its own timeout; its response or error is
@@ -383,7 +383,10 @@ func (c *call) attempt(actx context.Context) (*http.Response, error) {
 		return nil, c.mark(err, guardrail.Verdict{Outcome: breaker.Ignored})
 	}
 	dl, headers := c.headers(a)
-	r := c.req.WithContext(a.ctx) // a shallow copy
+	// A shallow copy of the caller's request, in the attempt: WithContext's
+	// own copy does not outlive this line, so it costs no allocation.
+	a.req = *c.req.WithContext(a.ctx)
+	r := &a.req
 	if !same {
 		r.Body, r.GetBody, r.ContentLength = body, getBody, length
 	}

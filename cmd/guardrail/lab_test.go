@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -244,5 +246,21 @@ func TestLabHelp(t *testing.T) {
 				t.Errorf("lab %s %s: exit %d, stderr %q, stdout:\n%s", e.Name, h, code, errOut, out)
 			}
 		}
+	}
+}
+
+func TestLabReport(t *testing.T) {
+	useFakes(t, &fake{name: "unjudged", v: lab.NotJudged})
+	file := filepath.Join(t.TempDir(), "lab.html")
+	code, _, errOut := runCmd(t, "lab", "unjudged", "--report", file)
+	if code != 0 || !strings.Contains(errOut, "report written to "+file) {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	page, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(page), `<li class="unjudged">– not judged: the check: why: not_judged</li>`) {
+		t.Errorf("the report does not show the check as not judged")
 	}
 }

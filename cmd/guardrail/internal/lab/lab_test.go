@@ -237,10 +237,11 @@ func TestOverhead(t *testing.T) {
 			t.Errorf("%s: %v µs per request", r.Label, us)
 		}
 	}
-	// guardhttp without a deadline adds an allocation or two (the attempt),
-	// far from the limit the check enforces.
-	if extra := col(t, res.Rows[1], "extra_allocs").(float64); extra > 3 {
-		t.Errorf("guardhttp adds %.1f allocations per request, want about 1", extra)
+	// guardhttp without a deadline adds its attempt, context, trace hooks
+	// and what net/http does for a context that can be cancelled: within
+	// the target of 10.
+	if extra := col(t, res.Rows[1], "extra_allocs").(float64); extra > 10 {
+		t.Errorf("guardhttp adds %.1f allocations per request, want at most 10", extra)
 	}
 	if len(res.Charts) != 1 || len(res.Charts[0].Series[0].Values) != 4 {
 		t.Errorf("charts: %+v", res.Charts)
