@@ -13,7 +13,8 @@ import (
 )
 
 // Result is what one failed attempt left behind, for a Classifier. It is a
-// plain value.
+// plain value, safe to copy; its Trailer is shared and must not be
+// modified.
 type Result struct {
 	// Method is the full method name, "/package.Service/Method".
 	Method string

@@ -31,7 +31,8 @@ const DefaultMaxBufferedMessages = 64
 // server, unless its method is listed in IdempotentMethods or it carries
 // an idempotency-key.
 //
-// A ClientConfig is a plain value that NewClient reads once; the values it
+// A ClientConfig is a plain value that NewClient reads once, so changing
+// it afterwards has no effect, and it is safe to share; the values it
 // points to (Budget, Observer, Breakers, Classify, Key, Attempt) must be
 // safe for concurrent use.
 type ClientConfig struct {

@@ -48,6 +48,9 @@ const MDReplayed = "idempotent-replayed"
 // DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, DATA_LOSS), a panic, and a
 // handler that fails after its client went away release the key, so a
 // retry runs the handler again, as a 5xx does over HTTP.
+//
+// A KeyConfig is a plain value that NewServer reads once, safe to share;
+// its Store, Principal and NewReply must be safe for concurrent use.
 type KeyConfig struct {
 	// Store holds the keys. Required.
 	Store idempotency.Store

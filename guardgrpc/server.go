@@ -28,7 +28,8 @@ const (
 // ServerConfig configures a Server. The zero value is valid: deadlines
 // clamped to DefaultMaxTimeout, no shedding, no idempotency keys.
 //
-// A ServerConfig is a plain value that NewServer reads once; the values it
+// A ServerConfig is a plain value that NewServer reads once, so changing
+// it afterwards has no effect, and it is safe to share; the values it
 // points to must be safe for concurrent use.
 type ServerConfig struct {
 	// Shedder, when not nil, admits or sheds every call. Its events
@@ -127,7 +128,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 }
 
 // ServerOptions returns the options that install the Server: TapHandle
-// when it sheds, and its unary and stream interceptors.
+// when it sheds, and its unary and stream interceptors. grpc-go runs
+// chained interceptors in the order of the options: put the interceptors
+// that KeyConfig.Principal or ServerConfig.Priority read from (an
+// authentication interceptor) before these.
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.UnaryServerInterceptor()),
