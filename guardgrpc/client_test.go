@@ -598,3 +598,32 @@ func TestAttemptSeamSeesEveryAttempt(t *testing.T) {
 		t.Fatalf("Attempt saw %v, want two idempotent attempts", seen)
 	}
 }
+
+func TestRetryBudgetBoundsRetries(t *testing.T) {
+	h := &health{check: failFirst(1<<40, codes.Unavailable)}
+	b, err := budget.New(budget.Config{Ratio: 0.1, Max: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, guardgrpc.ClientConfig{Budget: b, IdempotentMethods: []string{checkMethod},
+		Breakers: newGroup(t, breaker.Config{Mode: breaker.Disabled})})
+	cl := dial(t, serve(t, h), c)
+	const calls = 50
+	exhausted := 0
+	for range calls {
+		_, err := cl.Check(ctxTimeout(t, 5*time.Second), &healthpb.HealthCheckRequest{})
+		if errors.Is(err, guardrail.ErrBudgetExhausted) {
+			exhausted++
+			if status.Code(err) != codes.Unavailable {
+				t.Fatalf("budget refusal carries %v, want the last attempt's UNAVAILABLE", status.Code(err))
+			}
+		}
+	}
+	// 1 token to start with and 0.1 per call: about 6 retries in all.
+	if got := h.calls.Load(); got > calls+7 {
+		t.Fatalf("server saw %d calls for %d callers: retries beyond the budget", got, calls)
+	}
+	if exhausted < calls-7 {
+		t.Fatalf("%d calls ended with ErrBudgetExhausted, want nearly all %d", exhausted, calls)
+	}
+}
