@@ -130,11 +130,12 @@ type ClientConfig struct {
 	ConnRetriesDisabled bool
 
 	// Attempt, when not nil, runs each unary attempt in place of the
-	// invoker: it must call invoker (once, or more than once concurrently)
-	// and return one result. It is the seam for hedging: an AttemptFunc
-	// may send a second copy of an idempotent call after a delay and
-	// return the first answer, cancelling the other. The engine sees one
-	// attempt whatever it does. Nil means invoker itself.
+	// invoker: it must send the call (once, or more than once
+	// concurrently) and return one result. It is the seam for hedging: an
+	// AttemptFunc may send a second copy of an idempotent call after a
+	// delay and return the first answer, cancelling the other. The engine
+	// sees one attempt, one breaker outcome and one retry decision,
+	// whatever it does. Nil means the invoker itself.
 	Attempt AttemptFunc
 
 	// Rand returns uniform draws in [0, 1) for backoff jitter. Nil means
@@ -142,14 +143,38 @@ type ClientConfig struct {
 	Rand func() float64
 }
 
-// AttemptFunc runs one attempt of a unary call; see ClientConfig.Attempt.
-// Its arguments are those of a grpc.UnaryClientInterceptor, with ctx the
-// attempt's context and idempotent telling whether the call may be sent
-// twice. It must not use its arguments after it returns (a copy it
-// started must be done or cancelled and no longer touching reply or opts),
-// and must be safe for concurrent use.
-type AttemptFunc func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
-	invoker grpc.UnaryInvoker, idempotent bool, opts ...grpc.CallOption) error
+// AttemptFunc runs one attempt of a unary call, described by a; see
+// ClientConfig.Attempt. ctx is the attempt's context. It must be safe for
+// concurrent use, must not keep a after it returns, and must not leave a
+// copy of the call running past its return: a copy it started is done or
+// cancelled by then.
+type AttemptFunc func(ctx context.Context, a *Attempt) error
+
+// Attempt is one attempt of a unary call, for an AttemptFunc. It is owned
+// by the Client and valid only until the AttemptFunc returns; read it, do
+// not modify it.
+type Attempt struct {
+	// Method, Req, Reply, Conn and Invoker are the interceptor's.
+	Method     string
+	Req, Reply any
+	Conn       *grpc.ClientConn
+	Invoker    grpc.UnaryInvoker
+	// Idempotent reports whether the call may be sent twice: only then
+	// may an AttemptFunc send a second copy.
+	Idempotent bool
+	// Opts are the options of the copy whose result is returned: the
+	// caller's, then the Client's own, which read its trailer and peer
+	// for classification.
+	Opts []grpc.CallOption
+	// CallerOpts are the caller's options alone, for any other copy, so
+	// that two copies never write the same trailer.
+	CallerOpts []grpc.CallOption
+}
+
+// Invoke sends one copy of the call with opts.
+func (a *Attempt) Invoke(ctx context.Context, opts ...grpc.CallOption) error {
+	return a.Invoker(ctx, a.Method, a.Req, a.Reply, a.Conn, opts...)
+}
 
 // ByMethod is a ClientConfig.Key that gives every method of every target a
 // breaker of its own: the target and the full method name.
@@ -388,6 +413,8 @@ type unaryCall struct {
 	trailer    metadata.MD
 	peer       peer.Peer
 	opts       []grpc.CallOption
+	callerOpts int // the caller's options are opts[:callerOpts]
+	info       Attempt
 	trailerOpt grpc.TrailerCallOption
 	peerOpt    grpc.PeerCallOption
 }
@@ -398,6 +425,7 @@ func (c *Client) invoke(ctx context.Context, method string, req, reply any, cc *
 	u.idempotent = c.idempotent(ctx, method)
 	u.attempts = 0
 	u.opts = append(u.opts[:0], opts...)
+	u.callerOpts = len(opts)
 	u.trailerOpt.TrailerAddr = &u.trailer
 	u.peerOpt.PeerAddr = &u.peer
 	u.opts = append(u.opts, u.trailerOpt)
@@ -432,7 +460,10 @@ func (u *unaryCall) attempt(ctx context.Context) (struct{}, error) {
 	}
 	var err error
 	if a := u.c.cfg.Attempt; a != nil {
-		err = a(ctx, u.method, u.req, u.reply, u.cc, u.invoker, u.idempotent, u.opts...)
+		u.info = Attempt{Method: u.method, Req: u.req, Reply: u.reply, Conn: u.cc, Invoker: u.invoker,
+			Idempotent: u.idempotent, Opts: u.opts, CallerOpts: u.opts[:u.callerOpts:u.callerOpts]}
+		err = a(ctx, &u.info)
+		u.info = Attempt{}
 	} else {
 		err = u.invoker(ctx, u.method, u.req, u.reply, u.cc, u.opts...)
 	}

@@ -584,14 +584,18 @@ func TestAttemptSeamSeesEveryAttempt(t *testing.T) {
 	var seen []bool
 	c := newClient(t, guardgrpc.ClientConfig{
 		IdempotentMethods: []string{checkMethod},
-		Attempt: func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
-			invoker grpc.UnaryInvoker, idempotent bool, opts ...grpc.CallOption) error {
-			seen = append(seen, idempotent)
-			return invoker(ctx, method, req, reply, cc, opts...)
+		Attempt: func(ctx context.Context, a *guardgrpc.Attempt) error {
+			seen = append(seen, a.Idempotent)
+			// The caller's WaitForReady (and the generated code's own
+			// option) come first; the Client's trailer option after them.
+			if len(a.Opts) != len(a.CallerOpts)+1 || len(a.CallerOpts) < 1 {
+				t.Errorf("caller options %d of %d, want the caller's and then the Client's one", len(a.CallerOpts), len(a.Opts))
+			}
+			return a.Invoke(ctx, a.Opts...)
 		},
 	})
 	cl := dial(t, serve(t, h), c)
-	if _, err := cl.Check(ctxTimeout(t, 5*time.Second), &healthpb.HealthCheckRequest{}); err != nil {
+	if _, err := cl.Check(ctxTimeout(t, 5*time.Second), &healthpb.HealthCheckRequest{}, grpc.WaitForReady(false)); err != nil {
 		t.Fatal(err)
 	}
 	if len(seen) != 2 || !seen[0] || !seen[1] {
