@@ -78,6 +78,7 @@ type Group struct {
 	lastSweep int64  // clock of the start of the last idle sweep
 	sweepPos  int    // next ring position of the sweep in progress; -1 when none
 	sweepOld  uint32 // the idle epoch the sweep in progress drops the unused of
+	scan      int    // entries the eviction hand may look at: 4..evictScan
 }
 
 // Bounds on the work of one key creation.
@@ -85,8 +86,13 @@ const (
 	// evictScan is how many entries the eviction hand looks at, at most,
 	// to choose one to drop. Beyond it, the preference for keeping open
 	// breakers gives way: a wide outage must not make every new key walk
-	// the whole group.
-	evictScan = 64
+	// the whole group. After a look that found only open breakers the
+	// hand looks at half as many next time (down to evictScanMin), and
+	// after one that found a closed breaker twice as many: when nearly
+	// everything is open, looking costs a cache miss per entry and finds
+	// nothing.
+	evictScan    = 64
+	evictScanMin = 4
 	// sweepStep is how many entries one key creation moves the idle sweep
 	// over. It is larger than one, so a sweep always finishes: each
 	// creation adds one entry and sweeps more.
@@ -117,6 +123,7 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 		ttl:      cfg.IdleTTL,
 		m:        make(map[string]*Breaker),
 		sweepPos: -1,
+		scan:     evictScan,
 	}
 	if g.maxKeys == 0 {
 		g.maxKeys = DefaultMaxKeys
@@ -234,13 +241,13 @@ func (g *Group) sweepLocked(now time.Time) {
 
 // evictOneLocked drops one entry, chosen by the clock algorithm (an
 // approximation of least recently used that costs Get nothing) over at most
-// evictScan entries: the hand skips entries used since it last passed,
+// g.scan entries: the hand skips entries used since it last passed,
 // clearing their mark, and open ones; the first entry that is neither is
 // dropped. If the hand finds none, it drops the first entry it passed that
 // is not open, or else the first it passed.
 func (g *Group) evictOneLocked(now time.Time) {
 	var notPinned, first *Breaker
-	for range min(evictScan, len(g.ring)) {
+	for range min(g.scan, len(g.ring)) {
 		if g.hand >= len(g.ring) {
 			g.hand = 0
 		}
@@ -258,13 +265,16 @@ func (g *Group) evictOneLocked(now time.Time) {
 			continue
 		}
 		if !p {
+			g.scan = min(2*g.scan, evictScan)
 			g.removeLocked(b)
 			return
 		}
 	}
 	if notPinned != nil {
+		g.scan = min(2*g.scan, evictScan)
 		g.removeLocked(notPinned)
 	} else if first != nil {
+		g.scan = max(g.scan/2, evictScanMin)
 		g.removeLocked(first)
 	}
 }
