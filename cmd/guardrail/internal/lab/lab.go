@@ -337,6 +337,7 @@ func Experiments() []Experiment {
 		retryAfter(),
 		idempotencyExp(),
 		shedding(),
+		incident(),
 		overhead(),
 	}
 }
