@@ -322,7 +322,7 @@ func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
 
 func (c *call) succeeded() {
 	if c.throttle != nil {
-		c.throttle.accepted(time.Now())
+		c.throttle.record(time.Now(), true)
 	}
 	if c.obs == nil {
 		if c.timed {
@@ -341,6 +341,9 @@ func (c *call) succeeded() {
 }
 
 func (c *call) panicked() {
+	if c.throttle != nil {
+		c.throttle.record(time.Now(), true) // the operation's fault, not the dependency's
+	}
 	c.recordAttempt(breaker.Failure, errPanicked)
 	c.end(errPanicked) // the call ends here too: observers close what they opened
 }
@@ -355,7 +358,7 @@ func (c *call) failed(err error, timedOut bool) error {
 		if errors.Is(perr, context.Canceled) {
 			// The caller gave up: not the dependency's fault, not retried.
 			if c.throttle != nil {
-				c.throttle.accepted(time.Now()) // nor evidence against it
+				c.throttle.record(time.Now(), true) // nor evidence against it
 			}
 			c.recordAttempt(breaker.Ignored, err)
 			c.outcome = event.OutcomeCanceled
@@ -363,6 +366,9 @@ func (c *call) failed(err error, timedOut bool) error {
 		}
 		// The caller's deadline passed during the attempt: the dependency did
 		// not answer in time.
+		if c.throttle != nil {
+			c.throttle.record(time.Now(), false)
+		}
 		c.recordAttempt(breaker.Failure, err)
 		c.timeout()
 		if !c.idempotent && !c.s.classify(err).Unsent {
@@ -376,8 +382,10 @@ func (c *call) failed(err error, timedOut bool) error {
 		v.Outcome, v.Retryable, v.Timeout = breaker.Failure, true, true
 	}
 	c.recordAttempt(v.Outcome, err)
-	if c.throttle != nil && !v.Timeout && !isOverload(err, v) {
-		c.throttle.accepted(time.Now()) // an answer, if not a good one: the dependency took it
+	if c.throttle != nil {
+		// An answer, if not a good one, is one the dependency took; an
+		// overload answer or a timeout is not.
+		c.throttle.record(time.Now(), !v.Timeout && !isOverload(err, v))
 	}
 	if v.Timeout {
 		c.timeout()

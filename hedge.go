@@ -362,7 +362,7 @@ func hedgedAttempt[T any](c *call, op func(context.Context) (T, error), actx con
 	}
 	c.permit.Done(breaker.Ignored, 0)
 	if c.throttle != nil {
-		c.throttle.accepted(time.Now()) // cancelled by us: says nothing against the dependency
+		c.throttle.record(time.Now(), true) // cancelled by us: says nothing against the dependency
 	}
 	c.permit, c.astart = w.permit, w.start
 	if c.obs != nil {
@@ -501,6 +501,9 @@ func (r *round[T]) run(actx context.Context, cancel context.CancelCauseFunc, per
 			// The panic goes on up this goroutine's stack, which ends the
 			// program as any goroutine's panic does; record it first.
 			permit.Done(breaker.Failure, time.Since(start))
+			if c.throttle != nil {
+				c.throttle.record(time.Now(), true)
+			}
 			cancel(nil)
 			r.mu.Lock()
 			r.running--
@@ -538,13 +541,13 @@ func (r *round[T]) run(actx context.Context, cancel context.CancelCauseFunc, per
 			c.discard(v)
 		}
 		if c.throttle != nil {
-			c.throttle.accepted(now)
+			c.throttle.record(now, true)
 		}
 	case errors.Is(context.Cause(actx), ErrHedgeLost) || c.ctx.Err() != nil:
 		// Cancelled because another attempt won, or the caller gave up.
 		o, outcome = breaker.Ignored, event.AttemptIgnored
 		if c.throttle != nil {
-			c.throttle.accepted(now)
+			c.throttle.record(now, true)
 		}
 	default:
 		v := c.s.classify(err)
@@ -554,8 +557,8 @@ func (r *round[T]) run(actx context.Context, cancel context.CancelCauseFunc, per
 		if over {
 			c.s.hedge.overloaded(now, v.RetryAfter)
 		}
-		if c.throttle != nil && !over && !v.Timeout {
-			c.throttle.accepted(now)
+		if c.throttle != nil {
+			c.throttle.record(now, !over && !v.Timeout)
 		}
 	}
 	permit.DoneAt(o, d, now)

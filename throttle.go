@@ -136,28 +136,39 @@ func (t *Throttler) RejectProbability() float64 {
 // Counts returns the requests and accepts in the window now, for metrics.
 func (t *Throttler) Counts() (requests, accepts int64) { return t.counts(time.Now()) }
 
-// admit counts a request at now and reports whether it may be sent: draw
-// is a uniform draw in [0, 1).
+// admit reports whether a request may be sent at now: draw is a uniform
+// draw in [0, 1). A rejected request is counted here; one that is sent is
+// counted when its answer is recorded, so that requests still in flight
+// do not count as refused.
 func (t *Throttler) admit(now time.Time, draw float64) bool {
-	requests, accepts := t.counts(now)
+	p := t.probability(t.counts(now))
+	if p <= 0 || draw >= p {
+		return true
+	}
 	t.bucket(now).requests.Add(1)
-	p := t.probability(requests, accepts)
-	return p <= 0 || draw >= p
+	return false
 }
 
-// accepted records that the dependency accepted a request sent at about
-// now.
-func (t *Throttler) accepted(now time.Time) { t.bucket(now).accepts.Add(1) }
+// record counts a request sent that has been answered (or given up on) at
+// now, and whether the dependency accepted it.
+func (t *Throttler) record(now time.Time, accepted bool) {
+	b := t.bucket(now)
+	b.requests.Add(1)
+	if accepted {
+		b.accepts.Add(1)
+	}
+}
 
-// Admit counts a request and reports whether the caller may send it, for
-// callers that guard calls without Do; draw is a uniform draw in [0, 1).
-// Report each admitted request's answer with Accepted when the dependency
-// accepted it.
+// Admit reports whether the caller may send a request, for callers that
+// guard calls without Do; draw is a uniform draw in [0, 1). A rejected
+// request is counted at once; report each admitted one's answer with
+// Record.
 func (t *Throttler) Admit(draw float64) bool { return t.admit(time.Now(), draw) }
 
-// Accepted records that the dependency accepted a request Admit let
-// through.
-func (t *Throttler) Accepted() { t.accepted(time.Now()) }
+// Record counts a request that Admit let through and that has been
+// answered: accepted is false for an overload answer (429, 503,
+// RESOURCE_EXHAUSTED) or a timeout, true for any other answer.
+func (t *Throttler) Record(accepted bool) { t.record(time.Now(), accepted) }
 
 // Overloader is implemented by errors that say the dependency is
 // overloaded (an HTTP 429 or 503, a gRPC RESOURCE_EXHAUSTED): hedging stops

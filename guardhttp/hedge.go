@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/guardrail-go/guardrail"
@@ -31,6 +32,17 @@ func discardLoser(v any) {
 	}
 }
 
+// hedgedCall is the state a hedged request's attempts share: they run at
+// once, so the call's attempt count, body and the fields here are under
+// mu, and their failed responses and marks are lists.
+type hedgedCall struct {
+	mu       sync.Mutex
+	inflight int
+	pendings []*http.Response
+	marks    []mark
+	ended    bool
+}
+
 // mark is an error handed to the engine and the caller's error it marks.
 type mark struct{ marked, raw error }
 
@@ -40,23 +52,23 @@ type mark struct{ marked, raw error }
 // itself runs outside it.
 func (c *call) hedgedAttempt(actx context.Context) (*http.Response, error) {
 	t := c.t
-	c.mu.Lock()
-	if c.inflight == 0 {
+	c.hs.mu.Lock()
+	if c.hs.inflight == 0 {
 		// A new round: every attempt of the last one has ended, so its
 		// failed responses will not be returned.
-		for _, p := range c.pendings {
+		for _, p := range c.hs.pendings {
 			discard(p)
 		}
-		c.pendings = c.pendings[:0]
+		c.hs.pendings = c.hs.pendings[:0]
 	}
-	c.inflight++
+	c.hs.inflight++
 	c.n++
 	n := c.n
-	c.mu.Unlock()
+	c.hs.mu.Unlock()
 	defer func() {
-		c.mu.Lock()
-		c.inflight--
-		c.mu.Unlock()
+		c.hs.mu.Lock()
+		c.hs.inflight--
+		c.hs.mu.Unlock()
 	}()
 
 	var release func()
@@ -67,13 +79,13 @@ func (c *call) hedgedAttempt(actx context.Context) (*http.Response, error) {
 		}
 	}
 	now := time.Now()
-	c.mu.Lock()
+	c.hs.mu.Lock()
 	a := t.newAttempt(c, actx, now)
 	a.n = n
 	a.release = release
 	body, getBody, length, same, err := c.body()
 	if err != nil {
-		c.mu.Unlock()
+		c.hs.mu.Unlock()
 		a.finish()
 		return nil, c.hedgeMark(err, guardrail.Verdict{Outcome: breaker.Ignored}, nil)
 	}
@@ -89,7 +101,7 @@ func (c *call) hedgedAttempt(actx context.Context) (*http.Response, error) {
 		r.Header = c.header(dl, now, &a.vals, &a.digits)
 	}
 	c.n = saved
-	c.mu.Unlock()
+	c.hs.mu.Unlock()
 
 	// The engine cancels a losing attempt's context with ErrHedgeLost; the
 	// attempt's own context follows the caller's, so end it here.
@@ -123,17 +135,17 @@ func (c *call) hedgedAttempt(actx context.Context) (*http.Response, error) {
 // returned; after end, a late loser's response is released at once.
 func (c *call) hedgeMark(err error, v guardrail.Verdict, resp *http.Response) error {
 	marked := guardrail.WithVerdict(err, v)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ended {
+	c.hs.mu.Lock()
+	defer c.hs.mu.Unlock()
+	if c.hs.ended {
 		if resp != nil {
 			discard(resp)
 		}
 		return marked
 	}
-	c.marks = append(c.marks, mark{marked, err})
+	c.hs.marks = append(c.hs.marks, mark{marked, err})
 	if resp != nil {
-		c.pendings = append(c.pendings, resp)
+		c.hs.pendings = append(c.hs.pendings, resp)
 	}
 	return marked
 }
@@ -141,11 +153,11 @@ func (c *call) hedgeMark(err error, v guardrail.Verdict, resp *http.Response) er
 // endHedged is end for a hedged request.
 func (c *call) endHedged(resp *http.Response, err error) (*http.Response, error) {
 	c.closeBody()
-	c.mu.Lock()
-	c.ended = true
-	pendings, marks := c.pendings, c.marks
-	c.pendings, c.marks = nil, nil
-	c.mu.Unlock()
+	c.hs.mu.Lock()
+	c.hs.ended = true
+	pendings, marks := c.hs.pendings, c.hs.marks
+	c.hs.pendings, c.hs.marks = nil, nil
+	c.hs.mu.Unlock()
 	var keep *http.Response
 	var se *StatusError
 	if err != nil && errors.As(err, &se) && se.resp != nil {

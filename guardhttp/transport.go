@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -210,7 +209,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		Breaker:    t.breakers.Get(c.key),
 	}
 	if t.hedges {
-		if c.hedged = c.hedgeable(); c.hedged {
+		if c.hedgeable() {
+			c.hs = &hedgedCall{}
 			gc.Discard = discardLoser
 			resp, err := guardrail.DoCall(req.Context(), &t.policy, gc, c.hedgedAttempt)
 			return c.endHedged(resp, err)
@@ -253,15 +253,7 @@ type call struct {
 	pending    *http.Response // the last attempt's failed response, until retried or returned
 	raw        error          // the last attempt's error, as returned to the engine
 	marked     error          // the same, marked with its verdict
-
-	// A hedged request's attempts run at once: the state above that they
-	// share is under mu, and their failed responses and marks are lists.
-	hedged   bool
-	mu       sync.Mutex
-	inflight int
-	pendings []*http.Response
-	marks    []mark
-	ended    bool
+	hs         *hedgedCall    // a hedged request's shared state; nil when not hedged
 }
 
 func (c *call) prepare() error {
@@ -478,7 +470,7 @@ func (c *call) mark(err error, v guardrail.Verdict) error {
 	if !c.replayable() {
 		v.Retryable = false
 	}
-	if c.hedged {
+	if c.hs != nil {
 		return c.hedgeMark(err, v, nil)
 	}
 	c.raw, c.marked = err, guardrail.WithVerdict(err, v)

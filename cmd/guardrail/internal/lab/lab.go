@@ -337,6 +337,8 @@ func Experiments() []Experiment {
 		retryAfter(),
 		idempotencyExp(),
 		shedding(),
+		hedging(),
+		throttling(),
 		incident(),
 		overhead(),
 	}
