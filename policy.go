@@ -78,8 +78,8 @@ type Policy struct {
 
 	// MaxRetryAfter caps how long a server may ask Do to wait (Retry-After):
 	// a longer request ends the call at once rather than retrying sooner than
-	// asked. Zero means DefaultMaxRetryAfter (30 s); negative means no limit
-	// on the hint is kept: server hints are ignored and the backoff applies.
+	// asked. Zero means DefaultMaxRetryAfter (30 s); negative turns the hints
+	// off: server hints are ignored and the backoff applies.
 	MaxRetryAfter time.Duration
 
 	// Classify decides what a failed attempt means. Nil means

@@ -48,7 +48,7 @@ func (g *bulkheads) get(key string) *bulkhead.Bulkhead {
 			}
 		}
 	}
-	b, _ = bulkhead.New(g.cfg) // validated by newBulkheads
+	b, _ = bulkhead.New(g.cfg) // Config.validate checked g.cfg
 	g.m[key] = b
 	return b
 }

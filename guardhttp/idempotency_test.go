@@ -13,7 +13,7 @@ import (
 	"github.com/guardrail-go/guardrail/idempotency/memstore"
 )
 
-// Seed 002's question: what if the charge succeeded and the response was
+// What if the charge succeeded and the response was
 // lost? With a generated key, the client retries and the server's
 // idempotency middleware replays the stored answer: one charge.
 func TestLostResponseOfAChargeIsReplayedNotRepeated(t *testing.T) {

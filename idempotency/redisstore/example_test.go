@@ -16,7 +16,10 @@ import (
 func Example() {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
-	store := redisstore.New(client, redisstore.Config{Prefix: "payments:idem:"})
+	store, err := redisstore.New(client, redisstore.Config{Prefix: "payments:idem:"})
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	keys, err := idempotency.New(store, idempotency.Config{
 		Name:     "payments",

@@ -47,16 +47,20 @@ type Store struct {
 
 // New returns a Store using client, which may be a *redis.Client,
 // *redis.ClusterClient, *redis.Ring or any redis.UniversalClient. The caller
-// keeps ownership of client and closes it. New panics if client is nil.
-func New(client redis.Scripter, cfg Config) *Store {
+// keeps ownership of client and closes it. A nil client is an error that
+// Is ErrInvalidConfig.
+func New(client redis.Scripter, cfg Config) (*Store, error) {
 	if client == nil {
-		panic("redisstore: nil client")
+		return nil, fmt.Errorf("%w: the client is nil; want a *redis.Client, *redis.ClusterClient or another redis.Scripter", ErrInvalidConfig)
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
 	}
-	return &Store{client: client, prefix: cfg.Prefix}
+	return &Store{client: client, prefix: cfg.Prefix}, nil
 }
+
+// ErrInvalidConfig is the sentinel of New's errors.
+var ErrInvalidConfig = errors.New("redisstore: invalid configuration")
 
 // The value of a key is a tag byte, the 32-byte fingerprint, then the lock
 // token ('L', in flight) or the encoded response ('C', completed).

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"os"
 	"strconv"
@@ -91,7 +92,7 @@ func harness() storetest.Harness {
 		proxy := testproxy.Start(t, addr)
 		client := newClient(t, proxy.Addr(), redis.Options{MaxRetries: -1, DialTimeout: time.Second, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
 		return storetest.Subject{
-			Store: redisstore.New(client, redisstore.Config{Prefix: prefix}),
+			Store: mustNew(client, redisstore.Config{Prefix: prefix}),
 			Advance: func(d time.Duration) {
 				ctx := context.Background()
 				keys, err := direct.Keys(ctx, prefix+"*").Result()
@@ -121,7 +122,7 @@ func TestLeaseIsServerExpiry(t *testing.T) {
 	addr := redisAddr(t)
 	client := newClient(t, addr, redis.Options{})
 	prefix := testPrefix(t, client)
-	s := redisstore.New(client, redisstore.Config{Prefix: prefix})
+	s := mustNew(client, redisstore.Config{Prefix: prefix})
 	ctx := t.Context()
 	res, err := s.Begin(ctx, "k", idempotency.Fingerprint{1}, 7*time.Second)
 	if err != nil || res.State != idempotency.StateAcquired {
@@ -142,7 +143,7 @@ func TestCorruptValue(t *testing.T) {
 	addr := redisAddr(t)
 	client := newClient(t, addr, redis.Options{})
 	prefix := testPrefix(t, client)
-	s := redisstore.New(client, redisstore.Config{Prefix: prefix})
+	s := mustNew(client, redisstore.Config{Prefix: prefix})
 	client.Set(t.Context(), prefix+"k", "garbage", time.Minute)
 	if _, err := s.Begin(t.Context(), "k", idempotency.Fingerprint{}, time.Second); err == nil {
 		t.Fatal("Begin on a foreign value succeeded")
@@ -152,11 +153,26 @@ func TestCorruptValue(t *testing.T) {
 func BenchmarkMiddleware(b *testing.B) {
 	addr := redisAddr(b)
 	client := newClient(b, addr, redis.Options{})
-	storetest.BenchmarkMiddleware(b, redisstore.New(client, redisstore.Config{Prefix: testPrefix(b, client)}))
+	storetest.BenchmarkMiddleware(b, mustNew(client, redisstore.Config{Prefix: testPrefix(b, client)}))
 }
 
 func BenchmarkExtend(b *testing.B) {
 	addr := redisAddr(b)
 	client := newClient(b, addr, redis.Options{})
-	storetest.BenchmarkExtend(b, redisstore.New(client, redisstore.Config{Prefix: testPrefix(b, client)}))
+	storetest.BenchmarkExtend(b, mustNew(client, redisstore.Config{Prefix: testPrefix(b, client)}))
+}
+
+// mustNew is redisstore.New for a client that is never nil.
+func mustNew(client redis.Scripter, cfg redisstore.Config) *redisstore.Store {
+	s, err := redisstore.New(client, cfg)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+func TestNewRefusesANilClient(t *testing.T) {
+	if _, err := redisstore.New(nil, redisstore.Config{}); !errors.Is(err, redisstore.ErrInvalidConfig) {
+		t.Fatalf("New(nil) err = %v, want ErrInvalidConfig", err)
+	}
 }

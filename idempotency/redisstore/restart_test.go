@@ -82,7 +82,7 @@ func TestStoreRestartKeepsData(t *testing.T) {
 
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, MaxRetries: 3, DialTimeout: time.Second})
 	defer client.Close()
-	store := redisstore.New(client, redisstore.Config{Prefix: "restart:"})
+	store := mustNew(client, redisstore.Config{Prefix: "restart:"})
 	var charges atomic.Int64
 	h := middleware(store, idempotency.Config{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := charges.Add(1)

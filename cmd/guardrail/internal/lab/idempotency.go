@@ -72,7 +72,12 @@ func (p idemParams) newStore(ctx context.Context) (idempotency.Store, func(), er
 			c.Close()
 			return nil, nil, fmt.Errorf("redis at %s: %w", p.redis, err)
 		}
-		return redisstore.New(c, redisstore.Config{Prefix: "guardrail-lab:" + tag + ":"}), func() { c.Close() }, nil
+		s, err := redisstore.New(c, redisstore.Config{Prefix: "guardrail-lab:" + tag + ":"})
+		if err != nil {
+			c.Close()
+			return nil, nil, err
+		}
+		return s, func() { c.Close() }, nil
 	case "postgres":
 		pool, err := pgxpool.New(ctx, p.postgres)
 		if err == nil {
