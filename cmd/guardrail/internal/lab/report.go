@@ -57,11 +57,11 @@ for (const c of charts) {
     // leaves that bar no height at all: start a decade below it.
     const pos = c.series.flatMap(s => s.values).filter(v => v > 0);
     if (pos.length) y.min = Math.pow(10, Math.floor(Math.log10(Math.min(...pos))) - 1);
-    // Ticks at 1, 2 and 5 of each decade, written as numbers (50, 0.05),
-    // not with the decimals of the smallest one (50.000).
+    // A tick per decade, written as a number (10, 0.01), not with the
+    // decimals of the smallest one (10.000): in between they crowd.
     y.ticks = {callback: v => {
       const m = v / Math.pow(10, Math.floor(Math.log10(v) + 1e-9));
-      return [1, 2, 5].some(k => Math.abs(m - k) < 1e-6) ? String(Number(v.toPrecision(3))) : '';
+      return Math.abs(m - 1) < 1e-6 ? String(Number(v.toPrecision(3))) : '';
     }};
   }
   const x = {title: {display: !!c.xlabel, text: c.xlabel}};
