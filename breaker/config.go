@@ -203,6 +203,7 @@ func DefaultClassify(err error) Outcome {
 // normalized is Config with defaults applied, in the units the hot path
 // uses.
 type normalized struct {
+	epoch       time.Time // clock zero of the breakers built from it; the clock is time.Since(epoch)
 	name        string
 	window      time.Duration
 	buckets     int
@@ -362,7 +363,7 @@ func rate(r, def float64, name string, bad func(string, any, string)) float64 {
 func (b *Breaker) Config() Config {
 	n := b.cfg
 	c := Config{
-		Name:           n.name,
+		Name:           b.name,
 		Window:         n.window,
 		Buckets:        n.buckets,
 		CountWindow:    n.count,

@@ -343,6 +343,7 @@ func Experiments() []Experiment {
 		retryAfter(),
 		idempotencyExp(),
 		shedding(),
+		incident(),
 		overhead(),
 	}
 }
