@@ -18,6 +18,7 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/guardrail-go/guardrail/config v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -30,3 +31,5 @@ require (
 replace github.com/guardrail-go/guardrail/idempotency/pgstore => ../../idempotency/pgstore
 
 replace github.com/guardrail-go/guardrail => ../..
+
+replace github.com/guardrail-go/guardrail/config => ../../config
