@@ -149,3 +149,32 @@ func BenchmarkDoCircuitOpen(b *testing.B) {
 		_, _ = guardrail.Do(ctx, p, okOp)
 	}
 }
+
+var errTransient = errors.New("bench: connection reset")
+
+func transientOp(context.Context) (int, error) { return 0, errTransient }
+
+func trivialClassify(error) guardrail.Verdict {
+	return guardrail.Verdict{Outcome: breaker.Failure, Retryable: true}
+}
+
+// BenchmarkDoFailedAttempt is one call whose only attempt fails with a
+// plain transient error, with the breaker disabled: what a failed attempt
+// costs during an outage. classify=default asks DefaultClassify,
+// classify=trivial a classifier that looks at nothing: the baseline.
+func BenchmarkDoFailedAttempt(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		c    guardrail.Classifier
+	}{{"default", nil}, {"trivial", trivialClassify}} {
+		b.Run("classify="+tc.name, func(b *testing.B) {
+			p := &guardrail.Policy{MaxAttempts: 1, Classify: tc.c,
+				Breaker: newBreaker(breaker.Config{Mode: breaker.Disabled})}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = guardrail.Do(ctx, p, transientOp)
+			}
+		})
+	}
+}

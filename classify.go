@@ -109,12 +109,49 @@ func WithVerdict(err error, v Verdict) error {
 //   - connection reset, broken pipe, unexpected EOF: failure, retryable;
 //   - anything else: failure, retryable. Whether it is retried still
 //     depends on Policy.Idempotent, which is false unless set.
+//
+// It allocates nothing for the errors of the standard library and those
+// wrapped with fmt.Errorf or errors.Join: it runs on every failed attempt,
+// and failed attempts are the hot path during an outage.
 func DefaultClassify(err error) Verdict {
-	var m *markedError
-	if errors.As(err, &m) {
+	if m, ok := as[*markedError](err); ok {
 		return m.verdict
 	}
 	return classifyPlain(err)
+}
+
+// as is errors.As for a target of type T, without the allocation errors.As
+// costs (its target escapes): it walks err's tree in the same order, and
+// hands a subtree to errors.As only at an error with an As method, whose
+// target it must pass.
+func as[T error](err error) (T, bool) {
+	var zero T
+	for err != nil {
+		if t, ok := err.(T); ok {
+			return t, true
+		}
+		if _, ok := err.(interface{ As(any) bool }); ok {
+			var t T
+			if errors.As(err, &t) {
+				return t, true
+			}
+			return zero, false
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if t, ok := as[T](e); ok {
+					return t, true
+				}
+			}
+			return zero, false
+		default:
+			return zero, false
+		}
+	}
+	return zero, false
 }
 
 func classifyPlain(err error) Verdict {
@@ -124,12 +161,10 @@ func classifyPlain(err error) Verdict {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return Verdict{Outcome: breaker.Failure, Retryable: true, Unsent: true}
 	}
-	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) {
+	if dnsErr, ok := as[*net.DNSError](err); ok {
 		return Verdict{Outcome: breaker.Failure, Retryable: true, Unsent: true, Timeout: dnsErr.IsTimeout}
 	}
-	var opErr *net.OpError
-	if errors.As(err, &opErr) && opErr.Op == "dial" {
+	if opErr, ok := as[*net.OpError](err); ok && opErr.Op == "dial" {
 		return Verdict{Outcome: breaker.Failure, Retryable: true, Unsent: true, Timeout: opErr.Timeout()}
 	}
 	if isTimeout(err) {
@@ -142,6 +177,6 @@ func isTimeout(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
 		return true
 	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	ne, ok := as[net.Error](err)
+	return ok && ne.Timeout()
 }

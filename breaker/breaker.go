@@ -82,23 +82,40 @@ const (
 // Breaker is safe for concurrent use by multiple goroutines. The closed
 // path is lock-free and allocation-free; rejection is allocation-free.
 type Breaker struct {
+	// Read by every call, and rarely written: kept together ahead of mu so
+	// that they do not share a cache line with it.
 	state   atomic.Uint64             // state word; read by every Allow and Done
 	openErr atomic.Pointer[OpenError] // the current open period's error; set before state
-	_       [48]byte                  // keep the read-mostly words above off mu's cache line
-	run     atomic.Uint64             // ConsecutiveFailures: the closed state's run (see addFailure)
-	_       [56]byte                  // written on failures: off the read-mostly lines
-
-	cfg   normalized
-	epoch time.Time // clock zero; the clock is time.Since(epoch)
-	tw    *timeWindow
-	cw    *countWindow // exactly one of tw and cw is set
+	cfg     *normalized               // shared by the breakers of a Group
+	name    string
+	tw      timeWindow   // used unless cw is set
+	cw      *countWindow // set for a count window
 
 	mu sync.Mutex
 	// Guarded by mu:
-	inflight   int   // half-open: probes admitted and not reported
-	passed     int   // half-open: consecutive successful probes
-	lastProbe  int64 // half-open: clock of the last probe admission or report
-	opens      int   // consecutive openings since the last close
+	inflight  int32 // half-open: probes admitted and not reported
+	passed    int32 // half-open: consecutive successful probes
+	lastProbe int64 // half-open: clock of the last probe admission or report
+	opens     int32 // consecutive openings since the last close
+
+	// Owned by the Group that created the breaker, if any: see entry marks
+	// in group.go. gidx is guarded by the Group's mutex.
+	gmark atomic.Uint32
+	gidx  int32
+
+	// ConsecutiveFailures: the closed state's run of failures (see
+	// countRun). 32 bits, in what was padding, to keep a Group's breakers
+	// in their allocation size class.
+	run atomic.Uint32
+
+	dq *delivery // transitions to deliver; allocated at the first one with a callback
+}
+
+// delivery is the queue of transitions waiting for OnTransition and the
+// Observer. It is guarded by the breaker's mu, and exists only for a
+// breaker that has callbacks and has changed state, to keep idle breakers
+// small (a Group may hold many).
+type delivery struct {
 	pending    []Transition
 	delivering bool
 }
@@ -110,15 +127,18 @@ func New(cfg Config) (*Breaker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newBreaker(n), nil
+	n.epoch = time.Now()
+	return newBreaker(&n, n.name), nil
 }
 
-func newBreaker(n normalized) *Breaker {
-	b := &Breaker{cfg: n, epoch: time.Now()}
+// newBreaker returns a closed breaker named name configured by n, which
+// it may share with others and never modifies.
+func newBreaker(n *normalized, name string) *Breaker {
+	b := &Breaker{cfg: n, name: name}
 	if b.cfg.count > 0 {
 		b.cw = newCountWindow(b.cfg.count)
 	} else {
-		b.tw = newTimeWindow(b.cfg)
+		b.tw.init(n)
 	}
 	b.state.Store(b.baseWord(0))
 	return b
@@ -139,9 +159,9 @@ func (b *Breaker) baseWord(gen uint64) uint64 {
 // clock returns the time since the breaker's epoch. With a monotonic epoch
 // (always, outside testing/synctest bubbles) it reads only the monotonic
 // clock, which costs about half of time.Now.
-func (b *Breaker) clock() int64 { return int64(time.Since(b.epoch)) }
+func (b *Breaker) clock() int64 { return int64(time.Since(b.cfg.epoch)) }
 
-func (b *Breaker) clockAt(t time.Time) int64 { return int64(t.Sub(b.epoch)) }
+func (b *Breaker) clockAt(t time.Time) int64 { return int64(t.Sub(b.cfg.epoch)) }
 
 // Permit is the right to make one call, returned by Allow. Report the call's
 // result with Done exactly once; later calls of Done are not detected and
@@ -215,7 +235,7 @@ func (b *Breaker) allowSlow(w uint64, now int64) (Permit, error) {
 		b.unlockAndDeliver()
 		return Permit{b, w}, nil
 	default: // HalfOpen
-		if b.inflight < b.cfg.probes {
+		if int(b.inflight) < b.cfg.probes {
 			b.inflight++
 			b.lastProbe = now
 			b.mu.Unlock()
@@ -281,7 +301,7 @@ func (b *Breaker) isSlow(d time.Duration) bool {
 func (b *Breaker) recordTime(w uint64, now int64, o Outcome, d time.Duration) {
 	failure, slow := o == Failure, b.isSlow(d)
 	b.tw.add(&b.mu, now, failure, slow)
-	var run uint64
+	var run uint32
 	if b.cfg.consecutive > 0 {
 		run = b.countRun(w, failure)
 	}
@@ -307,7 +327,7 @@ func (b *Breaker) recordCount(w uint64, o Outcome, d time.Duration) {
 		return
 	}
 	b.cw.add(failure, slow)
-	var run uint64
+	var run uint32
 	if b.cfg.consecutive > 0 {
 		run = b.countRun(w, failure)
 	}
@@ -322,22 +342,25 @@ func (b *Breaker) recordCount(w uint64, o Outcome, d time.Duration) {
 }
 
 // The run word counts consecutive failures for ConsecutiveFailures. Its
-// high half holds the low 32 bits of the generation of the closed state
-// the run belongs to, its low half the run's length, so that one
-// compare-and-swap both counts a failure and checks that the permit's
-// state is still the current one: a permit from before a transition can
-// neither extend nor end the run of the state after it. Every transition
-// starts an empty run in the new generation (setLocked).
-const runMask = 1<<32 - 1
+// high half holds the low 16 bits of the generation of the closed state
+// the run belongs to, its low half the run's length (at most 65535), so
+// that one compare-and-swap both counts a failure and checks that the
+// permit's state is still the current one: a permit from before a
+// transition can neither extend nor end the run of the state after it.
+// (record checks the whole state word first; the 16 bits only guard the
+// instants between that check and the swap, in which 65536 transitions
+// cannot happen.) Every transition starts an empty run in the new
+// generation (setLocked).
+const runMask = 1<<16 - 1
 
-func runWord(w uint64) uint64 { return (w / genUnit) << 32 }
+func runWord(w uint64) uint32 { return uint32(w/genUnit) << 16 }
 
 // countRun records a failure (the run grows) or a success (it ends) of a
 // permit from closed state word w, and returns the run's length after a
 // failure, 0 otherwise. Concurrent failures and successes are ordered by
 // their compare-and-swaps, so the length is exact: n failures in a row
 // return 1..n.
-func (b *Breaker) countRun(w uint64, failure bool) uint64 {
+func (b *Breaker) countRun(w uint64, failure bool) uint32 {
 	g := runWord(w)
 	for {
 		v := b.run.Load()
@@ -385,7 +408,7 @@ const ReasonConsecutiveFailures Reason = "consecutive_failures"
 // trip opens the breaker from closed state word w, for reason r
 // (ReasonFailureRate or ReasonSlowRate), or for a run of run consecutive
 // failures when r is empty. The caller holds mu.
-func (b *Breaker) trip(w uint64, c counts, r Reason, run uint64, now int64) {
+func (b *Breaker) trip(w uint64, c counts, r Reason, run uint32, now int64) {
 	t := Transition{Calls: int(c.calls), Failures: int(c.failures), Slow: int(c.slow), Reason: r}
 	if c.calls > 0 {
 		t.FailureRate = float64(c.failures) / float64(c.calls)
@@ -397,7 +420,7 @@ func (b *Breaker) trip(w uint64, c counts, r Reason, run uint64, now int64) {
 	case ReasonSlowRate:
 		t.Cause = rateCause("slow-call", c.slow, c.calls, b.cfg.slowRate)
 	default:
-		t.Reason, t.Cause = ReasonConsecutiveFailures, strconv.FormatUint(run, 10)+" consecutive failures"
+		t.Reason, t.Cause = ReasonConsecutiveFailures, strconv.FormatUint(uint64(run), 10)+" consecutive failures"
 	}
 	b.setLocked(w, Open, 0, t, now)
 }
@@ -427,8 +450,8 @@ func (b *Breaker) doneSlow(w uint64, o Outcome, d time.Duration, now int64) {
 	case b.isSlow(d):
 		b.setLocked(w, Open, 0, Transition{Reason: ReasonProbeSlow, Cause: "probe took " + d.String()}, now)
 	default:
-		if b.passed++; b.passed >= b.cfg.closeAfter {
-			b.setLocked(w, Closed, 0, Transition{Reason: ReasonProbesPassed, Cause: "probes passed", Calls: b.passed}, now)
+		if b.passed++; int(b.passed) >= b.cfg.closeAfter {
+			b.setLocked(w, Closed, 0, Transition{Reason: ReasonProbesPassed, Cause: "probes passed", Calls: int(b.passed)}, now)
 		}
 	}
 	b.unlockAndDeliver()
@@ -441,18 +464,18 @@ func (b *Breaker) setLocked(w uint64, to State, flags uint64, t Transition, now 
 	nw := (w&^(genUnit-1) + genUnit) | uint64(to) | flags
 	switch to {
 	case Open:
-		e := &OpenError{Name: b.cfg.name, w: nw}
+		e := &OpenError{Name: b.name, w: nw}
 		if flags&flagForced == 0 {
 			b.opens++
-			d := b.openDuration(b.opens)
+			d := b.openDuration(int(b.opens))
 			e.until = now + int64(d)
-			e.Until = b.epoch.Add(time.Duration(e.until))
-			t.OpenFor, t.Opens = d, b.opens
+			e.Until = b.cfg.epoch.Add(time.Duration(e.until))
+			t.OpenFor, t.Opens = d, int(b.opens)
 		}
 		b.openErr.Store(e) // before the state: Allow checks e.w against the state
 	case Closed:
 		b.opens = 0
-		if b.tw != nil {
+		if b.cw == nil {
 			b.tw.reset()
 		} else {
 			b.cw.reset()
@@ -467,8 +490,11 @@ func (b *Breaker) setLocked(w uint64, to State, flags uint64, t Transition, now 
 		return nw // same state, same flags (a Reset of a closed breaker): nothing to tell
 	}
 	if b.cfg.onTrans != nil || b.cfg.observer != nil {
-		t.Name, t.From, t.To, t.Forced = b.cfg.name, from, to, nw&flagForced != 0
-		b.pending = append(b.pending, t)
+		t.Name, t.From, t.To, t.Forced = b.name, from, to, nw&flagForced != 0
+		if b.dq == nil {
+			b.dq = new(delivery)
+		}
+		b.dq.pending = append(b.dq.pending, t)
 	}
 	return nw
 }
@@ -502,22 +528,23 @@ func (b *Breaker) openDuration(n int) time.Duration {
 // goroutine is already delivering, it hands its transitions over to it and
 // returns.
 func (b *Breaker) unlockAndDeliver() {
-	if len(b.pending) == 0 || b.delivering {
+	q := b.dq
+	if q == nil || len(q.pending) == 0 || q.delivering {
 		b.mu.Unlock()
 		return
 	}
-	b.delivering = true
+	q.delivering = true
 	ok := false
 	defer func() {
 		if !ok { // a callback panicked (mu is held again): let the next transition deliver
-			b.delivering = false
-			b.pending = b.pending[:0]
+			q.delivering = false
+			q.pending = q.pending[:0]
 			b.mu.Unlock()
 		}
 	}()
-	for len(b.pending) > 0 {
-		t := b.pending[0]
-		b.pending = append(b.pending[:0], b.pending[1:]...)
+	for len(q.pending) > 0 {
+		t := q.pending[0]
+		q.pending = append(q.pending[:0], q.pending[1:]...)
 		b.mu.Unlock()
 		func() {
 			defer b.mu.Lock()
@@ -529,7 +556,7 @@ func (b *Breaker) unlockAndDeliver() {
 			}
 		}()
 	}
-	b.delivering = false
+	q.delivering = false
 	ok = true
 	b.mu.Unlock()
 }
@@ -638,11 +665,11 @@ func (b *Breaker) Metrics() Metrics {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	w := b.state.Load()
-	m := Metrics{State: State(w & stateMask), Forced: w&flagForced != 0, Opens: b.opens}
+	m := Metrics{State: State(w & stateMask), Forced: w&flagForced != 0, Opens: int(b.opens)}
 	switch m.State {
 	case Closed:
 		var c counts
-		if b.tw != nil {
+		if b.cw == nil {
 			c = b.tw.sum(now)
 		} else {
 			c = b.cw.counts
@@ -658,13 +685,13 @@ func (b *Breaker) Metrics() Metrics {
 	case Open:
 		m.OpenUntil = b.openErr.Load().Until
 	case HalfOpen:
-		m.Probes = b.inflight
+		m.Probes = int(b.inflight)
 	}
 	return m
 }
 
 // Name returns the breaker's Config.Name.
-func (b *Breaker) Name() string { return b.cfg.name }
+func (b *Breaker) Name() string { return b.name }
 
 // Timed reports whether the breaker uses call durations (slow-call tracking
 // is on), so a caller knows whether to measure them for Done.

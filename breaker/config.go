@@ -29,6 +29,9 @@ const (
 // maxBuckets bounds the work of summing the window on a failure.
 const maxBuckets = 1000
 
+// maxConsecutive bounds ConsecutiveFailures: the run is counted in 16 bits.
+const maxConsecutive = 1<<16 - 1
+
 // maxCountWindow bounds the memory of a count window (one byte per call).
 const maxCountWindow = 1 << 20
 
@@ -98,7 +101,7 @@ type Config struct {
 	// window holds: MinRequests does not apply. A success (slow or not)
 	// ends the run; an ignored call neither counts nor ends it; a slow
 	// success is a success here. Zero turns it off; a negative value, or
-	// one above 2147483647, is invalid.
+	// one above 65535, is invalid (a run that long is a failure rate).
 	//
 	// Pick the failure rate for a dependency busy enough to fill
 	// MinRequests within the Window: it tolerates scattered failures and
@@ -221,12 +224,13 @@ func DefaultClassify(err error) Outcome {
 // normalized is Config with defaults applied, in the units the hot path
 // uses.
 type normalized struct {
+	epoch       time.Time // clock zero of the breakers built from it; the clock is time.Since(epoch)
 	name        string
 	window      time.Duration
 	buckets     int
 	count       int
 	minRequests int64
-	consecutive uint64 // 0 = off
+	consecutive uint32 // 0 = off
 	failureRate float64
 	slowCall    int64 // ns; 0 = off
 	slowRate    float64
@@ -295,10 +299,10 @@ func (c Config) normalize(field string) (normalized, error) {
 		n.minRequests = int64(c.MinRequests)
 	}
 	switch {
-	case c.ConsecutiveFailures < 0 || c.ConsecutiveFailures > math.MaxInt32:
-		bad("ConsecutiveFailures", c.ConsecutiveFailures, "0 (off) to 2147483647")
+	case c.ConsecutiveFailures < 0 || c.ConsecutiveFailures > maxConsecutive:
+		bad("ConsecutiveFailures", c.ConsecutiveFailures, "0 (off) to 65535")
 	default:
-		n.consecutive = uint64(c.ConsecutiveFailures)
+		n.consecutive = uint32(c.ConsecutiveFailures)
 	}
 	n.failureRate = rate(c.FailureRate, DefaultFailureRate, "FailureRate", bad)
 	switch {
@@ -387,7 +391,7 @@ func rate(r, def float64, name string, bad func(string, any, string)) float64 {
 func (b *Breaker) Config() Config {
 	n := b.cfg
 	c := Config{
-		Name:                n.name,
+		Name:                b.name,
 		Window:              n.window,
 		Buckets:             n.buckets,
 		CountWindow:         n.count,

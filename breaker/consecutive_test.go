@@ -168,10 +168,10 @@ func TestConsecutiveFailuresMetricsOnly(t *testing.T) {
 }
 
 func TestConsecutiveFailuresConfig(t *testing.T) {
-	for _, v := range []int{-1, math.MaxInt32 + 1} {
+	for _, v := range []int{-1, 65536} {
 		_, err := breaker.New(breaker.Config{ConsecutiveFailures: v})
 		if !errors.Is(err, breaker.ErrInvalidConfig) || !strings.Contains(err.Error(), "Config.ConsecutiveFailures is ") ||
-			!strings.Contains(err.Error(), "want 0 (off) to 2147483647") {
+			!strings.Contains(err.Error(), "want 0 (off) to 65535") {
 			t.Errorf("ConsecutiveFailures %d: %v; want an error naming the field", v, err)
 		}
 	}
@@ -254,5 +254,22 @@ func TestConsecutiveFailuresExactUnderConcurrency(t *testing.T) {
 				wantState(t, b, breaker.Open)
 			}
 		})
+	}
+}
+
+// In MetricsOnly the run saturates at the largest threshold instead of
+// wrapping into the generation bits.
+func TestConsecutiveFailuresSaturate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("70,000 calls")
+	}
+	b := mustNew(breaker.Config{ConsecutiveFailures: 65535, Mode: breaker.MetricsOnly})
+	calls(b, breaker.Failure, 70_000)
+	if m := b.Metrics(); m.ConsecutiveFailures != 65535 {
+		t.Errorf("Metrics.ConsecutiveFailures = %d; want 65535", m.ConsecutiveFailures)
+	}
+	calls(b, breaker.Success, 1)
+	if m := b.Metrics(); m.ConsecutiveFailures != 0 {
+		t.Errorf("after a success: Metrics.ConsecutiveFailures = %d; want 0", m.ConsecutiveFailures)
 	}
 }

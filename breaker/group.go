@@ -31,15 +31,19 @@ type GroupConfig struct {
 	// guard it with thresholds nobody asked for.
 	ConfigFor func(key string) Config
 	// MaxKeys bounds the number of breakers held. When a new key would go
-	// past it, one that has not been used recently is dropped (preferring
-	// one that is not open). Zero means DefaultMaxKeys (1000); a negative
-	// value is invalid.
+	// past it, one that has not been used recently is dropped, preferring
+	// one that is not open among the few dozen looked at (so that a group
+	// whose breakers are nearly all open does not walk all of them for
+	// every new key). Zero means DefaultMaxKeys (1000); a negative value is
+	// invalid.
 	MaxKeys int
 	// IdleTTL drops breakers not used for at least IdleTTL, except one
-	// still open. The check runs lazily, when a new key is created at least
-	// IdleTTL after the previous check, and drops the breakers unused since
-	// that check. Zero means DefaultIdleTTL (10 min); negative means no
-	// limit: never drop for idleness (MaxKeys still bounds the group).
+	// still open. The check runs lazily: a sweep starts when a new key is
+	// created at least IdleTTL after the previous one started, and drops
+	// the breakers unused since then. It moves a bounded number of entries
+	// forward at each new key rather than walking the group at once, so no
+	// Get waits for it. Zero means DefaultIdleTTL (10 min); negative means
+	// no limit: never drop for idleness (MaxKeys still bounds the group).
 	IdleTTL time.Duration
 }
 
@@ -51,35 +55,55 @@ type GroupConfig struct {
 // on next use, and holders of the old *Breaker keep a working, detached
 // breaker.
 //
+// Creating a key does a bounded amount of work whatever the group's size
+// and whatever state its breakers are in (at most a few hundred entries
+// looked at), so during a wide outage, when every breaker is open and new
+// keys keep arriving, no Get waits long for the lock.
+//
 // Group is safe for concurrent use by multiple goroutines. Get on an
 // existing key takes a read lock and allocates nothing.
 type Group struct {
-	cfg     normalized
+	cfg     normalized // shared by the breakers built from Config
 	cfgFor  func(string) Config
 	maxKeys int
 	ttl     time.Duration
-	epoch   time.Time
 
-	sweeps atomic.Uint32 // idle sweeps done: the current idle epoch
+	sweeps atomic.Uint32 // idle epochs started: the current idle epoch
 
 	mu sync.RWMutex
-	m  map[string]*entry
+	m  map[string]*Breaker
 	// Guarded by mu (write):
-	ring      []*entry // every entry, for the eviction hand
+	ring      []*Breaker // every breaker, for the eviction hand and the sweep
 	hand      int
-	lastSweep int64 // clock of the last idle sweep
+	lastSweep int64  // clock of the start of the last idle sweep
+	sweepPos  int    // next ring position of the sweep in progress; -1 when none
+	sweepOld  uint32 // the idle epoch the sweep in progress drops the unused of
+	scan      int    // entries the eviction hand may look at: 4..evictScan
 }
 
-// entry.mark packs the idle epoch of the entry's last use (mark>>1) and a
-// reference bit (mark&1) that Get sets and the eviction hand clears. A new
+// Bounds on the work of one key creation.
+const (
+	// evictScan is how many entries the eviction hand looks at, at most,
+	// to choose one to drop. Beyond it, the preference for keeping open
+	// breakers gives way: a wide outage must not make every new key walk
+	// the whole group. After a look that found only open breakers the
+	// hand looks at half as many next time (down to evictScanMin), and
+	// after one that found a closed breaker twice as many: when nearly
+	// everything is open, looking costs a cache miss per entry and finds
+	// nothing.
+	evictScan    = 64
+	evictScanMin = 4
+	// sweepStep is how many entries one key creation moves the idle sweep
+	// over. It is larger than one, so a sweep always finishes: each
+	// creation adds one entry and sweeps more.
+	sweepStep = 128
+)
+
+// A breaker's gmark packs the idle epoch of its last use (gmark>>1) and a
+// reference bit (gmark&1) that Get sets and the eviction hand clears. A new
 // entry starts unreferenced, so a burst of one-off keys evicts itself
 // rather than the keys in steady use.
-type entry struct {
-	key  string
-	b    *Breaker
-	mark atomic.Uint32
-	idx  int // position in ring; guarded by Group.mu
-}
+const epochMask = 1<<31 - 1
 
 // NewGroup returns an empty group, or an error that Is ErrInvalidConfig
 // and names every invalid field of cfg (cfg.Config's included).
@@ -91,13 +115,15 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
+	n.epoch = time.Now()
 	g := &Group{
-		cfg:     n,
-		cfgFor:  cfg.ConfigFor,
-		maxKeys: cfg.MaxKeys,
-		ttl:     cfg.IdleTTL,
-		epoch:   time.Now(),
-		m:       make(map[string]*entry),
+		cfg:      n,
+		cfgFor:   cfg.ConfigFor,
+		maxKeys:  cfg.MaxKeys,
+		ttl:      cfg.IdleTTL,
+		m:        make(map[string]*Breaker),
+		sweepPos: -1,
+		scan:     evictScan,
 	}
 	if g.maxKeys == 0 {
 		g.maxKeys = DefaultMaxKeys
@@ -111,118 +137,154 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 // Get returns the breaker for key, creating it if needed.
 func (g *Group) Get(key string) *Breaker {
 	g.mu.RLock()
-	e := g.m[key]
+	b := g.m[key]
 	g.mu.RUnlock()
-	if e != nil {
-		e.touch(g.sweeps.Load())
-		return e.b
+	if b != nil {
+		touch(b, g.sweeps.Load())
+		return b
 	}
 	return g.create(key)
 }
 
 func (g *Group) create(key string) *Breaker {
-	n := g.cfg
+	n := &g.cfg
 	if g.cfgFor != nil {
 		cfg := g.cfgFor(key)
-		var err error
-		if n, err = cfg.normalize("ConfigFor(" + strconv.Quote(key) + ")."); err != nil {
+		nk, err := cfg.normalize("ConfigFor(" + strconv.Quote(key) + ").")
+		if err != nil {
 			panic(err)
 		}
+		nk.epoch = g.cfg.epoch
+		n = &nk
 	}
-	n.name = key
-	b := newBreaker(n)
+	b := newBreaker(n, key)
 
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if e := g.m[key]; e != nil { // lost a race to create it
-		e.touch(g.sweeps.Load())
-		return e.b
+		touch(e, g.sweeps.Load())
+		return e
 	}
-	now := int64(time.Since(g.epoch))
-	if g.ttl > 0 && now-g.lastSweep >= int64(g.ttl) {
-		g.sweepLocked()
-		g.lastSweep = now
+	var now time.Time // read once, and only if needed
+	if g.ttl > 0 {
+		now = time.Now()
+		if c := int64(now.Sub(g.cfg.epoch)); g.sweepPos < 0 && c-g.lastSweep >= int64(g.ttl) {
+			g.sweepOld = g.sweeps.Load()
+			g.sweeps.Add(1)
+			g.sweepPos = 0
+			g.lastSweep = c
+		}
+		if g.sweepPos >= 0 {
+			g.sweepLocked(now)
+		}
 	}
 	if len(g.ring) >= g.maxKeys {
-		g.evictOneLocked()
+		g.evictOneLocked(now)
 	}
-	e := &entry{key: key, b: b, idx: len(g.ring)}
-	e.mark.Store(g.sweeps.Load() << 1)
-	g.m[key] = e
-	g.ring = append(g.ring, e)
+	b.gidx = int32(len(g.ring))
+	b.gmark.Store(g.sweeps.Load() << 1)
+	g.m[key] = b
+	g.ring = append(g.ring, b)
 	return b
 }
 
-// pinned reports whether e's breaker is open and its open time has not
-// elapsed (or it was forced open): dropping it would let calls through to
-// a dependency known to be down.
-func (g *Group) pinned(e *entry) bool {
-	w := e.b.state.Load()
+// pinned reports whether b is open and its open time has not elapsed at
+// *now (or it was forced open): dropping it would let calls through to a
+// dependency known to be down. It reads the clock into *now if it is zero
+// and needed, so that one walk reads it at most once.
+func pinned(b *Breaker, now *time.Time) bool {
+	w := b.state.Load()
 	if w&stateMask != uint64(Open) {
 		return false
 	}
 	if w&flagForced != 0 {
 		return true
 	}
-	oe := e.b.openErr.Load()
-	return oe != nil && e.b.clock() < oe.until
+	oe := b.openErr.Load()
+	if oe == nil {
+		return false
+	}
+	if now.IsZero() {
+		*now = time.Now()
+	}
+	return b.clockAt(*now) < oe.until
 }
 
-// touch marks e used in idle epoch epoch. It loads before it stores, so a
+// touch marks b used in idle epoch epoch. It loads before it stores, so a
 // key in steady use keeps its cache line shared between cores.
-func (e *entry) touch(epoch uint32) {
-	if m := epoch<<1 | 1; e.mark.Load() != m {
-		e.mark.Store(m)
+func touch(b *Breaker, epoch uint32) {
+	if m := epoch<<1 | 1; b.gmark.Load() != m {
+		b.gmark.Store(m)
 	}
 }
 
-// sweepLocked drops the entries neither created nor used since the
-// previous sweep (at least IdleTTL ago), and starts a new idle epoch.
-func (g *Group) sweepLocked() {
-	epoch := g.sweeps.Load()
-	for i := 0; i < len(g.ring); {
-		e := g.ring[i]
-		if e.mark.Load()>>1 == epoch&(1<<31-1) || g.pinned(e) {
-			i++
+// sweepLocked moves the idle sweep in progress over at most sweepStep
+// entries. The sweep drops the entries neither created nor used in the
+// idle epoch it started (at least IdleTTL before) nor since, except open
+// ones. An entry moved behind the sweep by a removal elsewhere in the ring
+// is left for the next sweep.
+func (g *Group) sweepLocked(now time.Time) {
+	keep1, keep2 := g.sweepOld&epochMask, (g.sweepOld+1)&epochMask
+	for range sweepStep {
+		if g.sweepPos >= len(g.ring) {
+			g.sweepPos = -1
+			return
+		}
+		b := g.ring[g.sweepPos]
+		if e := b.gmark.Load() >> 1; e == keep1 || e == keep2 || pinned(b, &now) {
+			g.sweepPos++
 			continue
 		}
-		g.removeLocked(e) // moves the last entry to i
+		g.removeLocked(b) // moves the last entry to sweepPos
 	}
-	g.sweeps.Add(1)
 }
 
 // evictOneLocked drops one entry, chosen by the clock algorithm (an
-// approximation of least recently used that costs Get nothing): the hand
-// skips entries used since it last passed, clearing their mark, and for one
-// more turn skips open ones.
-func (g *Group) evictOneLocked() {
-	n := len(g.ring)
-	for i := 0; i < 3*n; i++ {
+// approximation of least recently used that costs Get nothing) over at most
+// g.scan entries: the hand skips entries used since it last passed,
+// clearing their mark, and open ones; the first entry that is neither is
+// dropped. If the hand finds none, it drops the first entry it passed that
+// is not open, or else the first it passed.
+func (g *Group) evictOneLocked(now time.Time) {
+	var notPinned, first *Breaker
+	for range min(g.scan, len(g.ring)) {
 		if g.hand >= len(g.ring) {
 			g.hand = 0
 		}
-		e := g.ring[g.hand]
-		if m := e.mark.Load(); m&1 != 0 {
-			e.mark.CompareAndSwap(m, m&^1) // a Get racing with it wins
-			g.hand++
+		b := g.ring[g.hand]
+		g.hand++
+		if first == nil {
+			first = b
+		}
+		p := pinned(b, &now)
+		if m := b.gmark.Load(); m&1 != 0 {
+			b.gmark.CompareAndSwap(m, m&^1) // a Get racing with it wins
+			if !p && notPinned == nil {
+				notPinned = b
+			}
 			continue
 		}
-		if i < 2*n && g.pinned(e) {
-			g.hand++
-			continue
+		if !p {
+			g.scan = min(2*g.scan, evictScan)
+			g.removeLocked(b)
+			return
 		}
-		g.removeLocked(e)
-		return
 	}
-	g.removeLocked(g.ring[0]) // unreachable: the third turn evicts
+	if notPinned != nil {
+		g.scan = min(2*g.scan, evictScan)
+		g.removeLocked(notPinned)
+	} else if first != nil {
+		g.scan = max(g.scan/2, evictScanMin)
+		g.removeLocked(first)
+	}
 }
 
-func (g *Group) removeLocked(e *entry) {
-	delete(g.m, e.key)
+func (g *Group) removeLocked(b *Breaker) {
+	delete(g.m, b.name)
 	last := len(g.ring) - 1
 	moved := g.ring[last]
-	g.ring[e.idx] = moved
-	moved.idx = e.idx
+	g.ring[b.gidx] = moved
+	moved.gidx = b.gidx
 	g.ring[last] = nil
 	g.ring = g.ring[:last]
 }
@@ -230,8 +292,8 @@ func (g *Group) removeLocked(e *entry) {
 // Remove drops the breaker for key, if any.
 func (g *Group) Remove(key string) {
 	g.mu.Lock()
-	if e := g.m[key]; e != nil {
-		g.removeLocked(e)
+	if b := g.m[key]; b != nil {
+		g.removeLocked(b)
 	}
 	g.mu.Unlock()
 }
@@ -247,11 +309,11 @@ func (g *Group) Len() int {
 // returns false. It works on a snapshot, so fn may use the group.
 func (g *Group) Range(fn func(key string, b *Breaker) bool) {
 	g.mu.RLock()
-	snap := make([]*entry, len(g.ring))
+	snap := make([]*Breaker, len(g.ring))
 	copy(snap, g.ring)
 	g.mu.RUnlock()
-	for _, e := range snap {
-		if !fn(e.key, e.b) {
+	for _, b := range snap {
+		if !fn(b.name, b) {
 			return
 		}
 	}

@@ -190,3 +190,45 @@ func TestGroupObserver(t *testing.T) {
 		}
 	})
 }
+
+// The idle sweep of a large group advances a bounded step at each new key
+// and, once done, has dropped exactly the idle keys, as a sweep of the
+// whole group at once would.
+func TestGroupIdleSweepIsIncremental(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl, n = time.Minute, 5000
+		g := mustGroup(breaker.GroupConfig{IdleTTL: ttl, MaxKeys: 2 * n})
+		for i := range n {
+			g.Get("k" + strconv.Itoa(i))
+		}
+		time.Sleep(ttl)
+		g.Get("start-1") // starts a sweep: every key was created since the start
+		for i := range 100 {
+			g.Get("a" + strconv.Itoa(i)) // finishes it
+		}
+		if got := g.Len(); got != n+101 {
+			t.Fatalf("Len = %d after the first sweep, want %d: nothing was idle", got, n+101)
+		}
+		time.Sleep(ttl)
+		for i := 0; i < n; i += 2 {
+			g.Get("k" + strconv.Itoa(i)) // the even keys stay in use
+		}
+		g.Get("start-2") // starts the second sweep
+		if got := g.Len(); got < n {
+			t.Fatalf("Len = %d right after the sweep started, want the sweep not done at once", got)
+		}
+		for i := range 100 {
+			g.Get("b" + strconv.Itoa(i))
+		}
+		if got, want := g.Len(), n/2+202; got != want {
+			t.Fatalf("Len = %d after the second sweep, want %d (the even keys and those created since the first sweep)", got, want)
+		}
+		held := map[string]bool{}
+		g.Range(func(k string, _ *breaker.Breaker) bool { held[k] = true; return true })
+		for i := range n {
+			if k := "k" + strconv.Itoa(i); held[k] != (i%2 == 0) {
+				t.Fatalf("%s held = %v", k, held[k])
+			}
+		}
+	})
+}

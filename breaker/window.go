@@ -27,16 +27,15 @@ type bucket struct {
 	calls    atomic.Int64
 	failures atomic.Int64
 	slow     atomic.Int64
-	_        [32]byte // one bucket per cache line: the current one is hot
+	// No padding to a cache line: a Group holds thousands of breakers, and
+	// only one bucket at a time is written, so its neighbours (read only
+	// when a failure is recorded) cost little to share its line.
 }
 
-func newTimeWindow(n normalized) *timeWindow {
-	w := &timeWindow{
-		width:   int64(n.window) / int64(n.buckets),
-		buckets: make([]bucket, n.buckets),
-	}
+func (w *timeWindow) init(n *normalized) {
+	w.width = int64(n.window) / int64(n.buckets)
+	w.buckets = make([]bucket, n.buckets)
 	w.reset()
-	return w
 }
 
 // reset empties the window. The caller holds the breaker's mutex.
