@@ -51,6 +51,10 @@ const (
 	minPerShard = 16
 )
 
+// maxRetryAfter caps Retry-After, in seconds (34 years), for a Rate so low
+// that the wait would overflow a time.Duration.
+const maxRetryAfter = 1 << 30
+
 // ErrInvalidConfig is the sentinel of every error New returns for a Config
 // it rejects.
 var ErrInvalidConfig = errors.New("ratelimit: invalid config")
@@ -329,11 +333,11 @@ func (l *Limiter) allow(key string, now time.Time) (wait time.Duration, ok bool)
 	res := e.lim.ReserveN(now, 1)
 	d := res.DelayFrom(now)
 	res.CancelAt(now)
-	secs := max(int64(math.Ceil(d.Seconds())), 1)
+	secs := int64(min(max(math.Ceil(d.Seconds()), 1), maxRetryAfter))
 	// The rate package computes in floating point: make sure a token is
 	// really there after the whole seconds, so that Retry-After is never
 	// early.
-	for e.lim.TokensAt(now.Add(time.Duration(secs)*time.Second)) < 1 && secs < math.MaxInt32 {
+	for secs < maxRetryAfter && e.lim.TokensAt(now.Add(time.Duration(secs)*time.Second)) < 1 {
 		secs++
 	}
 	return time.Duration(secs) * time.Second, false

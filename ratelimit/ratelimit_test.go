@@ -356,3 +356,22 @@ func TestDefaultKeyRemoteAddr(t *testing.T) {
 		t.Errorf("no port: %d", c)
 	}
 }
+
+// A rate so low that the wait overflows a time.Duration still answers a
+// positive Retry-After.
+func TestTinyRateRetryAfterPositive(t *testing.T) {
+	for _, r := range []float64{1e-300, 1e-12, 1e-6} {
+		l := mustNew(t, ratelimit.Config{Rate: r, Burst: 1})
+		l.Allow("k")
+		var le *ratelimit.LimitedError
+		if err := l.Allow("k"); !errors.As(err, &le) || le.RetryAfter < time.Second {
+			t.Errorf("Rate %g: %v; want a positive Retry-After", r, err)
+		}
+		h := l.Middleware(http.NotFoundHandler())
+		send(h, "")
+		w := send(h, "")
+		if n, err := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64); err != nil || n < 1 {
+			t.Errorf("Rate %g: Retry-After %q", r, w.Header().Get("Retry-After"))
+		}
+	}
+}
