@@ -18,10 +18,13 @@ func (e *StatusError) Overload() bool {
 	return e.StatusCode == http.StatusTooManyRequests || e.StatusCode == http.StatusServiceUnavailable
 }
 
-// hedgeable reports whether the engine may hedge the request: it is
-// idempotent and its body can be sent more than once.
+// hedgeable reports whether the engine may hedge the request: its method
+// is idempotent (GET, HEAD, PUT, DELETE...) and its body can be sent more
+// than once. A POST or PATCH is not hedged even with an idempotency key:
+// two copies in flight at once meet the server's "same key in flight"
+// refusal (409), not a replay.
 func (c *call) hedgeable() bool {
-	return c.t.hedges && c.idempotent && c.replayable()
+	return c.t.hedges && c.idempotent && !c.unsafe && c.replayable()
 }
 
 // discardLoser releases the response of an attempt that lost a hedge race:
