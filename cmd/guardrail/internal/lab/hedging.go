@@ -15,6 +15,9 @@ import (
 	"github.com/guardrail-go/guardrail/guardhttp"
 )
 
+// hedgeWarmup is how many calls each row makes before it measures.
+const hedgeWarmup = 50
+
 type hedgingParams struct {
 	calls      int
 	workers    int
@@ -138,6 +141,7 @@ func (p hedgingParams) run(ctx context.Context, env *Env) (*Result, error) {
 	r.check(hedgedOver.extraPct <= 1, "at most 1 % extra requests under overload", "%.1f %% extra requests (%d requests for %d calls): hedging paused on the 503s",
 		hedgedOver.extraPct, hedgedOver.requests, hedgedOver.calls)
 	r.note("the delay is p90, not p95: with exactly 5 %% of calls in the tail, p95 sits on the tail's edge (500ms) and a hedge sent then is too late to help")
+	r.note("each row starts with %d calls it does not measure, so that the hedge delay has a percentile to start from", hedgeWarmup)
 	r.note("hedges spend the retry budget (10 %%) and pause for 10 s after a 503 or a Retry-After; calls are not retried (1 attempt), so every extra request is a hedge")
 	return r, nil
 }
@@ -156,6 +160,16 @@ func (p hedgingParams) runRow(ctx context.Context, seed uint64, hedge, overloade
 	tr := mustTransport(newBaseTransport(true), cfg)
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
+
+	// Warm up first, unmeasured: an adaptive delay knows no percentile
+	// before it has seen 20 answers, and a long-running service is past
+	// that.
+	for range hedgeWarmup {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, _ = get(cctx, client, s.URL)
+		cancel()
+	}
+	warm := srv.requests.Load()
 
 	lat := make([]time.Duration, p.calls)
 	var next atomic.Int64
@@ -180,7 +194,7 @@ func (p hedgingParams) runRow(ctx context.Context, seed uint64, hedge, overloade
 		return hedgingRow{}, err
 	}
 	slices.Sort(lat)
-	row := hedgingRow{hedging: hedge, overloaded: overloaded, calls: int64(p.calls), requests: srv.requests.Load()}
+	row := hedgingRow{hedging: hedge, overloaded: overloaded, calls: int64(p.calls), requests: srv.requests.Load() - warm}
 	row.p50 = lat[len(lat)/2]
 	row.p99 = lat[min(len(lat)-1, len(lat)*99/100)]
 	row.extraPct = float64(row.requests-row.calls) / float64(row.calls) * 100
