@@ -18,6 +18,18 @@ require (
 	github.com/bits-and-blooms/bitset v1.24.4 // indirect
 	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 	github.com/influxdata/tdigest v0.0.1 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace github.com/guardrail-go/guardrail => ../
+
+require (
+	github.com/guardrail-go/guardrail/guardgrpc v0.0.0-00010101000000-000000000000
+	google.golang.org/grpc v1.85.0
+)
+
+replace github.com/guardrail-go/guardrail/guardgrpc => ../guardgrpc

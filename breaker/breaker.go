@@ -3,6 +3,7 @@ package breaker
 import (
 	"context"
 	"math"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,7 +59,9 @@ const (
 // failure or slow call is recorded and the window holds at least
 // MinRequests calls, it compares failures/calls with FailureRate and
 // slow/calls with SlowRate; either rate at or above its threshold trips it
-// open. Both comparisons are inclusive. A success never trips the breaker.
+// open. Both comparisons are inclusive. With ConsecutiveFailures set, a
+// run of that many failures with no success between them trips it too, at
+// any volume. A success never trips the breaker.
 //
 // Open, it rejects every call with an *OpenError (which Is ErrOpen) for
 // OpenFor plus a random jitter. The first call after that turns it
@@ -99,6 +102,11 @@ type Breaker struct {
 	// in group.go. gidx is guarded by the Group's mutex.
 	gmark atomic.Uint32
 	gidx  int32
+
+	// ConsecutiveFailures: the closed state's run of failures (see
+	// countRun). 32 bits, in what was padding, to keep a Group's breakers
+	// in their allocation size class.
+	run atomic.Uint32
 
 	dq *delivery // transitions to deliver; allocated at the first one with a callback
 }
@@ -293,14 +301,19 @@ func (b *Breaker) isSlow(d time.Duration) bool {
 func (b *Breaker) recordTime(w uint64, now int64, o Outcome, d time.Duration) {
 	failure, slow := o == Failure, b.isSlow(d)
 	b.tw.add(&b.mu, now, failure, slow)
+	var run uint32
+	if b.cfg.consecutive > 0 {
+		run = b.countRun(w, failure)
+	}
 	if (failure || slow) && w&flagForced == 0 {
-		if c := b.tw.sum(now); b.trips(c) {
+		c := b.tw.sum(now)
+		if r := b.trips(c); r != "" || run > 0 && run >= b.cfg.consecutive {
 			b.mu.Lock()
 			if b.state.Load() != w {
 				b.mu.Unlock()
 				return
 			}
-			b.trip(w, c, now)
+			b.trip(w, c, r, run, now)
 			b.unlockAndDeliver()
 		}
 	}
@@ -314,36 +327,100 @@ func (b *Breaker) recordCount(w uint64, o Outcome, d time.Duration) {
 		return
 	}
 	b.cw.add(failure, slow)
-	if (failure || slow) && w&flagForced == 0 && b.trips(b.cw.counts) {
-		b.trip(w, b.cw.counts, b.clock())
-		b.unlockAndDeliver()
-		return
+	var run uint32
+	if b.cfg.consecutive > 0 {
+		run = b.countRun(w, failure)
+	}
+	if (failure || slow) && w&flagForced == 0 {
+		if r := b.trips(b.cw.counts); r != "" || run > 0 && run >= b.cfg.consecutive {
+			b.trip(w, b.cw.counts, r, run, b.clock())
+			b.unlockAndDeliver()
+			return
+		}
 	}
 	b.mu.Unlock()
 }
 
-// trips applies the thresholds to a window's counts (inclusive).
-func (b *Breaker) trips(c counts) bool {
+// The run word counts consecutive failures for ConsecutiveFailures. Its
+// high half holds the low 16 bits of the generation of the closed state
+// the run belongs to, its low half the run's length (at most 65535), so
+// that one compare-and-swap both counts a failure and checks that the
+// permit's state is still the current one: a permit from before a
+// transition can neither extend nor end the run of the state after it.
+// (record checks the whole state word first; the 16 bits only guard the
+// instants between that check and the swap, in which 65536 transitions
+// cannot happen.) Every transition starts an empty run in the new
+// generation (setLocked).
+const runMask = 1<<16 - 1
+
+func runWord(w uint64) uint32 { return uint32(w/genUnit) << 16 }
+
+// countRun records a failure (the run grows) or a success (it ends) of a
+// permit from closed state word w, and returns the run's length after a
+// failure, 0 otherwise. Concurrent failures and successes are ordered by
+// their compare-and-swaps, so the length is exact: n failures in a row
+// return 1..n.
+func (b *Breaker) countRun(w uint64, failure bool) uint32 {
+	g := runWord(w)
+	for {
+		v := b.run.Load()
+		switch {
+		case v&^runMask != g: // the run of another state: the permit is stale
+			return 0
+		case !failure && v == g: // a success with no run: the common case, one load
+			return 0
+		case !failure:
+			if b.run.CompareAndSwap(v, g) {
+				return 0
+			}
+		case v&runMask == runMask: // saturated: still a run (MetricsOnly never trips)
+			return runMask
+		default:
+			if b.run.CompareAndSwap(v, v+1) {
+				return v&runMask + 1
+			}
+		}
+	}
+}
+
+// trips applies the rate thresholds to a window's counts (inclusive): it
+// returns the reason to trip, or "".
+func (b *Breaker) trips(c counts) Reason {
 	if c.calls < b.cfg.minRequests || c.calls <= 0 {
-		return false
+		return ""
 	}
 	// Division, not multiplication: f/c >= rate is exact for the rates
 	// people write (11/20 >= 0.55), f >= rate*c is not (0.55*20 > 11).
-	return float64(c.failures)/float64(c.calls) >= b.cfg.failureRate ||
-		b.cfg.slowCall > 0 && float64(c.slow)/float64(c.calls) >= b.cfg.slowRate
+	switch {
+	case float64(c.failures)/float64(c.calls) >= b.cfg.failureRate:
+		return ReasonFailureRate
+	case b.cfg.slowCall > 0 && float64(c.slow)/float64(c.calls) >= b.cfg.slowRate:
+		return ReasonSlowRate
+	}
+	return ""
 }
 
-// trip opens the breaker from closed state word w. The caller holds mu.
-func (b *Breaker) trip(w uint64, c counts, now int64) {
-	t := Transition{
-		Calls: int(c.calls), Failures: int(c.failures), Slow: int(c.slow),
-		FailureRate: float64(c.failures) / float64(c.calls),
-		SlowRate:    float64(c.slow) / float64(c.calls),
+// ReasonConsecutiveFailures: closed -> open, Config.ConsecutiveFailures
+// failures in a row. The Transition's counts are the window's, and its
+// Cause gives the run: "5 consecutive failures".
+const ReasonConsecutiveFailures Reason = "consecutive_failures"
+
+// trip opens the breaker from closed state word w, for reason r
+// (ReasonFailureRate or ReasonSlowRate), or for a run of run consecutive
+// failures when r is empty. The caller holds mu.
+func (b *Breaker) trip(w uint64, c counts, r Reason, run uint32, now int64) {
+	t := Transition{Calls: int(c.calls), Failures: int(c.failures), Slow: int(c.slow), Reason: r}
+	if c.calls > 0 {
+		t.FailureRate = float64(c.failures) / float64(c.calls)
+		t.SlowRate = float64(c.slow) / float64(c.calls)
 	}
-	if t.FailureRate >= b.cfg.failureRate {
-		t.Reason, t.Cause = ReasonFailureRate, rateCause("failure", c.failures, c.calls, b.cfg.failureRate)
-	} else {
-		t.Reason, t.Cause = ReasonSlowRate, rateCause("slow-call", c.slow, c.calls, b.cfg.slowRate)
+	switch r {
+	case ReasonFailureRate:
+		t.Cause = rateCause("failure", c.failures, c.calls, b.cfg.failureRate)
+	case ReasonSlowRate:
+		t.Cause = rateCause("slow-call", c.slow, c.calls, b.cfg.slowRate)
+	default:
+		t.Reason, t.Cause = ReasonConsecutiveFailures, strconv.FormatUint(uint64(run), 10)+" consecutive failures"
 	}
 	b.setLocked(w, Open, 0, t, now)
 }
@@ -406,6 +483,7 @@ func (b *Breaker) setLocked(w uint64, to State, flags uint64, t Transition, now 
 	case HalfOpen:
 		b.inflight, b.passed = 0, 0
 	}
+	b.run.Store(runWord(nw)) // before the state: a stale permit's failure finds another generation
 	b.state.Store(nw)
 	from := State(w & stateMask)
 	if from == to && (w^nw)&(flagForced|flagNoRecord) == 0 {
@@ -568,6 +646,10 @@ type Metrics struct {
 	Calls, Failures, Slow int
 	// FailureRate and SlowRate are Failures/Calls and Slow/Calls.
 	FailureRate, SlowRate float64
+	// ConsecutiveFailures is the current run of failures with no success
+	// between them, while closed and Config.ConsecutiveFailures is set;
+	// else 0.
+	ConsecutiveFailures int
 	// Probes is the number of half-open probes in flight.
 	Probes int
 	// Opens counts consecutive openings since the breaker last closed.
@@ -593,6 +675,9 @@ func (b *Breaker) Metrics() Metrics {
 			c = b.cw.counts
 		}
 		m.Calls, m.Failures, m.Slow = int(c.calls), int(c.failures), int(c.slow)
+		if v := b.run.Load(); b.cfg.consecutive > 0 && v&^runMask == runWord(w) {
+			m.ConsecutiveFailures = int(v & runMask)
+		}
 		if c.calls > 0 {
 			m.FailureRate = float64(c.failures) / float64(c.calls)
 			m.SlowRate = float64(c.slow) / float64(c.calls)

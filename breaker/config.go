@@ -29,6 +29,9 @@ const (
 // maxBuckets bounds the work of summing the window on a failure.
 const maxBuckets = 1000
 
+// maxConsecutive bounds ConsecutiveFailures: the run is counted in 16 bits.
+const maxConsecutive = 1<<16 - 1
+
 // maxCountWindow bounds the memory of a count window (one byte per call).
 const maxCountWindow = 1 << 20
 
@@ -93,6 +96,24 @@ type Config struct {
 	// negative value, or one above a CountWindow, is invalid: the breaker
 	// could never trip.
 	MinRequests int
+	// ConsecutiveFailures, when positive, also trips the breaker when that
+	// many failures are recorded in a row while closed, whatever the
+	// window holds: MinRequests does not apply. A success (slow or not)
+	// ends the run; an ignored call neither counts nor ends it; a slow
+	// success is a success here. Zero turns it off; a negative value, or
+	// one above 65535, is invalid (a run that long is a failure rate).
+	//
+	// Pick the failure rate for a dependency busy enough to fill
+	// MinRequests within the Window: it tolerates scattered failures and
+	// trips on a real share of them. Pick ConsecutiveFailures (say 5) for
+	// one called a few times a minute, whose window never holds
+	// MinRequests calls, so that the rate never trips: a run of failures
+	// is then the only evidence there will be. Both may be set; the
+	// first condition met trips the breaker, with ReasonFailureRate (or
+	// ReasonSlowRate) or ReasonConsecutiveFailures. At high traffic a run
+	// of N failures among concurrent calls means that no call succeeded
+	// between them, which is a strong signal too.
+	ConsecutiveFailures int
 	// FailureRate trips the breaker when failures/calls >= FailureRate
 	// (inclusive). Zero means DefaultFailureRate (0.5); allowed values are
 	// in (0, 1].
@@ -209,6 +230,7 @@ type normalized struct {
 	buckets     int
 	count       int
 	minRequests int64
+	consecutive uint32 // 0 = off
 	failureRate float64
 	slowCall    int64 // ns; 0 = off
 	slowRate    float64
@@ -275,6 +297,12 @@ func (c Config) normalize(field string) (normalized, error) {
 		bad("MinRequests", c.MinRequests, "at most CountWindow ("+strconv.Itoa(n.count)+"), or the breaker could never trip")
 	default:
 		n.minRequests = int64(c.MinRequests)
+	}
+	switch {
+	case c.ConsecutiveFailures < 0 || c.ConsecutiveFailures > maxConsecutive:
+		bad("ConsecutiveFailures", c.ConsecutiveFailures, "0 (off) to 65535")
+	default:
+		n.consecutive = uint32(c.ConsecutiveFailures)
 	}
 	n.failureRate = rate(c.FailureRate, DefaultFailureRate, "FailureRate", bad)
 	switch {
@@ -363,25 +391,26 @@ func rate(r, def float64, name string, bad func(string, any, string)) float64 {
 func (b *Breaker) Config() Config {
 	n := b.cfg
 	c := Config{
-		Name:           b.name,
-		Window:         n.window,
-		Buckets:        n.buckets,
-		CountWindow:    n.count,
-		MinRequests:    int(n.minRequests),
-		FailureRate:    n.failureRate,
-		SlowCall:       time.Duration(n.slowCall),
-		SlowRate:       n.slowRate,
-		OpenFor:        n.openFor,
-		OpenJitter:     n.jitter,
-		OpenBackoff:    n.backoff,
-		MaxOpenFor:     n.maxOpenFor,
-		HalfOpenProbes: n.probes,
-		CloseAfter:     n.closeAfter,
-		Mode:           n.mode,
-		OnTransition:   n.onTrans,
-		Observer:       n.observer,
-		Rand:           n.rand,
-		Classify:       n.classify,
+		Name:                b.name,
+		Window:              n.window,
+		Buckets:             n.buckets,
+		CountWindow:         n.count,
+		MinRequests:         int(n.minRequests),
+		FailureRate:         n.failureRate,
+		ConsecutiveFailures: int(n.consecutive),
+		SlowCall:            time.Duration(n.slowCall),
+		SlowRate:            n.slowRate,
+		OpenFor:             n.openFor,
+		OpenJitter:          n.jitter,
+		OpenBackoff:         n.backoff,
+		MaxOpenFor:          n.maxOpenFor,
+		HalfOpenProbes:      n.probes,
+		CloseAfter:          n.closeAfter,
+		Mode:                n.mode,
+		OnTransition:        n.onTrans,
+		Observer:            n.observer,
+		Rand:                n.rand,
+		Classify:            n.classify,
 	}
 	c.NoOpenJitter = c.OpenJitter == 0
 	return c
@@ -403,6 +432,9 @@ func (c Config) LogValue() slog.Value {
 	}
 	if c.CountWindow > 0 {
 		attrs = append(attrs, slog.Int("count_window", c.CountWindow))
+	}
+	if c.ConsecutiveFailures > 0 {
+		attrs = append(attrs, slog.Int("consecutive_failures", c.ConsecutiveFailures))
 	}
 	if c.SlowCall > 0 {
 		attrs = append(attrs, slog.Duration("slow_call", c.SlowCall), slog.Float64("slow_rate", c.SlowRate))

@@ -70,7 +70,9 @@ const (
 	// BulkheadReject: the bulkhead was full (Reason ReasonBulkheadFull or
 	// ReasonDeadline when the wait could not fit the time left).
 	BulkheadReject
-	// Shed: a server shed a request. Priority, Reason, InFlight, Limit.
+	// Shed: a server shed a request. Priority, Reason, InFlight, Limit; a
+	// rate limiter's refusal (ReasonRateLimit) sets Delay to the Retry-After
+	// it answered, and Err when the client could not be identified.
 	Shed
 	// Admit: a server admitted a request. Priority, InFlight, Limit, and
 	// Duration spent queued.
@@ -170,6 +172,7 @@ const (
 	ReasonQueueTime  = "queue_time"  // shed: waited in the queue past the target
 	ReasonQueueFull  = "queue_full"  // shed: the queue was full
 	ReasonExpired    = "expired"     // shed: the caller's deadline had already passed
+	ReasonRateLimit  = "rate_limit"  // shed: the client's rate limit was spent (or the client could not be identified)
 	ReasonStored     = "stored"      // idempotency: a response was stored
 	ReasonReplayed   = "replayed"    // idempotency: a stored response was replayed
 	ReasonConflict   = "conflict"    // idempotency: same key in flight (409)

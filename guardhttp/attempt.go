@@ -95,6 +95,7 @@ type attempt struct {
 	expires  int64         // when the current limit runs out
 	deadline int64         // end of the attempt (AttemptTimeout)
 	cause    *TimeoutError // the timeout that ended the attempt
+	reached  bool          // set by failed: the request may have reached the server
 }
 
 func (t *Transport) newAttempt(c *call, actx context.Context, now time.Time) *attempt {
@@ -406,6 +407,9 @@ func (pt *phaseTimer) release() {
 // run out is read from guardhttp's own clock, not from err.
 func (a *attempt) failed(err error) error {
 	a.mu.Lock()
+	// Past GotConn the request may have reached the server; a base that
+	// reports nothing leaves it unknown, so it may have too.
+	a.reached = a.phase >= phaseWrite || a.phase == phaseStart
 	cause := a.cause
 	if cause == nil && (a.phase == phaseConnect || a.phase == phaseTLS) && a.expires != 0 {
 		if now := nanotime(); now >= a.expires {

@@ -80,11 +80,16 @@ const HeaderIdempotencyKey = "Idempotency-Key"
 // idempotent in RFC 9110 terms, or it carries an idempotency key (the
 // X-Idempotency-Key spelling too, as net/http's own transport accepts).
 func idempotent(req *http.Request) bool {
-	switch req.Method {
+	return idempotentMethod(req.Method) || hasKey(req.Header)
+}
+
+// idempotentMethod reports whether RFC 9110 makes method idempotent.
+func idempotentMethod(method string) bool {
+	switch method {
 	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete, http.MethodTrace:
 		return true
 	}
-	return hasKey(req.Header)
+	return false
 }
 
 func hasKey(h http.Header) bool {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"time"
 
 	"github.com/guardrail-go/guardrail/event"
@@ -147,7 +148,11 @@ type Config struct {
 	// Idempotency-Key header a random one (128 bits from crypto/rand), the
 	// same on every attempt of the request, which makes it retryable. The
 	// server must honour the key (deduplicate by it), or a retry may run the
-	// operation twice.
+	// operation twice. A request that fails carries its key in an
+	// *IdempotencyKeyError; one that got a response, in
+	// resp.Request.Header. A key made here is random and lives as long as
+	// the request: for an intent the caller may send again later, derive
+	// the key from a business ID (an order ID) and set the header itself.
 	IdempotencyKeys bool
 
 	// DeadlineReserve is subtracted from the time left before it is
@@ -172,10 +177,22 @@ type Config struct {
 	// Transport's own with breaker's defaults: 10 s window, at least 20
 	// calls, 50 % failures, open 30 s plus up to 20 % jitter, one probe,
 	// at most breaker.DefaultMaxKeys keys; its transitions go to Observer.
-	// Pass a group to tune the breakers or share them between transports
-	// (subscribe to its transitions yourself); a group whose Config.Mode is
-	// breaker.Disabled turns breakers off.
+	// To tune the breakers, set Breaker instead: the Transport then builds
+	// the group and keeps reporting its transitions to Observer. Pass a
+	// group to share the breakers between transports (subscribe to its
+	// transitions yourself); a group whose Config.Mode is breaker.Disabled
+	// turns breakers off.
 	Breakers *breaker.Group
+
+	// Breaker configures the breaker of every key of the group the
+	// Transport builds when Breakers is nil; each breaker gets the key as
+	// its Name. The zero value means breaker's defaults. Every transition
+	// goes to Observer as an event.BreakerTransition whose Dependency is
+	// Name (the key when Name is empty), after Breaker.OnTransition if set;
+	// leave Breaker.Observer nil, or it gets each transition as well, under
+	// the key. It is invalid to set both Breaker and Breakers: the group
+	// has its own configuration.
+	Breaker breaker.Config
 
 	// Bulkhead, when not nil, gives each key a concurrency compartment so
 	// configured: at most MaxConcurrent attempts in flight to it, at most
@@ -269,6 +286,14 @@ func (c *Config) validate() error {
 	}
 	if c.MaxBufferedBody < 0 {
 		return &configError{msg: fmt.Sprintf("guardhttp: Config.MaxBufferedBody is %d; want 0 (the default, %d bytes) or more", c.MaxBufferedBody, DefaultMaxBufferedBody)}
+	}
+	if !reflect.ValueOf(c.Breaker).IsZero() {
+		if c.Breakers != nil {
+			return &configError{msg: "guardhttp: Config.Breaker and Config.Breakers are both set; want one: a group brings its own breaker configuration"}
+		}
+		if _, err := breaker.New(c.Breaker); err != nil {
+			return &configError{msg: "guardhttp: Config.Breaker: " + err.Error(), err: err}
+		}
 	}
 	if c.Bulkhead != nil {
 		if _, err := bulkhead.New(*c.Bulkhead); err != nil {

@@ -82,3 +82,34 @@ type StatusError struct {
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("guardhttp: status %d %s", e.StatusCode, http.StatusText(e.StatusCode))
 }
+
+// IdempotencyKeyError is the error of a request that failed after the
+// Transport gave it an Idempotency-Key (Config.IdempotencyKeys). Key is
+// that key: to send the same intent again later, set it on the new
+// request's Idempotency-Key header, and a server that deduplicates by key
+// answers with the outcome of the first instead of running it twice.
+// errors.As finds it through the *url.Error of http.Client; it unwraps to
+// the request's error, so errors.Is(err, guardrail.ErrOutcomeUnknown) and
+// the others still hold.
+//
+// A key generated per request dies with the process that made it: for an
+// intent the caller may send again later (after a restart, from a queue),
+// derive the key from a business ID (the order's ID, say) and set the
+// header yourself; the Transport then keeps it.
+//
+// An IdempotencyKeyError is not modified after it is returned and is safe
+// for concurrent use.
+type IdempotencyKeyError struct {
+	// Key is the Idempotency-Key every attempt of the request carried.
+	Key string
+	// Err is the request's error.
+	Err error
+}
+
+// Error returns Err's message and the key.
+func (e *IdempotencyKeyError) Error() string {
+	return e.Err.Error() + " (Idempotency-Key " + e.Key + ")"
+}
+
+// Unwrap returns Err.
+func (e *IdempotencyKeyError) Unwrap() error { return e.Err }

@@ -57,7 +57,15 @@ import (
 // and, when the engine gave up early, Is guardrail.ErrDeadline,
 // ErrBudgetExhausted, ErrOutcomeUnknown, ErrCircuitOpen or ErrBulkheadFull
 // (errors.As to *guardrail.Error gives the attempt count and, when known,
-// how long to wait: the time to the breaker's next probe).
+// how long to wait: the time to the breaker's next probe). A POST or PATCH
+// whose last attempt failed without an answer after its request may have
+// reached the server (a timeout or a reset after GotConn) ends with an
+// error that Is guardrail.ErrOutcomeUnknown, whether or not it was
+// retried: it may have taken effect. A request that Config.IdempotencyKeys
+// gave a key fails with an *IdempotencyKeyError holding that key; when it
+// got a response, the key is in resp.Request.Header, the request the last
+// attempt sent. ErrorStatus and WriteError turn these errors into the
+// answer a server gives its own client.
 //
 // Phase timeouts rely only on what net/http documents: the base
 // transport reports its progress through net/http/httptrace (GetConn,
@@ -121,13 +129,17 @@ func NewTransport(base http.RoundTripper, cfg Config) (*Transport, error) {
 	t.policy.Breaker, _ = breaker.New(breaker.Config{Mode: breaker.Disabled}) // a valid Config
 	t.breakers = cfg.Breakers
 	if t.breakers == nil {
-		var gc breaker.GroupConfig
+		gc := breaker.GroupConfig{Config: cfg.Breaker}
 		if obs, name := cfg.Observer, cfg.Name; obs != nil {
+			own := cfg.Breaker.OnTransition
 			gc.Config.OnTransition = func(tr breaker.Transition) {
+				if own != nil {
+					own(tr)
+				}
 				obs.Observe(context.Background(), tr.Event(name))
 			}
 		}
-		t.breakers, _ = breaker.NewGroup(gc) // a valid GroupConfig
+		t.breakers, _ = breaker.NewGroup(gc) // validated with cfg
 	}
 	if cfg.Bulkhead != nil {
 		t.bulkheads = newBulkheads(*cfg.Bulkhead)
@@ -232,13 +244,17 @@ type call struct {
 	key        string // the failure domain: breaker and bulkhead key
 	idemKey    string // generated Idempotency-Key, or ""
 	idempotent bool
-	bodyMode   int
-	buf        []byte
-	bodySent   bool           // req.Body was handed to the base transport, which closes it
-	n          int            // attempts started
-	pending    *http.Response // the last attempt's failed response, until retried or returned
-	raw        error          // the last attempt's error, as returned to the engine
-	marked     error          // the same, marked with its verdict
+	unsafe     bool // the method is not idempotent (POST, PATCH), key or not
+	// maybeApplied: the last attempt failed without a response after its
+	// request may have reached the server.
+	maybeApplied bool
+	bodyMode     int
+	buf          []byte
+	bodySent     bool           // req.Body was handed to the base transport, which closes it
+	n            int            // attempts started
+	pending      *http.Response // the last attempt's failed response, until retried or returned
+	raw          error          // the last attempt's error, as returned to the engine
+	marked       error          // the same, marked with its verdict
 }
 
 func (c *call) prepare() error {
@@ -255,6 +271,7 @@ func (c *call) prepare() error {
 		c.dep = c.key
 	}
 	c.idempotent = idempotent(req)
+	c.unsafe = !idempotentMethod(req.Method)
 	if !c.idempotent && t.s.generateKeys && (req.Method == http.MethodPost || req.Method == http.MethodPatch) {
 		c.idemKey = newKey()
 		c.idempotent = true
@@ -361,6 +378,7 @@ type onceBody struct {
 func (c *call) attempt(actx context.Context) (*http.Response, error) {
 	t := c.t
 	c.n++
+	c.maybeApplied = false
 	if c.pending != nil {
 		discard(c.pending)
 		c.pending = nil
@@ -396,7 +414,9 @@ func (c *call) attempt(actx context.Context) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(r)
 	if err != nil {
 		err = a.failed(err)
-		return nil, c.mark(err, t.s.classify(nil, err))
+		v := t.s.classify(nil, err)
+		c.maybeApplied = a.reached && !v.Unsent
+		return nil, c.mark(err, v)
 	}
 	v := t.s.classify(resp, nil)
 	if v.Outcome == breaker.Success {
@@ -540,6 +560,17 @@ func (c *call) end(resp *http.Response, err error) (*http.Response, error) {
 		err = c.raw
 	case errors.As(err, &ge) && ge.Err == c.marked:
 		ge.Err = c.raw
+	}
+	// A POST whose last attempt may have reached the server and got no
+	// answer may have taken effect, whatever ended the call: the engine
+	// says so for a timeout, and this says it for a connection reset, for
+	// a request made retryable by a generated key, and for a retry the
+	// budget or the breaker refused afterwards.
+	if c.unsafe && c.maybeApplied && !errors.Is(err, guardrail.ErrOutcomeUnknown) {
+		err = &guardrail.Error{Kind: guardrail.ErrOutcomeUnknown, Attempts: c.n, Err: err}
+	}
+	if c.idemKey != "" {
+		err = &IdempotencyKeyError{Key: c.idemKey, Err: err}
 	}
 	return nil, err
 }

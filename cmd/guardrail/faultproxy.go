@@ -46,13 +46,18 @@ Flags:
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	defer tr.CloseIdleConnections()
+	// An upstream that is down fails every request: its errors are logged
+	// in bursts, not one line each.
+	errs := newErrorSummary(stderr, "guardrail fault-proxy: ", proxyErrorInterval)
+	defer errs.Close()
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(target)
 			r.SetXForwarded()
 		},
-		Transport: tr,
-		ErrorLog:  log.New(stderr, "guardrail fault-proxy: ", log.LstdFlags),
+		Transport:    tr,
+		ErrorHandler: errs.proxyError,
+		ErrorLog:     log.New(errs, "", 0),
 	}
 	return serveFaults(ctx, "fault-proxy", fs, &ff, proxy, stdout, stderr)
 }

@@ -167,7 +167,7 @@ func TestFaultServerQuickFlagsAndAdmin(t *testing.T) {
 	r := start(t, runFaultServer, "--status", "503", "--retry-after", "2s", "--latency", "20ms", "--seed", "1")
 
 	began := time.Now()
-	resp, body, err := r.get(t, "/anything")
+	resp, _, err := r.get(t, "/anything")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestFaultServerQuickFlagsAndAdmin(t *testing.T) {
 	if code, msg := r.adminPut(t, `{"rules": []}`); code != 200 {
 		t.Fatalf("PUT = %d %s", code, msg)
 	}
-	resp, body, err = r.get(t, "/")
+	resp, body, err := r.get(t, "/")
 	if err != nil || resp.StatusCode != 200 || body != "ok\n" {
 		t.Errorf("after clearing: %v %v %q, want 200 \"ok\\n\"", resp, err, body)
 	}

@@ -4,6 +4,10 @@ go 1.26.0
 
 require github.com/guardrail-go/guardrail v0.0.0-00010101000000-000000000000
 
+require github.com/guardrail-go/guardrail/vet v0.0.0-00010101000000-000000000000
+
+replace github.com/guardrail-go/guardrail/vet => ../../vet
+
 require github.com/guardrail-go/guardrail/idempotency/redisstore v0.0.0-00010101000000-000000000000
 
 replace github.com/guardrail-go/guardrail/idempotency/redisstore => ../../idempotency/redisstore
@@ -14,19 +18,24 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v3 v3.0.5
+	golang.org/x/tools v0.52.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/guardrail-go/guardrail/config v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sync v0.22.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/mod v0.42.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
 
 replace github.com/guardrail-go/guardrail/idempotency/pgstore => ../../idempotency/pgstore
 
 replace github.com/guardrail-go/guardrail => ../..
+
+replace github.com/guardrail-go/guardrail/config => ../../config

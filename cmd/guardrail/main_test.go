@@ -55,9 +55,9 @@ func TestUsageErrorsPrintOneErrorAndAHint(t *testing.T) {
 		{[]string{"lab", "overhead", "--rounds", "0"}, "guardrail lab: overhead: --rounds and --block must be positive\nRun 'guardrail lab overhead --help' for usage.\n"},
 		{[]string{"version", "--bogus"}, "guardrail version: flag provided but not defined: -bogus\nRun 'guardrail version --help' for usage.\n"},
 		{[]string{"version", "now"}, "guardrail version: unexpected argument \"now\"\nRun 'guardrail version --help' for usage.\n"},
-		{[]string{"nosuch"}, "guardrail: unknown command \"nosuch\" (have fault-proxy, fault-server, lab, sim, version)\nRun 'guardrail --help' for usage.\n"},
+		{[]string{"nosuch"}, "guardrail: unknown command \"nosuch\" (have check, fault-proxy, fault-server, lab, sim, version, vet)\nRun 'guardrail --help' for usage.\n"},
 		{[]string{"help", "a", "b"}, "guardrail help: help takes one command name\nRun 'guardrail --help' for usage.\n"},
-		{[]string{"help", "nosuch"}, "guardrail: unknown command \"nosuch\" (have fault-proxy, fault-server, lab, sim, version)\nRun 'guardrail --help' for usage.\n"},
+		{[]string{"help", "nosuch"}, "guardrail: unknown command \"nosuch\" (have check, fault-proxy, fault-server, lab, sim, version, vet)\nRun 'guardrail --help' for usage.\n"},
 	} {
 		code, out, errOut := runCmd(t, tt.args...)
 		if code != 2 || out != "" || errOut != tt.want {

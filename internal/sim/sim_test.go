@@ -107,7 +107,7 @@ func checkInvariants(t *testing.T, cfg Config, res Result) {
 
 // The default scenario without jitter is pure arithmetic: waves of 1000, 900,
 // ..., 100 clients at 0, .1, .3, .7, 1.5, 3.1, 6.3, 12.7, 22.7 and 32.7 s.
-func TestNoJitterIsTheCardsArithmetic(t *testing.T) {
+func TestNoJitterIsPureArithmetic(t *testing.T) {
 	res := runOK(t, Config{Backoff: backoff.Exponential(100*time.Millisecond, 10*time.Second)})
 	if res.TotalCalls != 5500 || res.RetryPeak != 900 || res.GaveUp != 0 || res.AllDoneAt != 32700*time.Millisecond {
 		t.Fatalf("total_calls=%d retry_peak=%d gave_up=%d all_done_at=%v, want 5500 900 0 32.7s",
@@ -237,7 +237,7 @@ func TestZeroDelayRetriesInTheSameSlot(t *testing.T) {
 // (within [0, 100ms) of t=0) lands in slot 0, which the first 100 calls
 // already used up: so their retry peak is at least 900, whatever the seed.
 // This is why the reference peaks (597 and 419) cannot be reproduced.
-func TestCardFirstRetriesOfFullJitterHitTheSaturatedSlot(t *testing.T) {
+func TestFirstRetriesOfFullJitterHitTheSaturatedSlot(t *testing.T) {
 	for seed := range uint64(5) {
 		res := jitter(t, JitterConfig{Config: Config{Seed: seed}, Strategies: []string{StrategyEqual, StrategyFull}})
 		for name, r := range res {
@@ -311,7 +311,7 @@ func TestBudgetReducesCalls(t *testing.T) {
 // The database is down, 1000 users arrive over 2 s, the tier next
 // to it makes up to 4 attempts. Without a budget the DB sees 4000 calls;
 // with a 10 % budget 1109 (10 initial tokens, then 0.1 per user).
-func TestBudgetOnADeadServerIsTheCards1109(t *testing.T) {
+func TestBudgetOnADeadServerLets1109Through(t *testing.T) {
 	dead := func(time.Duration) int { return 0 }
 	for _, tt := range []struct {
 		name  string

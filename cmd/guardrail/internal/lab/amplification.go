@@ -65,10 +65,10 @@ func (p ampParams) run(ctx context.Context, env *Env) (*Result, error) {
 	}{
 		{fmt.Sprintf("every tier 1+%d retries", p.attempts-1), true, 0, 1, 0, false},
 		{"retry only at the tier nearest the DB", false, 0, 1, 0, false},
-		{fmt.Sprintf("nearest tier + retry budget %g%%", p.ratio*100), false, p.ratio, p.users, 0, false},
-		{fmt.Sprintf("nearest tier + retry budget %g%%", p.ratio*100), false, p.ratio, p.users, p.over, false},
-		{"nearest tier, no budget", false, 0, p.users, p.over, false},
-		{fmt.Sprintf("nearest tier + budget %g%% + default breaker", p.ratio*100), false, p.ratio, p.users, p.over, true},
+		{fmt.Sprintf("nearest tier + retry budget %g%%, one user at a time", p.ratio*100), false, p.ratio, p.users, 0, false},
+		{fmt.Sprintf("nearest tier + retry budget %g%%, users spread over %v", p.ratio*100, p.over), false, p.ratio, p.users, p.over, false},
+		{fmt.Sprintf("nearest tier, no budget, users spread over %v", p.over), false, 0, p.users, p.over, false},
+		{fmt.Sprintf("nearest tier + budget %g%% + default breaker, users spread over %v", p.ratio*100, p.over), false, p.ratio, p.users, p.over, true},
 	}
 	var labels []string
 	var perUser []float64
@@ -89,7 +89,7 @@ func (p ampParams) run(ctx context.Context, env *Env) (*Result, error) {
 			cols[len(cols)-1] = Float("per_user", per, 3)
 		}
 		r.add(row.label, cols...)
-		labels = append(labels, fmt.Sprintf("%s (%d users)", row.label, row.users))
+		labels = append(labels, fmt.Sprintf("%s (%s)", row.label, plural(row.users, "user")))
 		perUser = append(perUser, per)
 
 		want := float64(p.attempts)
@@ -118,9 +118,24 @@ func (p ampParams) run(ctx context.Context, env *Env) (*Result, error) {
 	} else {
 		r.note("db_calls are refused connections, counted at the data-service's dialer (nothing listens); per_user = db_calls / users.")
 	}
-	r.Charts = append(r.Charts, Chart{Title: "DB calls per user request (log scale)", Kind: "bar", X: labels, YLabel: "DB calls per user", LogY: true,
-		Series: []Series{{Name: "per user", Values: perUser}}})
+	r.Charts = append(r.Charts, ampChart(labels, perUser))
 	return r, nil
+}
+
+// ampChart draws the DB calls per user of each row on a log scale: they
+// span four decades, from 64 for retries at every tier down to a few
+// hundredths behind a breaker.
+func ampChart(labels []string, perUser []float64) Chart {
+	return Chart{Title: "DB calls per user request (log scale)", Kind: "bar", X: labels, YLabel: "DB calls per user", LogY: true,
+		Series: []Series{{Name: "per user", Values: perUser}}}
+}
+
+// plural returns n and noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func pow(b, e int) float64 {

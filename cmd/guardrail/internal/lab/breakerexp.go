@@ -254,19 +254,31 @@ func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
 	mu.Lock()
 	events := timeline[1:]
 	timeline = append(timeline, point{time.Since(t0), br.State()})
-	var xs []string
-	var ys []float64
-	level := map[breaker.State]float64{breaker.Closed: 0, breaker.HalfOpen: 1, breaker.Open: 2}
+	var at []time.Duration
+	var states []breaker.State
 	for _, pt := range timeline {
-		xs = append(xs, fmt.Sprintf("%.0f", float64(pt.at.Milliseconds())))
-		ys = append(ys, level[pt.state])
+		at, states = append(at, pt.at), append(states, pt.state)
 	}
 	mu.Unlock()
-	r.Charts = append(r.Charts, Chart{Title: "breaker state during the outage, the probe and the slow call", Kind: "stepped",
-		XLabel: "ms since the outage began", YLabel: "state", X: xs, Series: []Series{{Name: "state", Values: ys}},
-		YCategories: []string{"closed", "half-open", "open"}})
+	r.Charts = append(r.Charts, breakerChart(at, states))
 	for _, pt := range events {
 		r.note("[event] %v at %dms", pt.state, pt.at.Milliseconds())
 	}
 	return r, nil
+}
+
+// breakerChart draws the breaker's state over time: state[i] from at[i]
+// until at[i+1]. The x axis is linear in milliseconds, so a half-open state
+// that lasts 1 ms is a sliver and an open one of 1,000 ms is wide, as they
+// were.
+func breakerChart(at []time.Duration, states []breaker.State) Chart {
+	level := map[breaker.State]float64{breaker.Closed: 0, breaker.HalfOpen: 1, breaker.Open: 2}
+	var xs, ys []float64
+	for i, t := range at {
+		xs = append(xs, float64(t.Microseconds())/1e3)
+		ys = append(ys, level[states[i]])
+	}
+	return Chart{Title: "breaker state during the outage, the probe and the slow call", Kind: "stepped",
+		XLabel: "ms since the outage began", YLabel: "state", XValues: xs, Series: []Series{{Name: "state", Values: ys}},
+		YCategories: []string{"closed", "half-open", "open"}}
 }

@@ -158,7 +158,7 @@ func (p idemParams) run(ctx context.Context, env *Env) (*Result, error) {
 	}
 	r.note("The server commits the charge, then the connection is cut before the answer (fault: lose_response).")
 	r.note("Without a key the caller cannot tell a lost answer from a failed charge: guardrail does not retry it")
-	r.note("(ErrOutcomeUnknown for a timeout, the reset error here); with a key the retry gets the stored answer.")
+	r.note("(it ends with ErrOutcomeUnknown: the charge may have happened); with a key the retry gets the stored answer.")
 	r.note("Cut inside the middleware, the connection is hijacked under it: the outcome is unknown, and the retry")
 	r.note("gets a replayed 500 saying so, instead of running the handler (and the charge) again.")
 	return r, nil

@@ -122,20 +122,8 @@ func (p jitterParams) run(ctx context.Context, env *Env) (*Result, error) {
 	return r, nil
 }
 
-// table adds rows and a retries-per-slot chart.
+// table adds rows and the retries-per-slot charts.
 func (p jitterParams) table(r *Result, rows []sim.Row, suffix string, slot time.Duration) {
-	chart := Chart{Title: "retries per " + slot.String() + " slot" + suffix, Kind: "line", XLabel: "time (s)", YLabel: "retries in the slot"}
-	horizon := time.Duration(0)
-	for _, row := range rows {
-		if row.Strategy != sim.StrategyNone {
-			horizon = max(horizon, row.Result.AllDoneAt)
-		}
-	}
-	horizon = max(horizon+slot, 5*slot)
-	n := int(horizon / slot)
-	for i := range n {
-		chart.X = append(chart.X, fmt.Sprintf("%.2f", (time.Duration(i)*slot).Seconds()))
-	}
 	for _, row := range rows {
 		res := row.Result
 		r.add(row.Label+suffix,
@@ -144,13 +132,47 @@ func (p jitterParams) table(r *Result, rows []sim.Row, suffix string, slot time.
 			Int("retry_peak_per_slot", res.RetryPeak).As("retry_peak/slot", "%4d"),
 			Int("gave_up", res.GaveUp).As("gave_up", "%4d"),
 			Ms("all_done_at_ms", res.AllDoneAt).As("all_done_at", "s"))
-		vals := make([]float64, n)
-		for _, s := range res.Slots {
-			if s.Index < int64(n) {
-				vals[s.Index] = float64(s.Retries)
-			}
-		}
-		chart.Series = append(chart.Series, Series{Name: row.Label, Values: vals})
 	}
-	r.Charts = append(r.Charts, chart)
+	r.Charts = append(r.Charts, jitterCharts(rows, suffix, slot)...)
+}
+
+// jitterCharts draws the retries in each slot of every row, up to the
+// slot after the last row is done (no jitter's waves run longest), on a
+// time axis. When the jittered rows are all done in under a quarter of
+// that, a second chart zooms on their span, where the full one squeezes
+// them against its left edge.
+func jitterCharts(rows []sim.Row, suffix string, slot time.Duration) []Chart {
+	var all, jittered time.Duration
+	for _, row := range rows {
+		all = max(all, row.Result.AllDoneAt)
+		if row.Strategy != sim.StrategyNone {
+			jittered = max(jittered, row.Result.AllDoneAt)
+		}
+	}
+	chart := func(title string, horizon time.Duration) Chart {
+		horizon = max(horizon+slot, 5*slot)
+		n := int(horizon / slot)
+		c := Chart{Title: title, Kind: "line", XLabel: "time (s)", YLabel: "retries in the slot"}
+		for i := range n {
+			c.XValues = append(c.XValues, (time.Duration(i) * slot).Seconds())
+		}
+		for _, row := range rows {
+			vals := make([]float64, n)
+			for _, s := range row.Result.Slots {
+				if s.Index < int64(n) {
+					vals[s.Index] = float64(s.Retries)
+				}
+			}
+			c.Series = append(c.Series, Series{Name: row.Label, Values: vals})
+		}
+		return c
+	}
+	name := "retries per " + slot.String() + " slot" + suffix
+	charts := []Chart{chart(name, all)}
+	if jittered > 0 && jittered*4 < all {
+		zoom := chart("", jittered)
+		zoom.Title = fmt.Sprintf("%s, the first %gs (where the jittered rows are done)", name, zoom.XValues[len(zoom.XValues)-1])
+		charts = append(charts, zoom)
+	}
+	return charts
 }

@@ -194,8 +194,14 @@ type Chart struct {
 	Kind   string // "bar", "line", "stepped" (a state timeline)
 	XLabel string
 	YLabel string
-	X      []string
-	Series []Series
+	// X labels the points of a categorical axis: evenly spaced whatever
+	// they say. Leave it empty when XValues is set.
+	X []string
+	// XValues, when set, places point i at XValues[i] on a linear axis, so
+	// the gaps between points are drawn to scale (a time axis). It has
+	// one value per point of every series.
+	XValues []float64
+	Series  []Series
 	// YCategories, when set, names the integer levels of a stepped chart
 	// (0 closed, 1 half-open, 2 open).
 	YCategories []string
@@ -337,6 +343,7 @@ func Experiments() []Experiment {
 		retryAfter(),
 		idempotencyExp(),
 		shedding(),
+		incident(),
 		overhead(),
 	}
 }

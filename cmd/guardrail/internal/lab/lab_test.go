@@ -54,6 +54,18 @@ func col(t *testing.T, r Row, key string) any {
 func TestAmplification(t *testing.T) {
 	res := runExp(t, "amplification", "--users", "200", "--over", "200ms", "--attempts", "3")
 	want := []float64{27, 3, -1, -1, 3, -2} // -1: budgeted, -2: breaker, checked below
+	labels := map[string]bool{}
+	for _, r := range res.Rows {
+		if labels[r.Label] {
+			t.Errorf("two rows are labelled %q", r.Label)
+		}
+		labels[r.Label] = true
+	}
+	for _, x := range res.Charts[0].X {
+		if strings.Contains(x, "(1 users)") {
+			t.Errorf("chart label %q", x)
+		}
+	}
 	if len(res.Rows) != len(want) {
 		t.Fatalf("%d rows, want %d", len(res.Rows), len(want))
 	}

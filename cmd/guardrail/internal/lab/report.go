@@ -47,17 +47,39 @@ const palette = ['#0969da','#cf222e','#1a7f37','#bf8700','#8250df','#57606a','#e
 for (const c of charts) {
   const el = document.getElementById(c.id);
   const stepped = c.kind === 'stepped';
+  // A numeric x draws each point at its value on a linear axis, so a gap
+  // of 1 ms and one of 1,000 ms are not drawn the same width.
+  const numeric = Array.isArray(c.xnum);
+  const y = {type: c.logy ? 'logarithmic' : 'linear', title: {display: !!c.ylabel, text: c.ylabel}, beginAtZero: !c.logy,
+             ticks: c.ycat ? {stepSize: 1, callback: v => c.ycat[v] ?? v} : {}};
+  if (c.logy) {
+    // Left to itself the log axis starts near the smallest value, which
+    // leaves that bar no height at all: start a decade below it.
+    const pos = c.series.flatMap(s => s.values).filter(v => v > 0);
+    if (pos.length) y.min = Math.pow(10, Math.floor(Math.log10(Math.min(...pos))) - 1);
+    // A tick per decade, written as a number (10, 0.01), not with the
+    // decimals of the smallest one (10.000): in between they crowd.
+    y.ticks = {callback: v => {
+      const m = v / Math.pow(10, Math.floor(Math.log10(v) + 1e-9));
+      return Math.abs(m - 1) < 1e-6 ? String(Number(v.toPrecision(3))) : '';
+    }};
+  }
+  const x = {title: {display: !!c.xlabel, text: c.xlabel}};
+  if (numeric) {
+    x.type = 'linear';
+    x.min = Math.min(...c.xnum);
+    x.max = Math.max(...c.xnum);
+  }
   new Chart(el, {
     type: c.kind === 'bar' ? 'bar' : 'line',
-    data: {labels: c.x, datasets: c.series.map((s, k) => ({
-      label: s.name, data: s.values, borderColor: palette[k % palette.length],
+    data: {labels: numeric ? undefined : c.x, datasets: c.series.map((s, k) => ({
+      label: s.name, data: numeric ? s.values.map((v, i) => ({x: c.xnum[i], y: v})) : s.values,
+      borderColor: palette[k % palette.length],
       backgroundColor: palette[k % palette.length] + (c.kind === 'bar' ? 'cc' : '33'),
-      stepped: stepped, pointRadius: 0, borderWidth: 2, tension: 0}))},
+      stepped: stepped, pointRadius: stepped ? 3 : 0, borderWidth: 2, tension: 0}))},
     options: {responsive: true, maintainAspectRatio: false, animation: false,
       plugins: {title: {display: true, text: c.title}},
-      scales: {x: {title: {display: !!c.xlabel, text: c.xlabel}},
-               y: {type: c.logy ? 'logarithmic' : 'linear', title: {display: !!c.ylabel, text: c.ylabel}, beginAtZero: !c.logy,
-                   ticks: c.ycat ? {stepSize: 1, callback: v => c.ycat[v] ?? v} : {}}}}
+      scales: {x: x, y: y}}
   });
 }
 </script>
@@ -72,6 +94,7 @@ type reportChart struct {
 	YLabel string    `json:"ylabel"`
 	X      []string  `json:"x"`
 	Series []jSeries `json:"series"`
+	XNum   []float64 `json:"xnum,omitempty"`
 	YCat   []string  `json:"ycat,omitempty"`
 	LogY   bool      `json:"logy,omitempty"`
 }
@@ -122,7 +145,7 @@ func WriteReport(w io.Writer, results []*Result, took time.Duration) error {
 		}
 		rs = append(rs, rr)
 		for j, c := range r.Charts {
-			rc := reportChart{ID: chartID(i, j), Title: c.Title, Kind: c.Kind, XLabel: c.XLabel, YLabel: c.YLabel, X: c.X, YCat: c.YCategories, LogY: c.LogY}
+			rc := reportChart{ID: chartID(i, j), Title: c.Title, Kind: c.Kind, XLabel: c.XLabel, YLabel: c.YLabel, X: c.X, XNum: c.XValues, YCat: c.YCategories, LogY: c.LogY}
 			for _, s := range c.Series {
 				rc.Series = append(rc.Series, jSeries(s))
 			}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// checkExample returns the complete example of docs/config.md.
+func checkExample(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("../../docs/config.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	s = s[strings.Index(s, "This is a complete file"):]
+	s = s[strings.Index(s, "```yaml\n")+len("```yaml\n"):]
+	return s[:strings.Index(s, "```")]
+}
+
+func runCheckOn(t *testing.T, doc string, flags ...string) (int, string, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := runCommand(checkCommand, append(flags, path), &stdout, &stderr)
+	return code, strings.ReplaceAll(stdout.String(), path, "policy.yaml"), stderr.String()
+}
+
+// runCommand runs c as main's run does once the command is registered,
+// and returns its exit code.
+func runCommand(c command, args []string, stdout, stderr *bytes.Buffer) int {
+	err := c.run(context.Background(), args, stdout, stderr)
+	var ue usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ue):
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "guardrail %s: %v\n", c.name, err)
+		return exitFailed
+	}
+}
+
+func TestCheckDocumentedExample(t *testing.T) {
+	code, out, errs := runCheckOn(t, checkExample(t))
+	if code != exitOK {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	for _, want := range []string{
+		"payments (http)",
+		"differs from the defaults:",
+		"attempt_timeout              1.5s (default 800ms; line",
+		"reason:   Charges take up to 1.5 s",
+		"decision: https://example.com/adr/0042-payments-timeouts",
+		"pricing (http)\n  the defaults, unchanged",
+		"ledger (policy)",
+		"no warnings",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks %q:\n%s", want, out)
+		}
+	}
+	if code, _, _ := runCheckOn(t, checkExample(t), "--strict"); code != exitOK {
+		t.Errorf("--strict on a file without warnings: exit %d; want 0", code)
+	}
+}
+
+// Broken copies of the example exit 1, and each error names its line.
+func TestCheckBrokenCopies(t *testing.T) {
+	doc := checkExample(t)
+	for _, tc := range []struct {
+		name, old, new, marker, want string
+	}{
+		{"no unit", "    attempt_timeout: 1500ms\n", "    attempt_timeout: 5\n", "attempt_timeout: 5", `dependencies.payments.attempt_timeout: "5" has no unit; write 5s`},
+		{"unknown key", "    max_attempts: 2\n", "    max_attemps: 2\n", "max_attemps", "did you mean max_attempts?"},
+		{"no reason", "    reason: \"Catalog is", "    owner2: \"Catalog is", "owner2", "dependencies.catalog.owner2: is not a known setting"},
+		{"core breaker error", "      min_requests: 50\n", "      min_requests: 0.5\n", "min_requests: 0.5", `dependencies.payments.breaker.min_requests: is "0.5"; want a whole number`},
+		{"core deadline error", "      reserve: 20ms", "      reserve: 6s", "reserve: 6s", "servers.api.deadline.reserve: is 6s"},
+		{"grpc", "  catalog:\n    kind: http", "  catalog:\n    kind: grpc", "kind: grpc", "does not support yet"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if strings.Count(doc, tc.old) != 1 {
+				t.Fatalf("%q is not once in the example", tc.old)
+			}
+			broken := strings.Replace(doc, tc.old, tc.new, 1)
+			line := strings.Count(broken[:strings.Index(broken, tc.marker)], "\n") + 1
+			code, out, errs := runCheckOn(t, broken)
+			if code != exitFailed {
+				t.Errorf("exit %d; want %d", code, exitFailed)
+			}
+			if want := "policy.yaml:" + strconv.Itoa(line) + ": "; !strings.Contains(out, want) || !strings.Contains(out, tc.want) {
+				t.Errorf("the report lacks %q and %q:\n%s", want, tc.want, out)
+			}
+			if !strings.Contains(errs, "error(s)") {
+				t.Errorf("stderr %q; want the count of errors", errs)
+			}
+		})
+	}
+}
+
+func TestCheckStrictAndJSON(t *testing.T) {
+	risky := strings.Replace(checkExample(t), "      min_requests: 50\n", "      min_requests: 1\n", 1)
+	if code, out, _ := runCheckOn(t, risky); code != exitOK || !strings.Contains(out, "1 warning(s)") || !strings.Contains(out, "one early failure opens the breaker") {
+		t.Errorf("a warning without --strict: exit %d, report:\n%s", code, out)
+	}
+	if code, _, _ := runCheckOn(t, risky, "--strict"); code != exitFailed {
+		t.Errorf("a warning with --strict: exit %d; want %d", code, exitFailed)
+	}
+	code, out, _ := runCheckOn(t, strings.Replace(risky, "max_attempts: 2\n", "max_attempts: -2\n", 1), "--json")
+	if code != exitFailed {
+		t.Errorf("--json on a broken file: exit %d; want %d", code, exitFailed)
+	}
+	var rep struct {
+		OK     bool
+		Errors []struct {
+			Line           int
+			Field, Message string
+		}
+		Warnings []struct {
+			Line  int
+			Field string
+		}
+		Dependencies []struct{ Name string }
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json wrote no JSON: %v\n%s", err, out)
+	}
+	if rep.OK || len(rep.Errors) != 1 || rep.Errors[0].Field != "dependencies.payments.max_attempts" || rep.Errors[0].Line == 0 || len(rep.Warnings) != 1 || len(rep.Dependencies) != 4 {
+		t.Errorf("JSON report %+v", rep)
+	}
+}
+
+func TestCheckUsage(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := runCommand(checkCommand, nil, &stdout, &stderr); code != exitUsage {
+		t.Errorf("check without a file: exit %d; want %d", code, exitUsage)
+	}
+}

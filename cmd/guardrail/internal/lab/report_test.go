@@ -1,0 +1,221 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"html"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/internal/sim"
+)
+
+// trialCharts returns the charts whose drawing went wrong before, with the
+// numbers of a full run: a breaker row of 0.020 DB calls per user, a
+// half-open state of 1 ms between 1,001 ms open and 1,200 ms closed, and
+// the jitter simulation itself (no jitter runs until 32.7 s).
+func trialCharts(t *testing.T) []*Result {
+	t.Helper()
+	amp := &Result{Experiment: "amplification", Title: "amplification"}
+	amp.Charts = append(amp.Charts, ampChart(
+		[]string{"every tier 1+3 retries (1 user)", "retry only at the tier nearest the DB (1 user)",
+			"nearest tier + retry budget 10%, one user at a time (1000 users)", "nearest tier + retry budget 10%, users spread over 2s (1000 users)",
+			"nearest tier, no budget, users spread over 2s (1000 users)", "nearest tier + budget 10% + default breaker, users spread over 2s (1000 users)"},
+		[]float64{64, 4, 1.11, 1.11, 4, 0.020}))
+	br := &Result{Experiment: "breaker", Title: "breaker"}
+	br.Charts = append(br.Charts, breakerChart(
+		[]time.Duration{0, 0, 1001 * time.Millisecond, 1002 * time.Millisecond, 2202 * time.Millisecond},
+		[]breaker.State{breaker.Closed, breaker.Open, breaker.HalfOpen, breaker.Closed, breaker.Closed}))
+	jit := runExp(t, "jitter")
+	return []*Result{amp, br, jit}
+}
+
+// TestJitterChartCoversEveryRow: the axis reaches the end of the longest
+// row, no jitter's 32.7 s, not only the jittered rows' 3.5 s.
+func TestJitterChartCoversEveryRow(t *testing.T) {
+	rows, err := sim.Jitter(context.Background(), sim.JitterConfig{Config: sim.Config{Seed: 1}, Base: 100 * time.Millisecond,
+		Cap: 10 * time.Second, PlusJitter: 100 * time.Millisecond, Strategies: sim.Strategies()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	charts := jitterCharts(rows, "", sim.DefaultSlot)
+	full := charts[0]
+	last := full.XValues[len(full.XValues)-1]
+	for _, row := range rows {
+		if done := row.Result.AllDoneAt.Seconds(); last < done {
+			t.Errorf("the axis ends at %gs, before %s is done at %gs", last, row.Label, done)
+		}
+		for _, s := range full.Series {
+			if len(s.Values) != len(full.XValues) {
+				t.Fatalf("series %s has %d values for %d x values", s.Name, len(s.Values), len(full.XValues))
+			}
+		}
+	}
+	if len(charts) != 2 || !strings.Contains(charts[1].Title, "first") {
+		t.Errorf("want a second chart zoomed on the jittered rows, got %d charts", len(charts))
+	}
+}
+
+// chromium returns the path of a headless-capable Chromium, or skips.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("no Chromium on PATH (chromium, chromium-browser or google-chrome): the report's charts are not rendered; install chromium to run this test")
+	return ""
+}
+
+// probe runs after the report's own script, once Chart.js has drawn every
+// chart (animation is off, so drawing is synchronous), and writes what it
+// finds into the page, which --dump-dom prints: for each chart and
+// dataset, the points that should be drawn and the ones drawn inside the
+// plot area (a bar also needs a height of at least 2 px), the x axis's
+// range against the data's, the points' pixel positions against their
+// values on a linear axis, and the coloured pixels of the plot area.
+const probe = `<script>
+(() => {
+  const out = [];
+  for (const ch of Object.values(Chart.instances)) {
+    const a = ch.chartArea, xs = ch.scales.x, ys = ch.scales.y;
+    const r = {id: ch.canvas.id, type: ch.config.type, xType: xs.type, xMin: xs.min, xMax: xs.max, dataXMin: Infinity, dataXMax: -Infinity, datasets: [], misplaced: 0};
+    ch.data.datasets.forEach((ds, k) => {
+      const meta = ch.getDatasetMeta(k);
+      const d = {label: ds.label, want: 0, drawn: 0, missing: []};
+      const pts = [];
+      meta.data.forEach((el, i) => {
+        const raw = ds.data[i];
+        const v = raw !== null && typeof raw === 'object' ? raw.y : raw;
+        if (raw !== null && typeof raw === 'object') { r.dataXMin = Math.min(r.dataXMin, raw.x); r.dataXMax = Math.max(r.dataXMax, raw.x); }
+        if (v == null || (ys.type === 'logarithmic' && v <= 0)) return;
+        d.want++;
+        const p = el.getProps(['x', 'y', 'base'], true);
+        const inside = p.x >= a.left - 1 && p.x <= a.right + 1 && p.y >= a.top - 1 && p.y <= a.bottom + 1;
+        const tall = ch.config.type !== 'bar' || Math.abs(p.base - p.y) >= 2;
+        if (inside && tall && !el.skip) d.drawn++; else d.missing.push(i);
+        if (raw !== null && typeof raw === 'object') pts.push([raw.x, p.x]);
+      });
+      if (xs.type === 'linear' && pts.length > 1) {
+        const [x0, p0] = pts[0], [x1, p1] = pts[pts.length - 1];
+        for (const [x, p] of pts) {
+          if (x1 !== x0 && Math.abs((p - p0) - (x - x0) / (x1 - x0) * (p1 - p0)) > 1.5) r.misplaced++;
+        }
+      }
+      r.datasets.push(d);
+    });
+    const dpr = ch.currentDevicePixelRatio || 1;
+    const img = ch.ctx.getImageData(a.left * dpr, a.top * dpr, (a.right - a.left) * dpr, (a.bottom - a.top) * dpr).data;
+    let ink = 0;
+    for (let i = 0; i < img.length; i += 4) {
+      const m = Math.max(img[i], img[i+1], img[i+2]), n = Math.min(img[i], img[i+1], img[i+2]);
+      if (img[i+3] > 0 && m - n > 40) ink++;
+    }
+    r.ink = ink;
+    out.push(r);
+  }
+  const pre = document.createElement('pre');
+  pre.id = 'chart-probe';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>`
+
+type probedChart struct {
+	ID        string  `json:"id"`
+	Type      string  `json:"type"`
+	XType     string  `json:"xType"`
+	XMin      float64 `json:"xMin"`
+	XMax      float64 `json:"xMax"`
+	DataXMin  any     `json:"dataXMin"` // Infinity is not JSON: null then
+	DataXMax  any     `json:"dataXMax"`
+	Misplaced int     `json:"misplaced"`
+	Ink       int     `json:"ink"`
+	Datasets  []struct {
+		Label   string `json:"label"`
+		Want    int    `json:"want"`
+		Drawn   int    `json:"drawn"`
+		Missing []int  `json:"missing"`
+	} `json:"datasets"`
+}
+
+// TestReportChartsDraw renders the report in headless Chromium and checks
+// that every chart drew every point it was given, inside its axes, to
+// scale on a time axis.
+func TestReportChartsDraw(t *testing.T) {
+	bin := chromium(t)
+	results := trialCharts(t)
+	var buf bytes.Buffer
+	if err := WriteReport(&buf, results, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	page := strings.Replace(buf.String(), "</body>", probe+"\n</body>", 1)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "report.html")
+	if err := os.WriteFile(file, []byte(page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir="+filepath.Join(dir, "profile"), "--window-size=1400,4000", "--virtual-time-budget=10000",
+		"--dump-dom", "file://"+file)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	dom, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chromium: %v\n%s", err, stderr.String())
+	}
+	m := regexp.MustCompile(`(?s)<pre id="chart-probe">(.*?)</pre>`).FindSubmatch(dom)
+	if m == nil {
+		t.Fatalf("the page wrote no probe: the report's script failed?\n%s", stderr.String())
+	}
+	var got []probedChart
+	if err := json.Unmarshal([]byte(html.UnescapeString(string(m[1]))), &got); err != nil {
+		t.Fatalf("probe: %v: %s", err, m[1])
+	}
+	want := 0
+	for _, r := range results {
+		want += len(r.Charts)
+	}
+	if len(got) != want {
+		t.Fatalf("%d charts drawn, want %d", len(got), want)
+	}
+	byID := map[string]probedChart{}
+	for _, c := range got {
+		byID[c.ID] = c
+		for _, d := range c.Datasets {
+			if d.Drawn != d.Want {
+				t.Errorf("%s, %s: %d of %d points drawn; not drawn: %v", c.ID, d.Label, d.Drawn, d.Want, d.Missing)
+			}
+		}
+		if c.Ink < 200 {
+			t.Errorf("%s: %d coloured pixels in the plot area: blank", c.ID, c.Ink)
+		}
+		if c.Misplaced > 0 {
+			t.Errorf("%s: %d points not at their value on the linear x axis", c.ID, c.Misplaced)
+		}
+		if c.XType == "linear" {
+			lo, _ := c.DataXMin.(float64)
+			hi, _ := c.DataXMax.(float64)
+			if c.XMin > lo || c.XMax < hi {
+				t.Errorf("%s: x axis %g..%g does not cover the data's %g..%g", c.ID, c.XMin, c.XMax, lo, hi)
+			}
+		}
+	}
+	if c := byID[chartID(1, 0)]; c.XType != "linear" {
+		t.Errorf("breaker state: x axis is %q, want linear (a time axis)", c.XType)
+	}
+	if c := byID[chartID(2, 0)]; c.XType != "linear" || c.XMax < 32.7 {
+		t.Errorf("jitter: x axis %q up to %g, want linear up to no jitter's 32.7 s", c.XType, c.XMax)
+	}
+}

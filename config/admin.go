@@ -1,0 +1,316 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/budget"
+)
+
+// AdminConfig configures the admin endpoint.
+// It is a plain value.
+type AdminConfig struct {
+	// Authorize decides whether a request may change state (force a
+	// breaker open, close or reset it): a nil error lets it. It is
+	// required unless ReadOnly is set: there is no default that leaves
+	// writes open.
+	Authorize func(*http.Request) error
+	// AuthorizeRead, if set, guards the listing too. Nil lets anyone who
+	// reaches the endpoint read it: keep it on loopback or behind auth.
+	AuthorizeRead func(*http.Request) error
+	// ReadOnly serves the listing only; every write is refused with 403.
+	ReadOnly bool
+	// Logger receives one line per write, with its reason. Nil means the
+	// Registry's logger.
+	Logger *slog.Logger
+}
+
+// ErrNoAuthorize is returned by NewAdmin for a Config that would leave
+// writes open.
+var ErrNoAuthorize = errors.New("config: AdminConfig.Authorize is nil and ReadOnly is false; want an Authorize hook, or ReadOnly: true, since the admin endpoint can force breakers open")
+
+// MaxReasonLength bounds the reason of an admin action, which goes to the
+// log.
+const MaxReasonLength = 500
+
+// Admin is the admin endpoint of a Registry, an http.Handler to mount
+// where operators reach it. It is safe for concurrent use.
+type Admin struct {
+	reg *Registry
+	cfg AdminConfig
+	log *slog.Logger
+	mux *http.ServeMux
+}
+
+// NewAdmin returns the admin endpoint of reg. It lists every breaker,
+// budget, bulkhead and shedder with its state and settings (GET /), and
+// forces a breaker open, closed or reset (POST
+// /breakers/{dependency}/{open|close|reset}?key=HOST&reason=TEXT).
+func NewAdmin(reg *Registry, cfg AdminConfig) (*Admin, error) {
+	if cfg.Authorize == nil && !cfg.ReadOnly {
+		return nil, ErrNoAuthorize
+	}
+	a := &Admin{reg: reg, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	if a.log == nil {
+		a.log = reg.log
+	}
+	a.mux.HandleFunc("GET /{$}", a.list)
+	a.mux.HandleFunc("POST /breakers/{dependency}/{action}", a.act)
+	return a, nil
+}
+
+// ServeHTTP serves the endpoint.
+func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+
+// BreakerStatus is one breaker in the listing.
+// It is a plain value.
+type BreakerStatus struct {
+	Dependency  string         `json:"dependency"`
+	Key         string         `json:"key,omitempty"` // the host, for an HTTP dependency
+	State       string         `json:"state"`
+	Forced      bool           `json:"forced"`
+	Calls       int            `json:"calls"`
+	Failures    int            `json:"failures"`
+	FailureRate float64        `json:"failure_rate"`
+	Opens       int            `json:"opens"`
+	OpenUntil   time.Time      `json:"open_until,omitzero"`
+	Settings    map[string]any `json:"settings"`
+}
+
+// BudgetStatus is one retry budget in the listing.
+// It is a plain value.
+type BudgetStatus struct {
+	Dependency string  `json:"dependency"`
+	Unlimited  bool    `json:"unlimited"`
+	Tokens     float64 `json:"tokens"`
+	Max        float64 `json:"max"`
+	// Settings are the budget's configuration with defaults applied.
+	Settings map[string]any `json:"settings,omitempty"`
+}
+
+// BulkheadStatus is one bulkhead in the listing.
+// It is a plain value.
+type BulkheadStatus struct {
+	Dependency string `json:"dependency"`
+	InFlight   int    `json:"in_flight"`
+	Waiting    int    `json:"waiting"`
+	Limit      int    `json:"limit"`
+}
+
+// ShedderStatus is one shedder in the listing.
+// It is a plain value.
+type ShedderStatus struct {
+	Server   string            `json:"server"`
+	InFlight int               `json:"in_flight"`
+	Limit    int               `json:"limit"`
+	Queued   int               `json:"queued"`
+	Admitted uint64            `json:"admitted"`
+	Shed     uint64            `json:"shed"`
+	ByReason map[string]uint64 `json:"shed_by_reason"`
+	MinRTT   string            `json:"min_rtt,omitempty"`
+	// Settings are the shedder's configuration as the file sets it; a
+	// zero is the shed package's default.
+	Settings map[string]any `json:"settings,omitempty"`
+}
+
+// Status is the admin listing.
+// It is a plain value.
+type Status struct {
+	File      string           `json:"file"`
+	Reload    ReloadStats      `json:"reload"`
+	Breakers  []BreakerStatus  `json:"breakers"`
+	Budgets   []BudgetStatus   `json:"budgets"`
+	Bulkheads []BulkheadStatus `json:"bulkheads"`
+	Shedders  []ShedderStatus  `json:"shedders"`
+}
+
+func breakerStatus(dep, key string, b *breaker.Breaker) BreakerStatus {
+	m := b.Metrics()
+	c := b.Config()
+	s := map[string]any{
+		"mode": c.Mode.String(), "min_requests": c.MinRequests, "failure_rate": c.FailureRate,
+		"open_for": c.OpenFor.String(), "open_jitter": c.OpenJitter, "half_open_probes": c.HalfOpenProbes,
+		"close_after": c.CloseAfter,
+	}
+	if c.CountWindow > 0 {
+		s["count_window"] = c.CountWindow
+	} else {
+		s["window"], s["buckets"] = c.Window.String(), c.Buckets
+	}
+	if c.SlowCall > 0 {
+		s["slow_call"], s["slow_rate"] = c.SlowCall.String(), c.SlowRate
+	}
+	return BreakerStatus{Dependency: dep, Key: key, State: m.State.String(), Forced: m.Forced, Calls: m.Calls,
+		Failures: m.Failures, FailureRate: m.FailureRate, Opens: m.Opens, OpenUntil: m.OpenUntil, Settings: s}
+}
+
+// Status returns what the admin endpoint lists.
+func (r *Registry) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := Status{File: r.path, Reload: r.Stats(), Breakers: []BreakerStatus{}, Budgets: []BudgetStatus{},
+		Bulkheads: []BulkheadStatus{}, Shedders: []ShedderStatus{}}
+	checked := r.checked.Load()
+	budgetSettings := func(name string) map[string]any {
+		for _, d := range checked.Dependencies {
+			if d.Name == name && d.Budget != nil {
+				return map[string]any{"ratio": orF(d.Budget.Ratio, budget.DefaultRatio), "max": orF(d.Budget.Max, budget.DefaultMax), "min_per_second": d.Budget.MinPerSecond}
+			}
+		}
+		return nil
+	}
+	for _, name := range sortedKeys(r.https) {
+		v := r.https[name].cur.Load()
+		v.cfg.Breakers.Range(func(key string, b *breaker.Breaker) bool {
+			st.Breakers = append(st.Breakers, breakerStatus(name, key, b))
+			return true
+		})
+		st.Budgets = append(st.Budgets, BudgetStatus{Dependency: name, Unlimited: isInf(v.cfg.Budget.Max()), Tokens: finite(v.cfg.Budget.Tokens()), Max: finite(v.cfg.Budget.Max()), Settings: budgetSettings(name)})
+	}
+	for _, name := range sortedKeys(r.policies) {
+		p := r.policies[name].Current()
+		st.Breakers = append(st.Breakers, breakerStatus(name, "", p.Breaker))
+		st.Budgets = append(st.Budgets, BudgetStatus{Dependency: name, Unlimited: isInf(p.Budget.Max()), Tokens: finite(p.Budget.Tokens()), Max: finite(p.Budget.Max()), Settings: budgetSettings(name)})
+		if p.Bulkhead != nil {
+			st.Bulkheads = append(st.Bulkheads, BulkheadStatus{Dependency: name, InFlight: p.Bulkhead.InFlight(), Waiting: p.Bulkhead.Waiting(), Limit: p.Bulkhead.Limit()})
+		}
+	}
+	sort.SliceStable(st.Breakers, func(i, j int) bool {
+		return st.Breakers[i].Dependency+"\x00"+st.Breakers[i].Key < st.Breakers[j].Dependency+"\x00"+st.Breakers[j].Key
+	})
+	for _, name := range sortedKeys(r.sheds) {
+		s := r.sheds[name].Current().Stats()
+		ss := ShedderStatus{Server: name, InFlight: s.InFlight, Limit: s.Limit, Queued: s.Queued, Admitted: s.Admitted, Shed: s.Shed, ByReason: s.ShedByReason}
+		if s.MinRTT > 0 {
+			ss.MinRTT = s.MinRTT.String()
+		}
+		for _, srv := range checked.Servers {
+			if c := srv.Shed; srv.Name == name && c != nil {
+				ss.Settings = map[string]any{"limit": c.Limit, "max_queue": c.MaxQueue, "retry_ratio": c.RetryRatio,
+					"retry_burst": c.RetryBurst, "retry_pressure": c.RetryPressure, "max_header_priority": c.MaxHeaderPriority.String(),
+					"queue_target": c.QueueTarget.String(), "retry_after": c.RetryAfter.String()}
+			}
+		}
+		st.Shedders = append(st.Shedders, ss)
+	}
+	return st
+}
+
+func isInf(f float64) bool { return f > 1e300 }
+
+// finite keeps +Inf, which JSON cannot encode, out of the listing.
+func finite(f float64) float64 {
+	if isInf(f) {
+		return -1
+	}
+	return f
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+func (a *Admin) list(w http.ResponseWriter, r *http.Request) {
+	if a.cfg.AuthorizeRead != nil {
+		if err := a.cfg.AuthorizeRead(r); err != nil {
+			writeError(w, http.StatusForbidden, "not authorised: "+err.Error())
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, a.reg.Status())
+}
+
+// breakersOf returns the breakers of dependency dep an action applies to:
+// key's, or every one the dependency holds when key is empty.
+func (r *Registry) breakersOf(dep, key string) ([]*breaker.Breaker, []string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h, ok := r.https[dep]; ok {
+		g := h.cur.Load().cfg.Breakers
+		if key != "" {
+			return []*breaker.Breaker{g.Get(key)}, []string{key}, true
+		}
+		var bs []*breaker.Breaker
+		var keys []string
+		g.Range(func(k string, b *breaker.Breaker) bool {
+			bs = append(bs, b)
+			keys = append(keys, k)
+			return true
+		})
+		return bs, keys, true
+	}
+	if p, ok := r.policies[dep]; ok {
+		return []*breaker.Breaker{p.Current().Breaker}, []string{""}, true
+	}
+	return nil, nil, false
+}
+
+func (a *Admin) act(w http.ResponseWriter, r *http.Request) {
+	if a.cfg.ReadOnly {
+		writeError(w, http.StatusForbidden, "the admin endpoint is read-only")
+		return
+	}
+	if err := a.cfg.Authorize(r); err != nil {
+		a.log.Warn("config: admin action refused", "path", r.URL.Path, "remote", r.RemoteAddr, "error", err)
+		writeError(w, http.StatusForbidden, "not authorised: "+err.Error())
+		return
+	}
+	dep, action := r.PathValue("dependency"), r.PathValue("action")
+	reason := strings.TrimSpace(r.FormValue("reason"))
+	key := r.FormValue("key")
+	if reason == "" || len(reason) > MaxReasonLength {
+		writeError(w, http.StatusBadRequest, "reason is required (at most 500 bytes): it goes to the log with the action")
+		return
+	}
+	var do func(*breaker.Breaker)
+	switch action {
+	case "open":
+		do = (*breaker.Breaker).ForceOpen
+	case "close":
+		do = (*breaker.Breaker).ForceClosed
+	case "reset":
+		do = (*breaker.Breaker).Reset
+	default:
+		writeError(w, http.StatusBadRequest, "action is "+action+"; want open, close or reset")
+		return
+	}
+	bs, keys, ok := a.reg.breakersOf(dep, key)
+	if !ok {
+		writeError(w, http.StatusNotFound, "no dependency "+dep)
+		return
+	}
+	var out []BreakerStatus
+	for i, b := range bs {
+		do(b)
+		a.log.Warn("config: admin breaker action", "action", action, "dependency", dep, "key", keys[i], "reason", reason, "remote", r.RemoteAddr)
+		out = append(out, breakerStatus(dep, keys[i], b))
+	}
+	if out == nil {
+		out = []BreakerStatus{}
+	}
+	writeJSON(w, http.StatusOK, out)
+}

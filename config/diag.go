@@ -1,0 +1,86 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Severity says whether a Diagnostic stops the file from loading. A plain
+// value.
+type Severity string
+
+// Severities.
+const (
+	SeverityError   Severity = "error"
+	SeverityWarning Severity = "warning"
+)
+
+// ErrInvalid is the sentinel the error of Parse, Load and Reload Is when
+// the file holds an error.
+var ErrInvalid = errors.New("config: invalid policy file")
+
+// Diagnostic is one finding about a file: where, which setting, what was
+// found and what is allowed (an error), or what is risky and why (a
+// warning). It is a plain value.
+type Diagnostic struct {
+	File     string   `json:"file"`
+	Line     int      `json:"line"`
+	Field    string   `json:"field,omitempty"` // dotted path of the key, e.g. dependencies.payments.attempt_timeout
+	Severity Severity `json:"severity"`
+	Message  string   `json:"message"`
+}
+
+// String renders the diagnostic as file:line: field: message.
+func (d Diagnostic) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s:%d: ", d.File, d.Line)
+	if d.Field != "" {
+		b.WriteString(d.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(d.Message)
+	return b.String()
+}
+
+// Error is the error of a file that does not load: every error
+// Diagnostic, in line order. It Is ErrInvalid. It is immutable once
+// returned.
+type Error struct {
+	Diagnostics []Diagnostic
+}
+
+// Error lists the diagnostics, one a line.
+func (e *Error) Error() string {
+	lines := make([]string, len(e.Diagnostics))
+	for i, d := range e.Diagnostics {
+		lines[i] = d.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Is reports whether target is ErrInvalid.
+func (e *Error) Is(target error) bool { return target == ErrInvalid }
+
+func sortDiags(ds []Diagnostic) {
+	sort.SliceStable(ds, func(i, j int) bool {
+		if ds[i].Line != ds[j].Line {
+			return ds[i].Line < ds[j].Line
+		}
+		return ds[i].Field < ds[j].Field
+	})
+}
+
+func split(ds []Diagnostic) (errs, warns []Diagnostic) {
+	for _, d := range ds {
+		if d.Severity == SeverityError {
+			errs = append(errs, d)
+		} else {
+			warns = append(warns, d)
+		}
+	}
+	sortDiags(errs)
+	sortDiags(warns)
+	return errs, warns
+}

@@ -1,0 +1,162 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// mutate replaces old, which must occur once in the documented example,
+// by new, and returns the file and the line on which marker appears in it.
+func mutate(t *testing.T, old, new, marker string) ([]byte, int) {
+	t.Helper()
+	doc := string(docExample(t))
+	if n := strings.Count(doc, old); n != 1 {
+		t.Fatalf("%q occurs %d times in the example; want once", old, n)
+	}
+	doc = strings.Replace(doc, old, new, 1)
+	i := strings.Index(doc, marker)
+	if i < 0 {
+		t.Fatalf("marker %q not in the mutated file", marker)
+	}
+	return []byte(doc), strings.Count(doc[:i], "\n") + 1
+}
+
+// brokenCopies are broken copies of the documented example: each names the
+// line its error must be on (the line of marker) and what it must say.
+var brokenCopies = []struct {
+	name, old, new, marker, want string
+}{
+	{"duration without unit", "    attempt_timeout: 1500ms\n", "    attempt_timeout: 5\n", "attempt_timeout: 5",
+		`dependencies.payments.attempt_timeout: "5" has no unit; write 5s`},
+	{"duration not a duration", "      lease: 30s", "      lease: soon", "lease: soon",
+		`servers.api.idempotency.lease: "soon" is not a duration`},
+	{"unknown key", "    max_attempts: 2\n", "    max_attemps: 2\n", "max_attemps",
+		"dependencies.payments.max_attemps: is not a known setting (did you mean max_attempts?)"},
+	{"missing reason", "    reason: \"Charges take", "    owner2: \"Charges take", "owner2",
+		"dependencies.payments.owner2: is not a known setting"},
+	{"override without reason", "    reason: \"Ledger writes carry a transaction id the ledger deduplicates by, so they are safe to retry.\"\n", "", "  ledger:",
+		"dependencies.ledger.reason: is missing; ledger overrides attempt_timeout, idempotent"},
+	{"core breaker error", "      min_requests: 50\n", "      min_requests: 50\n      failure_rate: 1.5\n", "failure_rate: 1.5",
+		"dependencies.payments.breaker.failure_rate: is 1.5; want a value in (0, 1], or zero for the default (breaker: Config.FailureRate)"},
+	{"core error inherited from the defaults", "    min_requests: 20\n", "    min_requests: -1\n", "min_requests: -1",
+		"defaults.breaker.min_requests: is -1; want a positive count"},
+	{"grpc not yet", "  catalog:\n    kind: http", "  catalog:\n    kind: grpc", "kind: grpc",
+		`dependencies.catalog.kind: is "grpc", which this version does not support yet`},
+	{"not a number", "    max_attempts: 2\n", "    max_attempts: two\n", "max_attempts: two",
+		`dependencies.payments.max_attempts: is "two"; want a whole number`},
+	{"duplicate key", "    max_attempts: 2\n", "    max_attempts: 2\n    max_attempts: 3\n", "max_attempts: 3\n    attempt_timeout: 1500ms",
+		"dependencies.payments.max_attempts: appears twice"},
+	{"calls an unknown dependency", "calls: [catalog]", "calls: [katalog]", "calls: [katalog]",
+		`dependencies.pricing.calls[0]: names "katalog", which is not a dependency`},
+	{"idempotency scope", "scope: single_tenant", "scope: everyone", "scope: everyone",
+		`servers.api.idempotency.scope: is "everyone"; want caller`},
+	{"shed priority", "shares: {sheddable: 0.5, low: 0.7}", "shares: {sheddable: 0.5, lowest: 0.7}", "lowest",
+		"servers.api.shed.shares.lowest: is not a priority"},
+	{"core budget error", "    ratio: 0.1 ", "    ratio: 2000 ", "ratio: 2000",
+		"defaults.retry_budget.ratio: is 2000; want a value in (0, 1000]"},
+	{"core bulkhead error", "      max_concurrent: 64", "      max_concurrent: -1", "max_concurrent: -1",
+		"dependencies.payments.bulkhead.max_concurrent: is -1; want 1 to 4294967295"},
+	{"core deadline error", "      reserve: 20ms", "      reserve: 6s", "reserve: 6s",
+		"servers.api.deadline.reserve: is 6s (6s in force); want less than Config.Max's 5s"},
+	{"core shed error", "      retry_ratio: 0.1", "      retry_ratio: 0.1\n      retry_pressure: 2", "retry_pressure: 2",
+		"servers.api.shed.retry_pressure: is 2; want a value in (0, 1]"},
+	{"key of the other kind", "    idempotency_keys: true\n", "    idempotency_keys: true\n    idempotent: true\n", "idempotent: true",
+		"dependencies.payments.idempotent: applies to policy dependencies only"},
+	{"core policy error", "    attempt_timeout: 800ms\n\nservers", "    attempt_timeout: -1s\n\nservers", "attempt_timeout: -1s",
+		"dependencies.ledger.attempt_timeout: is -1s; want a positive duration, or zero for none (guardrail: Policy.AttemptTimeout)"},
+	{"core guardhttp error beside a bulkhead", "    max_attempts: 2\n", "    max_attempts: -2\n", "max_attempts: -2",
+		"dependencies.payments.max_attempts: is -2; want 0 (the default, 3) or more (guardhttp: Config.MaxAttempts)"},
+	{"breaker mode", "      min_requests: 50\n", "      min_requests: 50\n      mode: off\n", "mode: off",
+		`dependencies.payments.breaker.mode: is "off"; want normal, metrics_only or disabled`},
+	{"a list where a mapping goes", "    bulkhead:\n      max_concurrent: 64\n      max_queue: 16\n      max_wait: 100ms\n", "    bulkhead: [64]\n", "bulkhead: [64]",
+		"dependencies.payments.bulkhead: is a list; want a mapping of settings"},
+	{"syntax error", "    max_attempts: 2\n", "\tmax_attempts: 2\n", "\tmax_attempts",
+		"indented with a tab"},
+	{"unclosed list", "calls: [catalog]", "calls: [catalog", "calls: [catalog", "not valid YAML: did not find expected ',' or ']'"},
+	{"version", "version: 1", "version: 2", "version: 2", "version: is 2; want 1"},
+	{"alias", "    max_attempts: 2\n", "    max_attempts: &two 2\n    body_idle_timeout: *two\n", "&two",
+		"anchors and aliases are not supported"},
+}
+
+func TestBrokenCopiesNameTheirLine(t *testing.T) {
+	for _, tc := range brokenCopies {
+		t.Run(tc.name, func(t *testing.T) {
+			data, line := mutate(t, tc.old, tc.new, tc.marker)
+			c, err := Parse("policy.yaml", data)
+			if err == nil {
+				t.Fatalf("Parse accepted the broken copy")
+			}
+			for _, d := range c.Errors {
+				if d.Line == line && strings.Contains(d.String(), tc.want) && d.File == "policy.yaml" {
+					return
+				}
+			}
+			t.Errorf("no error on line %d saying %q; got:\n%v", line, tc.want, err)
+		})
+	}
+}
+
+// riskyCopies are valid copies of the example that must warn, on the line
+// of marker, saying why.
+var riskyCopies = []struct {
+	name, old, new, marker, want string
+}{
+	{"breaker without minimum", "      min_requests: 50\n", "      min_requests: 1\n", "min_requests: 1",
+		"one early failure opens the breaker"},
+	{"no retry budget", "    max_attempts: 2\n", "    max_attempts: 2\n    retry_budget: {unlimited: true}\n", "unlimited",
+		"no retry budget with max_attempts 2"},
+	{"retries on a route that is not idempotent", "    idempotency_keys: true\n", "    idempotency_keys: false\n", "{method: POST",
+		"POST /v1/charges is not idempotent and idempotency_keys is off"},
+	{"attempts exceed the deadline", "    deadline: 3500ms\n", "    deadline: 2s\n", "deadline: 2s",
+		"is 2s, but 2 attempts of attempt_timeout 1.5s"},
+	{"timeout over 10 s", "    attempt_timeout: 300ms\n", "    attempt_timeout: 11s\n", "attempt_timeout: 11s",
+		"is 11s, over 10s"},
+	{"downstream longer than its caller", "    deadline: 500ms\n", "    deadline: 4s\n", "calls: [catalog]",
+		"catalog may take up to 4s, longer than its caller pricing waits (3s)"},
+	{"retries at two tiers", "    max_attempts: 1\n", "    max_attempts: 2\n", "max_attempts: 2\n    attempt_timeout: 300ms",
+		"retries at 2 tiers of the chain pricing -> catalog"},
+	{"policy not idempotent", "    idempotent: true\n", "    idempotent: false\n", "  max_attempts: 3",
+		"is 3 but idempotent is not true"},
+}
+
+func TestRiskyCopiesWarn(t *testing.T) {
+	for _, tc := range riskyCopies {
+		t.Run(tc.name, func(t *testing.T) {
+			data, line := mutate(t, tc.old, tc.new, tc.marker)
+			c, err := Parse("policy.yaml", data)
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			for _, d := range c.Warnings {
+				if d.Line == line && strings.Contains(d.Message, tc.want) {
+					return
+				}
+			}
+			t.Errorf("no warning on line %d saying %q; got %v", line, tc.want, c.Warnings)
+		})
+	}
+}
+
+// JSON is YAML to the parser: the same errors, on the same lines.
+func TestJSONFileNamesItsLines(t *testing.T) {
+	c, err := Parse("policy.json", []byte(`{
+  "defaults": {"max_attempts": 2},
+  "dependencies": {
+    "payments": {
+      "reason": "slow provider",
+      "attempt_timeout": "5"
+    },
+    "ledger": {"kind": "policy", "reason": "r", "idempotent": true}
+  }
+}`))
+	if err == nil || len(c.Errors) != 1 {
+		t.Fatalf("got %v; want one error", err)
+	}
+	if got, want := c.Errors[0].String(), `policy.json:6: dependencies.payments.attempt_timeout: "5" has no unit; write 5s`; got != want {
+		t.Errorf("got %s; want %s", got, want)
+	}
+	ok, err := Parse("policy.json", []byte(`{"dependencies": {"a": {"reason": "r", "attempt_timeout": "500ms"}}}`))
+	if err != nil || len(ok.Dependencies) != 1 || ok.Dependencies[0].HTTP.AttemptTimeout.String() != "500ms" {
+		t.Errorf("a valid JSON file: %v", err)
+	}
+}

@@ -1,0 +1,582 @@
+package config
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/budget"
+	"github.com/guardrail-go/guardrail/bulkhead"
+	"github.com/guardrail-go/guardrail/guardhttp"
+	"github.com/guardrail-go/guardrail/idempotency/memstore"
+)
+
+const testFile = `
+defaults:
+  max_attempts: 3
+  backoff: {strategy: none}
+  retry_budget: {ratio: 0.5, max: 100}
+dependencies:
+  svc:
+    reason: "tests"
+    attempt_timeout: 2s
+    response_header_timeout: 1s
+    breaker: {min_requests: 5, failure_rate: 0.9}
+    bulkhead: {max_concurrent: 200}
+  other:
+    reason: "tests"
+    max_attempts: 1
+  ledger:
+    kind: policy
+    reason: "tests"
+    idempotent: true
+    attempt_timeout: 1s
+    breaker: {min_requests: 4, open_for: 1m}
+    bulkhead: {max_concurrent: 3}
+    deadline: 5s
+servers:
+  api:
+    deadline: {max: 2s}
+    shed: {limit: 100}
+`
+
+// counting serves 503 to every request when failing is set, else 200, and
+// counts what it saw.
+type counting struct {
+	hits    atomic.Int64
+	failing atomic.Bool
+}
+
+func (c *counting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c.hits.Add(1)
+	if c.failing.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	io.WriteString(w, "ok")
+}
+
+func newServer(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(h) // listens on 127.0.0.1
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func get(t *testing.T, c *http.Client, url string) (int, error) {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// The client a file configures is the client built by hand from the same
+// numbers: same Config, and the same attempts seen by a failing server.
+func TestHTTPClientEqualsHandBuilt(t *testing.T) {
+	reg, err := New("policy.yaml", []byte(testFile), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, dl, err := reg.HTTPConfig("svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hand := guardhttp.Config{
+		Name:                  "svc",
+		MaxAttempts:           3,
+		AttemptTimeout:        2 * time.Second,
+		ResponseHeaderTimeout: time.Second,
+		Backoff:               backoff.None(),
+		Bulkhead:              &bulkhead.Config{MaxConcurrent: 200},
+	}
+	if dl != 0 {
+		t.Errorf("deadline %v; want none", dl)
+	}
+	plain := got
+	plain.Budget, plain.Breakers, plain.Observer = nil, nil, nil
+	if !reflect.DeepEqual(plain, hand) {
+		t.Errorf("the file's Config\n%+v\nis not the one built by hand\n%+v", plain, hand)
+	}
+	if m := got.Budget.Max(); m != 100 {
+		t.Errorf("budget max %v; want 100", m)
+	}
+	wantBreaker := breaker.Config{Name: "h", MinRequests: 5, FailureRate: 0.9}
+	handBreaker, _ := breaker.New(wantBreaker)
+	if g, w := comparable(got.Breakers.Get("h").Config()), comparable(handBreaker.Config()); g != w {
+		t.Errorf("breaker settings %s; by hand %s", g, w)
+	}
+
+	// Behaviour: a server failing every request sees the same attempts.
+	srv := &counting{}
+	srv.failing.Store(true)
+	ts := newServer(t, srv)
+	client, _ := reg.HTTPClient("svc")
+	b, _ := budget.New(budget.Config{Ratio: 0.5, Max: 100})
+	g, _ := breaker.NewGroup(breaker.GroupConfig{Config: breaker.Config{MinRequests: 5, FailureRate: 0.9}})
+	hand.Budget, hand.Breakers = b, g
+	handClient, err := guardhttp.NewClient(hand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*http.Client{client, handClient} {
+		srv.hits.Store(0)
+		code, err := get(t, c, ts.URL)
+		if err != nil || code != http.StatusServiceUnavailable {
+			t.Fatalf("got %d, %v; want 503", code, err)
+		}
+		if n := srv.hits.Load(); n != 3 {
+			t.Errorf("the server saw %d attempts; want 3", n)
+		}
+	}
+}
+
+// comparable renders a breaker.Config without its functions.
+func comparable(c breaker.Config) string {
+	c.Name, c.OnTransition, c.Observer, c.Rand, c.Classify = "", nil, nil, nil, nil
+	return fmt.Sprintf("%+v", c)
+}
+
+// A policy dependency is the guardrail.Policy built by hand.
+func TestPolicyEqualsHandBuilt(t *testing.T) {
+	reg, err := New("policy.yaml", []byte(testFile), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := reg.Policy("ledger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := h.Current()
+	if p.MaxAttempts != 3 || p.AttemptTimeout != time.Second || !p.Idempotent || p.Backoff != backoff.None() || h.Deadline() != 5*time.Second {
+		t.Errorf("policy %+v, deadline %v; want 3 attempts of 1s, idempotent, no backoff, deadline 5s", p, h.Deadline())
+	}
+	handBreaker, _ := breaker.New(breaker.Config{MinRequests: 4, OpenFor: time.Minute})
+	if g, w := comparable(p.Breaker.Config()), comparable(handBreaker.Config()); g != w {
+		t.Errorf("breaker settings %s; by hand %s", g, w)
+	}
+	if p.Bulkhead.Limit() != 3 {
+		t.Errorf("bulkhead limit %d; want 3", p.Bulkhead.Limit())
+	}
+	hb, _ := budget.New(budget.Config{Ratio: 0.5, Max: 100})
+	hbk, _ := bulkhead.New(bulkhead.Config{MaxConcurrent: 3})
+	hand := &guardrail.Policy{Name: "ledger", MaxAttempts: 3, AttemptTimeout: time.Second, Idempotent: true,
+		Backoff: backoff.None(), Budget: hb, Breaker: handBreaker, Bulkhead: hbk}
+	fail := errors.New("down")
+	for _, run := range []func(op func(context.Context) (int, error)) error{
+		func(op func(context.Context) (int, error)) error {
+			_, err := Do(context.Background(), h, op)
+			return err
+		},
+		func(op func(context.Context) (int, error)) error {
+			_, err := guardrail.Do(context.Background(), hand, op)
+			return err
+		},
+	} {
+		n := 0
+		err := run(func(context.Context) (int, error) { n++; return 0, fail })
+		if !errors.Is(err, fail) || n != 3 {
+			t.Errorf("got %v after %d attempts; want the failure after 3", err, n)
+		}
+	}
+}
+
+func TestLookupsOfUnknownNames(t *testing.T) {
+	reg, err := New("policy.yaml", []byte(testFile), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.HTTPClient("ledger"); !errors.Is(err, ErrUnknown) {
+		t.Errorf("HTTPClient of a policy dependency: %v; want ErrUnknown", err)
+	}
+	if _, err := reg.Policy("nope"); !errors.Is(err, ErrUnknown) {
+		t.Errorf("Policy(nope): %v; want ErrUnknown", err)
+	}
+	if _, err := reg.Shedder("api"); err != nil {
+		t.Error(err)
+	}
+	if _, err := reg.Deadline("api"); err != nil {
+		t.Error(err)
+	}
+}
+
+// writeFile writes data to path with a modification time distinct from
+// the last one, so that a poll sees the change even on a coarse clock.
+func writeFile(t *testing.T, path, data string, mod time.Time) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, mod, mod); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A reload under 100 concurrent callers loses no call and keeps the state
+// of the breakers and budgets whose settings did not change.
+func TestReloadUnderLoad(t *testing.T) {
+	srv := &counting{}
+	ts := newServer(t, srv)
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, path, testFile, time.Unix(1e9, 0))
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil))
+	var results []ReloadResult
+	var resMu sync.Mutex
+	reg, err := Load(path, Options{Logger: logger, OnReload: func(r ReloadResult) {
+		resMu.Lock()
+		results = append(results, r)
+		resMu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, _ := reg.HTTPClient("svc")
+	before, _, _ := reg.HTTPConfig("svc")
+	ledger, _ := reg.Policy("ledger")
+	ledgerBreaker := ledger.Current().Breaker
+	ledgerBreaker.ForceOpen()
+
+	const callers, calls = 100, 20
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for range calls {
+				resp, err := client.Get(ts.URL)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	close(start)
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	// Reload while the callers run, until they are done (at least 10
+	// times): attempt timeouts change (a new Transport), breaker and budget
+	// settings do not; every fifth file is broken.
+	applied, rejected := 0, 0
+	var last time.Duration
+	for i := 0; ; i++ {
+		select {
+		case <-finished:
+		default:
+			i = min(i, 5) // keep reloading while the callers run
+		}
+		if i >= 10 {
+			break
+		}
+		data := strings.Replace(testFile, "attempt_timeout: 2s", fmt.Sprintf("attempt_timeout: %ds", 2+(applied+rejected)%2), 1)
+		bad := (applied+rejected)%5 == 4
+		if bad {
+			data = strings.Replace(data, "max_attempts: 3", "max_attempts: three", 1)
+		}
+		err := reg.ReloadBytes([]byte(data))
+		if (err != nil) != bad {
+			t.Fatalf("reload %d: %v", applied+rejected, err)
+		}
+		if bad {
+			rejected++
+		} else {
+			applied++
+			last = time.Duration(2+(applied+rejected-1)%2) * time.Second
+		}
+	}
+	t.Logf("%d reloads applied and %d rejected under %d callers", applied, rejected, callers)
+	wg.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Errorf("%d calls failed across the reloads; want none", n)
+	}
+	if n := srv.hits.Load(); n != callers*calls {
+		t.Errorf("the server saw %d calls; want %d", n, callers*calls)
+	}
+	after, _, _ := reg.HTTPConfig("svc")
+	if after.Breakers != before.Breakers || after.Budget != before.Budget {
+		t.Error("a reload that left the breaker and budget settings alone replaced them")
+	}
+	if after.AttemptTimeout != last {
+		t.Errorf("attempt timeout %v after the last reload; want %v", after.AttemptTimeout, last)
+	}
+	if ledger.Current().Breaker != ledgerBreaker || ledgerBreaker.State() != breaker.Open {
+		t.Error("the ledger breaker, forced open, did not survive the reloads")
+	}
+	st := reg.Stats()
+	if st.Applied != uint64(applied) || st.Rejected != uint64(rejected) || rejected == 0 {
+		t.Errorf("stats %+v; want %d applied, %d rejected", st, applied, rejected)
+	}
+	logMu.Lock()
+	if !strings.Contains(logs.String(), "reload rejected") || !strings.Contains(logs.String(), `max_attempts: is \"three\"`) {
+		t.Errorf("no log line of the rejected reload naming its field:\n%s", logs.String())
+	}
+	logMu.Unlock()
+	resMu.Lock()
+	if len(results) != applied+rejected || !errors.Is(results[4].Err, ErrInvalid) {
+		t.Errorf("OnReload heard %d reloads, the 5th with %v; want %d, the 5th invalid", len(results), results[4].Err, applied+rejected)
+	}
+	resMu.Unlock()
+
+	// Settings that change replace the breaker: its thresholds are new.
+	if err := reg.ReloadBytes([]byte(strings.Replace(testFile, "failure_rate: 0.9", "failure_rate: 0.8", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if c, _, _ := reg.HTTPConfig("svc"); c.Breakers == before.Breakers {
+		t.Error("new breaker settings kept the old breakers")
+	}
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// Watch reloads a file whose modification time changed; an invalid file
+// leaves the settings in force.
+func TestWatchReloadsChangedFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, path, testFile, time.Unix(1e9, 0))
+	done := make(chan ReloadResult, 10)
+	reg, err := Load(path, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), OnReload: func(r ReloadResult) { done <- r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reg.Watch(ctx, 5*time.Millisecond)
+	writeFile(t, path, strings.Replace(testFile, "max_attempts: 1", "max_attempts: 2", 1), time.Unix(1e9+1, 0))
+	select {
+	case r := <-done:
+		if r.Err != nil || !contains(r.Changed, "other") {
+			t.Fatalf("reload: %+v; want other changed", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reload 10 s after the file changed")
+	}
+	if c, _, _ := reg.HTTPConfig("other"); c.MaxAttempts != 2 {
+		t.Errorf("max attempts %d; want 2", c.MaxAttempts)
+	}
+	writeFile(t, path, "dependencies: [", time.Unix(1e9+2, 0))
+	select {
+	case r := <-done:
+		if r.Err == nil {
+			t.Fatal("an invalid file was applied")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reload 10 s after the file changed")
+	}
+	if c, _, _ := reg.HTTPConfig("other"); c.MaxAttempts != 2 {
+		t.Errorf("max attempts %d after an invalid file; want 2, the settings in force", c.MaxAttempts)
+	}
+}
+
+// The server-side handles follow reloads.
+func TestServerHandlesFollowReload(t *testing.T) {
+	reg, err := New("policy.yaml", []byte(testFile), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl, _ := reg.Deadline("api")
+	sh, _ := reg.Shedder("api")
+	var left time.Duration
+	h := dl.Middleware(sh.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, _ := r.Context().Deadline()
+		left = time.Until(d)
+	})))
+	ts := newServer(t, h)
+	if code, err := get(t, http.DefaultClient, ts.URL); err != nil || code != 200 {
+		t.Fatal(code, err)
+	}
+	if left > 2*time.Second || left < time.Second {
+		t.Errorf("time left %v; want under the 2s max", left)
+	}
+	oldShed := sh.Current()
+	if err := reg.ReloadBytes([]byte(strings.Replace(testFile, "max: 2s", "max: 8s", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := get(t, http.DefaultClient, ts.URL); err != nil || code != 200 {
+		t.Fatal(code, err)
+	}
+	if left < 5*time.Second {
+		t.Errorf("time left %v after the reload; want near the new 8s max", left)
+	}
+	if sh.Current() != oldShed {
+		t.Error("the shedder, whose settings did not change, was replaced")
+	}
+	if st := oldShed.Stats(); st.Admitted != 2 {
+		t.Errorf("the shedder admitted %d; want 2 across the reload", st.Admitted)
+	}
+}
+
+// SIGHUP reloads the file, when asked for.
+func TestWatchSignalReloadsOnSIGHUP(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, path, testFile, time.Unix(1e9, 0))
+	done := make(chan ReloadResult, 10)
+	reg, err := Load(path, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), OnReload: func(r ReloadResult) { done <- r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reg.WatchSignal(ctx)
+	writeFile(t, path, strings.Replace(testFile, "max_attempts: 1", "max_attempts: 2", 1), time.Unix(1e9, 0))
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.Err != nil || !contains(r.Changed, "other") {
+			t.Fatalf("reload: %+v; want other changed", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reload 10 s after SIGHUP")
+	}
+}
+
+// The idempotency section builds a working middleware on the store the
+// code gives, and a reload rebuilds it on the same store.
+func TestIdempotencyFollowsReload(t *testing.T) {
+	file := testFile + "    idempotency: {scope: single_tenant, ttl: 1h}\n"
+	reg, err := New("policy.yaml", []byte(file), Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Idempotency("api", store, func(*http.Request) (string, error) { return "x", nil }); err == nil {
+		t.Error("a Scope function for a single_tenant file was accepted")
+	}
+	keys, err := reg.Idempotency("api", store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	ts := newServer(t, keys.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		io.WriteString(w, "charged")
+	})))
+	post := func() string {
+		req, _ := http.NewRequest(http.MethodPost, ts.URL, strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", "k1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.Header.Get("Idempotent-Replayed")
+	}
+	post()
+	old := keys.Current()
+	if err := reg.ReloadBytes([]byte(strings.Replace(file, "ttl: 1h", "ttl: 2h", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if keys.Current() == old {
+		t.Error("the reload did not rebuild the idempotency middleware")
+	}
+	if got := post(); got != "true" || runs.Load() != 1 {
+		t.Errorf("a retry after the reload: replayed %q, handler ran %d times; want a replay from the same store, 1 run", got, runs.Load())
+	}
+}
+
+// A dependency's deadline bounds the whole request, and the server hears
+// of it.
+func TestHTTPDeadlineBoundsTheRequest(t *testing.T) {
+	file := strings.Replace(testFile, "    max_attempts: 1\n", "    max_attempts: 1\n    deadline: 300ms\n", 1)
+	reg, err := New("policy.yaml", []byte(file), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	announced := make(chan string, 1)
+	ts := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		announced <- r.Header.Get("X-Request-Timeout")
+		<-r.Context().Done() // hangs until the client gives up
+	}))
+	client, _ := reg.HTTPClient("other")
+	start := time.Now()
+	_, err = client.Get(ts.URL)
+	if took := time.Since(start); err == nil || took > 5*time.Second {
+		t.Fatalf("a hanging server: %v after %v; want an error at the 300ms deadline", err, took)
+	}
+	if ms, err := strconv.Atoi(<-announced); err != nil || ms > 300 || ms < 1 {
+		t.Errorf("X-Request-Timeout %d (%v); want at most 300 ms", ms, err)
+	}
+	// A response in time is read whole: the deadline ends with its body.
+	ok := newServer(t, &counting{})
+	resp, err := client.Get(ok.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || string(body) != "ok" {
+		t.Errorf("body %q, %v; want ok", body, err)
+	}
+}
+
+// A budget whose settings did not change keeps its tokens across a
+// reload; one whose settings changed starts full.
+func TestReloadKeepsBudgetTokens(t *testing.T) {
+	reg, err := New("policy.yaml", []byte(testFile), Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger, _ := reg.Policy("ledger")
+	b := ledger.Current().Budget
+	for range 40 {
+		b.TryRetry()
+	}
+	if err := reg.ReloadBytes([]byte(strings.Replace(testFile, "attempt_timeout: 1s", "attempt_timeout: 2s", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if got := ledger.Current(); got.AttemptTimeout != 2*time.Second || got.Budget != b || b.Tokens() != 60 {
+		t.Errorf("after a reload of the attempt timeout: timeout %v, same budget %v, %v tokens; want 2s, the same budget, 60 tokens",
+			got.AttemptTimeout, got.Budget == b, b.Tokens())
+	}
+	if err := reg.ReloadBytes([]byte(strings.Replace(testFile, "max: 100}", "max: 50}", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if nb := ledger.Current().Budget; nb == b || nb.Tokens() != 50 {
+		t.Errorf("after a reload of the budget: %v tokens; want a new budget, full at 50", nb.Tokens())
+	}
+}

@@ -1,0 +1,478 @@
+package guardgrpc
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/budget"
+	"github.com/guardrail-go/guardrail/bulkhead"
+	"github.com/guardrail-go/guardrail/event"
+)
+
+// DefaultMaxBufferedMessages is how many request messages of a stream the
+// client keeps, until the first response message, to send them again on a
+// retry.
+const DefaultMaxBufferedMessages = 64
+
+// ClientConfig configures a Client. The zero value is valid and safe: 3
+// attempts with full jitter backoff, a retry budget of 10 %, pushback
+// honoured up to 30 s, a circuit breaker per target, no bulkhead, and no
+// method idempotent: a call is retried only when it never reached the
+// server, unless its method is listed in IdempotentMethods or it carries
+// an idempotency-key.
+//
+// A ClientConfig is a plain value that NewClient reads once, so changing
+// it afterwards has no effect, and it is safe to share; the values it
+// points to (Budget, Observer, Breakers, Classify, Key, Attempt) must be
+// safe for concurrent use.
+type ClientConfig struct {
+	// Name labels the dependency in events and errors. Empty means each
+	// call's key (see Key): by default the connection's target. It
+	// becomes a metric label: keep it to a small fixed set.
+	Name string
+
+	// MaxAttempts bounds the attempts of one call, counting the first.
+	// Zero means guardrail.DefaultMaxAttempts (3); 1 never retries; a
+	// negative value is invalid.
+	MaxAttempts int
+
+	// AttemptTimeout bounds each attempt of a unary call on top of the
+	// caller's deadline: the effective bound is min(AttemptTimeout, time
+	// left), and grpc-go sends it to the server as grpc-timeout. A stream
+	// is bounded by the caller's context alone: it may rightly live long.
+	// Zero means no bound of its own; a negative value is invalid.
+	AttemptTimeout time.Duration
+
+	// MinAttemptTime is the least time left on the caller's deadline worth
+	// starting an attempt with: with less, the call fails at once with
+	// DEADLINE_EXCEEDED (an *Error that Is guardrail.ErrDeadline), and a
+	// retry whose delay plus MinAttemptTime does not fit is not made. Zero
+	// means guardrail.DefaultMinAttemptTime (50 ms); negative means no minimum.
+	MinAttemptTime time.Duration
+
+	// Backoff computes the delay before a retry the server sent no
+	// pushback for. Nil means full jitter from 100 ms, capped at 10 s.
+	Backoff backoff.Strategy
+
+	// MaxRetryAfter caps the pushback the client honours: a longer one
+	// ends the call with the server's error rather than retrying sooner
+	// than asked. Zero means guardrail.DefaultMaxRetryAfter (30 s);
+	// negative means pushback is ignored and the backoff applies (a
+	// negative pushback still forbids the retry).
+	MaxRetryAfter time.Duration
+
+	// Budget caps retries at a fraction of calls. Nil means a budget of
+	// this Client alone, ratio 0.1 and 10 tokens. Share one with a
+	// guardhttp.Transport to budget both protocols together.
+	Budget *budget.Budget
+
+	// Observer receives the events of every call, with the full method
+	// name as the operation (unless the caller set one with
+	// event.WithOperation), and the transitions of the breakers the
+	// Client creates. Nil costs nothing.
+	Observer event.Observer
+
+	// IdempotentMethods lists the methods that are safe to repeat, by
+	// full method name ("/pkg.Service/Get"); a name ending in "/"
+	// ("/pkg.Service/") covers every method of that service. Any other
+	// method is not idempotent unless the call carries an idempotency-key
+	// in its outgoing metadata: it is retried only when it never reached
+	// the server, and a timeout of it is an unknown outcome.
+	IdempotentMethods []string
+
+	// Classify decides what a failed attempt means. Nil means
+	// DefaultClassify.
+	Classify Classifier
+
+	// Key returns a call's failure domain: its breaker and bulkhead key,
+	// and its dependency label when Name is empty. Nil means the
+	// connection's target (cc.Target()); use ByMethod for a breaker per
+	// method. Keep the set of keys small.
+	Key func(cc *grpc.ClientConn, method string) string
+
+	// Breakers holds one circuit breaker per key. Nil means a group of
+	// this Client's own with breaker's defaults (at most
+	// breaker.DefaultMaxKeys keys), its transitions sent to Observer. A
+	// group whose Config.Mode is breaker.Disabled turns breakers off.
+	Breakers *breaker.Group
+
+	// Bulkhead, when not nil, gives each key a compartment so configured:
+	// at most MaxConcurrent unary attempts or stream openings in flight,
+	// the wait bounded by MaxWait and the time left minus MinAttemptTime.
+	// A refused call fails with RESOURCE_EXHAUSTED (an *Error that Is
+	// guardrail.ErrBulkheadFull). A stream holds its slot while it opens,
+	// not for its whole life. Nil means no bound.
+	Bulkhead *bulkhead.Config
+
+	// MaxBufferedMessages bounds the request messages of a stream kept
+	// until its first response message to send them again on a retry; a
+	// stream that sends more is not retried once it has opened. Zero means
+	// DefaultMaxBufferedMessages; negative means none are kept (a stream
+	// is retried only while it opens).
+	MaxBufferedMessages int
+
+	// ConnRetriesDisabled tells the interceptors that the connections they
+	// are installed on were built with grpc.WithDisableRetry, as
+	// DialOptions does. Without it, an interceptor installed on its own
+	// looks up the method's service config on every call and, when it has
+	// a retryPolicy, leaves retrying to grpc-go (one attempt of ours), so
+	// that the two never multiply.
+	ConnRetriesDisabled bool
+
+	// Attempt, when not nil, runs each unary attempt in place of the
+	// invoker: it must send the call (once, or more than once
+	// concurrently) and return one result. It is the seam for hedging: an
+	// AttemptFunc may send a second copy of an idempotent call after a
+	// delay and return the first answer, cancelling the other. The engine
+	// sees one attempt, one breaker outcome and one retry decision,
+	// whatever it does. Nil means the invoker itself.
+	Attempt AttemptFunc
+
+	// Rand returns uniform draws in [0, 1) for backoff jitter. Nil means
+	// math/rand/v2.
+	Rand func() float64
+}
+
+// AttemptFunc runs one attempt of a unary call, described by a; see
+// ClientConfig.Attempt. ctx is the attempt's context. It must be safe for
+// concurrent use, must not keep a after it returns, and must not leave a
+// copy of the call running past its return: a copy it started is done or
+// cancelled by then.
+type AttemptFunc func(ctx context.Context, a *Attempt) error
+
+// Attempt is one attempt of a unary call, for an AttemptFunc. It is owned
+// by the Client and valid only until the AttemptFunc returns; read it, do
+// not modify it.
+type Attempt struct {
+	// Method, Req, Reply, Conn and Invoker are the interceptor's.
+	Method     string
+	Req, Reply any
+	Conn       *grpc.ClientConn
+	Invoker    grpc.UnaryInvoker
+	// Idempotent reports whether the call may be sent twice: only then
+	// may an AttemptFunc send a second copy.
+	Idempotent bool
+	// Opts are the options of the copy whose result is returned: the
+	// caller's, then the Client's own, which read its trailer and peer
+	// for classification.
+	Opts []grpc.CallOption
+	// CallerOpts are the caller's options alone, for any other copy, so
+	// that two copies never write the same trailer.
+	CallerOpts []grpc.CallOption
+}
+
+// Invoke sends one copy of the call with opts.
+func (a *Attempt) Invoke(ctx context.Context, opts ...grpc.CallOption) error {
+	return a.Invoker(ctx, a.Method, a.Req, a.Reply, a.Conn, opts...)
+}
+
+// ByMethod is a ClientConfig.Key that gives every method of every target a
+// breaker of its own: the target and the full method name.
+func ByMethod(cc *grpc.ClientConn, method string) string { return cc.Target() + method }
+
+// Client holds the client interceptors and the state they share: the
+// retry budget, the breakers and the bulkheads. It is safe for concurrent
+// use by multiple goroutines.
+type Client struct {
+	cfg        ClientConfig
+	classify   Classifier
+	key        func(*grpc.ClientConn, string) string
+	idem       map[string]bool
+	maxBuf     int
+	maxAttempt int
+	breakers   *breaker.Group
+	bulkheads  *bulkheads // nil: none
+	policy     guardrail.Policy
+	// once runs calls that grpc-go retries itself: one attempt of ours.
+	once guardrail.Policy
+	// streamPolicy opens streams: no attempt timeout, as the stream
+	// outlives the attempt; streamOnce when grpc-go retries the method.
+	streamPolicy, streamOnce guardrail.Policy
+	// resume[k] runs a stream's retries once it has opened, with k
+	// attempts left counting the one that failed.
+	resume []*guardrail.Policy
+	pool   sync.Pool // *unaryCall
+}
+
+// NewClient returns a Client for cfg, or an error naming the first invalid
+// field.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	switch {
+	case cfg.MaxAttempts < 0:
+		return nil, invalid("ClientConfig.MaxAttempts is %d; want 0 (the default) or more", cfg.MaxAttempts)
+	case cfg.AttemptTimeout < 0:
+		return nil, invalid("ClientConfig.AttemptTimeout is %v; want 0 (none) or more", cfg.AttemptTimeout)
+	}
+	for _, m := range cfg.IdempotentMethods {
+		if !strings.HasPrefix(m, "/") {
+			return nil, invalid("ClientConfig.IdempotentMethods holds %q; want a full method name such as \"/pkg.Service/Method\"", m)
+		}
+	}
+	c := &Client{cfg: cfg, classify: cfg.Classify, key: cfg.Key, maxBuf: cfg.MaxBufferedMessages, maxAttempt: cfg.MaxAttempts}
+	if c.classify == nil {
+		c.classify = DefaultClassify
+	}
+	if c.key == nil {
+		c.key = func(cc *grpc.ClientConn, _ string) string { return cc.Target() }
+	}
+	if c.maxBuf == 0 {
+		c.maxBuf = DefaultMaxBufferedMessages
+	}
+	if c.maxAttempt == 0 {
+		c.maxAttempt = guardrail.DefaultMaxAttempts
+	}
+	c.idem = make(map[string]bool, len(cfg.IdempotentMethods))
+	for _, m := range cfg.IdempotentMethods {
+		c.idem[m] = true
+	}
+	bud := cfg.Budget
+	if bud == nil {
+		bud, _ = budget.New(budget.Config{}) // a valid Config
+	}
+	// Every call brings the breaker of its key; the Policy's own would be
+	// one breaker for every target.
+	off, _ := breaker.New(breaker.Config{Mode: breaker.Disabled}) // a valid Config
+	c.policy = guardrail.Policy{
+		Name:           cfg.Name,
+		MaxAttempts:    cfg.MaxAttempts,
+		AttemptTimeout: cfg.AttemptTimeout,
+		MinAttemptTime: cfg.MinAttemptTime,
+		Backoff:        cfg.Backoff,
+		MaxRetryAfter:  cfg.MaxRetryAfter,
+		Classify:       classifyMarked,
+		Budget:         bud,
+		Breaker:        off,
+		Observer:       cfg.Observer,
+		Rand:           cfg.Rand,
+	}
+	c.once = guardrail.Policy{
+		Name: cfg.Name, MaxAttempts: 1, AttemptTimeout: cfg.AttemptTimeout, MinAttemptTime: cfg.MinAttemptTime,
+		Classify: classifyMarked, Budget: bud, Breaker: off, Observer: cfg.Observer,
+	}
+	c.streamPolicy = guardrail.Policy{
+		Name: cfg.Name, MaxAttempts: cfg.MaxAttempts, MinAttemptTime: cfg.MinAttemptTime, Backoff: cfg.Backoff,
+		MaxRetryAfter: cfg.MaxRetryAfter, Classify: classifyMarked, Budget: bud, Breaker: off,
+		Observer: cfg.Observer, Rand: cfg.Rand,
+	}
+	c.streamOnce = guardrail.Policy{
+		Name: cfg.Name, MaxAttempts: 1, MinAttemptTime: cfg.MinAttemptTime,
+		Classify: classifyMarked, Budget: bud, Breaker: off, Observer: cfg.Observer,
+	}
+	// A resumed stream's engine call is not a new call: its start and end
+	// are not reported again.
+	var resumeObs event.Observer
+	if cfg.Observer != nil {
+		resumeObs = attemptsOnly{cfg.Observer}
+	}
+	c.resume = make([]*guardrail.Policy, c.maxAttempt+1)
+	for k := 2; k <= c.maxAttempt; k++ {
+		c.resume[k] = &guardrail.Policy{
+			Name: cfg.Name, MaxAttempts: k, MinAttemptTime: cfg.MinAttemptTime, Backoff: cfg.Backoff,
+			MaxRetryAfter: cfg.MaxRetryAfter, Classify: classifyMarked, Budget: bud, Breaker: off,
+			Observer: resumeObs, Rand: cfg.Rand,
+		}
+	}
+	c.breakers = cfg.Breakers
+	if c.breakers == nil {
+		var gc breaker.GroupConfig
+		if obs, name := cfg.Observer, cfg.Name; obs != nil {
+			gc.Config.OnTransition = func(tr breaker.Transition) {
+				obs.Observe(context.Background(), tr.Event(name))
+			}
+		}
+		c.breakers, _ = breaker.NewGroup(gc) // a valid GroupConfig
+	}
+	if cfg.Bulkhead != nil {
+		if _, err := bulkhead.New(*cfg.Bulkhead); err != nil {
+			return nil, &configError{msg: "guardgrpc: ClientConfig.Bulkhead: " + err.Error(), err: err}
+		}
+		c.bulkheads = newBulkheads(*cfg.Bulkhead)
+	}
+	c.pool.New = func() any { return new(unaryCall) }
+	return c, nil
+}
+
+// attemptsOnly drops CallStart and CallEnd.
+type attemptsOnly struct{ event.Observer }
+
+func (o attemptsOnly) Observe(ctx context.Context, e event.Event) context.Context {
+	if e.Kind == event.CallStart || e.Kind == event.CallEnd {
+		return ctx
+	}
+	return o.Observer.Observe(ctx, e)
+}
+
+// DialOptions returns the options that install the Client on a connection:
+// its unary and stream interceptors, and grpc.WithDisableRetry, so that
+// the Client alone retries (grpc-go's service-config retries would
+// multiply with its own). grpc-go still retries, once, an attempt whose
+// stream the server never processed (its transparent retry): that attempt
+// never ran, so it costs the server nothing.
+func (c *Client) DialOptions() []grpc.DialOption {
+	d := &disabled{c: c}
+	return []grpc.DialOption{
+		grpc.WithDisableRetry(),
+		grpc.WithChainUnaryInterceptor(d.unary),
+		grpc.WithChainStreamInterceptor(d.stream),
+	}
+}
+
+// disabled is the Client as installed by DialOptions, on connections
+// whose own retries are off.
+type disabled struct{ c *Client }
+
+func (d *disabled) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return d.c.invoke(ctx, method, req, reply, cc, invoker, true, opts)
+}
+
+func (d *disabled) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return d.c.newStream(ctx, desc, cc, method, streamer, true, opts)
+}
+
+// UnaryClientInterceptor returns the unary interceptor, for connections
+// built without DialOptions (see ClientConfig.ConnRetriesDisabled).
+func (c *Client) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		return c.invoke(ctx, method, req, reply, cc, invoker, c.cfg.ConnRetriesDisabled, opts)
+	}
+}
+
+// StreamClientInterceptor returns the stream interceptor, for connections
+// built without DialOptions (see ClientConfig.ConnRetriesDisabled).
+func (c *Client) StreamClientInterceptor() grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		return c.newStream(ctx, desc, cc, method, streamer, c.cfg.ConnRetriesDisabled, opts)
+	}
+}
+
+// Breakers returns the group holding the breaker of each key, for metrics
+// and manual control.
+func (c *Client) Breakers() *breaker.Group { return c.breakers }
+
+// RetryBudget returns the budget retries are spent from, for metrics.
+func (c *Client) RetryBudget() *budget.Budget { return c.policy.BudgetInUse() }
+
+// idempotent reports whether method may be sent twice: it is listed, its
+// service is, or the call carries an idempotency key.
+func (c *Client) idempotent(ctx context.Context, method string) bool {
+	if len(c.idem) > 0 {
+		if c.idem[method] {
+			return true
+		}
+		if i := strings.LastIndexByte(method, '/'); i > 0 && c.idem[method[:i+1]] {
+			return true
+		}
+	}
+	return len(metadata.ValueFromOutgoingContext(ctx, MDIdempotencyKey)) > 0
+}
+
+// policyFor returns the Policy of a call on cc: one attempt when grpc-go
+// retries the method itself.
+func (c *Client) policyFor(cc *grpc.ClientConn, method string, retriesOff bool) *guardrail.Policy {
+	if !retriesOff && cc != nil && cc.GetMethodConfig(method).RetryPolicy != nil {
+		return &c.once
+	}
+	return &c.policy
+}
+
+// call returns the per-call settings of the engine.
+func (c *Client) call(cc *grpc.ClientConn, key string, idempotent bool) guardrail.Call {
+	gc := guardrail.Call{Idempotent: guardrail.NotIdempotent, Dependency: c.cfg.Name, Breaker: c.breakers.Get(key)}
+	if idempotent {
+		gc.Idempotent = guardrail.Idempotent
+	}
+	if gc.Dependency == "" {
+		gc.Dependency = key
+	}
+	if c.bulkheads != nil {
+		gc.Bulkhead = c.bulkheads.get(key)
+	}
+	return gc
+}
+
+// unaryCall is one unary call: its attempts share it. Pooled, so that a
+// call allocates nothing of its own when its first attempt succeeds.
+type unaryCall struct {
+	c          *Client
+	method     string
+	req, reply any
+	cc         *grpc.ClientConn
+	invoker    grpc.UnaryInvoker
+	idempotent bool
+	attempts   int
+	trailer    metadata.MD
+	peer       peer.Peer
+	opts       []grpc.CallOption
+	callerOpts int // the caller's options are opts[:callerOpts]
+	info       Attempt
+	trailerOpt grpc.TrailerCallOption
+	peerOpt    grpc.PeerCallOption
+}
+
+func (c *Client) invoke(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, retriesOff bool, opts []grpc.CallOption) error {
+	u := c.pool.Get().(*unaryCall)
+	u.c, u.method, u.req, u.reply, u.cc, u.invoker = c, method, req, reply, cc, invoker
+	u.idempotent = c.idempotent(ctx, method)
+	u.attempts = 0
+	u.opts = append(u.opts[:0], opts...)
+	u.callerOpts = len(opts)
+	u.trailerOpt.TrailerAddr = &u.trailer
+	u.peerOpt.PeerAddr = &u.peer
+	u.opts = append(u.opts, u.trailerOpt)
+	if !u.idempotent {
+		// Whether a failed attempt got a transport stream tells whether it
+		// may have reached the server.
+		u.opts = append(u.opts, u.peerOpt)
+	}
+	if c.cfg.Observer != nil && event.Operation(ctx) == "" {
+		ctx = event.WithOperation(ctx, method)
+	}
+	key := c.key(cc, method)
+	_, err := guardrail.DoCall(ctx, c.policyFor(cc, method, retriesOff), c.call(cc, key, u.idempotent), u.attempt)
+	*u = unaryCall{opts: clearOpts(u.opts)}
+	c.pool.Put(u)
+	return finish(err)
+}
+
+// clearOpts drops the options' references so the pooled slice keeps no
+// caller's value alive.
+func clearOpts(o []grpc.CallOption) []grpc.CallOption {
+	clear(o)
+	return o[:0]
+}
+
+// attempt runs one attempt of a unary call.
+func (u *unaryCall) attempt(ctx context.Context) (struct{}, error) {
+	u.attempts++
+	u.trailer, u.peer = nil, peer.Peer{}
+	if u.attempts > 1 {
+		ctx = metadata.AppendToOutgoingContext(ctx, MDRetryAttempt, strconv.Itoa(u.attempts-1))
+	}
+	var err error
+	if a := u.c.cfg.Attempt; a != nil {
+		u.info = Attempt{Method: u.method, Req: u.req, Reply: u.reply, Conn: u.cc, Invoker: u.invoker,
+			Idempotent: u.idempotent, Opts: u.opts, CallerOpts: u.opts[:u.callerOpts:u.callerOpts]}
+		err = a(ctx, &u.info)
+		u.info = Attempt{}
+	} else {
+		err = u.invoker(ctx, u.method, u.req, u.reply, u.cc, u.opts...)
+	}
+	if err == nil {
+		return struct{}{}, nil
+	}
+	if ctx.Err() != nil {
+		return struct{}{}, err // the engine judges its own deadline and the caller's
+	}
+	r := Result{Method: u.method, Err: err, Trailer: u.trailer, Sent: u.idempotent || u.peer.Addr != nil}
+	return struct{}{}, &attemptError{err: err, v: u.c.classify(r)}
+}

@@ -1,0 +1,86 @@
+package guardhttp_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/guardhttp"
+)
+
+// New returns a client whose budget and breakers can be watched, to export
+// them as metrics, say, with no type assertion on http.Client.Transport.
+// Config.Breaker tunes every key's breaker in one field; its transitions
+// still go to Config.Observer.
+func ExampleNew() {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+
+	client, err := guardhttp.New(guardhttp.Config{
+		Name:    "pricing",
+		Breaker: breaker.Config{MinRequests: 50, OpenFor: 10 * time.Second},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.CloseIdleConnections()
+
+	resp, err := client.Get(srv.URL) // the methods of *http.Client
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	resp.Body.Close()
+
+	fmt.Println("retry tokens at most:", client.RetryBudget().Max())
+	client.Breakers().Range(func(key string, b *breaker.Breaker) bool {
+		fmt.Println("breakers:", client.Breakers().Len(), "state:", b.State())
+		return true
+	})
+	// Output:
+	// retry tokens at most: 10
+	// breakers: 1 state: closed
+}
+
+// A handler that calls a dependency answers its own client with the
+// status the dependency's failure calls for.
+func ExampleWriteError() {
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		// What a call through a guardhttp client returns while the
+		// dependency's breaker is open.
+		err := &guardrail.Error{Kind: guardrail.ErrCircuitOpen, RetryIn: 4500 * time.Millisecond}
+		guardhttp.WriteError(w, err)
+	}
+	w := httptest.NewRecorder()
+	handler(w, httptest.NewRequest("GET", "/quote", nil))
+	fmt.Println(w.Code, w.Header().Get("Retry-After"), w.Body.String())
+	// Output: 503 5 circuit open
+}
+
+// The key a request was given is on its error, to send the same intent
+// again later. For an intent that may be sent again after this process is
+// gone, derive the key from a business ID instead.
+func ExampleIdempotencyKeyError() {
+	client, _ := guardhttp.NewClient(guardhttp.Config{IdempotencyKeys: true, MaxAttempts: 1})
+	_, err := client.Post("http://127.0.0.1:1/orders", "application/json", nil) // nothing listens
+	var ke *guardhttp.IdempotencyKeyError
+	if errors.As(err, &ke) {
+		fmt.Println("resend with Idempotency-Key of", len(ke.Key), "hex digits")
+	}
+
+	// An order ID makes the key the same wherever and whenever it is sent.
+	req, _ := http.NewRequest("POST", "http://orders.internal/orders", nil)
+	req.Header.Set(guardhttp.HeaderIdempotencyKey, "order-82")
+	fmt.Println(req.Header.Get(guardhttp.HeaderIdempotencyKey))
+	// Output:
+	// resend with Idempotency-Key of 32 hex digits
+	// order-82
+}

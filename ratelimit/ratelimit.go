@@ -1,0 +1,404 @@
+// Package ratelimit limits the rate of requests of each client of a server:
+// a token bucket per key (an API key, a principal, an address), so that one
+// client's retries cannot spend the capacity a load shedder keeps for the
+// others.
+//
+// Shedding protects a server from the sum of its load; it does not say
+// whose load. A client that retries every refusal at once keeps the server
+// at its limit, and the shedder then refuses everyone else in proportion. A
+// per-client limit in front of the shedder refuses that client, early and
+// cheaply, with 429 Too Many Requests and a Retry-After that is honest: a
+// request retried after it is admitted.
+//
+// The buckets are golang.org/x/time/rate limiters. Memory is bounded by
+// Config.MaxKeys: idle keys are dropped once their bucket has refilled (a
+// full bucket is what a new key gets, so dropping it changes nothing) and,
+// past MaxKeys, the least recently seen key is dropped.
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/guardrail-go/guardrail/event"
+)
+
+// Defaults used for zero Config fields.
+const (
+	// DefaultRate is the rate a zero Config allows each key: 10 requests
+	// per second, a human clicking fast or a well-behaved script.
+	DefaultRate = 10
+	// DefaultMaxKeys is the number of keys a zero Config tracks at most:
+	// about 17 MB (see Limiter).
+	DefaultMaxKeys = 100_000
+)
+
+// maxShards bounds the number of independently locked parts of the key
+// table; minPerShard keeps each part big enough that the least recently
+// seen key of a part is close to the least recently seen of all.
+const (
+	maxShards   = 64
+	minPerShard = 16
+)
+
+// maxRetryAfter caps Retry-After, in seconds (34 years), for a Rate so low
+// that the wait would overflow a time.Duration.
+const maxRetryAfter = 1 << 30
+
+// ErrInvalidConfig is the sentinel of every error New returns for a Config
+// it rejects.
+var ErrInvalidConfig = errors.New("ratelimit: invalid config")
+
+// ErrLimited is the sentinel of a refusal: the key's rate was spent.
+// errors.As to *LimitedError tells when to retry.
+var ErrLimited = errors.New("ratelimit: rate limited")
+
+// LimitedError is the refusal Allow returns. It Is ErrLimited. It is a
+// plain value, safe for concurrent use once returned.
+type LimitedError struct {
+	// RetryAfter is how long the client must wait before its next request
+	// is admitted (if it sends nothing in between): at least one second,
+	// in whole seconds, as Retry-After carries it.
+	RetryAfter time.Duration
+}
+
+// Error reads "ratelimit: rate limited; retry after 2s".
+func (e *LimitedError) Error() string {
+	return ErrLimited.Error() + "; retry after " + e.RetryAfter.String()
+}
+
+// Is reports whether target is ErrLimited.
+func (e *LimitedError) Is(target error) bool { return target == ErrLimited }
+
+// Config configures a Limiter. The zero Config is valid: each client
+// address may send DefaultRate requests per second, in bursts of as many,
+// and at most DefaultMaxKeys addresses are tracked. New copies it.
+type Config struct {
+	// Name labels the limiter's events (Event.Dependency), for example the
+	// server's name. Empty is fine.
+	Name string
+
+	// Key returns the client a request is charged to: an API key, an
+	// authenticated principal, an address. Nil means the host part of
+	// Request.RemoteAddr, the address of the peer: behind a proxy, every
+	// request then shares the proxy's bucket, so read the client address
+	// from a header your proxy sets (and that clients cannot) instead.
+	//
+	// An empty key is a key like any other: return "" for the requests you
+	// mean to limit as a whole (anonymous traffic, say), which then share
+	// one bucket. An error means the request cannot be attributed (a
+	// malformed credential): it is answered 400 Bad Request without running
+	// the handler, because admitting it unlimited would let any client
+	// evade its limit by sending garbage, and charging it to a shared bucket
+	// would let one broken client starve every other one in that bucket.
+	// Put authentication before the limiter so that Key sees only requests
+	// it can attribute.
+	//
+	// Key is called concurrently and must be fast. Keys of any length are
+	// accepted: the table stores a 64-bit hash of each key, with a random
+	// per-process seed, so a long key costs no memory and two live keys
+	// share a bucket with a probability of about MaxKeys/2^64 per new key.
+	Key func(*http.Request) (string, error)
+
+	// Rate is the sustained number of requests per second each key may
+	// make. Zero means DefaultRate (10); allowed values are finite and
+	// positive (0.1 is one request every 10 s).
+	Rate float64
+	// Burst is the number of requests a key may make at once, the size of
+	// its bucket; a new key's bucket starts full. Zero means Rate rounded
+	// up (one second of traffic), at least 1; a negative value is invalid.
+	Burst int
+
+	// MaxKeys is the number of keys tracked at most. Past it, the least
+	// recently seen key is dropped; it starts again with a full bucket if it
+	// comes back, so a table too small for the clients lets them burst more
+	// often than they should (never less). Zero means DefaultMaxKeys
+	// (100,000); a negative value is invalid. Each key costs about 175 bytes
+	// (see Limiter).
+	MaxKeys int
+
+	// Observer receives an event.Shed with Reason event.ReasonRateLimit for
+	// every refused request: Delay is the Retry-After answered, and Err is
+	// the Key error when the request could not be attributed. Admitted
+	// requests are not reported. Nil means none.
+	Observer event.Observer
+}
+
+// Limiter limits the request rate of each key with a token bucket
+// (golang.org/x/time/rate). It is safe for concurrent use; its table is cut
+// into up to 64 independently locked shards.
+//
+// Memory is bounded by MaxKeys whatever the clients send: a key is stored as
+// a 64-bit hash, and its bucket and table entry take about 175 bytes
+// (measured: 1,000,000 distinct keys through a limiter with the default
+// MaxKeys of 100,000 leave it holding 99,968 keys in 16.7 MB of live heap;
+// it never holds more, whatever the number of keys). A key idle long enough for its bucket to refill is dropped
+// on a later request to its shard (each request looks at two of the least
+// recently seen keys of its shard), because a full bucket is what a new key
+// gets anyway: dropping it loses nothing. When the table is full, the least
+// recently seen key of the shard is dropped.
+//
+// Admitting a request of a known key takes one shard lock and allocates
+// nothing; so does the middleware's refusal with a Retry-After of up to a
+// minute (Allow's refusal allocates its error).
+// A new key allocates its bucket.
+type Limiter struct {
+	name     string
+	key      func(*http.Request) (string, error)
+	limit    rate.Limit
+	burst    int
+	refill   int64 // ns for an empty bucket to fill: a key idle this long is dropped
+	perShard int
+	mask     uint64
+	seed     maphash.Seed
+	obs      event.Observer
+	epoch    time.Time
+	shards   []shard
+}
+
+type shard struct {
+	mu   sync.Mutex
+	keys map[uint64]*entry
+	lru  entry // sentinel: lru.next is the most recently seen, lru.prev the least
+	_    [32]byte
+}
+
+type entry struct {
+	hash       uint64
+	last       int64 // ns since epoch of the last request
+	prev, next *entry
+	lim        *rate.Limiter
+}
+
+// New returns a Limiter configured by cfg, or an error that Is
+// ErrInvalidConfig and names the first invalid field.
+func New(cfg Config) (*Limiter, error) {
+	r := cfg.Rate
+	switch {
+	case r == 0:
+		r = DefaultRate
+	case !(r > 0) || math.IsInf(r, 1): // also NaN
+		return nil, invalid("Rate", r, "a finite number of requests per second above 0, or 0 for the default 10")
+	}
+	burst := cfg.Burst
+	switch {
+	case burst == 0:
+		burst = int(min(math.Ceil(r), math.MaxInt32))
+	case burst < 0:
+		return nil, invalid("Burst", burst, "a positive count, or 0 for Rate rounded up")
+	}
+	maxKeys := cfg.MaxKeys
+	switch {
+	case maxKeys == 0:
+		maxKeys = DefaultMaxKeys
+	case maxKeys < 0:
+		return nil, invalid("MaxKeys", maxKeys, "a positive count, or 0 for the default 100000")
+	}
+	n := 1
+	for n < maxShards && n*2*minPerShard <= maxKeys {
+		n *= 2
+	}
+	l := &Limiter{
+		name:     cfg.Name,
+		key:      cfg.Key,
+		limit:    rate.Limit(r),
+		burst:    burst,
+		perShard: maxKeys / n,
+		mask:     uint64(n - 1),
+		seed:     maphash.MakeSeed(),
+		obs:      cfg.Observer,
+		epoch:    time.Now(),
+		shards:   make([]shard, n),
+	}
+	if l.key == nil {
+		l.key = RemoteAddr
+	}
+	refill := math.Ceil(float64(burst) / r * float64(time.Second))
+	l.refill = int64(min(refill, math.MaxInt64/2))
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.keys = make(map[uint64]*entry)
+		s.lru.next, s.lru.prev = &s.lru, &s.lru
+	}
+	return l, nil
+}
+
+func invalid(field string, got any, want string) error {
+	return fmt.Errorf("ratelimit: Config.%s is %v; want %s: %w", field, got, want, ErrInvalidConfig)
+}
+
+// RemoteAddr is the default Config.Key: the host part of r.RemoteAddr (the
+// whole of it when it has no port). It never fails.
+func RemoteAddr(r *http.Request) (string, error) {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host, nil
+	}
+	return r.RemoteAddr, nil
+}
+
+// Middleware returns a handler that charges each request to its key before
+// calling next. A request over its key's rate is answered at once with 429
+// Too Many Requests, a Retry-After header in whole seconds (at least 1, and
+// never early: the same request sent after it is admitted, if the key sent
+// nothing in between) and no body; next does not run. A request whose Key
+// fails is answered 400 Bad Request, also without running next.
+func (l *Limiter) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, err := l.key(r)
+		if err != nil {
+			l.observe(r.Context(), 0, err)
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		if wait, ok := l.allow(key, time.Now()); !ok {
+			l.observe(r.Context(), wait, nil)
+			w.Header()["Retry-After"] = retryAfterHeader(wait)
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Allow charges one request to key, for servers that are not HTTP. It
+// returns nil when the request is admitted, or a *LimitedError (which Is
+// ErrLimited) saying when to retry. Allow does not report to the Observer:
+// the caller knows more about the request than the limiter does.
+func (l *Limiter) Allow(key string) error {
+	if wait, ok := l.allow(key, time.Now()); !ok {
+		return &LimitedError{RetryAfter: wait}
+	}
+	return nil
+}
+
+// Len returns the number of keys tracked, at most MaxKeys.
+func (l *Limiter) Len() int {
+	n := 0
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.mu.Lock()
+		n += len(s.keys)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+func (l *Limiter) observe(ctx context.Context, wait time.Duration, err error) {
+	if l.obs == nil {
+		return
+	}
+	l.obs.Observe(ctx, event.Event{
+		Kind:       event.Shed,
+		Dependency: l.name,
+		Operation:  event.Operation(ctx),
+		Reason:     event.ReasonRateLimit,
+		Delay:      wait,
+		Err:        err,
+	})
+}
+
+// allow charges one request to key at now. When it refuses, wait is the
+// Retry-After: whole seconds, at least one, after which the bucket holds a
+// token again.
+func (l *Limiter) allow(key string, now time.Time) (wait time.Duration, ok bool) {
+	h := maphash.String(l.seed, key)
+	s := &l.shards[h&l.mask]
+	clock := int64(now.Sub(l.epoch))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.keys[h]
+	if e == nil {
+		e = l.insert(s, h, clock)
+	} else {
+		e.unlink()
+	}
+	e.last = clock
+	s.pushFront(e)
+	l.sweep(s, clock)
+	if e.lim.AllowN(now, 1) {
+		return 0, true
+	}
+	// Refused: the reservation says when a token will be there; cancel it,
+	// so that being refused costs the client nothing.
+	res := e.lim.ReserveN(now, 1)
+	d := res.DelayFrom(now)
+	res.CancelAt(now)
+	secs := int64(min(max(math.Ceil(d.Seconds()), 1), maxRetryAfter))
+	// The rate package computes in floating point: make sure a token is
+	// really there after the whole seconds, so that Retry-After is never
+	// early.
+	for secs < maxRetryAfter && e.lim.TokensAt(now.Add(time.Duration(secs)*time.Second)) < 1 {
+		secs++
+	}
+	return time.Duration(secs) * time.Second, false
+}
+
+// insert adds a new key to s, dropping the least recently seen key when s
+// is full (and reusing its entry). The caller holds s.mu.
+func (l *Limiter) insert(s *shard, h uint64, clock int64) *entry {
+	var e *entry
+	if len(s.keys) >= l.perShard {
+		e = s.lru.prev
+		e.unlink()
+		delete(s.keys, e.hash)
+	} else {
+		e = new(entry)
+	}
+	e.hash = h
+	e.lim = rate.NewLimiter(l.limit, l.burst)
+	s.keys[h] = e
+	return e
+}
+
+// sweep drops up to two keys of s whose buckets have refilled since their
+// last request, starting from the least recently seen: amortized, keys
+// leave at least as fast as they come. The caller holds s.mu.
+func (l *Limiter) sweep(s *shard, clock int64) {
+	for range 2 {
+		e := s.lru.prev
+		if e == &s.lru || clock-e.last < l.refill {
+			return
+		}
+		e.unlink()
+		delete(s.keys, e.hash)
+	}
+}
+
+func (s *shard) pushFront(e *entry) {
+	e.prev, e.next = &s.lru, s.lru.next
+	s.lru.next.prev = e
+	s.lru.next = e
+}
+
+func (e *entry) unlink() {
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = nil, nil
+}
+
+// retryAfterValues holds the header values of the common waits, shared and
+// never modified (cap == len, so an append elsewhere copies).
+var retryAfterValues = func() (v [61][]string) {
+	for i := 1; i < len(v); i++ {
+		s := strconv.Itoa(i)
+		v[i] = []string{s}[:1:1]
+	}
+	return v
+}()
+
+func retryAfterHeader(wait time.Duration) []string {
+	secs := int64(wait / time.Second)
+	if secs < int64(len(retryAfterValues)) {
+		return retryAfterValues[max(secs, 1)]
+	}
+	return []string{strconv.FormatInt(secs, 10)}
+}
