@@ -343,6 +343,8 @@ func Experiments() []Experiment {
 		retryAfter(),
 		idempotencyExp(),
 		shedding(),
+		hedging(),
+		throttling(),
 		incident(),
 		overhead(),
 	}
