@@ -36,7 +36,7 @@ func trialCharts(t *testing.T) []*Result {
 	jit := runExp(t, "jitter")
 	// Empty buckets, as in the shedding histograms: a bar of 0 has no height.
 	hist := &Result{Experiment: "histogram", Title: "histogram", Charts: []Chart{{Title: "latency", Kind: "bar",
-		X: []string{"0-50", "50-100", "100-150"}, Series: []Series{{"ok", []float64{12, 0, 3}}, {"late", []float64{0, 0, 7}}}}}}
+		X: []string{"0-50", "50-100", "100-150"}, Series: []Series{{Name: "ok", Values: []float64{12, 0, 3}}, {Name: "late", Values: []float64{0, 0, 7}}}}}}
 	return []*Result{amp, br, jit, hist}
 }
 
