@@ -169,3 +169,34 @@ func BenchmarkDoThrottled(b *testing.B) {
 		_, _ = guardrail.Do(ctx, p, op)
 	}
 }
+
+// Requests still in flight are not refusals: a burst of concurrent calls
+// to a healthy dependency, on a throttle that has seen nothing yet, is
+// sent whole. (Counted at admission, each in-flight request looked
+// refused and the burst throttled itself.)
+func TestThrottleInFlightRequestsAreNotRefusals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		th := newThrottler(t, guardrail.ThrottleConfig{K: 1.1})
+		p := &guardrail.Policy{Throttler: th, MaxAttempts: 1, Rand: lockedRand(5)}
+		var mu sync.Mutex
+		throttled := 0
+		var wg sync.WaitGroup
+		for range 50 {
+			wg.Go(func() {
+				_, err := guardrail.Do(context.Background(), p, func(context.Context) (int, error) {
+					time.Sleep(10 * time.Millisecond)
+					return 1, nil
+				})
+				if errors.Is(err, guardrail.ErrThrottled) {
+					mu.Lock()
+					throttled++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if r, a := th.Counts(); throttled != 0 || r != 50 || a != 50 {
+			t.Errorf("throttled %d of 50 concurrent calls to a healthy dependency (requests %d, accepts %d); want none", throttled, r, a)
+		}
+	})
+}
