@@ -66,7 +66,7 @@ var (
 	Calls = &Def{
 		Name: "guardrail_calls_total", OTel: "guardrail.calls", Kind: Counter,
 		Labels: []string{LDependency, LOperation, LOutcome},
-		Help:   "Guarded calls (original requests, not attempts) by how they ended: ok, error, circuit_open, budget_exhausted, deadline, bulkhead_full, unknown, canceled.",
+		Help:   "Guarded calls (original requests, not attempts) by how they ended: ok, error, circuit_open, budget_exhausted, deadline, bulkhead_full, unknown, canceled, throttled.",
 	}
 	CallDuration = &Def{
 		Name: "guardrail_call_duration_seconds", OTel: "guardrail.call.duration", Kind: Histogram, Unit: "s",
