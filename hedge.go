@@ -52,7 +52,9 @@ const hedgeMinSamples = 20
 // with itself and must honour its context: the call returns only once the
 // caller's attempt has returned. Calls that are not idempotent are never
 // hedged, and neither are calls of a Policy whose Hedge is nil: those start
-// no goroutine.
+// no goroutine. (Since the operation may be handed to another goroutine,
+// a closure passed to Do is allocated on the heap whether the call is
+// hedged or not.)
 //
 // The zero value is valid: hedge after the 95th percentile of the last
 // DefaultHedgeWindow successful attempts' latencies, once 20 are known, at
