@@ -39,10 +39,14 @@ import (
 //     attempts ends the retries at once with ErrCircuitOpen;
 //   - the zero T and op's error or ctx.Err() when the caller cancelled ctx
 //     (context.Canceled; a passed deadline is ErrDeadline);
+//   - the zero T and an *Error that Is ErrThrottled, without sending the
+//     attempt, when the Policy's Throttler rejected it;
 //   - the zero T and an error wrapping ErrInvalidPolicy, without running op,
 //     when a Policy field holds an invalid value.
 //
-// Do starts no goroutine. A panic in op is recorded (the attempt counts as a
+// Do starts no goroutine, except for a hedged call (Policy.Hedge set, the
+// call idempotent): each extra attempt runs on a goroutine of its own. A
+// panic in op is recorded (the attempt counts as a
 // failure) and then continues up the caller's stack.
 func Do[T any](ctx context.Context, p *Policy, op func(context.Context) (T, error)) (T, error) {
 	return DoCall(ctx, p, Call{}, op)
@@ -85,6 +89,18 @@ type Call struct {
 	// frees the slot when op returns, so work that outlives op (an HTTP
 	// response body read later) is not covered: hold a slot yourself for it.
 	Bulkhead *bulkhead.Bulkhead
+	// Throttler, when not nil, replaces Policy.Throttler for this call (one
+	// throttle per host).
+	Throttler *Throttler
+	// NoHedge, when true, keeps this call from being hedged though the
+	// Policy hedges (a request whose body cannot be sent twice).
+	NoHedge bool
+	// Discard, when not nil, is given each value of T that an attempt of a
+	// hedged call returned with a nil error but that lost the race to
+	// another attempt, so that what it holds is released (an HTTP
+	// response's body closed). It may run on another goroutine than the
+	// caller's, after Do returned.
+	Discard func(v any)
 }
 
 // DoCall is Do with per-call settings c. p may be nil (see Policy).
@@ -98,7 +114,7 @@ func DoCall[T any](ctx context.Context, p *Policy, c Call, op func(context.Conte
 		return zero, s.err
 	}
 	cl := call{ctx: ctx, p: p, s: s, obs: p.Observer, idempotent: p.Idempotent, dependency: c.Dependency,
-		breaker: s.breaker, bulkhead: p.Bulkhead}
+		breaker: s.breaker, bulkhead: p.Bulkhead, throttle: p.Throttler, discard: c.Discard}
 	switch c.Idempotent {
 	case Idempotent:
 		cl.idempotent = true
@@ -110,6 +126,12 @@ func DoCall[T any](ctx context.Context, p *Policy, c Call, op func(context.Conte
 	}
 	if c.Bulkhead != nil {
 		cl.bulkhead = c.Bulkhead
+	}
+	if c.Throttler != nil {
+		cl.throttle = c.Throttler
+	}
+	if s.hedge != nil && cl.idempotent && !c.NoHedge {
+		cl.hedged = true
 	}
 	return run(&cl, op)
 }
@@ -126,7 +148,13 @@ func run[T any](c *call, op func(context.Context) (T, error)) (T, error) {
 		if err != nil {
 			return zero, c.end(err)
 		}
-		v, err, timedOut := attempt(c, op, actx, cancel)
+		var v T
+		var timedOut bool
+		if c.hedged {
+			v, err, timedOut = hedgedAttempt(c, op, actx, cancel)
+		} else {
+			v, err, timedOut = attempt(c, op, actx, cancel)
+		}
 		if err == nil {
 			c.succeeded()
 			return v, nil
@@ -170,6 +198,10 @@ type call struct {
 	dependency  string
 	breaker     *breaker.Breaker   // nil: none
 	bulkhead    *bulkhead.Bulkhead // nil: none
+	throttle    *Throttler         // nil: none
+	discard     func(any)          // Call.Discard
+	hedged      bool               // attempts are hedged
+	hedges      int                // hedges sent (counted in attempts too)
 	permit      breaker.Permit     // the current attempt's
 	slot        bulkhead.Slot      // the current attempt's; zero without a bulkhead
 	actx        context.Context    // the current attempt's context, as the observer returned it
@@ -228,6 +260,14 @@ func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
 			return nil, nil, c.giveUp(ErrDeadline, 0)
 		}
 	}
+	if c.throttle != nil {
+		if now.IsZero() {
+			now = time.Now()
+		}
+		if !c.throttle.admit(now, c.s.rand()) {
+			return nil, nil, c.throttled()
+		}
+	}
 	if c.breaker != nil {
 		var err error
 		if now.IsZero() {
@@ -281,6 +321,9 @@ func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
 }
 
 func (c *call) succeeded() {
+	if c.throttle != nil {
+		c.throttle.record(time.Now(), true)
+	}
 	if c.obs == nil {
 		if c.timed {
 			now := time.Now()
@@ -298,6 +341,9 @@ func (c *call) succeeded() {
 }
 
 func (c *call) panicked() {
+	if c.throttle != nil {
+		c.throttle.record(time.Now(), true) // the operation's fault, not the dependency's
+	}
 	c.recordAttempt(breaker.Failure, errPanicked)
 	c.end(errPanicked) // the call ends here too: observers close what they opened
 }
@@ -311,12 +357,18 @@ func (c *call) failed(err error, timedOut bool) error {
 	if perr := c.ctx.Err(); perr != nil {
 		if errors.Is(perr, context.Canceled) {
 			// The caller gave up: not the dependency's fault, not retried.
+			if c.throttle != nil {
+				c.throttle.record(time.Now(), true) // nor evidence against it
+			}
 			c.recordAttempt(breaker.Ignored, err)
 			c.outcome = event.OutcomeCanceled
 			return err
 		}
 		// The caller's deadline passed during the attempt: the dependency did
 		// not answer in time.
+		if c.throttle != nil {
+			c.throttle.record(time.Now(), false)
+		}
 		c.recordAttempt(breaker.Failure, err)
 		c.timeout()
 		if !c.idempotent && !c.s.classify(err).Unsent {
@@ -330,6 +382,11 @@ func (c *call) failed(err error, timedOut bool) error {
 		v.Outcome, v.Retryable, v.Timeout = breaker.Failure, true, true
 	}
 	c.recordAttempt(v.Outcome, err)
+	if c.throttle != nil {
+		// An answer, if not a good one, is one the dependency took; an
+		// overload answer or a timeout is not.
+		c.throttle.record(time.Now(), !v.Timeout && !isOverload(err, v))
+	}
 	if v.Timeout {
 		c.timeout()
 		if !c.idempotent && !v.Unsent {
@@ -342,7 +399,7 @@ func (c *call) failed(err error, timedOut bool) error {
 	case !c.idempotent && !v.Unsent:
 		c.refuse(event.ReasonNotIdempotent)
 		return err
-	case c.attempts >= c.s.maxAttempts:
+	case c.attempts-c.hedges >= c.s.maxAttempts:
 		c.refuse(event.ReasonAttempts)
 		return err
 	}
@@ -456,6 +513,22 @@ func (c *call) rejected(err error) error {
 	}
 	c.outcome = event.OutcomeCircuitOpen
 	return &Error{Kind: ErrCircuitOpen, Attempts: c.attempts, RetryIn: retryIn, Err: cause}
+}
+
+// throttled turns the throttle's local rejection into ErrThrottled.
+func (c *call) throttled() error {
+	if c.obs != nil {
+		e := c.event(event.Throttled, time.Time{})
+		e.Attempt = c.attempts + 1 // the attempt that was not sent
+		e.Reason = event.ReasonThrottled
+		c.obs.Observe(c.ctx, e)
+	}
+	c.outcome = event.OutcomeThrottled
+	cause := c.lastErr
+	if cause == nil {
+		cause = ErrThrottled
+	}
+	return &Error{Kind: ErrThrottled, Attempts: c.attempts, Err: cause}
 }
 
 // bulkheadRejected turns a bulkhead's refusal into ErrBulkheadFull, the

@@ -122,7 +122,22 @@ type Policy struct {
 	// breaker the Policy creates when Breaker is nil. Nil costs nothing.
 	Observer event.Observer
 
-	// Rand returns uniform draws in [0, 1) for backoff jitter. Nil means
+	// Hedge, when not nil, hedges the calls that are idempotent: after a
+	// delay without an answer Do sends another attempt and returns the
+	// first success (see HedgeConfig, and its cost: a goroutine per extra
+	// attempt, and load, which is why it switches itself off under
+	// overload). Nil, the default, never hedges.
+	Hedge *HedgeConfig
+
+	// Throttler, when not nil, rejects attempts locally, with ErrThrottled,
+	// when the dependency has recently accepted too few of them (see
+	// Throttler): a client that backs off before the dependency must shed.
+	// Nil means no throttling. Share one Throttler between the policies
+	// that call one dependency.
+	Throttler *Throttler
+
+	// Rand returns uniform draws in [0, 1) for backoff jitter and the
+	// throttle's rejections. Nil means
 	// math/rand/v2. Set it for reproducible runs; it must be safe for
 	// concurrent use if the Policy is.
 	Rand func() float64
@@ -143,6 +158,7 @@ type settings struct {
 	budget         *budget.Budget
 	breaker        *breaker.Breaker // nil: none
 	rand           func() float64
+	hedge          *hedger // nil: no hedging
 }
 
 var defaultPolicy Policy
@@ -179,6 +195,9 @@ func (p *Policy) resolve() *settings {
 	}
 	if s.attemptTimeout < 0 {
 		bad("AttemptTimeout", s.attemptTimeout, "a positive duration, or zero for none")
+	}
+	if p.Hedge != nil {
+		s.hedge = newHedger(*p.Hedge, bad)
 	}
 	if s.maxAttempts == 0 {
 		s.maxAttempts = DefaultMaxAttempts

@@ -84,6 +84,17 @@ const (
 	// Timeout: a timeout expired in Phase (PhaseAttempt, PhaseConnect,
 	// PhaseTLS, PhaseWrite, PhaseResponseHeader, PhaseBodyIdle).
 	Timeout
+	// Hedge: a hedged attempt, number Attempt, was sent Delay after the
+	// attempt it backs up started, which had not answered. AttemptStart
+	// and AttemptEnd follow for it as for any attempt.
+	Hedge
+	// HedgeRefused: a hedge was due but not sent; Reason says why
+	// (ReasonOverload, ReasonBudget, ReasonBreakerOpen, ReasonBulkheadFull,
+	// ReasonThrottled, ReasonDeadline). No more hedges back up that attempt.
+	HedgeRefused
+	// Throttled: the client-side throttle rejected attempt Attempt locally,
+	// without sending it (Reason ReasonThrottled).
+	Throttled
 )
 
 var kindNames = [...]string{
@@ -102,6 +113,9 @@ var kindNames = [...]string{
 	Admit:             "admit",
 	Idempotency:       "idempotency",
 	Timeout:           "timeout",
+	Hedge:             "hedge",
+	HedgeRefused:      "hedge_refused",
+	Throttled:         "throttled",
 }
 
 // String returns the kind's snake_case name.
@@ -147,6 +161,8 @@ const (
 	OutcomeBulkheadFull    = "bulkhead_full"
 	OutcomeUnknown         = "unknown"
 	OutcomeCanceled        = "canceled"
+	// OutcomeThrottled: the client-side throttle rejected the call's attempt locally.
+	OutcomeThrottled = "throttled"
 )
 
 // Attempt outcomes: how the breaker counted one attempt (AttemptEnd).
@@ -179,6 +195,10 @@ const (
 	ReasonMismatch   = "mismatch"    // idempotency: same key, other payload (422)
 	ReasonReleased   = "released"    // idempotency: 5xx or panic, key released
 	ReasonStoreError = "store_error" // idempotency: the store failed
+	// ReasonOverload: hedge refused: the dependency answered with an overload signal (429, 503, Retry-After) lately.
+	ReasonOverload = "overload"
+	// ReasonThrottled: the client-side throttle rejected the attempt or the hedge.
+	ReasonThrottled = "throttled"
 	// ReasonOutcomeUnknown: idempotency: the handler panicked or hijacked the connection; its key answers 500 until it expires.
 	ReasonOutcomeUnknown = "outcome_unknown"
 )

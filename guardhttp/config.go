@@ -207,6 +207,24 @@ type Config struct {
 	// (one per key) and builds a compartment for each as keys appear; a
 	// Policy guards one dependency and shares the one it is given.
 	Bulkhead *bulkhead.Config
+
+	// Hedge, when not nil, hedges requests of an idempotent method (GET,
+	// HEAD, PUT, DELETE, OPTIONS; not a POST or PATCH, key or not) whose
+	// body can be sent again: after a delay without response headers another attempt
+	// is sent and the first success is returned; the losers are cancelled
+	// and their response bodies closed, which frees their connections. It
+	// switches itself off under overload (429, 503, Retry-After), when the
+	// retry budget is low and while the key's breaker is not closed. See
+	// guardrail.HedgeConfig. Nil means no hedging.
+	Hedge *guardrail.HedgeConfig
+
+	// Throttler, when not nil, rejects attempts locally with an error that
+	// Is guardrail.ErrThrottled when the dependency has lately accepted too
+	// few (429 and 503 answers and timeouts are not accepts): see
+	// guardrail.Throttler. It is one throttle for every key of the
+	// Transport: give each dependency a Transport of its own, or a
+	// Throttler of its own. Nil means no throttling.
+	Throttler *guardrail.Throttler
 }
 
 // settings are a Config with defaults applied.
@@ -286,6 +304,11 @@ func (c *Config) validate() error {
 	}
 	if c.MaxBufferedBody < 0 {
 		return &configError{msg: fmt.Sprintf("guardhttp: Config.MaxBufferedBody is %d; want 0 (the default, %d bytes) or more", c.MaxBufferedBody, DefaultMaxBufferedBody)}
+	}
+	if c.Hedge != nil {
+		if err := c.Hedge.Validate(); err != nil {
+			return &configError{msg: "guardhttp: Config.Hedge: " + err.Error(), err: err}
+		}
 	}
 	if !reflect.ValueOf(c.Breaker).IsZero() {
 		if c.Breakers != nil {

@@ -90,6 +90,7 @@ type Transport struct {
 	breakers  *breaker.Group
 	bulkheads *bulkheads       // nil: none
 	policy    guardrail.Policy // must not be copied: holds the budget
+	hedges    bool             // Config.Hedge is set
 }
 
 // NewTransport returns a Transport that sends requests through base under
@@ -120,7 +121,10 @@ func NewTransport(base http.RoundTripper, cfg Config) (*Transport, error) {
 		Backoff:        cfg.Backoff,
 		MaxRetryAfter:  cfg.MaxRetryAfter,
 		Budget:         cfg.Budget,
+		Hedge:          cfg.Hedge,
+		Throttler:      cfg.Throttler,
 	}
+	t.hedges = cfg.Hedge != nil
 	if cfg.Observer != nil {
 		t.policy.Observer = phaseObserver{cfg.Observer}
 	}
@@ -211,11 +215,21 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		c.closeBody()
 		return nil, err
 	}
-	resp, err := guardrail.DoCall(req.Context(), &t.policy, guardrail.Call{
+	gc := guardrail.Call{
 		Idempotent: idempotence(c.idempotent),
 		Dependency: c.dep,
 		Breaker:    t.breakers.Get(c.key),
-	}, c.attempt)
+	}
+	if t.hedges {
+		if c.hedgeable() {
+			c.hs = &hedgedCall{}
+			gc.Discard = discardLoser
+			resp, err := guardrail.DoCall(req.Context(), &t.policy, gc, c.hedgedAttempt)
+			return c.endHedged(resp, err)
+		}
+		gc.NoHedge = true
+	}
+	resp, err := guardrail.DoCall(req.Context(), &t.policy, gc, c.attempt)
 	return c.end(resp, err)
 }
 
@@ -255,6 +269,7 @@ type call struct {
 	pending      *http.Response // the last attempt's failed response, until retried or returned
 	raw          error          // the last attempt's error, as returned to the engine
 	marked       error          // the same, marked with its verdict
+	hs           *hedgedCall    // a hedged request's shared state; nil when not hedged
 }
 
 func (c *call) prepare() error {
@@ -388,7 +403,7 @@ func (c *call) attempt(actx context.Context) (*http.Response, error) {
 		// Here rather than through the engine, which frees the slot when
 		// this function returns: the attempt lasts until its body is read.
 		var err error
-		if release, err = c.acquire(); err != nil {
+		if release, err = c.acquire(c.n); err != nil {
 			return nil, err
 		}
 	}
@@ -432,9 +447,9 @@ func (c *call) attempt(actx context.Context) (*http.Response, error) {
 	return nil, c.mark(&StatusError{StatusCode: resp.StatusCode, resp: resp}, v)
 }
 
-// acquire takes a slot in the key's bulkhead, waiting at most until the
-// deadline minus MinAttemptTime.
-func (c *call) acquire() (func(), error) {
+// acquire takes a slot in the key's bulkhead for attempt n, waiting at
+// most until the deadline minus MinAttemptTime.
+func (c *call) acquire(n int) (func(), error) {
 	b := c.t.bulkheads.get(c.key)
 	ctx := c.req.Context()
 	var latest time.Time
@@ -453,7 +468,7 @@ func (c *call) acquire() (func(), error) {
 			Kind:       event.BulkheadReject,
 			Dependency: c.dep,
 			Operation:  event.Operation(ctx),
-			Attempt:    c.n,
+			Attempt:    n,
 			Reason:     event.ReasonBulkheadFull,
 			Err:        err,
 			Remaining:  -1,
@@ -465,7 +480,7 @@ func (c *call) acquire() (func(), error) {
 		}
 		obs.Observe(ctx, e)
 	}
-	full := &guardrail.Error{Kind: guardrail.ErrBulkheadFull, Attempts: c.n - 1, Err: err}
+	full := &guardrail.Error{Kind: guardrail.ErrBulkheadFull, Attempts: n - 1, Err: err}
 	return nil, c.mark(full, guardrail.Verdict{Outcome: breaker.Ignored})
 }
 
@@ -474,6 +489,9 @@ func (c *call) acquire() (func(), error) {
 func (c *call) mark(err error, v guardrail.Verdict) error {
 	if !c.replayable() {
 		v.Retryable = false
+	}
+	if c.hs != nil {
+		return c.hedgeMark(err, v, nil)
 	}
 	c.raw, c.marked = err, guardrail.WithVerdict(err, v)
 	return c.marked

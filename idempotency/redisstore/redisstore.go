@@ -26,7 +26,31 @@ type Config struct {
 	// Prefix is prepended to every key, to share a Redis with other data.
 	// Empty means "guardrail:idem:".
 	Prefix string
+	// Replicas, if positive, makes every write (taking a lock, storing a
+	// response) wait until that many replicas of the key's master have
+	// acknowledged it (Redis WAIT), so that a failover promoting one of
+	// them keeps it. Redis replicates asynchronously: without this, a
+	// master that dies right after a write may take it with it, and the
+	// retry that follows runs the handler a second time. A write that is
+	// not acknowledged within ReplicaTimeout fails (Begin's error makes the
+	// request fail without running the handler). It costs a round trip to
+	// a replica per write. Zero means do not wait; a negative value is
+	// invalid. It needs a *redis.Client or a *redis.ClusterClient.
+	Replicas int
+	// ReplicaTimeout bounds the wait for Replicas. Zero means
+	// DefaultReplicaTimeout (1s); negative is invalid (a wait without
+	// limit would hang every request while a replica is down).
+	ReplicaTimeout time.Duration
 }
+
+// DefaultReplicaTimeout is the wait for replicas when
+// Config.ReplicaTimeout is zero.
+const DefaultReplicaTimeout = time.Second
+
+// ErrNotReplicated: a write was not acknowledged by Config.Replicas
+// replicas in time. The write was made on the master, and may or may not
+// survive a failover.
+var ErrNotReplicated = errors.New("redisstore: write not acknowledged by enough replicas")
 
 // Store is an idempotency.Store on Redis. It is safe for concurrent use.
 //
@@ -40,9 +64,15 @@ type Config struct {
 // Run Redis with maxmemory-policy noeviction (its default): every key here
 // has an expiry, so an evicting policy may drop a live lock or a stored
 // response under memory pressure, and a retry would then run again.
+//
+// On a Redis Cluster each idempotency record is one key, so every call
+// touches one hash slot and needs no hash tag; do not put a hash tag in
+// Prefix, which would put every record in one slot.
 type Store struct {
-	client redis.Scripter
-	prefix string
+	client   redis.Scripter
+	prefix   string
+	replicas int
+	waitMS   int64
 }
 
 // New returns a Store using client, which may be a *redis.Client,
@@ -53,11 +83,89 @@ func New(client redis.Scripter, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: the client is nil; want a *redis.Client, *redis.ClusterClient or another redis.Scripter", ErrInvalidConfig)
 	}
+	var errs []error
+	if cfg.Replicas < 0 {
+		errs = append(errs, fmt.Errorf("%w: Config.Replicas is %d; want a count of replicas, or zero not to wait", ErrInvalidConfig, cfg.Replicas))
+	}
+	if cfg.ReplicaTimeout < 0 {
+		errs = append(errs, fmt.Errorf("%w: Config.ReplicaTimeout is %v; want a positive duration, or zero for the default", ErrInvalidConfig, cfg.ReplicaTimeout))
+	}
+	if cfg.Replicas > 0 {
+		switch client.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			errs = append(errs, fmt.Errorf("%w: Config.Replicas is %d with a %T; want a *redis.Client or *redis.ClusterClient, which can send WAIT to the key's master", ErrInvalidConfig, cfg.Replicas, client))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
 	}
-	return &Store{client: client, prefix: cfg.Prefix}, nil
+	if cfg.ReplicaTimeout == 0 {
+		cfg.ReplicaTimeout = DefaultReplicaTimeout
+	}
+	return &Store{client: client, prefix: cfg.Prefix, replicas: cfg.Replicas, waitMS: max(cfg.ReplicaTimeout.Milliseconds(), 1)}, nil
 }
+
+// run runs script on key, then, if the Store waits for replicas and wrote
+// (wrote reports it from the reply), WAIT on the same connection: WAIT
+// counts the acknowledgements of that connection's writes.
+func (s *Store) run(ctx context.Context, script *redis.Script, key string, wrote func(any) bool, args ...any) (any, error) {
+	if s.replicas == 0 {
+		return script.Run(ctx, s.client, []string{key}, args...).Result()
+	}
+	var node *redis.Client
+	switch c := s.client.(type) {
+	case *redis.Client:
+		node = c
+	case *redis.ClusterClient:
+		var err error
+		if node, err = c.MasterForKey(ctx, key); err != nil {
+			return nil, err
+		}
+	}
+	var reply any
+	var wait *redis.Cmd
+	for _, eval := range []bool{false, true} { // EVALSHA, then EVAL if the node lacks the script
+		cmds, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if eval {
+				script.Eval(ctx, p, []string{key}, args...)
+			} else {
+				script.EvalSha(ctx, p, []string{key}, args...)
+			}
+			wait = p.Do(ctx, "WAIT", s.replicas, s.waitMS)
+			return nil
+		})
+		if err != nil && !eval && redis.HasErrorPrefix(cmds[0].Err(), "NOSCRIPT") {
+			continue
+		}
+		if err = cmds[0].Err(); err != nil {
+			if c, ok := s.client.(*redis.ClusterClient); ok {
+				// The node may be down or no longer the slot's master (a
+				// failover): let the next call find the slot's master anew.
+				// A reload is cheap and runs at most every 200ms.
+				c.ReloadState(ctx)
+			}
+			return nil, err
+		}
+		reply = cmds[0].(*redis.Cmd).Val()
+		break
+	}
+	if wrote(reply) {
+		n, err := wait.Int64()
+		if err != nil {
+			return nil, err
+		}
+		if n < int64(s.replicas) {
+			return reply, fmt.Errorf("%w: %d of %d within %dms", ErrNotReplicated, n, s.replicas, s.waitMS)
+		}
+	}
+	return reply, nil
+}
+
+func isOne(reply any) bool { n, ok := reply.(int64); return ok && n == 1 }
 
 // ErrInvalidConfig is the sentinel of New's errors.
 var ErrInvalidConfig = errors.New("redisstore: invalid configuration")
@@ -116,8 +224,11 @@ func (s *Store) Begin(ctx context.Context, key string, fp idempotency.Fingerprin
 	token := idempotency.NewToken()
 	lock := make([]byte, 0, headerLen+len(token))
 	lock = append(append(append(lock, tagLocked), fp[:]...), token...)
-	reply, err := beginScript.Run(ctx, s.client, []string{s.prefix + key}, lock, millis(lease)).Result()
+	reply, err := s.run(ctx, beginScript, s.prefix+key, isOne, lock, millis(lease))
 	if err != nil {
+		if isOne(reply) { // the lock is taken but may not survive a failover: give it back
+			_, _ = releaseScript.Run(context.WithoutCancel(ctx), s.client, []string{s.prefix + key}, token).Result()
+		}
 		return idempotency.Result{}, fmt.Errorf("redisstore: begin: %w", err)
 	}
 	if n, ok := reply.(int64); ok && n == 1 {
@@ -154,11 +265,11 @@ func (s *Store) Complete(ctx context.Context, key, token string, resp *idempoten
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", err)
 	}
-	n, err := completeScript.Run(ctx, s.client, []string{s.prefix + key}, token, enc, millis(ttl)).Int()
+	reply, err := s.run(ctx, completeScript, s.prefix+key, isOne, token, enc, millis(ttl))
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", err)
 	}
-	if n != 1 {
+	if !isOne(reply) {
 		return idempotency.ErrLockLost
 	}
 	return nil

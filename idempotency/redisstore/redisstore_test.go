@@ -28,7 +28,7 @@ func middleware(store idempotency.Store, cfg idempotency.Config) func(http.Handl
 	return srv.Middleware
 }
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(stopSharedCluster)) }
 
 const envAddr = "GUARDRAIL_TEST_REDIS_ADDR"
 

@@ -1353,7 +1353,7 @@ func (p incParams) charts(rows []incRow, variants []string, threshold map[string
 				band[k] = perBucket
 			}
 		}
-		c.Series = append(c.Series, Series{Name: "DB down (outage)", Values: band})
+		c.Series = append(c.Series, Series{Name: "DB down (outage)", Values: band, Fill: true})
 		for _, r := range rs {
 			v := make([]float64, n)
 			for k := range v {

@@ -213,6 +213,9 @@ type Chart struct {
 type Series struct {
 	Name   string
 	Values []float64
+	// Fill shades the area under the series, as a band (an outage window),
+	// drawn as steps rather than a line.
+	Fill bool
 }
 
 // text renders a column value for the table.
@@ -343,6 +346,8 @@ func Experiments() []Experiment {
 		retryAfter(),
 		idempotencyExp(),
 		shedding(),
+		hedging(),
+		throttling(),
 		incident(),
 		overhead(),
 	}

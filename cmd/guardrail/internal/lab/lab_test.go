@@ -122,7 +122,7 @@ func TestJSONRowsCarryTheirKeys(t *testing.T) {
 
 func TestReportIsSelfContained(t *testing.T) {
 	r := &Result{Experiment: "x", Title: "t", Rows: []Row{row("r", Int("n", 1))},
-		Charts: []Chart{{Title: "c", Kind: "bar", X: []string{"a"}, Series: []Series{{"s", []float64{1}}}}}}
+		Charts: []Chart{{Title: "c", Kind: "bar", X: []string{"a"}, Series: []Series{{Name: "s", Values: []float64{1}}}}}}
 	var buf bytes.Buffer
 	if err := WriteReport(&buf, []*Result{r}, time.Second); err != nil {
 		t.Fatal(err)

@@ -75,8 +75,9 @@ for (const c of charts) {
     data: {labels: numeric ? undefined : c.x, datasets: c.series.map((s, k) => ({
       label: s.name, data: numeric ? s.values.map((v, i) => ({x: c.xnum[i], y: v})) : s.values,
       borderColor: palette[k % palette.length],
-      backgroundColor: palette[k % palette.length] + (c.kind === 'bar' ? 'cc' : '33'),
-      stepped: stepped, pointRadius: stepped ? 3 : 0, borderWidth: 2, tension: 0}))},
+      backgroundColor: s.fill ? 'rgba(207,34,46,0.15)' : palette[k % palette.length] + (c.kind === 'bar' ? 'cc' : '33'),
+      stepped: stepped || !!s.fill, fill: !!s.fill, pointRadius: stepped ? 3 : 0,
+      borderWidth: s.fill ? 0 : 2, tension: 0}))},
     options: {responsive: true, maintainAspectRatio: false, animation: false,
       plugins: {title: {display: true, text: c.title}},
       scales: {x: x, y: y}}
@@ -102,6 +103,7 @@ type reportChart struct {
 type jSeries struct {
 	Name   string    `json:"name"`
 	Values []float64 `json:"values"`
+	Fill   bool      `json:"fill,omitempty"`
 }
 
 type reportRow struct {

@@ -34,7 +34,10 @@ func trialCharts(t *testing.T) []*Result {
 		[]time.Duration{0, 0, 1001 * time.Millisecond, 1002 * time.Millisecond, 2202 * time.Millisecond},
 		[]breaker.State{breaker.Closed, breaker.Open, breaker.HalfOpen, breaker.Closed, breaker.Closed}))
 	jit := runExp(t, "jitter")
-	return []*Result{amp, br, jit}
+	// Empty buckets, as in the shedding histograms: a bar of 0 has no height.
+	hist := &Result{Experiment: "histogram", Title: "histogram", Charts: []Chart{{Title: "latency", Kind: "bar",
+		X: []string{"0-50", "50-100", "100-150"}, Series: []Series{{Name: "ok", Values: []float64{12, 0, 3}}, {Name: "late", Values: []float64{0, 0, 7}}}}}}
+	return []*Result{amp, br, jit, hist}
 }
 
 // TestJitterChartCoversEveryRow: the axis reaches the end of the longest
@@ -79,7 +82,8 @@ func chromium(t *testing.T) string {
 // chart (animation is off, so drawing is synchronous), and writes what it
 // finds into the page, which --dump-dom prints: for each chart and
 // dataset, the points that should be drawn and the ones drawn inside the
-// plot area (a bar also needs a height of at least 2 px), the x axis's
+// plot area (a bar of a value other than 0 also needs a height of at
+// least 2 px), the x axis's
 // range against the data's, the points' pixel positions against their
 // values on a linear axis, and the coloured pixels of the plot area.
 const probe = `<script>
@@ -100,7 +104,7 @@ const probe = `<script>
         d.want++;
         const p = el.getProps(['x', 'y', 'base'], true);
         const inside = p.x >= a.left - 1 && p.x <= a.right + 1 && p.y >= a.top - 1 && p.y <= a.bottom + 1;
-        const tall = ch.config.type !== 'bar' || Math.abs(p.base - p.y) >= 2;
+        const tall = ch.config.type !== 'bar' || v === 0 || Math.abs(p.base - p.y) >= 2;
         if (inside && tall && !el.skip) d.drawn++; else d.missing.push(i);
         if (raw !== null && typeof raw === 'object') pts.push([raw.x, p.x]);
       });

@@ -658,7 +658,7 @@ func (p shedParams) charts(rows []shedRow, results []shedResult, mix []mixShare)
 		ok, refused = append(ok, float64(s.ok)), append(refused, float64(s.shed))
 		late, errs = append(late, float64(s.timeout)), append(errs, float64(s.errs))
 	}
-	outcome.Series = []Series{{"200", ok}, {"503", refused}, {"timeout", late}, {"error", errs}}
+	outcome.Series = []Series{{Name: "200", Values: ok}, {Name: "503", Values: refused}, {Name: "timeout", Values: late}, {Name: "error", Values: errs}}
 	prio := Chart{Title: "Success by priority (" + rows[len(rows)-1].label + ")", Kind: "bar", YLabel: "% answered 200"}
 	var rate []float64
 	for _, m := range mix {
@@ -666,6 +666,6 @@ func (p shedParams) charts(rows []shedRow, results []shedResult, mix []mixShare)
 		prio.X = append(prio.X, m.p.String())
 		rate = append(rate, pct(s.ok, s.sent))
 	}
-	prio.Series = []Series{{"success %", rate}}
+	prio.Series = []Series{{Name: "success %", Values: rate}}
 	return []Chart{hist, outcome, over, prio}
 }

@@ -1,0 +1,247 @@
+package lab
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/guardhttp"
+)
+
+type throttlingParams struct {
+	capacity float64 // requests per second the backend serves before the halving
+	offered  float64 // requests per second the clients send
+	phase    time.Duration
+	settle   time.Duration
+	k        float64
+	window   time.Duration
+	openFor  time.Duration
+}
+
+func throttling() Experiment {
+	return Experiment{
+		Name:    "throttling",
+		Summary: "a backend whose capacity halves mid-run: no protection, a breaker, client-side adaptive throttling",
+		Setup: func(fs *flag.FlagSet, quick bool) Run {
+			p := throttlingParams{capacity: 400, offered: 360, phase: 6 * time.Second, settle: 2 * time.Second, k: 1.05, window: 2 * time.Second, openFor: 500 * time.Millisecond}
+			if quick {
+				p.phase = 4 * time.Second
+			}
+			fs.Float64Var(&p.capacity, "capacity", p.capacity, "requests per second the backend serves, before it halves")
+			fs.Float64Var(&p.offered, "offered", p.offered, "requests per second the clients send")
+			fs.DurationVar(&p.phase, "phase", p.phase, "length of each phase (full capacity, then half)")
+			fs.DurationVar(&p.settle, "settle", p.settle, "time after the halving left out of the second phase's numbers")
+			fs.Float64Var(&p.k, "k", p.k, "the throttle's K: requests let through per accepted one")
+			fs.DurationVar(&p.window, "window", p.window, "the throttle's window")
+			fs.DurationVar(&p.openFor, "open-for", p.openFor, "how long the breaker stays open")
+			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
+		},
+	}
+}
+
+// capacityServer serves capacity requests per second (a token bucket of
+// a twentieth of a second's burst) and answers the rest 503 at once, as a
+// server that sheds does; it counts what reached it per phase.
+type capacityServer struct {
+	mu       sync.Mutex
+	rate     float64
+	tokens   float64
+	last     time.Time
+	requests atomic.Int64
+}
+
+func (s *capacityServer) setRate(r float64) {
+	s.mu.Lock()
+	s.rate = r
+	s.mu.Unlock()
+}
+
+func (s *capacityServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.requests.Add(1)
+	now := time.Now()
+	s.mu.Lock()
+	burst := s.rate / 20
+	s.tokens = min(burst, s.tokens+now.Sub(s.last).Seconds()*s.rate)
+	s.last = now
+	ok := s.tokens >= 1
+	if ok {
+		s.tokens--
+	}
+	s.mu.Unlock()
+	if !ok {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	time.Sleep(2 * time.Millisecond)
+	_, _ = w.Write([]byte("ok"))
+}
+
+type phaseCount struct {
+	sent, ok, requests int64
+	opens              int64
+	late               int64 // sends more than 50 ms behind schedule
+}
+
+func (p throttlingParams) run(ctx context.Context, env *Env) (*Result, error) {
+	if p.capacity <= 0 || p.offered <= 0 || p.phase <= p.settle || p.k < 1 || p.window <= 0 || p.settle < p.window {
+		return nil, flagErrorf("--capacity and --offered must be positive, --phase longer than --settle, --settle at least --window (the throttle needs a window to forget the full capacity), --k at least 1, --window positive")
+	}
+	r := &Result{Experiment: "throttling", Title: fmt.Sprintf("%.0f req/s offered to a backend serving %.0f req/s, then %.0f: no protection, a breaker (open %v), adaptive throttling (K %.2f, window %v)",
+		p.offered, p.capacity, p.capacity/2, p.openFor, p.k, p.window)}
+	type modeResult struct {
+		name   string
+		phases [2]phaseCount
+	}
+	var results []modeResult
+	for i, mode := range []string{"none", "breaker", "throttling"} {
+		env.Progress("throttling: %s (%d/3)", mode, i+1)
+		ph, err := p.runMode(ctx, mode)
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, modeResult{mode, ph})
+		for j, name := range []string{"full", "halved"} {
+			c := ph[j]
+			capacity, length := p.capacity, p.phase
+			if j == 1 {
+				capacity, length = p.capacity/2, p.phase-p.settle
+			}
+			load := float64(c.requests) / (capacity * length.Seconds()) * 100
+			succ := 0.0
+			if c.sent > 0 {
+				succ = float64(c.ok) / float64(c.sent) * 100
+			}
+			r.add(fmt.Sprintf("%s, %s capacity", mode, name), Str("mode", mode).jsonOnly(), Str("phase", name).jsonOnly(),
+				Float("backend_load_pct_of_capacity", load, 0).Named("backend_load_%"),
+				Float("client_success_pct", succ, 1).Named("success_%"),
+				Int("breaker_flaps", int(c.opens)).Named("breaker_opens"))
+		}
+	}
+	late := int64(0)
+	sent := int64(0)
+	for _, m := range results {
+		for _, ph := range m.phases {
+			late += ph.late
+			sent += ph.sent
+		}
+	}
+	th := results[2].phases[1]
+	load := float64(th.requests) / (p.capacity / 2 * (p.phase - p.settle).Seconds()) * 100
+	if sent == 0 || float64(late)/float64(sent) > 0.1 {
+		r.notJudged("throttling keeps the backend within 10 % of its capacity", "%d of %d sends were more than 50 ms behind schedule: the machine was too busy to hold the load", late, sent)
+		r.notJudged("throttling does not make the breaker flap", "machine too busy (see above)")
+	} else {
+		r.check(load <= 110, "throttling keeps the backend within 10 % of its capacity", "%.0f %% of capacity after the halving (none: %.0f %%)", load,
+			float64(results[0].phases[1].requests)/(p.capacity/2*(p.phase-p.settle).Seconds())*100)
+		r.check(th.opens == 0, "throttling does not make the breaker flap", "%d breaker opens with throttling, %d with the breaker alone", th.opens, results[1].phases[1].opens)
+	}
+	r.note("the halved phase leaves out its first %v, while the throttle's window forgets the full-capacity accepts (breaker opens then are not counted either); the throttling run has the same breaker as the breaker run", p.settle)
+	r.note("K = %.2f lets through %.2f requests per accepted one; the library's default, the SRE book's K = 2, keeps the backend at about twice its capacity (cheap 503s) in exchange for noticing a recovery sooner", p.k, p.k)
+	return r, nil
+}
+
+// runMode offers the load for two phases, halving the backend's capacity
+// between them, and counts each phase.
+func (p throttlingParams) runMode(ctx context.Context, mode string) ([2]phaseCount, error) {
+	var out [2]phaseCount
+	srv := &capacityServer{rate: p.capacity, tokens: p.capacity / 20, last: time.Now()}
+	s, err := serve(srv)
+	if err != nil {
+		return out, err
+	}
+	defer s.Close()
+	// Breaker opens are counted in the part of each phase that is
+	// measured: the one open of the halving itself, before the throttle's
+	// window has learnt the new capacity, is a transition, not a flap.
+	var phase atomic.Int32 // 0 full, 1 the halving's settling time, 2 halved and measured
+	var opens [3]atomic.Int64
+	bcfg := breaker.Config{Mode: breaker.Disabled}
+	if mode != "none" {
+		bcfg = breaker.Config{Window: time.Second, MinRequests: 20, FailureRate: 0.3, OpenFor: p.openFor,
+			OnTransition: func(t breaker.Transition) {
+				if t.To == breaker.Open {
+					opens[phase.Load()].Add(1)
+				}
+			}}
+	}
+	group, err := breaker.NewGroup(breaker.GroupConfig{Config: bcfg})
+	if err != nil {
+		return out, err
+	}
+	cfg := guardhttp.Config{Name: "throttling", MaxAttempts: 1, Breakers: group}
+	if mode == "throttling" {
+		th, err := guardrail.NewThrottler(guardrail.ThrottleConfig{K: p.k, Window: p.window})
+		if err != nil {
+			return out, err
+		}
+		cfg.Throttler = th
+	}
+	tr := mustTransport(newBaseTransport(true), cfg)
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+
+	var counts [2]struct{ sent, ok, late atomic.Int64 }
+	var inFlight sync.WaitGroup
+	gap := time.Duration(float64(time.Second) / p.offered)
+	start := time.Now()
+	end := start.Add(2 * p.phase)
+	halved := start.Add(p.phase)
+	measureFrom := halved.Add(p.settle)
+	var reqAtHalving, reqAtMeasure int64
+	limit := make(chan struct{}, 512)
+	for i := 0; ; i++ {
+		at := start.Add(time.Duration(i) * gap)
+		if !at.Before(end) || ctx.Err() != nil {
+			break
+		}
+		if d := time.Until(at); d > 0 {
+			time.Sleep(d)
+		}
+		now := time.Now()
+		if phase.Load() == 0 && !now.Before(halved) {
+			reqAtHalving = srv.requests.Load()
+			srv.setRate(p.capacity / 2)
+			phase.Store(1)
+		}
+		if reqAtMeasure == 0 && !now.Before(measureFrom) {
+			reqAtMeasure = srv.requests.Load()
+			phase.Store(2)
+		}
+		ph := min(phase.Load(), 1)
+		measured := phase.Load() != 1
+		if measured {
+			counts[ph].sent.Add(1)
+			if now.Sub(at) > 50*time.Millisecond {
+				counts[ph].late.Add(1)
+			}
+		}
+		limit <- struct{}{}
+		inFlight.Go(func() {
+			defer func() { <-limit }()
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_, err := get(cctx, client, s.URL)
+			if err == nil && measured {
+				counts[ph].ok.Add(1)
+			}
+		})
+	}
+	reqAtEnd := srv.requests.Load()
+	inFlight.Wait()
+	if err := ctx.Err(); err != nil {
+		return out, err
+	}
+	for i := range out {
+		out[i].sent, out[i].ok, out[i].late = counts[i].sent.Load(), counts[i].ok.Load(), counts[i].late.Load()
+	}
+	out[0].opens, out[1].opens = opens[0].Load(), opens[2].Load()
+	out[0].requests = reqAtHalving
+	out[1].requests = reqAtEnd - reqAtMeasure
+	return out, nil
+}
