@@ -273,3 +273,20 @@ func TestConsecutiveFailuresSaturate(t *testing.T) {
 		t.Errorf("after a success: Metrics.ConsecutiveFailures = %d; want 0", m.ConsecutiveFailures)
 	}
 }
+
+// The breakers of a Group count their own runs.
+func TestConsecutiveFailuresGroup(t *testing.T) {
+	g := mustGroup(breaker.GroupConfig{Config: breaker.Config{ConsecutiveFailures: 2}})
+	a, b := g.Get("a"), g.Get("b")
+	calls(a, breaker.Failure, 1)
+	calls(b, breaker.Failure, 1)
+	calls(b, breaker.Success, 1)
+	calls(a, breaker.Failure, 1)
+	calls(b, breaker.Failure, 1)
+	wantState(t, a, breaker.Open)
+	wantState(t, b, breaker.Closed)
+	if _, err := breaker.NewGroup(breaker.GroupConfig{Config: breaker.Config{ConsecutiveFailures: -3}}); err == nil ||
+		!strings.Contains(err.Error(), "GroupConfig.Config.ConsecutiveFailures is -3") {
+		t.Errorf("NewGroup: %v; want an error naming GroupConfig.Config.ConsecutiveFailures", err)
+	}
+}

@@ -37,7 +37,8 @@ const MDReplayed = "idempotent-replayed"
 // answer (with the header idempotent-replayed: true); the same key while
 // the first call runs gets ABORTED with a pushback; the same key with
 // another request gets FAILED_PRECONDITION; a malformed key gets
-// INVALID_ARGUMENT; a store failure gets UNAVAILABLE with a pushback (or
+// INVALID_ARGUMENT; a call that Scope cannot attribute to a caller gets
+// PERMISSION_DENIED; a store failure gets UNAVAILABLE with a pushback (or
 // runs unprotected with FailOpen).
 //
 // What is stored: a success (the marshalled response message) and an
@@ -45,12 +46,24 @@ const MDReplayed = "idempotent-replayed"
 // PERMISSION_DENIED, UNAUTHENTICATED, FAILED_PRECONDITION, OUT_OF_RANGE,
 // UNIMPLEMENTED, CANCELLED by the handler, ABORTED), status details
 // included. Any other error, the server's (UNAVAILABLE, INTERNAL, UNKNOWN,
-// DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, DATA_LOSS), a panic, and a
-// handler that fails after its client went away release the key, so a
-// retry runs the handler again, as a 5xx does over HTTP.
+// DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, DATA_LOSS), and a handler that
+// fails after its client went away release the key, so a retry runs the
+// handler again, as a 5xx does over HTTP.
+//
+// A panic is neither: the handler may have committed its side effect
+// before it panicked, and nothing says whether it did, so releasing the
+// key would let the retry commit it a second time. The key is instead
+// completed with an unknown outcome: for TTL every retry with it gets,
+// without the handler running, INTERNAL "outcome unknown for this
+// idempotency-key" with idempotent-replayed: true, and the caller has to
+// find out what happened before trying again with a new key. The panic is
+// then re-raised, so a recovering interceptor outside this one (or the
+// process) sees it as before. A handler that knows it committed nothing
+// calls ReleaseKey first: its key is then released however it ends.
 //
 // A KeyConfig is a plain value that NewServer reads once, safe to share;
-// its Store, Principal and NewReply must be safe for concurrent use.
+// its Store, Scope and NewReply must be safe for concurrent use. NewServer
+// refuses a KeyConfig that sets neither Scope nor SingleTenant.
 type KeyConfig struct {
 	// Store holds the keys. Required.
 	Store idempotency.Store
@@ -63,10 +76,30 @@ type KeyConfig struct {
 	// INVALID_ARGUMENT. False lets such calls through unprotected.
 	Required bool
 
-	// Principal returns who is calling (from the authenticated context);
-	// keys are scoped by it, so one caller can never replay another's
-	// answer. Nil means one shared scope.
-	Principal func(ctx context.Context) string
+	// Scope returns who is calling: a user, tenant or API key ID from the
+	// authenticated context (peer credentials, or what an authentication
+	// interceptor before this one put there). Keys are scoped by it, so one
+	// caller can never replay another's stored answer, nor block or probe
+	// another's key. It must not return an empty scope: an error, or an
+	// empty string, means the call cannot be attributed to a caller (the
+	// interceptor runs before authentication, or the call is anonymous),
+	// and the call gets PERMISSION_DENIED without its handler running,
+	// since looking its key up in any shared scope could hand it someone
+	// else's answer; the error is logged, not sent. PERMISSION_DENIED
+	// rather than UNAUTHENTICATED because the call may well carry valid
+	// credentials: what is refused is deduplicating it without a scope, as
+	// the HTTP middleware's 403 does. Return a fixed name such as
+	// "anonymous" to let anonymous calls share one scope on purpose. It is
+	// called only for calls that carry a key, before the request is
+	// fingerprinted. Exactly one of Scope and SingleTenant must be set.
+	Scope func(ctx context.Context) (string, error)
+
+	// SingleTenant puts every call in one key scope. Set it only when every
+	// caller is trusted alike (one internal client, one service account):
+	// any caller that learns a key can then be replayed the answer stored
+	// for it, and keys protect each other only by being unguessable.
+	// Exactly one of Scope and SingleTenant must be set.
+	SingleTenant bool
 
 	// NewReply returns an empty response message of method, to replay a
 	// stored success into. Nil means the type registered for the method's
@@ -78,7 +111,8 @@ type KeyConfig struct {
 	// idempotency.DefaultMaxKeyLength (255); negative is invalid.
 	MaxKeyLength int
 
-	// TTL is how long an answer is kept for replay. Zero means
+	// TTL is how long an answer, or an unknown outcome (a panic), is kept
+	// for replay. Zero means
 	// idempotency.DefaultTTL (24 h); negative is invalid.
 	TTL time.Duration
 
@@ -121,6 +155,16 @@ type keys struct {
 func newKeys(cfg KeyConfig, obs event.Observer) (*keys, error) {
 	if cfg.Store == nil {
 		return nil, invalid("KeyConfig.Store is nil; want an idempotency.Store")
+	}
+	switch {
+	case cfg.Scope == nil && !cfg.SingleTenant:
+		return nil, invalid("KeyConfig.Scope is nil and KeyConfig.SingleTenant is false; want exactly one of them: " +
+			"without a scope every caller's keys would share one namespace, and a caller who learnt another's key " +
+			"would be replayed that caller's stored answer (set Scope to return the authenticated caller, or " +
+			"SingleTenant when every caller is trusted alike)")
+	case cfg.Scope != nil && cfg.SingleTenant:
+		return nil, invalid("KeyConfig.Scope is set and KeyConfig.SingleTenant is true; want exactly one of them: " +
+			"SingleTenant puts every caller in one scope, which contradicts scoping keys by caller")
 	}
 	k := &keys{cfg: cfg, obs: obs, log: cfg.Logger}
 	var err error
@@ -292,11 +336,24 @@ func (k *keys) handle(ctx context.Context, req any, method string, handler grpc.
 	switch {
 	case errors.Is(err, idempotency.ErrNoKey):
 		if !k.cfg.Required {
-			return handler(ctx, req)
+			return handler(unprotectedCall(ctx), req)
 		}
 		return nil, status.Error(codes.InvalidArgument, "idempotency: this method requires an idempotency-key: a unique value per intended operation, sent again unchanged on every retry")
 	case err != nil:
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	// Attribute the call before fingerprinting it: a call that cannot be
+	// costs nothing more.
+	var scope string
+	if k.cfg.Scope != nil {
+		if scope, err = k.cfg.Scope(ctx); err == nil && scope == "" {
+			err = errors.New("empty scope")
+		}
+		if err != nil {
+			k.log.WarnContext(ctx, "idempotency: KeyConfig.Scope could not attribute the call to a caller; refusing it with PERMISSION_DENIED rather than looking its key up in a shared scope",
+				"err", err, "method", method)
+			return nil, status.Error(codes.PermissionDenied, "idempotency: this call could not be attributed to a caller, so its idempotency-key cannot be looked up; the call was not processed")
+		}
 	}
 	msg, ok := req.(proto.Message)
 	if !ok {
@@ -307,11 +364,7 @@ func (k *keys) handle(ctx context.Context, req any, method string, handler grpc.
 		return nil, status.Errorf(codes.Internal, "idempotency: marshalling the request: %v", err)
 	}
 	fp := idempotency.Fingerprint(hashParts([]byte(method), body))
-	var principal string
-	if k.cfg.Principal != nil {
-		principal = k.cfg.Principal(ctx)
-	}
-	sum := hashParts([]byte(principal), []byte("grpc"), []byte(method), []byte(key))
+	sum := hashParts([]byte(scope), []byte("grpc"), []byte(method), []byte(key))
 	skey := hex.EncodeToString(sum[:])
 
 	lease := k.lease
@@ -334,7 +387,7 @@ func (k *keys) handle(ctx context.Context, req any, method string, handler grpc.
 		k.emit(ctx, method, event.ReasonStoreError, err)
 		k.log.ErrorContext(ctx, "idempotency: store failed", "err", err, "method", method, "op", "begin")
 		if k.cfg.FailOpen {
-			return handler(ctx, req)
+			return handler(unprotectedCall(ctx), req)
 		}
 		k.pushback(ctx, k.retry)
 		return nil, status.Error(codes.Unavailable, "idempotency: the key store is unavailable; retry later")
@@ -359,24 +412,38 @@ func (k *keys) handle(ctx context.Context, req any, method string, handler grpc.
 }
 
 // run runs the handler holding the key, renews the lease while it runs,
-// then stores the answer or releases the key.
+// then stores the answer or releases the key; a panic completes the key
+// with an unknown outcome (unless the handler called ReleaseKey) and goes
+// on up.
 func (k *keys) run(ctx context.Context, req any, method string, handler grpc.UnaryHandler, skey, token string, lease time.Duration) (reply any, err error) {
 	stop := k.renew(ctx, skey, token, lease)
+	kr := &keyRun{}
 	returned := false
 	defer func() {
 		if returned {
 			return
 		}
+		// A panic, or runtime.Goexit (v == nil). The handler may have
+		// committed before it panicked: record the outcome as unknown,
+		// unless it released the key, then let the panic go on up.
 		v := recover()
 		stop()
-		k.release(ctx, method, skey, token, "panic")
+		if kr.finish() {
+			k.release(ctx, method, skey, token, "panic after ReleaseKey")
+		} else {
+			k.unknown(ctx, method, skey, token)
+		}
 		if v != nil {
 			panic(v)
 		}
 	}()
-	reply, err = handler(ctx, req)
+	reply, err = handler(context.WithValue(ctx, keyRunKey{}, kr), req)
 	returned = true
 	stop()
+	if kr.finish() {
+		k.release(ctx, method, skey, token, "released by the handler")
+		return reply, err
+	}
 
 	var resp *idempotency.Response
 	if err == nil {
@@ -459,6 +526,33 @@ func (k *keys) release(ctx context.Context, method, skey, token, why string) {
 		return
 	}
 	k.emit(ctx, method, event.ReasonReleased, nil)
+}
+
+// unknownStatus is the answer stored for a key whose handler panicked.
+var unknownStatus = func() []byte {
+	b, err := proto.Marshal(status.New(codes.Internal, "idempotency: outcome unknown for this idempotency-key: the first call with it ended in a server failure while it was being processed, so whether it took effect is unknown; it will not be run again with this key: find out whether the operation happened before trying it again with a new key").Proto())
+	if err != nil {
+		panic(err)
+	}
+	return b
+}()
+
+// unknown completes the key with the unknown-outcome answer, so that
+// retries are told so rather than run the handler again.
+func (k *keys) unknown(ctx context.Context, method, skey, token string) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.timeout)
+	defer cancel()
+	k.emit(ctx, method, event.ReasonOutcomeUnknown, nil)
+	if err := k.cfg.Store.Complete(dctx, skey, token, &idempotency.Response{Status: 500, Body: unknownStatus}, k.ttl); err != nil {
+		if !errors.Is(err, idempotency.ErrLockLost) {
+			k.emit(ctx, method, event.ReasonStoreError, err)
+		}
+		k.log.ErrorContext(ctx, "idempotency: the handler's outcome is unknown and recording that failed; a retry may run the call again",
+			"err", err, "method", method)
+		return
+	}
+	k.log.WarnContext(ctx, "idempotency: the handler's outcome is unknown; retries with its key get INTERNAL until the key expires, without running the handler",
+		"method", method, "ttl", k.ttl)
 }
 
 // replay answers with a stored answer.

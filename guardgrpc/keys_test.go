@@ -45,7 +45,17 @@ func charging() *health {
 
 func keyServer(t testing.TB, store idempotency.Store, h *health, extra ...grpc.UnaryServerInterceptor) healthpb.HealthClient {
 	t.Helper()
-	srv := newServer(t, guardgrpc.ServerConfig{Keys: &guardgrpc.KeyConfig{Store: store, Logger: slog.New(slog.DiscardHandler)}})
+	return keyServerCfg(t, guardgrpc.KeyConfig{Store: store, SingleTenant: true}, h, extra...)
+}
+
+// keyServerCfg serves h behind the extra interceptors (outermost first)
+// and a guardgrpc Server with keys, and returns a guarded client of it.
+func keyServerCfg(t testing.TB, kc guardgrpc.KeyConfig, h *health, extra ...grpc.UnaryServerInterceptor) healthpb.HealthClient {
+	t.Helper()
+	if kc.Logger == nil {
+		kc.Logger = slog.New(slog.DiscardHandler)
+	}
+	srv := newServer(t, guardgrpc.ServerConfig{Keys: &kc})
 	chain := append(extra, srv.UnaryServerInterceptor())
 	return dial(t, serve(t, h, grpc.ChainUnaryInterceptor(chain...)), newClient(t, guardgrpc.ClientConfig{MaxRetryAfter: -1}))
 }
@@ -183,7 +193,7 @@ func TestLeaseRenewedWhileHandlerRuns(t *testing.T) {
 		<-gate
 		return serving, nil
 	}}
-	srv := newServer(t, guardgrpc.ServerConfig{MaxTimeout: -1, Keys: &guardgrpc.KeyConfig{Store: newMemstore(t), Lease: lease, Logger: slog.New(slog.DiscardHandler)}})
+	srv := newServer(t, guardgrpc.ServerConfig{MaxTimeout: -1, Keys: &guardgrpc.KeyConfig{Store: newMemstore(t), SingleTenant: true, Lease: lease, Logger: slog.New(slog.DiscardHandler)}})
 	cl := dial(t, serve(t, h, grpc.UnaryInterceptor(srv.UnaryServerInterceptor())), nil)
 	done := make(chan error)
 	go func() {

@@ -130,7 +130,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 // ServerOptions returns the options that install the Server: TapHandle
 // when it sheds, and its unary and stream interceptors. grpc-go runs
 // chained interceptors in the order of the options: put the interceptors
-// that KeyConfig.Principal or ServerConfig.Priority read from (an
+// that KeyConfig.Scope or ServerConfig.Priority read from (an
 // authentication interceptor) before these.
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{

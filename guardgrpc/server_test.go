@@ -349,7 +349,7 @@ func TestNewServerRejectsInvalidConfig(t *testing.T) {
 		{ShedCode: codes.Internal},
 		{MaxPriority: shed.Critical + 1},
 		{Keys: &guardgrpc.KeyConfig{}},
-		{Keys: &guardgrpc.KeyConfig{Store: failingStore{}, TTL: -time.Second}},
+		{Keys: &guardgrpc.KeyConfig{Store: failingStore{}, SingleTenant: true, TTL: -time.Second}},
 	} {
 		if _, err := guardgrpc.NewServer(cfg); !errors.Is(err, guardgrpc.ErrInvalidConfig) {
 			t.Errorf("NewServer(%+v) = %v, want ErrInvalidConfig", cfg, err)

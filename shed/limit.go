@@ -34,7 +34,10 @@ import (
 // that a fleet does not probe in step) it lowers the limit for
 // MinRTTSamples requests so that nothing queues, and takes the min RTT from
 // those. It is also cheap: one percentile per window, no work per request
-// beyond storing a sample.
+// beyond storing a sample; and beyond about 500 requests per window only
+// one in so many is timed (every one during a probe), since a window keeps
+// 256 latencies anyway and two clock reads per request would cost more
+// than the admission.
 //
 // One change from Envoy: Envoy probes at the floor (MinLimit), which sheds
 // most traffic during every probe. Here only the first probe, when nothing
@@ -115,6 +118,13 @@ type gradient struct {
 	samples     [sampleCap]time.Duration
 	seen        int // samples offered this window (may exceed sampleCap)
 	maxInFlight int // highest in-flight count this window
+
+	// Only one request in stride is timed, outside a probe: at thousands
+	// of requests per window, timing them all (two clock reads each) would
+	// cost more than the admission itself, and a window keeps sampleCap
+	// latencies anyway. stride is set at the end of each window from the
+	// requests it saw, for about 2×sampleCap timed requests per window.
+	stride, tick int
 }
 
 func newGradient(c Adaptive, now time.Time) *gradient {
@@ -140,6 +150,7 @@ func newGradient(c Adaptive, now time.Time) *gradient {
 		g.buffer = 0.25
 	}
 	g.limit = clamp(g.initial, g.min, g.max)
+	g.stride = 1
 	g.firstSamples = min(g.probeSamples, max(10, g.probeSamples/5))
 	g.probe = make([]time.Duration, 0, g.probeSamples)
 	g.startProbe(now, g.min)
@@ -160,6 +171,19 @@ func (g *gradient) startProbe(now time.Time, limit float64) {
 	g.gen++
 	g.probe = g.probe[:0]
 	g.windowEnd = now.Add(g.window)
+}
+
+// sampleNext reports whether the request being admitted is to be timed:
+// every one during a probe, one in stride otherwise.
+func (g *gradient) sampleNext() bool {
+	if g.probing || g.stride <= 1 {
+		return true
+	}
+	if g.tick++; g.tick >= g.stride {
+		g.tick = 0
+		return true
+	}
+	return false
 }
 
 // admitted notes the in-flight count after an admission.
@@ -188,6 +212,7 @@ func (g *gradient) observe(now time.Time, rtt time.Duration, gen uint32, inFligh
 		g.gen++
 		jitter := time.Duration(rand.Int64N(int64(g.probeEvery)*15/100 + 1))
 		g.nextProbe = now.Add(g.probeEvery + jitter)
+		g.stride = 1
 		g.resetWindow(now, inFlight)
 		return true
 	}
@@ -201,6 +226,7 @@ func (g *gradient) observe(now time.Time, rtt time.Duration, gen uint32, inFligh
 		return false
 	}
 	g.update()
+	g.stride = max(1, g.seen*g.stride/(2*sampleCap))
 	g.resetWindow(now, inFlight)
 	if !now.Before(g.nextProbe) {
 		g.startProbe(now, g.limit/2)

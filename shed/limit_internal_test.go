@@ -48,3 +48,41 @@ func TestFirstProbeOfFewSamples(t *testing.T) {
 		t.Errorf("first probe of %d samples, want 40", g.firstSamples)
 	}
 }
+
+// At a high rate only about 2×sampleCap requests per window are timed,
+// so admission and release mostly read no clock; every request of a probe
+// is timed.
+func TestGradientTimesOneInStride(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	g := newGradient(Adaptive{}, t0)
+	for range g.firstSamples { // the first probe: every request timed
+		if !g.sampleNext() {
+			t.Fatal("a probe request was not timed")
+		}
+		g.observe(t0, time.Millisecond, g.gen, 1)
+	}
+	if g.probing {
+		t.Fatal("the probe did not end")
+	}
+	const perWindow = 20 * sampleCap
+	now := t0
+	for i := range perWindow {
+		now = t0.Add(time.Duration(i) * g.window / perWindow)
+		if g.sampleNext() {
+			g.observe(now, time.Millisecond, g.gen, 1)
+		}
+	}
+	g.observe(t0.Add(2*g.window), time.Millisecond, g.gen, 1) // ends the window
+	if g.stride != perWindow/(2*sampleCap) {
+		t.Fatalf("stride = %d after %d requests in a window, want %d", g.stride, perWindow, perWindow/(2*sampleCap))
+	}
+	timed := 0
+	for range perWindow {
+		if g.sampleNext() {
+			timed++
+		}
+	}
+	if timed != 2*sampleCap {
+		t.Fatalf("%d of %d requests timed, want %d", timed, perWindow, 2*sampleCap)
+	}
+}

@@ -226,8 +226,9 @@ func New(c Config) (*Shedder, error) {
 // goroutine.
 type Token struct {
 	s     *Shedder
-	start time.Time // admission time; zero for a fixed limit (no sample needed)
+	start time.Time // admission time, when read (a queue or a timed request)
 	gen   uint32
+	timed bool // the adaptive limit takes this request's latency
 }
 
 // Release frees the slot and, with an adaptive limit, feeds the request's
@@ -273,7 +274,7 @@ func (s *Shedder) acquire(ctx context.Context, p Priority, retry bool) (Token, e
 		return Token{}, s.rejected(ctx, p, r, inFlight, limit)
 	}
 	var now time.Time
-	if s.ctl != nil || s.maxQueue > 0 {
+	if s.maxQueue > 0 {
 		now = time.Now() // read once: latency start, queue arrival
 	}
 	s.mu.Lock()
@@ -326,21 +327,28 @@ func (s *Shedder) commitLocked(p Priority, retry bool, now time.Time) Token {
 	s.inFlight++
 	s.admitted[p]++
 	tok := Token{s: s}
+	tok.start = now
 	if s.ctl != nil {
 		s.ctl.admitted(s.inFlight)
-		tok.start, tok.gen = now, s.ctl.gen
+		if s.ctl.sampleNext() {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			tok.start, tok.gen, tok.timed = now, s.ctl.gen, true
+		}
 	}
 	return tok
 }
 
 func (s *Shedder) release(t Token, sample bool) {
+	timed := s.ctl != nil && sample && t.timed
 	var now time.Time
-	if s.ctl != nil || s.maxQueue > 0 {
+	if timed || s.maxQueue > 0 {
 		now = time.Now()
 	}
 	s.mu.Lock()
 	s.inFlight--
-	if s.ctl != nil && sample && s.ctl.observe(now, now.Sub(t.start), t.gen, s.inFlight) {
+	if timed && s.ctl.observe(now, now.Sub(t.start), t.gen, s.inFlight) {
 		s.limit = s.ctl.effective()
 	}
 	if len(s.queue) > 0 {

@@ -27,14 +27,15 @@ type Config struct {
 	// Empty means "guardrail:idem:".
 	Prefix string
 	// Replicas, if positive, makes every write (taking a lock, storing a
-	// response) wait until that many replicas of the key's master have
+	// response, renewing a lease) wait until that many replicas of the key's master have
 	// acknowledged it (Redis WAIT), so that a failover promoting one of
 	// them keeps it. Redis replicates asynchronously: without this, a
 	// master that dies right after a write may take it with it, and the
 	// retry that follows runs the handler a second time. A write that is
 	// not acknowledged within ReplicaTimeout fails (Begin's error makes the
-	// request fail without running the handler). It costs a round trip to
-	// a replica per write. Zero means do not wait; a negative value is
+	// request fail without running the handler). Release does not wait: a
+	// lost release only keeps the key locked until its lease ends. It costs
+	// a round trip to a replica per write. Zero means do not wait; a negative value is
 	// invalid. It needs a *redis.Client or a *redis.ClusterClient.
 	Replicas int
 	// ReplicaTimeout bounds the wait for Replicas. Zero means
@@ -289,11 +290,11 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 
 // Extend implements idempotency.Store in one round trip.
 func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) error {
-	n, err := extendScript.Run(ctx, s.client, []string{s.prefix + key}, token, millis(lease)).Int()
+	reply, err := s.run(ctx, extendScript, s.prefix+key, isOne, token, millis(lease))
 	if err != nil {
 		return fmt.Errorf("redisstore: extend: %w", err)
 	}
-	if n != 1 {
+	if !isOne(reply) {
 		return idempotency.ErrLockLost
 	}
 	return nil

@@ -126,7 +126,7 @@ var (
 	BreakerTransitions = &Def{
 		Name: "guardrail_breaker_transitions_total", OTel: "guardrail.breaker.transitions", Kind: Counter,
 		Labels: []string{LDependency, LFrom, LTo, LReason},
-		Help:   "Breaker state changes, by cause: failure_rate, slow_rate, open_elapsed, probe_failed, probe_slow, probe_timeout, probes_passed, forced_open, forced_closed, reset.",
+		Help:   "Breaker state changes, by cause: failure_rate, slow_rate, consecutive_failures, open_elapsed, probe_failed, probe_slow, probe_timeout, probes_passed, forced_open, forced_closed, reset.",
 	}
 	BreakerRejections = &Def{
 		Name: "guardrail_breaker_rejections_total", OTel: "guardrail.breaker.rejections", Kind: Counter,
@@ -146,7 +146,7 @@ var (
 	Shed = &Def{
 		Name: "guardrail_shed_total", OTel: "guardrail.shed", Kind: Counter,
 		Labels: []string{LDependency, LOperation, LPriority, LReason},
-		Help:   "Requests a server shed, by priority and reason: capacity, retry_ratio, queue_time, queue_full, expired.",
+		Help:   "Requests a server shed, by priority and reason: capacity, retry_ratio, queue_time, queue_full, expired, rate_limit (a client over its rate limit, or one that could not be identified).",
 	}
 	Admitted = &Def{
 		Name: "guardrail_admitted_total", OTel: "guardrail.admitted", Kind: Counter,
