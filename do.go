@@ -44,10 +44,10 @@ import (
 //   - the zero T and an error wrapping ErrInvalidPolicy, without running op,
 //     when a Policy field holds an invalid value.
 //
-// Do starts no goroutine, except for a hedged call (Policy.Hedge set, the
-// call idempotent): each extra attempt runs on a goroutine of its own. A
-// panic in op is recorded (the attempt counts as a
-// failure) and then continues up the caller's stack.
+// Do starts no goroutine and never hedges, so op stays on the caller's
+// stack: passing a closure costs no allocation. DoHedged is Do with
+// hedging. A panic in op is recorded (the attempt counts as a failure) and
+// then continues up the caller's stack.
 func Do[T any](ctx context.Context, p *Policy, op func(context.Context) (T, error)) (T, error) {
 	return DoCall(ctx, p, Call{}, op)
 }
@@ -103,17 +103,48 @@ type Call struct {
 	Discard func(v any)
 }
 
-// DoCall is Do with per-call settings c. p may be nil (see Policy).
+// DoCall is Do with per-call settings c. p may be nil (see Policy). Like
+// Do, it never hedges.
 func DoCall[T any](ctx context.Context, p *Policy, c Call, op func(context.Context) (T, error)) (T, error) {
+	var cl call
+	if err := cl.init(ctx, p, c); err != nil {
+		var zero T
+		return zero, err
+	}
+	return run(&cl, op)
+}
+
+// DoHedged is DoCall with hedging: when the Policy has a Hedge and the call
+// is idempotent (and c.NoHedge is false), an attempt that has not answered
+// after the hedge delay gets a second one alongside it, up to
+// HedgeConfig.MaxHedges; the first good answer wins and the others are
+// cancelled. Each extra attempt runs on a goroutine of its own, which is why
+// hedging has its own entry point: op outlives the call on a loser's
+// goroutine, so it is moved to the heap, an allocation Do and DoCall do not
+// pay. Without a Hedge, DoHedged behaves as DoCall.
+func DoHedged[T any](ctx context.Context, p *Policy, c Call, op func(context.Context) (T, error)) (T, error) {
+	var cl call
+	if err := cl.init(ctx, p, c); err != nil {
+		var zero T
+		return zero, err
+	}
+	if cl.s.hedge != nil && cl.idempotent && !c.NoHedge {
+		cl.hedged = true
+		return runHedged(&cl, op)
+	}
+	return run(&cl, op)
+}
+
+// init resolves the call's settings: the Policy's, refined by c.
+func (cl *call) init(ctx context.Context, p *Policy, c Call) error {
 	if p == nil {
 		p = &defaultPolicy
 	}
 	s := p.settings()
-	var zero T
 	if s.err != nil {
-		return zero, s.err
+		return s.err
 	}
-	cl := call{ctx: ctx, p: p, s: s, obs: p.Observer, idempotent: p.Idempotent, dependency: c.Dependency,
+	*cl = call{ctx: ctx, p: p, s: s, obs: p.Observer, idempotent: p.Idempotent, dependency: c.Dependency,
 		breaker: s.breaker, bulkhead: p.Bulkhead, throttle: p.Throttler, discard: c.Discard}
 	switch c.Idempotent {
 	case Idempotent:
@@ -130,12 +161,11 @@ func DoCall[T any](ctx context.Context, p *Policy, c Call, op func(context.Conte
 	if c.Throttler != nil {
 		cl.throttle = c.Throttler
 	}
-	if s.hedge != nil && cl.idempotent && !c.NoHedge {
-		cl.hedged = true
-	}
-	return run(&cl, op)
+	return nil
 }
 
+// run is the retry loop of an unhedged call. It must not hand op to
+// anything that keeps it, or op escapes to the heap for every call.
 func run[T any](c *call, op func(context.Context) (T, error)) (T, error) {
 	var zero T
 	if c.dependency == "" {
@@ -148,13 +178,31 @@ func run[T any](c *call, op func(context.Context) (T, error)) (T, error) {
 		if err != nil {
 			return zero, c.end(err)
 		}
-		var v T
-		var timedOut bool
-		if c.hedged {
-			v, err, timedOut = hedgedAttempt(c, op, actx, cancel)
-		} else {
-			v, err, timedOut = attempt(c, op, actx, cancel)
+		v, err, timedOut := attempt(c, op, actx, cancel)
+		if err == nil {
+			c.succeeded()
+			return v, nil
 		}
+		if err := c.failed(err, timedOut); err != nil {
+			return zero, c.end(err)
+		}
+	}
+}
+
+// runHedged is run with hedged attempts.
+func runHedged[T any](c *call, op func(context.Context) (T, error)) (T, error) {
+	var zero T
+	if c.dependency == "" {
+		c.dependency = c.p.Name
+	}
+	c.begin()
+	defer c.cleanup()
+	for {
+		actx, cancel, err := c.beforeAttempt()
+		if err != nil {
+			return zero, c.end(err)
+		}
+		v, err, timedOut := hedgedAttempt(c, op, actx, cancel)
 		if err == nil {
 			c.succeeded()
 			return v, nil

@@ -22,7 +22,7 @@ func ExampleHedgeConfig() {
 		Hedge:      &guardrail.HedgeConfig{Delay: 20 * time.Millisecond},
 	}
 	var calls atomic.Int64
-	v, err := guardrail.Do(context.Background(), p, func(ctx context.Context) (string, error) {
+	v, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{}, func(ctx context.Context) (string, error) {
 		if calls.Add(1) == 1 {
 			<-ctx.Done() // the slow tail: it would have taken seconds
 			return "", ctx.Err()
@@ -52,7 +52,7 @@ func ExampleThrottler() {
 	}
 	sent, throttled := 0, 0
 	for range 100 {
-		_, err := guardrail.Do(context.Background(), p, func(context.Context) (int, error) {
+		_, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{}, func(context.Context) (int, error) {
 			sent++
 			return 0, guardrail.Overloaded(errors.New("HTTP 503"))
 		})

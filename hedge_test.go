@@ -74,7 +74,7 @@ func TestHedgeWinsAfterFixedDelayAndCancelsTheSlowAttempt(t *testing.T) {
 		p := &guardrail.Policy{Name: "h", Idempotent: true, Hedge: &guardrail.HedgeConfig{Delay: 50 * time.Millisecond}, Observer: rec}
 		s := &slowFirst{d: 10 * time.Millisecond}
 		start := time.Now()
-		v, err := guardrail.Do(context.Background(), p, s.op)
+		v, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{}, s.op)
 		if err != nil || v != 2 {
 			t.Fatalf("Do = %d, %v; want the hedge's 2, nil", v, err)
 		}
@@ -102,7 +102,7 @@ func TestHedgeNotSentWhenTheAttemptAnswersInTime(t *testing.T) {
 		p := &guardrail.Policy{Idempotent: true, Hedge: &guardrail.HedgeConfig{Delay: 50 * time.Millisecond}}
 		var calls atomic.Int64
 		for range 10 {
-			_, err := guardrail.Do(context.Background(), p, func(ctx context.Context) (int, error) {
+			_, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{}, func(ctx context.Context) (int, error) {
 				calls.Add(1)
 				time.Sleep(40 * time.Millisecond)
 				return 1, nil
@@ -122,7 +122,7 @@ func TestHedgeNeverForNonIdempotent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &guardrail.Policy{Hedge: &guardrail.HedgeConfig{Delay: 10 * time.Millisecond}}
 		var calls atomic.Int64
-		_, err := guardrail.Do(context.Background(), p, func(ctx context.Context) (int, error) {
+		_, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{}, func(ctx context.Context) (int, error) {
 			calls.Add(1)
 			time.Sleep(100 * time.Millisecond)
 			return 1, nil
@@ -138,7 +138,7 @@ func TestHedgeLoserValueIsDiscarded(t *testing.T) {
 		p := &guardrail.Policy{Idempotent: true, Hedge: &guardrail.HedgeConfig{Delay: 10 * time.Millisecond, MaxHedges: 2}}
 		var calls atomic.Int64
 		var discarded atomic.Int64
-		v, err := guardrail.DoCall(context.Background(), p, guardrail.Call{Discard: func(v any) { discarded.Add(int64(v.(int))) }},
+		v, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{Discard: func(v any) { discarded.Add(int64(v.(int))) }},
 			func(ctx context.Context) (int, error) {
 				n := calls.Add(1)
 				switch n {
@@ -188,7 +188,7 @@ func TestHedgeAdaptiveDelayWaitsForSamples(t *testing.T) {
 		}
 		// The first 19 calls know no percentile: never hedged.
 		for range 19 {
-			if _, err := guardrail.Do(context.Background(), p, op); err != nil {
+			if _, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{}, op); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -196,7 +196,7 @@ func TestHedgeAdaptiveDelayWaitsForSamples(t *testing.T) {
 			t.Fatalf("calls %d before 20 samples; want no hedge", calls.Load())
 		}
 		for range 81 {
-			if _, err := guardrail.Do(context.Background(), p, op); err != nil {
+			if _, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{}, op); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -205,7 +205,7 @@ func TestHedgeAdaptiveDelayWaitsForSamples(t *testing.T) {
 		// p95 (7ms): the tail costs 7ms + at most 7ms, not 500ms.
 		start := time.Now()
 		calls.Store(39) // the next call is the 40th: a slow one
-		if _, err := guardrail.Do(context.Background(), p, op); err != nil {
+		if _, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{}, op); err != nil {
 			t.Fatal(err)
 		}
 		if took := time.Since(start); took > 14*time.Millisecond {
@@ -221,7 +221,7 @@ func TestHedgeStopsUnderOverload(t *testing.T) {
 			Hedge: &guardrail.HedgeConfig{Delay: 10 * time.Millisecond, OverloadPause: time.Second}}
 		var calls atomic.Int64
 		// One overload answer...
-		_, err := guardrail.Do(context.Background(), p, func(ctx context.Context) (int, error) {
+		_, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{}, func(ctx context.Context) (int, error) {
 			calls.Add(1)
 			return 0, guardrail.RetryAfterError(errors.New("503"), time.Millisecond)
 		})
@@ -235,7 +235,7 @@ func TestHedgeStopsUnderOverload(t *testing.T) {
 			return 1, nil
 		}
 		for range 5 {
-			if _, err := guardrail.Do(context.Background(), p, slow); err != nil {
+			if _, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{}, slow); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -244,7 +244,7 @@ func TestHedgeStopsUnderOverload(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 		calls.Store(0)
-		if _, err := guardrail.Do(context.Background(), p, slow); err != nil {
+		if _, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{}, slow); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
@@ -252,11 +252,11 @@ func TestHedgeStopsUnderOverload(t *testing.T) {
 			t.Errorf("calls %d after the pause; want a hedge again", calls.Load())
 		}
 		// An error that says Overload also pauses it.
-		_, _ = guardrail.Do(context.Background(), p, func(ctx context.Context) (int, error) {
+		_, _ = guardrail.DoHedged(context.Background(), p, guardrail.Call{}, func(ctx context.Context) (int, error) {
 			return 0, guardrail.Overloaded(errors.New("429"))
 		})
 		calls.Store(0)
-		_, _ = guardrail.Do(context.Background(), p, slow)
+		_, _ = guardrail.DoHedged(context.Background(), p, guardrail.Call{}, slow)
 		if calls.Load() != 1 {
 			t.Errorf("calls %d after an Overloaded error; want no hedge", calls.Load())
 		}
@@ -281,7 +281,7 @@ func TestHedgeRefusedWhenBudgetLowOrBreakerNotClosed(t *testing.T) {
 		// Two tokens: the first hedge leaves 1.1, which is above half of 2;
 		// the second leaves 0.2; then hedges stop.
 		for range 4 {
-			_, _ = guardrail.Do(context.Background(), p, slow)
+			_, _ = guardrail.DoHedged(context.Background(), p, guardrail.Call{}, slow)
 		}
 		synctest.Wait()
 		if got := calls.Load(); got != 6 {
@@ -293,7 +293,7 @@ func TestHedgeRefusedWhenBudgetLowOrBreakerNotClosed(t *testing.T) {
 		br, _ := breaker.New(breaker.Config{})
 		br.ForceOpen()
 		p2 := &guardrail.Policy{Idempotent: true, Budget: budget.Unlimited(), Breaker: br, Hedge: &guardrail.HedgeConfig{Delay: time.Millisecond}}
-		_, err := guardrail.Do(context.Background(), p2, slow)
+		_, err := guardrail.DoHedged(context.Background(), p2, guardrail.Call{}, slow)
 		if !errors.Is(err, guardrail.ErrCircuitOpen) {
 			t.Errorf("err %v; want ErrCircuitOpen", err)
 		}
@@ -304,7 +304,7 @@ func TestHedgeWaitsForHedgeAfterCallerAttemptFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &guardrail.Policy{Idempotent: true, MaxAttempts: 1, Budget: budget.Unlimited(), Hedge: &guardrail.HedgeConfig{Delay: 10 * time.Millisecond}}
 		var calls atomic.Int64
-		v, err := guardrail.Do(context.Background(), p, func(ctx context.Context) (int, error) {
+		v, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{}, func(ctx context.Context) (int, error) {
 			if calls.Add(1) == 1 {
 				time.Sleep(20 * time.Millisecond)
 				return 0, errors.New("reset")
@@ -321,7 +321,7 @@ func TestHedgeWaitsForHedgeAfterCallerAttemptFails(t *testing.T) {
 func TestHedgeConfigInvalid(t *testing.T) {
 	for _, h := range []guardrail.HedgeConfig{{Delay: -1}, {Percentile: 1}, {MaxHedges: -1}, {Window: 5}, {OverloadPause: -1}} {
 		p := &guardrail.Policy{Hedge: &h}
-		_, err := guardrail.Do(context.Background(), p, func(context.Context) (int, error) { return 1, nil })
+		_, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{}, func(context.Context) (int, error) { return 1, nil })
 		if !errors.Is(err, guardrail.ErrInvalidPolicy) {
 			t.Errorf("%+v: err %v; want ErrInvalidPolicy", h, err)
 		}
@@ -334,6 +334,20 @@ func BenchmarkDoHedgedFast(b *testing.B) {
 	op := func(context.Context) (int, error) { return 1, nil }
 	b.ReportAllocs()
 	for b.Loop() {
-		_, _ = guardrail.Do(ctx, p, op)
+		_, _ = guardrail.DoHedged(ctx, p, guardrail.Call{}, op)
+	}
+}
+
+// Do never hedges, so the closure it runs stays on the caller's stack: a
+// capturing closure costs no allocation, even with a Policy that hedges
+// (DoHedged is the entry point that may move it to the heap).
+func TestDoKeepsACapturingClosureOffTheHeap(t *testing.T) {
+	p := &guardrail.Policy{Name: "alloc", Idempotent: true, Hedge: &guardrail.HedgeConfig{Delay: time.Hour}}
+	n := 0
+	allocs := testing.AllocsPerRun(100, func() {
+		_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) { n++; return n, nil })
+	})
+	if allocs != 0 {
+		t.Errorf("Do with a capturing closure: %v allocations per call, want 0", allocs)
 	}
 }

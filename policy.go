@@ -122,11 +122,12 @@ type Policy struct {
 	// breaker the Policy creates when Breaker is nil. Nil costs nothing.
 	Observer event.Observer
 
-	// Hedge, when not nil, hedges the calls that are idempotent: after a
-	// delay without an answer Do sends another attempt and returns the
-	// first success (see HedgeConfig, and its cost: a goroutine per extra
-	// attempt, and load, which is why it switches itself off under
-	// overload). Nil, the default, never hedges.
+	// Hedge, when not nil, hedges the idempotent calls made with DoHedged
+	// (guardhttp uses it for idempotent requests): after a delay without an
+	// answer another attempt is sent and the first success returned (see
+	// HedgeConfig, and its cost: a goroutine per extra attempt, and load,
+	// which is why it switches itself off under overload). Do and DoCall
+	// never hedge. Nil, the default, never hedges.
 	Hedge *HedgeConfig
 
 	// Throttler, when not nil, rejects attempts locally, with ErrThrottled,

@@ -222,10 +222,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if t.hedges {
 		if c.hedgeable() {
-			c.hs = &hedgedCall{}
+			// A copy of its own: a hedged call's attempts outlive
+			// RoundTrip on the losers' goroutines, so what they use moves
+			// to the heap; c, which the unhedged path uses, stays put.
+			hc := new(call)
+			*hc = c
+			hc.hs = &hedgedCall{}
 			gc.Discard = discardLoser
-			resp, err := guardrail.DoCall(req.Context(), &t.policy, gc, c.hedgedAttempt)
-			return c.endHedged(resp, err)
+			resp, err := guardrail.DoHedged(req.Context(), &t.policy, gc, hc.hedgedAttempt)
+			return hc.endHedged(resp, err)
 		}
 		gc.NoHedge = true
 	}

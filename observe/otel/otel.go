@@ -129,7 +129,7 @@ type Observer struct {
 	gauges  *series.Gauges
 	reg     metric.Registration
 
-	calls, attempts, retries, refused, retryOK, retryFailed, timeouts,
+	calls, attempts, retries, refused, hedges, retryOK, retryFailed, timeouts,
 	transitions, rejections, probes, bulkhead, shed, admitted, idempotency metric.Int64Counter
 	callDur, attemptDur, remaining, queueWait metric.Float64Histogram
 
@@ -138,6 +138,7 @@ type Observer struct {
 	pairC       *series.Cache[*attrs] // dependency, operation
 	retriesC    *series.Cache[*attrs]
 	refusedC    *series.Cache[*attrs]
+	hedgesC     *series.Cache[*attrs]
 	timeoutsC   *series.Cache[*attrs]
 	transC      *series.Cache[*attrs]
 	bulkheadC   *series.Cache[*attrs]
@@ -217,6 +218,7 @@ func New(cfg Config) (*Observer, error) {
 	o.remaining = histogram(series.DeadlineRemaining, remBuckets)
 	o.retries = counter(series.Retries)
 	o.refused = counter(series.RetriesRefused)
+	o.hedges = counter(series.Hedges)
 	o.retryOK = counter(series.RetrySuccess)
 	o.retryFailed = counter(series.RetryExhausted)
 	o.timeouts = counter(series.Timeouts)
@@ -278,6 +280,7 @@ func New(cfg Config) (*Observer, error) {
 	o.pairC = cache(series.DeadlineRemaining)
 	o.retriesC = cache(series.Retries)
 	o.refusedC = cache(series.RetriesRefused)
+	o.hedgesC = cache(series.Hedges)
 	o.timeoutsC = cache(series.Timeouts)
 	o.transC = cache(series.BreakerTransitions)
 	o.bulkheadC = cache(series.BulkheadRejections)
@@ -357,6 +360,10 @@ func (o *Observer) Observe(ctx context.Context, e event.Event) context.Context {
 	case event.RetryRefused:
 		o.refused.Add(ctx, 1, o.refusedC.Get(dep, op, e.Reason, "").add...)
 		o.callEvent(ctx, "guardrail.retry_refused", AttrAttempt.Int(e.Attempt), AttrReason.String(e.Reason))
+	case event.Hedge:
+		o.hedges.Add(ctx, 1, o.hedgesC.Get(dep, op, "sent", "").add...)
+	case event.HedgeRefused:
+		o.hedges.Add(ctx, 1, o.hedgesC.Get(dep, op, e.Reason, "").add...)
 	case event.BudgetExhausted:
 		o.gauges.Observe(&e)
 		o.callEvent(ctx, "guardrail.budget_exhausted", AttrTokens.Float64(e.Tokens))

@@ -142,6 +142,7 @@ type Collector struct {
 	remaining   *prometheus.HistogramVec
 	retries     *prometheus.CounterVec
 	refused     *prometheus.CounterVec
+	hedges      *prometheus.CounterVec
 	retryOK     *prometheus.CounterVec
 	retryFailed *prometheus.CounterVec
 	timeouts    *prometheus.CounterVec
@@ -164,6 +165,7 @@ type Collector struct {
 	remainingC  *series.Cache[prometheus.Observer]
 	retriesC    *series.Cache[prometheus.Counter]
 	refusedC    *series.Cache[prometheus.Counter]
+	hedgesC     *series.Cache[prometheus.Counter]
 	timeoutsC   *series.Cache[prometheus.Counter]
 	transC      *series.Cache[prometheus.Counter]
 	rejectC     *series.Cache[prometheus.Counter]
@@ -237,6 +239,7 @@ func New(cfg Config) (*Collector, error) {
 	c.remaining = histogram(series.DeadlineRemaining, remBuckets)
 	c.retries = counter(series.Retries)
 	c.refused = counter(series.RetriesRefused)
+	c.hedges = counter(series.Hedges)
 	c.retryOK = counter(series.RetrySuccess)
 	c.retryFailed = counter(series.RetryExhausted)
 	c.timeouts = counter(series.Timeouts)
@@ -279,6 +282,7 @@ func New(cfg Config) (*Collector, error) {
 	}
 	c.retriesC = counterCache(series.Retries, c.retries)
 	c.refusedC = counterCache(series.RetriesRefused, c.refused)
+	c.hedgesC = counterCache(series.Hedges, c.hedges)
 	c.timeoutsC = counterCache(series.Timeouts, c.timeouts)
 	c.transC = counterCache(series.BreakerTransitions, c.transitions)
 	c.rejectC = counterCache(series.BreakerRejections, c.rejections)
@@ -317,6 +321,10 @@ func (c *Collector) Observe(ctx context.Context, e event.Event) context.Context 
 		c.retriesC.Get(dep, op, e.Reason, "").Inc()
 	case event.RetryRefused:
 		c.refusedC.Get(dep, op, e.Reason, "").Inc()
+	case event.Hedge:
+		c.hedgesC.Get(dep, op, "sent", "").Inc()
+	case event.HedgeRefused:
+		c.hedgesC.Get(dep, op, e.Reason, "").Inc()
 	case event.BudgetExhausted:
 		c.gauges.Observe(&e)
 	case event.Timeout:

@@ -486,7 +486,7 @@ func FuzzObserve(f *testing.F) {
 func TestSeriesNames(t *testing.T) {
 	names := registeredNames(newCollector(t, prom.Config{}))
 	sort.Strings(names)
-	if len(names) != 22 {
+	if len(names) != 23 {
 		t.Errorf("%d series families: %v", len(names), names)
 	}
 	for _, n := range names {

@@ -98,6 +98,11 @@ var (
 		Labels: []string{LDependency, LOperation, LReason},
 		Help:   "Retryable failures that were not retried, by reason: attempts, budget, deadline, not_idempotent, retry_after, breaker_open.",
 	}
+	Hedges = &Def{
+		Name: "guardrail_hedges_total", OTel: "guardrail.hedges", Kind: Counter,
+		Labels: []string{LDependency, LOperation, LReason},
+		Help:   "Hedged attempts: sent, or not sent and why: overload, budget, breaker_open, bulkhead_full, throttled, deadline.",
+	}
 	RetrySuccess = &Def{
 		Name: "guardrail_retry_success_total", OTel: "guardrail.retry.success", Kind: Counter,
 		Labels: []string{LDependency, LOperation},
@@ -178,7 +183,7 @@ var (
 // All lists every series.
 var All = []*Def{
 	Calls, CallDuration, Attempts, AttemptDuration, DeadlineRemaining,
-	Retries, RetriesRefused, RetrySuccess, RetryExhausted, Timeouts,
+	Retries, RetriesRefused, Hedges, RetrySuccess, RetryExhausted, Timeouts,
 	BudgetTokens, BreakerState, BreakerTransitions, BreakerRejections,
 	BreakerProbes, BulkheadRejections, Shed, Admitted, QueueWait, InFlight,
 	Limit, Idempotency,
