@@ -33,7 +33,11 @@ var ErrUnknown = errors.New("config: no such name in the policy file")
 // valid. A plain value; what it points to must be safe for concurrent use.
 type Options struct {
 	// Observer receives the events of every value the Registry builds:
-	// calls, retries, breaker transitions, shedding. Nil costs nothing.
+	// calls, retries, breaker transitions, shedding; and one
+	// event.ConfigReload per reload attempt (Reload, ReloadBytes, a
+	// SIGHUP, Watch), OutcomeOK or OutcomeError, which the metrics
+	// adapters count as guardrail_config_reloads_total{outcome}. Nil
+	// costs nothing.
 	Observer event.Observer
 	// Logger receives one line per reload, applied or rejected, and per
 	// admin action. Nil means slog.Default().
@@ -153,7 +157,8 @@ func (r *Registry) Stats() ReloadStats { return *r.stats.Load() }
 
 // Reload reads the file again and applies it to new calls. An invalid file
 // is rejected: the old settings stay, the error is logged and returned,
-// and Options.OnReload hears of it.
+// Options.Observer receives an event.ConfigReload with OutcomeError, and
+// Options.OnReload hears of it.
 func (r *Registry) Reload() error {
 	data, mod, size, err := readFile(r.path)
 	if err == nil {
@@ -180,6 +185,7 @@ func (r *Registry) ReloadBytes(data []byte) error {
 		return err
 	}
 	r.count(nil)
+	r.observe(nil)
 	r.log.Info("config: reloaded", "file", r.path, "changed", changed, "warnings", len(c.Warnings))
 	for _, w := range c.Warnings {
 		r.log.Warn("config: "+w.String(), "file", r.path)
@@ -204,8 +210,21 @@ func (r *Registry) count(err error) {
 	r.stats.Store(&st)
 }
 
+// observe reports one reload attempt to the Observer.
+func (r *Registry) observe(err error) {
+	if r.opts.Observer == nil {
+		return
+	}
+	e := event.Event{Kind: event.ConfigReload, Outcome: event.OutcomeOK, Detail: r.path}
+	if err != nil {
+		e.Outcome, e.Err = event.OutcomeError, err
+	}
+	r.opts.Observer.Observe(context.Background(), e)
+}
+
 func (r *Registry) rejected(err error, c *Checked) {
 	r.count(err)
+	r.observe(err)
 	r.log.Error("config: reload rejected; the settings in force stay", "file", r.path, "error", err)
 	if r.opts.OnReload != nil {
 		res := ReloadResult{File: r.path, Err: err}

@@ -25,6 +25,7 @@ import (
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/bulkhead"
+	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/guardhttp"
 	"github.com/guardrail-go/guardrail/idempotency/memstore"
 )
@@ -578,5 +579,89 @@ func TestReloadKeepsBudgetTokens(t *testing.T) {
 	}
 	if nb := ledger.Current().Budget; nb == b || nb.Tokens() != 50 {
 		t.Errorf("after a reload of the budget: %v tokens; want a new budget, full at 50", nb.Tokens())
+	}
+}
+
+// reloadCounter counts the event.ConfigReload events by outcome, as the
+// metrics adapters do for guardrail_config_reloads_total.
+type reloadCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+	last   event.Event
+}
+
+func (c *reloadCounter) Observe(ctx context.Context, e event.Event) context.Context {
+	if e.Kind == event.ConfigReload {
+		c.mu.Lock()
+		c.counts[e.Outcome]++
+		c.last = e
+		c.mu.Unlock()
+	}
+	return ctx
+}
+
+func (c *reloadCounter) get() (ok, failed int, last event.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counts[event.OutcomeOK], c.counts[event.OutcomeError], c.last
+}
+
+// Every reload attempt reaches the Observer: a rejected one as
+// OutcomeError with its error, leaving the settings in force; an applied
+// one as OutcomeOK. Building the Registry is not a reload.
+func TestReloadReportsOutcomeToObserver(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, path, testFile, time.Unix(1e9, 0))
+	obs := &reloadCounter{counts: map[string]int{}}
+	reg, err := Load(path, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, failed, _ := obs.get(); ok != 0 || failed != 0 {
+		t.Fatalf("after Load: ok %d, error %d; want no reload counted", ok, failed)
+	}
+
+	invalid := strings.Replace(testFile, "max_attempts: 1", "max_attempts: -1", 1)
+	if err := reg.ReloadBytes([]byte(invalid)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("ReloadBytes(invalid) = %v; want ErrInvalid", err)
+	}
+	ok, failed, last := obs.get()
+	if ok != 0 || failed != 1 {
+		t.Fatalf("after an invalid reload: ok %d, error %d; want 0, 1", ok, failed)
+	}
+	if last.Err == nil || !strings.Contains(last.Err.Error(), "max_attempts") || last.Detail != path {
+		t.Errorf("rejected reload event: Err %v, Detail %q; want the error naming max_attempts and the file", last.Err, last.Detail)
+	}
+	if last.Dependency != "" || last.Operation != "" {
+		t.Errorf("reload event has Dependency %q, Operation %q; want none", last.Dependency, last.Operation)
+	}
+	if c, _, _ := reg.HTTPConfig("other"); c.MaxAttempts != 1 {
+		t.Errorf("max attempts %d after an invalid reload; want 1, the settings in force", c.MaxAttempts)
+	}
+
+	writeFile(t, path, strings.Replace(testFile, "max_attempts: 1", "max_attempts: 2", 1), time.Unix(1e9+1, 0))
+	if err := reg.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	ok, failed, last = obs.get()
+	if ok != 1 || failed != 1 || last.Outcome != event.OutcomeOK || last.Err != nil {
+		t.Fatalf("after a valid reload: ok %d, error %d, last %+v; want 1, 1, ok", ok, failed, last)
+	}
+	if c, _, _ := reg.HTTPConfig("other"); c.MaxAttempts != 2 {
+		t.Errorf("max attempts %d after a valid reload; want 2", c.MaxAttempts)
+	}
+
+	// A file that cannot be read is a rejected reload too.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Reload(); err == nil {
+		t.Fatal("Reload of a removed file succeeded")
+	}
+	if ok, failed, _ = obs.get(); ok != 1 || failed != 2 {
+		t.Errorf("after reading a removed file: ok %d, error %d; want 1, 2", ok, failed)
+	}
+	if st := reg.Stats(); st.Applied != 1 || st.Rejected != 2 {
+		t.Errorf("Stats %+v; want 1 applied, 2 rejected, as the events say", st)
 	}
 }

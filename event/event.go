@@ -95,6 +95,12 @@ const (
 	// Throttled: the client-side throttle rejected attempt Attempt locally,
 	// without sending it (Reason ReasonThrottled).
 	Throttled
+	// ConfigReload: a policy file was read again. Outcome is OutcomeOK
+	// when its settings were applied, OutcomeError when they were
+	// rejected and the settings in force stay; Err says why, Detail names
+	// the file. Dependency and Operation are empty: a reload concerns the
+	// whole process.
+	ConfigReload
 )
 
 var kindNames = [...]string{
@@ -116,6 +122,7 @@ var kindNames = [...]string{
 	Hedge:             "hedge",
 	HedgeRefused:      "hedge_refused",
 	Throttled:         "throttled",
+	ConfigReload:      "config_reload",
 }
 
 // String returns the kind's snake_case name.

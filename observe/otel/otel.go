@@ -130,7 +130,8 @@ type Observer struct {
 	reg     metric.Registration
 
 	calls, attempts, retries, refused, hedges, retryOK, retryFailed, timeouts,
-	transitions, rejections, probes, bulkhead, shed, admitted, idempotency metric.Int64Counter
+	transitions, rejections, probes, bulkhead, shed, admitted, idempotency, reloads metric.Int64Counter
+	reloadOK, reloadErr                       metric.AddOption
 	callDur, attemptDur, remaining, queueWait metric.Float64Histogram
 
 	callC       *series.Cache[*callAttrs]
@@ -230,6 +231,9 @@ func New(cfg Config) (*Observer, error) {
 	o.admitted = counter(series.Admitted)
 	o.queueWait = histogram(series.QueueWait, durBuckets)
 	o.idempotency = counter(series.Idempotency)
+	o.reloads = counter(series.ConfigReloads)
+	o.reloadOK = metric.WithAttributes(attribute.String(series.LOutcome, event.OutcomeOK))
+	o.reloadErr = metric.WithAttributes(attribute.String(series.LOutcome, event.OutcomeError))
 
 	state, err := meter.Int64ObservableGauge(series.BreakerState.OTel, metric.WithDescription(series.BreakerState.Help))
 	errs = append(errs, err)
@@ -364,6 +368,12 @@ func (o *Observer) Observe(ctx context.Context, e event.Event) context.Context {
 		o.hedges.Add(ctx, 1, o.hedgesC.Get(dep, op, "sent", "").add...)
 	case event.HedgeRefused:
 		o.hedges.Add(ctx, 1, o.hedgesC.Get(dep, op, e.Reason, "").add...)
+	case event.ConfigReload:
+		if e.Outcome == event.OutcomeOK {
+			o.reloads.Add(ctx, 1, o.reloadOK)
+		} else {
+			o.reloads.Add(ctx, 1, o.reloadErr)
+		}
 	case event.BudgetExhausted:
 		o.gauges.Observe(&e)
 		o.callEvent(ctx, "guardrail.budget_exhausted", AttrTokens.Float64(e.Tokens))

@@ -555,3 +555,28 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// TestConfigReloads: policy file reloads are counted by outcome alone.
+func TestConfigReloads(t *testing.T) {
+	f := newFixture(t, 0)
+	ctx := context.Background()
+	f.obs.Observe(ctx, event.Event{Kind: event.ConfigReload, Outcome: event.OutcomeOK, Detail: "/etc/policy.yaml"})
+	for range 2 {
+		f.obs.Observe(ctx, event.Event{Kind: event.ConfigReload, Outcome: event.OutcomeError, Detail: "/etc/policy.yaml", Err: errors.New("invalid")})
+	}
+	got := collect(t, f.reader)
+	want := map[string]float64{
+		"guardrail.config.reloads{outcome=ok}":    1,
+		"guardrail.config.reloads{outcome=error}": 2,
+	}
+	for k, w := range want {
+		if g, ok := got[k]; !ok || g != w {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, w)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("unexpected %s = %v", k, got[k])
+		}
+	}
+}

@@ -143,6 +143,7 @@ type Collector struct {
 	retries     *prometheus.CounterVec
 	refused     *prometheus.CounterVec
 	hedges      *prometheus.CounterVec
+	reloads     *prometheus.CounterVec
 	retryOK     *prometheus.CounterVec
 	retryFailed *prometheus.CounterVec
 	timeouts    *prometheus.CounterVec
@@ -240,6 +241,7 @@ func New(cfg Config) (*Collector, error) {
 	c.retries = counter(series.Retries)
 	c.refused = counter(series.RetriesRefused)
 	c.hedges = counter(series.Hedges)
+	c.reloads = counter(series.ConfigReloads)
 	c.retryOK = counter(series.RetrySuccess)
 	c.retryFailed = counter(series.RetryExhausted)
 	c.timeouts = counter(series.Timeouts)
@@ -325,6 +327,13 @@ func (c *Collector) Observe(ctx context.Context, e event.Event) context.Context 
 		c.hedgesC.Get(dep, op, "sent", "").Inc()
 	case event.HedgeRefused:
 		c.hedgesC.Get(dep, op, e.Reason, "").Inc()
+	case event.ConfigReload:
+		// Rare (one per reload), so no cache; two values at most.
+		outcome := event.OutcomeError
+		if e.Outcome == event.OutcomeOK {
+			outcome = event.OutcomeOK
+		}
+		c.reloads.WithLabelValues(outcome).Inc()
 	case event.BudgetExhausted:
 		c.gauges.Observe(&e)
 	case event.Timeout:

@@ -486,7 +486,7 @@ func FuzzObserve(f *testing.F) {
 func TestSeriesNames(t *testing.T) {
 	names := registeredNames(newCollector(t, prom.Config{}))
 	sort.Strings(names)
-	if len(names) != 23 {
+	if len(names) != 24 {
 		t.Errorf("%d series families: %v", len(names), names)
 	}
 	for _, n := range names {
@@ -597,4 +597,22 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestConfigReloads: policy file reloads are counted by outcome alone; a
+// process that never reloads a file exports no such series.
+func TestConfigReloads(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	c := newCollector(t, prom.Config{})
+	reg.MustRegister(c)
+	diff(t, only(samples(t, reg), "guardrail_config_reloads_total"), map[string]float64{})
+	ctx := context.Background()
+	c.Observe(ctx, event.Event{Kind: event.ConfigReload, Outcome: event.OutcomeOK, Detail: "/etc/policy.yaml"})
+	for range 2 {
+		c.Observe(ctx, event.Event{Kind: event.ConfigReload, Outcome: event.OutcomeError, Detail: "/etc/policy.yaml", Err: errors.New("invalid")})
+	}
+	diff(t, only(samples(t, reg), "guardrail_config_reloads_total"), map[string]float64{
+		`guardrail_config_reloads_total{outcome="ok"}`:    1,
+		`guardrail_config_reloads_total{outcome="error"}`: 2,
+	})
 }

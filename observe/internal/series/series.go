@@ -178,6 +178,14 @@ var (
 		Labels: []string{LDependency, LOperation, LOutcome},
 		Help:   "Idempotency-Key decisions: stored, replayed, conflict, mismatch, released, store_error, outcome_unknown.",
 	}
+	// ConfigReloads is the one series without a dependency: a policy file
+	// configures the whole process, and the file's name would be a label
+	// of unbounded values.
+	ConfigReloads = &Def{
+		Name: "guardrail_config_reloads_total", OTel: "guardrail.config.reloads", Kind: Counter,
+		Labels: []string{LOutcome},
+		Help:   "Policy file reloads: ok (applied) or error (rejected; the settings in force stay).",
+	}
 )
 
 // All lists every series.
@@ -186,7 +194,7 @@ var All = []*Def{
 	Retries, RetriesRefused, Hedges, RetrySuccess, RetryExhausted, Timeouts,
 	BudgetTokens, BreakerState, BreakerTransitions, BreakerRejections,
 	BreakerProbes, BulkheadRejections, Shed, Admitted, QueueWait, InFlight,
-	Limit, Idempotency,
+	Limit, Idempotency, ConfigReloads,
 }
 
 // States are the breaker states exported by BreakerState, each present
