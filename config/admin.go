@@ -136,7 +136,7 @@ func breakerStatus(dep, key string, b *breaker.Breaker) BreakerStatus {
 	s := map[string]any{
 		"mode": c.Mode.String(), "min_requests": c.MinRequests, "failure_rate": c.FailureRate,
 		"open_for": c.OpenFor.String(), "open_jitter": c.OpenJitter, "half_open_probes": c.HalfOpenProbes,
-		"close_after": c.CloseAfter,
+		"close_after": c.CloseAfter, "consecutive_failures": c.ConsecutiveFailures,
 	}
 	if c.CountWindow > 0 {
 		s["count_window"] = c.CountWindow

@@ -122,20 +122,23 @@ type RetryBudget struct {
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
 type Breaker struct {
-	Window         *time.Duration `yaml:"window"`
-	Buckets        *int           `yaml:"buckets"`
-	CountWindow    *int           `yaml:"count_window"`
-	MinRequests    *int           `yaml:"min_requests"`
-	FailureRate    *float64       `yaml:"failure_rate"`
-	SlowCall       *time.Duration `yaml:"slow_call"`
-	SlowRate       *float64       `yaml:"slow_rate"`
-	OpenFor        *time.Duration `yaml:"open_for"`
-	OpenJitter     *float64       `yaml:"open_jitter"`
-	NoOpenJitter   *bool          `yaml:"no_open_jitter"`
-	OpenBackoff    *float64       `yaml:"open_backoff"`
-	MaxOpenFor     *time.Duration `yaml:"max_open_for"`
-	HalfOpenProbes *int           `yaml:"half_open_probes"`
-	CloseAfter     *int           `yaml:"close_after"`
+	Window      *time.Duration `yaml:"window"`
+	Buckets     *int           `yaml:"buckets"`
+	CountWindow *int           `yaml:"count_window"`
+	MinRequests *int           `yaml:"min_requests"`
+	// ConsecutiveFailures trips the breaker on that many failures in a
+	// row, for a dependency too quiet for a rate; 0 is off.
+	ConsecutiveFailures *int           `yaml:"consecutive_failures"`
+	FailureRate         *float64       `yaml:"failure_rate"`
+	SlowCall            *time.Duration `yaml:"slow_call"`
+	SlowRate            *float64       `yaml:"slow_rate"`
+	OpenFor             *time.Duration `yaml:"open_for"`
+	OpenJitter          *float64       `yaml:"open_jitter"`
+	NoOpenJitter        *bool          `yaml:"no_open_jitter"`
+	OpenBackoff         *float64       `yaml:"open_backoff"`
+	MaxOpenFor          *time.Duration `yaml:"max_open_for"`
+	HalfOpenProbes      *int           `yaml:"half_open_probes"`
+	CloseAfter          *int           `yaml:"close_after"`
 	// Mode is normal, metrics_only or disabled.
 	Mode *string `yaml:"mode"`
 	// MaxKeys and IdleTTL bound an HTTP client's group of breakers (one

@@ -665,3 +665,48 @@ func TestReloadReportsOutcomeToObserver(t *testing.T) {
 		t.Errorf("Stats %+v; want 1 applied, 2 rejected, as the events say", st)
 	}
 }
+
+// consecutive_failures reaches the breakers of both kinds of dependency:
+// a policy's breaker opens on that run of failures below min_requests, and
+// an HTTP client's group builds its breakers with it. A reload that drops
+// it turns it off.
+func TestConsecutiveFailuresFromFile(t *testing.T) {
+	file := strings.Replace(testFile, "breaker: {min_requests: 4, open_for: 1m}", "breaker: {min_requests: 100, open_for: 1m, consecutive_failures: 3}", 1)
+	file = strings.Replace(file, "breaker: {min_requests: 5, failure_rate: 0.9}", "breaker: {min_requests: 5, failure_rate: 0.9, consecutive_failures: 7}", 1)
+	reg, err := New("policy.yaml", []byte(file), Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, _, err := reg.HTTPConfig("svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := hc.Breakers.Get("10.0.0.7:443").Config().ConsecutiveFailures; n != 7 {
+		t.Errorf("svc's breaker group: ConsecutiveFailures %d; want 7", n)
+	}
+	p, err := reg.Policy("ledger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Current().Breaker.Config().ConsecutiveFailures; n != 3 {
+		t.Fatalf("ledger's breaker: ConsecutiveFailures %d; want 3", n)
+	}
+	calls := 0
+	_, err = Do(context.Background(), p, func(context.Context) (int, error) {
+		calls++
+		return 0, guardrail.Transient(errors.New("503"))
+	})
+	if err == nil || calls != 3 {
+		t.Fatalf("call: %d attempts, err %v; want 3 failed attempts", calls, err)
+	}
+	if st := p.Current().Breaker.State(); st != breaker.Open {
+		t.Fatalf("ledger's breaker is %v after 3 failures in a row; want open (min_requests is 100)", st)
+	}
+
+	if err := reg.ReloadBytes([]byte(testFile)); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Current().Breaker.Config().ConsecutiveFailures; n != 0 {
+		t.Errorf("after a reload without it: ConsecutiveFailures %d; want 0 (off)", n)
+	}
+}

@@ -220,6 +220,9 @@ func effective(d *ResolvedDependency) []Setting {
 		}
 		add("breaker.min_requests", strconv.Itoa(e.MinRequests))
 		add("breaker.failure_rate", fmtFloat(e.FailureRate))
+		if e.ConsecutiveFailures > 0 {
+			add("breaker.consecutive_failures", strconv.Itoa(e.ConsecutiveFailures))
+		}
 		if e.SlowCall > 0 {
 			add("breaker.slow_call", e.SlowCall.String())
 			add("breaker.slow_rate", fmtFloat(e.SlowRate))

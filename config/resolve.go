@@ -365,6 +365,7 @@ func breakerConfig(b *Breaker) (breaker.Config, []string) {
 		SlowRate: val(b.SlowRate), OpenFor: val(b.OpenFor), OpenJitter: val(b.OpenJitter),
 		NoOpenJitter: val(b.NoOpenJitter), OpenBackoff: val(b.OpenBackoff), MaxOpenFor: val(b.MaxOpenFor),
 		HalfOpenProbes: val(b.HalfOpenProbes), CloseAfter: val(b.CloseAfter),
+		ConsecutiveFailures: val(b.ConsecutiveFailures),
 	}
 	switch val(b.Mode) {
 	case "", "normal":
