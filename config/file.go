@@ -167,6 +167,18 @@ type Server struct {
 	Deadline    *ServerDeadline    `yaml:"deadline"`
 	Shed        *Shed              `yaml:"shed"`
 	Idempotency *ServerIdempotency `yaml:"idempotency"`
+	RateLimit   *ServerRateLimit   `yaml:"rate_limit"`
+}
+
+// ServerRateLimit is a ratelimit.Config without its Key function, which
+// says who a request is charged to and so cannot come from a file: the
+// code passes it to Registry.RateLimiter.
+// It is a plain value, safe to read concurrently and not to change while
+// it is read.
+type ServerRateLimit struct {
+	Rate    *float64 `yaml:"rate"`
+	Burst   *int     `yaml:"burst"`
+	MaxKeys *int     `yaml:"max_keys"`
 }
 
 // ServerDeadline is a deadline.Config.

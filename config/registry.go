@@ -23,6 +23,7 @@ import (
 	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/guardhttp"
 	"github.com/guardrail-go/guardrail/idempotency"
+	"github.com/guardrail-go/guardrail/ratelimit"
 	"github.com/guardrail-go/guardrail/shed"
 )
 
@@ -94,6 +95,7 @@ type Registry struct {
 	dls      map[string]*Deadline
 	sheds    map[string]*Shedder
 	idems    map[string][]*Idempotency
+	limits   map[string][]*RateLimiter
 
 	statsMu sync.Mutex // serialises updates of stats
 	stats   atomic.Pointer[ReloadStats]
@@ -124,7 +126,8 @@ func New(name string, data []byte, opts Options) (*Registry, error) {
 	}
 	r := &Registry{path: name, opts: opts, log: opts.Logger, pool: map[string]any{},
 		https: map[string]*httpHandle{}, policies: map[string]*Policy{}, dls: map[string]*Deadline{},
-		sheds: map[string]*Shedder{}, idems: map[string][]*Idempotency{}}
+		sheds: map[string]*Shedder{}, idems: map[string][]*Idempotency{},
+		limits: map[string][]*RateLimiter{}}
 	if r.log == nil {
 		r.log = slog.Default()
 	}
@@ -418,6 +421,23 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 				swaps = append(swaps, func() { h.cur.Store(srv) })
 			}
 		}
+		// Rate limiters are rebuilt, their buckets emptied, only when their
+		// settings change; a limiter whose section is gone keeps its last
+		// settings, as the handle's code still runs.
+		if s.RateLimit != nil {
+			key := keyOfConfig("rate_limit", s.Name, *s.RateLimit)
+			for _, h := range r.limits[s.Name] {
+				if h.key == key {
+					continue
+				}
+				l, err := h.build(*s.RateLimit)
+				if err != nil {
+					return nil, err
+				}
+				changed = append(changed, "servers."+s.Name+".rate_limit")
+				swaps = append(swaps, func() { h.cur.Store(l); h.key = key })
+			}
+		}
 	}
 	for _, sw := range swaps {
 		sw()
@@ -651,6 +671,57 @@ func (r *Registry) Idempotency(name string, store idempotency.Store, scope func(
 	}
 	h.cur.Store(srv)
 	r.idems[name] = append(r.idems[name], h)
+	return h, nil
+}
+
+// RateLimiter is a server's ratelimit.Limiter handle, built with the key
+// function given to Registry.RateLimiter. It is safe for concurrent use.
+type RateLimiter struct {
+	keyFn func(*http.Request) (string, error)
+	obs   event.Observer
+	key   string // settings of cur; written under the Registry's mu
+	cur   atomic.Pointer[ratelimit.Limiter]
+}
+
+func (h *RateLimiter) build(cfg ratelimit.Config) (*ratelimit.Limiter, error) {
+	cfg.Key, cfg.Observer = h.keyFn, h.obs
+	return ratelimit.New(cfg)
+}
+
+// Current returns the ratelimit.Limiter in force, for Allow and Len.
+func (h *RateLimiter) Current() *ratelimit.Limiter { return h.cur.Load() }
+
+// Middleware is ratelimit.Limiter.Middleware under the settings in force.
+func (h *RateLimiter) Middleware(next http.Handler) http.Handler {
+	return follow(&h.cur, (*ratelimit.Limiter).Middleware, next)
+}
+
+// RateLimiter builds the per-client rate limiter of server name. key says
+// which client a request is charged to, as ratelimit.Config.Key: it cannot
+// come from a file. Nil means the peer's address (ratelimit.RemoteAddr),
+// which behind a proxy is the proxy's. A reload that changes the server's
+// rate_limit section rebuilds the limiter with the same key function, and
+// every client starts again with a full bucket; one that does not change
+// it keeps the buckets.
+func (r *Registry) RateLimiter(name string, key func(*http.Request) (string, error)) (*RateLimiter, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var rs *ResolvedServer
+	for _, s := range r.checked.Load().Servers {
+		if s.Name == name && s.RateLimit != nil {
+			rs = s
+		}
+	}
+	if rs == nil {
+		return nil, r.unknown("server with a rate_limit section", name)
+	}
+	h := &RateLimiter{keyFn: key, obs: r.opts.Observer, key: keyOfConfig("rate_limit", name, *rs.RateLimit)}
+	l, err := h.build(*rs.RateLimit)
+	if err != nil {
+		return nil, err
+	}
+	h.cur.Store(l)
+	r.limits[name] = append(r.limits[name], h)
 	return h, nil
 }
 

@@ -710,3 +710,101 @@ func TestConsecutiveFailuresFromFile(t *testing.T) {
 		t.Errorf("after a reload without it: ConsecutiveFailures %d; want 0 (off)", n)
 	}
 }
+
+// A server's rate_limit section builds a per-client limiter charged by the
+// key function the code passes; a reload that changes it rebuilds the
+// limiter, one that does not keeps its buckets, and an invalid value is
+// an error on its line.
+func TestRateLimiterFromFile(t *testing.T) {
+	file := strings.Replace(testFile, "    shed: {limit: 100}\n", "    shed: {limit: 100}\n    rate_limit: {rate: 1, burst: 2}\n", 1)
+	reg, err := New("policy.yaml", []byte(file), Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.RateLimiter("nope", nil); !errors.Is(err, ErrUnknown) {
+		t.Errorf("RateLimiter(nope) = %v; want ErrUnknown", err)
+	}
+	byHeader := func(r *http.Request) (string, error) { return r.Header.Get("X-Client"), nil }
+	rl, err := reg.RateLimiter("api", byHeader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var served atomic.Int32
+	h := rl.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served.Add(1) }))
+	send := func(client string) int {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Header.Set("X-Client", client)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Code
+	}
+	// The rate is one a second: within this test no token comes back.
+	for i, want := range []int{200, 200, 429} {
+		if got := send("a"); got != want {
+			t.Errorf("client a, request %d: %d; want %d", i+1, got, want)
+		}
+	}
+	if got := send("b"); got != 200 {
+		t.Errorf("client b, first request: %d; want 200 (its own bucket)", got)
+	}
+	if served.Load() != 3 {
+		t.Errorf("handler ran %d times; want 3", served.Load())
+	}
+
+	// Same section: the buckets stay, a spent client stays refused.
+	if err := reg.ReloadBytes([]byte(strings.Replace(file, "max_attempts: 1", "max_attempts: 2", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if got := send("a"); got != 429 {
+		t.Errorf("client a after an unrelated reload: %d; want 429 (buckets kept)", got)
+	}
+	// A new burst: a new limiter, full buckets.
+	if err := reg.ReloadBytes([]byte(strings.Replace(file, "burst: 2", "burst: 5", 1))); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if got := send("a"); got != 200 {
+			t.Fatalf("client a, request %d after burst went to 5: %d; want 200", i+1, got)
+		}
+	}
+	if got := send("a"); got != 429 {
+		t.Errorf("client a, sixth request: %d; want 429", got)
+	}
+
+	bad := strings.Replace(file, "burst: 2", "burst: -1", 1)
+	_, err = Parse("policy.yaml", []byte(bad))
+	var perr *Error
+	if !errors.As(err, &perr) {
+		t.Fatalf("Parse(burst: -1) = %v; want an *Error", err)
+	}
+	line := strings.Count(bad[:strings.Index(bad, "burst: -1")], "\n") + 1
+	found := false
+	for _, d := range perr.Diagnostics {
+		if d.Line == line && strings.Contains(d.String(), "servers.api.rate_limit.burst: is -1; want a positive count") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no error on line %d naming servers.api.rate_limit.burst; got:\n%v", line, err)
+	}
+}
+
+// The report shows a rate limit's effective settings, defaults filled in.
+func TestReportShowsRateLimit(t *testing.T) {
+	file := strings.Replace(testFile, "    shed: {limit: 100}\n", "    shed: {limit: 100}\n    rate_limit: {rate: 2.5}\n", 1)
+	c, err := Parse("policy.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, s := range c.Report().Servers {
+		for _, e := range s.Effective {
+			got[e.Key] = e.Value
+		}
+	}
+	for k, want := range map[string]string{"rate_limit.rate": "2.5", "rate_limit.burst": "3", "rate_limit.max_keys": "100000"} {
+		if got[k] != want {
+			t.Errorf("%s = %q; want %q", k, got[k], want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/guardhttp"
+	"github.com/guardrail-go/guardrail/ratelimit"
 )
 
 // Report is what guardrail check prints: per dependency the effective
@@ -128,6 +130,19 @@ func (c *Checked) Report() Report {
 			sr.Effective = append(sr.Effective, Setting{"idempotency.scope", scope}, Setting{"idempotency.methods", methods},
 				Setting{"idempotency.required", strconv.FormatBool(id.Required)}, Setting{"idempotency.ttl", durOr(id.TTL, 24*time.Hour, "")},
 				Setting{"idempotency.lease", durOr(id.Lease, 30*time.Second, "")})
+		}
+		if rl := s.RateLimit; rl != nil {
+			rate := orF(rl.Rate, ratelimit.DefaultRate)
+			burst := rl.Burst
+			if burst == 0 {
+				burst = int(math.Max(1, math.Ceil(rate)))
+			}
+			maxKeys := rl.MaxKeys
+			if maxKeys == 0 {
+				maxKeys = ratelimit.DefaultMaxKeys
+			}
+			sr.Effective = append(sr.Effective, Setting{"rate_limit.rate", fmtFloat(rate)},
+				Setting{"rate_limit.burst", strconv.Itoa(burst)}, Setting{"rate_limit.max_keys", strconv.Itoa(maxKeys)})
 		}
 		rep.Servers = append(rep.Servers, sr)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/guardrail-go/guardrail/deadline"
 	"github.com/guardrail-go/guardrail/guardhttp"
 	"github.com/guardrail-go/guardrail/idempotency"
+	"github.com/guardrail-go/guardrail/ratelimit"
 	"github.com/guardrail-go/guardrail/shed"
 )
 
@@ -98,11 +99,13 @@ type ResolvedServer struct {
 	Name string
 	Review
 	Calls []string
-	// Deadline, Shed and Idempotency are nil when the file has no such
-	// section for the server.
+	// Deadline, Shed, Idempotency and RateLimit are nil when the file has
+	// no such section for the server. RateLimit has no Key: the code
+	// passes it to Registry.RateLimiter.
 	Deadline    *deadline.Config
 	Shed        *shed.Config
 	Idempotency *idempotency.Config
+	RateLimit   *ratelimit.Config
 	// IdempotencyScopeCaller is true when the scope is the caller's, which
 	// the code supplies.
 	IdempotencyScopeCaller bool
@@ -586,6 +589,12 @@ func (c *Checked) buildServer(r *ResolvedServer, s *Server) []Diagnostic {
 		r.Shed = &cfg
 		_, err := shed.New(cfg)
 		diags = append(diags, c.coreErrors(err, reflect.TypeFor[Shed](), "", path+".shed")...)
+	}
+	if rl := s.RateLimit; rl != nil {
+		cfg := ratelimit.Config{Name: r.Name, Rate: val(rl.Rate), Burst: val(rl.Burst), MaxKeys: val(rl.MaxKeys)}
+		r.RateLimit = &cfg
+		_, err := ratelimit.New(cfg)
+		diags = append(diags, c.coreErrors(err, reflect.TypeFor[ServerRateLimit](), "", path+".rate_limit")...)
 	}
 	if id := s.Idempotency; id != nil {
 		cfg := idempotency.Config{Name: r.Name, Methods: id.Methods, Required: val(id.Required), MaxKeyLength: val(id.MaxKeyLength),

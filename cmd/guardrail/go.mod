@@ -21,9 +21,12 @@ require (
 	golang.org/x/tools v0.52.0
 )
 
+require golang.org/x/time v0.16.0 // indirect
+
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/guardrail-go/guardrail/config v0.0.0-00010101000000-000000000000
+	github.com/guardrail-go/guardrail/ratelimit v0.0.0-00010101000000-000000000000 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -39,3 +42,5 @@ replace github.com/guardrail-go/guardrail/idempotency/pgstore => ../../idempoten
 replace github.com/guardrail-go/guardrail => ../..
 
 replace github.com/guardrail-go/guardrail/config => ../../config
+
+replace github.com/guardrail-go/guardrail/ratelimit => ../../ratelimit
