@@ -3,6 +3,7 @@ package bulkhead_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -527,5 +528,41 @@ func TestAcquireByRacingRelease(t *testing.T) {
 			synctest.Wait()
 			wantCounts(t, b, 0, 0)
 		})
+	}
+}
+
+func TestGroupKeepsOneCompartmentPerKeyAndDropsIdleOnes(t *testing.T) {
+	g, err := bulkhead.NewGroup(bulkhead.Config{MaxConcurrent: 1}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := g.Get("a")
+	if g.Get("a") != a {
+		t.Fatal("a second Get of a key returned another compartment")
+	}
+	slot, err := a.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := g.Get("b")
+	_ = g.Get("c") // past 2 keys: idle b is dropped, busy a is kept
+	if g.Get("a") != a {
+		t.Error("the busy compartment of a was dropped")
+	}
+	if g.Get("b") == b {
+		t.Error("the idle compartment of b was kept past the maximum")
+	}
+	slot.Release()
+	if allocs := testing.AllocsPerRun(100, func() { g.Get("a") }); allocs != 0 {
+		t.Errorf("Get of an existing key: %v allocations, want 0", allocs)
+	}
+}
+
+func TestNewGroupValidates(t *testing.T) {
+	if _, err := bulkhead.NewGroup(bulkhead.Config{MaxConcurrent: -1}, 0); !errors.Is(err, bulkhead.ErrInvalidConfig) {
+		t.Errorf("bad Config: err = %v, want ErrInvalidConfig", err)
+	}
+	if _, err := bulkhead.NewGroup(bulkhead.Config{}, -1); !errors.Is(err, bulkhead.ErrInvalidConfig) || !strings.Contains(err.Error(), "maxKeys is -1") {
+		t.Errorf("negative maxKeys: err = %v, want ErrInvalidConfig naming maxKeys", err)
 	}
 }

@@ -2,6 +2,7 @@ package bulkhead_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -51,4 +52,19 @@ func Example_deadline() {
 	fmt.Println(err, "- waiting:", b.Waiting())
 	// Output:
 	// context deadline exceeded - waiting: 0
+}
+
+// One compartment per host: a slow host fills its own, not the others'.
+func ExampleGroup() {
+	g, err := bulkhead.NewGroup(bulkhead.Config{MaxConcurrent: 1}, 0)
+	if err != nil {
+		panic(err)
+	}
+	slow, _ := g.Get("slow.internal").Acquire(context.Background())
+	_, errSlow := g.Get("slow.internal").AcquireBy(context.Background(), time.Now())
+	fast, errFast := g.Get("fast.internal").Acquire(context.Background())
+	fmt.Println(errors.Is(errSlow, bulkhead.ErrFull), errFast)
+	fast.Release()
+	slow.Release()
+	// Output: true <nil>
 }

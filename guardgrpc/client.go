@@ -191,7 +191,7 @@ type Client struct {
 	maxBuf     int
 	maxAttempt int
 	breakers   *breaker.Group
-	bulkheads  *bulkheads // nil: none
+	bulkheads  *bulkhead.Group // nil: none
 	policy     guardrail.Policy
 	// once runs calls that grpc-go retries itself: one attempt of ours.
 	once guardrail.Policy
@@ -296,7 +296,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		if _, err := bulkhead.New(*cfg.Bulkhead); err != nil {
 			return nil, &configError{msg: "guardgrpc: ClientConfig.Bulkhead: " + err.Error(), err: err}
 		}
-		c.bulkheads = newBulkheads(*cfg.Bulkhead)
+		c.bulkheads, _ = bulkhead.NewGroup(*cfg.Bulkhead, 0) // NewClient checked cfg.Bulkhead
 	}
 	c.pool.New = func() any { return new(unaryCall) }
 	return c, nil
@@ -395,7 +395,7 @@ func (c *Client) call(cc *grpc.ClientConn, key string, idempotent bool) guardrai
 		gc.Dependency = key
 	}
 	if c.bulkheads != nil {
-		gc.Bulkhead = c.bulkheads.get(key)
+		gc.Bulkhead = c.bulkheads.Get(key)
 	}
 	return gc
 }

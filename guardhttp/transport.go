@@ -88,7 +88,7 @@ type Transport struct {
 	s         settings
 	observer  event.Observer // Config.Observer, for events after the engine returned
 	breakers  *breaker.Group
-	bulkheads *bulkheads       // nil: none
+	bulkheads *bulkhead.Group  // nil: none
 	policy    guardrail.Policy // must not be copied: holds the budget
 	hedges    bool             // Config.Hedge is set
 }
@@ -146,7 +146,7 @@ func NewTransport(base http.RoundTripper, cfg Config) (*Transport, error) {
 		t.breakers, _ = breaker.NewGroup(gc) // validated with cfg
 	}
 	if cfg.Bulkhead != nil {
-		t.bulkheads = newBulkheads(*cfg.Bulkhead)
+		t.bulkheads, _ = bulkhead.NewGroup(*cfg.Bulkhead, 0) // Config.validate checked cfg.Bulkhead
 	}
 	return t, nil
 }
@@ -455,7 +455,7 @@ func (c *call) attempt(actx context.Context) (*http.Response, error) {
 // acquire takes a slot in the key's bulkhead for attempt n, waiting at
 // most until the deadline minus MinAttemptTime.
 func (c *call) acquire(n int) (func(), error) {
-	b := c.t.bulkheads.get(c.key)
+	b := c.t.bulkheads.Get(c.key)
 	ctx := c.req.Context()
 	var latest time.Time
 	if dl, ok := ctx.Deadline(); ok {
