@@ -171,8 +171,13 @@ func (p overheadParams) run(ctx context.Context, env *Env) (*Result, error) {
 
 	for _, i := range []int{1, 3} {
 		g, plain := clients[i], clients[clients[i].base]
-		r.check(g.allocs-plain.allocs <= 10, g.label+" allocates at most 10 more per request than "+baseName(g.base),
-			"%.1f allocations per request against %.1f", g.allocs, plain.allocs)
+		name := g.label + " allocates at most 10 more per request than " + baseName(g.base)
+		if raceEnabled {
+			r.notJudged(name, "built with the race detector, which drops sync.Pool's objects at random: %.1f allocations per request against %.1f are not a normal build's",
+				g.allocs, plain.allocs)
+			continue
+		}
+		r.check(g.allocs-plain.allocs <= 10, name, "%.1f allocations per request against %.1f", g.allocs, plain.allocs)
 	}
 	failed := 0
 	for _, c := range clients {
