@@ -9,7 +9,9 @@ import (
 	"github.com/guardrail-go/guardrail/event"
 
 	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/bulkhead"
 )
 
@@ -27,9 +29,57 @@ func BenchmarkDo(b *testing.B) {
 }
 
 // BenchmarkDoDeadline: the caller's context has a deadline, so Do reads the
-// clock once to check MinAttemptTime.
+// clock to check MinAttemptTime. An hour is too far away to bound the
+// attempt, so the breaker reads the attempt's end too.
 func BenchmarkDoDeadline(b *testing.B) {
 	p := &guardrail.Policy{}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = guardrail.Do(ctx, p, okOp)
+	}
+}
+
+// nearDeadline is the deadline of the benchmarks of calls whose deadline
+// bounds their attempts to less than one bucket of the breaker's window
+// (1 s by default), the usual case of a call to another service.
+const nearDeadline = 800 * time.Millisecond
+
+// nearDeadlines returns a context whose deadline is at most nearDeadline
+// away and about that much for each call, renewed every 256 calls (so that
+// the renewal's cost is noise), and the function that ends the last one.
+func nearDeadlines() (next func() context.Context, stop func()) {
+	var ctx context.Context
+	var cancel context.CancelFunc = func() {}
+	n := 0
+	next = func() context.Context {
+		if n%256 == 0 {
+			cancel()
+			ctx, cancel = context.WithTimeout(context.Background(), nearDeadline)
+		}
+		n++
+		return ctx
+	}
+	return next, func() { cancel() }
+}
+
+// BenchmarkDoNearDeadline is BenchmarkDoDeadline with a deadline 800 ms
+// away: one clock read in all.
+func BenchmarkDoNearDeadline(b *testing.B) {
+	p := &guardrail.Policy{}
+	next, stop := nearDeadlines()
+	defer stop()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = guardrail.Do(next(), p, okOp)
+	}
+}
+
+// BenchmarkDoDeadlineAttemptTimeout: a far deadline and an attempt timeout
+// that comes first, so the attempt has a timer of its own.
+func BenchmarkDoDeadlineAttemptTimeout(b *testing.B) {
+	p := &guardrail.Policy{AttemptTimeout: 500 * time.Millisecond}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	b.ReportAllocs()
@@ -177,4 +227,57 @@ func BenchmarkDoFailedAttempt(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkDoFailedAttemptDeadline is BenchmarkDoFailedAttempt with the
+// trivial classifier and a deadline on the caller's context.
+func BenchmarkDoFailedAttemptDeadline(b *testing.B) {
+	p := &guardrail.Policy{MaxAttempts: 1, Classify: trivialClassify,
+		Breaker: newBreaker(breaker.Config{Mode: breaker.Disabled})}
+	b.Run("deadline=1h", func(b *testing.B) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = guardrail.Do(ctx, p, transientOp)
+		}
+	})
+	b.Run("deadline=800ms", func(b *testing.B) {
+		next, stop := nearDeadlines()
+		defer stop()
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = guardrail.Do(next(), p, transientOp)
+		}
+	})
+}
+
+// BenchmarkDoRetries is a call whose three attempts all fail, retried at
+// once (no backoff), with a breaker that records every attempt in its
+// time window but never opens, so that every call makes its three
+// attempts: the failure path of an outage, per call.
+func BenchmarkDoRetries(b *testing.B) {
+	p := &guardrail.Policy{Idempotent: true, Classify: trivialClassify, Backoff: backoff.None(),
+		Budget: budget.Unlimited(), Breaker: newBreaker(breaker.Config{Mode: breaker.MetricsOnly})}
+	run := func(b *testing.B, ctx func() context.Context) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := guardrail.Do(ctx(), p, transientOp); !errors.Is(err, errTransient) {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("deadline=none", func(b *testing.B) {
+		run(b, context.Background)
+	})
+	b.Run("deadline=1h", func(b *testing.B) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		run(b, func() context.Context { return ctx })
+	})
+	b.Run("deadline=800ms", func(b *testing.B) {
+		next, stop := nearDeadlines()
+		defer stop()
+		run(b, next)
+	})
 }

@@ -3,6 +3,7 @@ package guardrail
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/guardrail-go/guardrail/event"
@@ -229,6 +230,11 @@ func attempt[T any](c *call, op func(context.Context) (T, error), actx context.C
 	}()
 	v, err = op(actx)
 	done = true
+	if c.bounded {
+		// Before cancel: a context still live bounds how long the attempt
+		// took (see beforeAttempt).
+		c.live = actx.Err() == nil
+	}
 	if err != nil && cancel != nil {
 		// Before cancel: was it our attempt timeout that ended the attempt?
 		timedOut = errors.Is(actx.Err(), context.DeadlineExceeded) && c.ctx.Err() == nil
@@ -254,7 +260,7 @@ type call struct {
 	slot        bulkhead.Slot      // the current attempt's; zero without a bulkhead
 	actx        context.Context    // the current attempt's context, as the observer returned it
 	operation   string             // event.Operation(ctx); set only when observed
-	deadline    time.Time          // ctx's deadline; set only when observed
+	deadline    time.Time          // ctx's deadline
 	hasDeadline bool
 	timed       bool          // attempt durations are needed
 	attempts    int           // attempts started
@@ -263,23 +269,125 @@ type call struct {
 	lastErr     error
 	timer       *time.Timer
 	start       time.Time // call start; set only when observed
-	astart      time.Time // attempt start; set only when observed
+	astart      time.Time // attempt start; set only when timed
 	remain      time.Duration
 	outcome     string // the CallEnd outcome of a call that fails; "" means event.OutcomeError
+
+	// The clock, read at most once per attempt (see clock, beforeAttempt).
+	ref     time.Time // what later reads measure from with the monotonic clock alone; zero before the first
+	now     time.Time // the current attempt's start, read or derived; zero when nothing needed it
+	fresh   bool      // now was read by this attempt's beforeAttempt
+	endAt   time.Time // the current attempt's end, once read
+	bounded bool      // the attempt's context ends within one bucket of the windows its result goes into
+	live    bool      // bounded, and the attempt's context was not done when op returned
 }
 
 func (c *call) begin() {
 	c.s.budget.Deposit()
 	c.timed = c.obs != nil || (c.breaker != nil && c.breaker.Timed())
+	// Read once per call, not once per attempt or event: the context chain
+	// only grows (an observer's span) and neither value changes within a
+	// call.
+	c.deadline, c.hasDeadline = c.ctx.Deadline()
+	if c.hasDeadline && hasMonotonic(c.deadline) {
+		c.ref = c.deadline
+	}
 	if c.obs == nil {
 		return
 	}
-	// Read once per call, not once per event: the context chain only grows
-	// (an observer's span) and neither value changes within a call.
 	c.operation = event.Operation(c.ctx)
-	c.deadline, c.hasDeadline = c.ctx.Deadline()
-	c.start = time.Now()
+	c.start = c.clock()
 	c.ctx = c.obs.Observe(c.ctx, c.event(event.CallStart, c.start))
+}
+
+// clockReads, when not nil, is called at every clock read Do makes and at
+// every call into the breaker that may read the clock itself, so that a
+// test can count them. It is nil outside tests: the cost is a load and a
+// branch.
+var clockReads func()
+
+// mayRead counts a read the breaker may make, for clockReads.
+func mayRead() {
+	if clockReads != nil {
+		clockReads()
+	}
+}
+
+// clock reads the clock. The first read of a call is time.Now, unless the
+// context's deadline carries a monotonic reading; every other one is
+// measured from that first reading or from the deadline with the monotonic
+// clock alone (time.Since), which costs about half of time.Now. The result
+// has both readings, so it compares with the deadline, the breaker's epoch
+// and other readings exactly as time.Now's would.
+func (c *call) clock() time.Time {
+	if clockReads != nil {
+		clockReads()
+	}
+	if c.ref.IsZero() {
+		c.ref = time.Now()
+		return c.ref
+	}
+	return c.ref.Add(time.Since(c.ref))
+}
+
+// hasMonotonic reports whether t carries a monotonic clock reading (a
+// deadline from time.Now().Add, as context.WithTimeout makes, does; one
+// from time.Unix does not). Round(0) strips it.
+func hasMonotonic(t time.Time) bool { return t != t.Round(0) }
+
+// ended returns the time the current attempt ended, reading the clock the
+// first time it is asked for: every use after op returned (the breaker,
+// the throttle, the retry decision, the events) shares one read.
+func (c *call) ended() time.Time {
+	if c.endAt.IsZero() {
+		c.endAt = c.clock()
+	}
+	return c.endAt
+}
+
+// resultAt returns the time to record the attempt's result at in the
+// breaker's and the throttle's windows: its end if that has been read,
+// else its start when the attempt is known to have ended less than one of
+// their buckets after it (see beforeAttempt), else its end.
+func (c *call) resultAt() time.Time {
+	if c.endAt.IsZero() && c.live {
+		return c.now
+	}
+	return c.ended()
+}
+
+// done records an untimed attempt's outcome in the breaker.
+func (c *call) done(o breaker.Outcome) {
+	switch {
+	case o == breaker.Ignored || c.breaker == nil:
+		c.permit.Done(o, 0) // reads no clock
+	case c.live || !c.endAt.IsZero():
+		c.permit.DoneAt(o, 0, c.resultAt())
+	default:
+		// The breaker reads the clock only if its window needs it, with the
+		// monotonic clock alone.
+		mayRead()
+		c.permit.Done(o, 0)
+	}
+}
+
+// recordLimit is how much later than its attempt's start a result may be
+// recorded at that start: one bucket of the narrowest window it goes into,
+// which is within the granularity of that window. A breaker other than the
+// Policy's (a Call's, from a breaker.Group) has a window Do does not know
+// without a cost: its results are recorded at their end.
+func (c *call) recordLimit() time.Duration {
+	limit := time.Duration(math.MaxInt64)
+	if c.breaker != nil {
+		if c.breaker != c.s.breaker {
+			return -1
+		}
+		limit = c.s.breakerBucket
+	}
+	if c.throttle != nil {
+		limit = min(limit, time.Duration(c.throttle.width))
+	}
+	return limit
 }
 
 func (c *call) cleanup() {
@@ -292,25 +400,43 @@ func (c *call) cleanup() {
 // breaker, bulkhead, in that order: the cheapest refusal first, and no slot
 // taken for an attempt the breaker refuses), then builds the attempt's
 // context.
+//
+// It reads the clock at most once, and only when something needs the time:
+// the deadline check, the throttle, or an attempt duration. A retry of an
+// untimed call does not read it at all: it starts when its wait ends, at
+// the previous attempt's end (read for the retry decision) plus the delay.
+// That is exact but for the timer waking up late, which the retry
+// decision has allowed for: it granted the retry because delay plus
+// MinAttemptTime fit in the time left. A deadline that passed meanwhile
+// still ends the call with ErrDeadline, without an attempt.
 func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
-	dl, hasDeadline := c.ctx.Deadline()
 	var now time.Time
-	if c.attempts == 0 {
+	fresh := false
+	switch {
+	case c.attempts == 0:
 		now = c.start // read by begin when observed; zero otherwise
+	case !c.timed && !c.hedged && !c.endAt.IsZero():
+		now = c.endAt.Add(c.delay)
 	}
+	c.endAt, c.bounded, c.live = time.Time{}, false, false
 	c.remain = -1
-	if hasDeadline {
-		if now.IsZero() {
-			now = time.Now()
+	if c.hasDeadline {
+		if !now.IsZero() && c.attempts > 0 {
+			if err := c.ctx.Err(); err != nil && errors.Is(err, context.DeadlineExceeded) {
+				return nil, nil, c.giveUp(ErrDeadline, 0)
+			}
 		}
-		c.remain = dl.Sub(now)
+		if now.IsZero() {
+			now, fresh = c.clock(), true
+		}
+		c.remain = c.deadline.Sub(now)
 		if c.remain < c.s.minAttempt {
 			return nil, nil, c.giveUp(ErrDeadline, 0)
 		}
 	}
 	if c.throttle != nil {
 		if now.IsZero() {
-			now = time.Now()
+			now, fresh = c.clock(), true
 		}
 		if !c.throttle.admit(now, c.s.rand()) {
 			return nil, nil, c.throttled()
@@ -319,7 +445,10 @@ func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
 	if c.breaker != nil {
 		var err error
 		if now.IsZero() {
-			c.permit, err = c.breaker.Allow()
+			if clockReads != nil && c.breaker.State() != breaker.Closed {
+				mayRead()
+			}
+			c.permit, err = c.breaker.Allow() // reads the clock only when not closed
 		} else {
 			c.permit, err = c.breaker.AllowAt(now)
 		}
@@ -332,33 +461,61 @@ func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
 	}
 	if c.bulkhead != nil {
 		var latest time.Time
-		if hasDeadline {
-			latest = dl.Add(-c.s.minAttempt)
+		if c.hasDeadline {
+			latest = c.deadline.Add(-c.s.minAttempt)
 		}
 		var err error
 		if c.slot, err = c.bulkhead.AcquireBy(c.ctx, latest); err != nil {
 			c.permit.Done(breaker.Ignored, 0) // frees a probe slot
 			return nil, nil, c.bulkheadRejected(err)
 		}
+		fresh = false // a wait for a slot may have made now old
 	}
 	c.attempts++
 	actx := c.ctx
 	var cancel context.CancelFunc
+	// The attempt ends by bound after start at the latest, if its context
+	// is live when op returns; bound < 0: no bound.
+	start, bound := now, c.remain
 	if at := c.s.attemptTimeout; at > 0 {
-		if hasDeadline && c.remain <= at {
+		switch {
+		case fresh:
+			// Arm the timer from the reading just made rather than let
+			// WithTimeout read the clock again. A caller's deadline that
+			// comes first makes it a plain cancel, without a timer.
+			actx, cancel = context.WithDeadline(c.ctx, now.Add(at))
+			if bound < 0 || at < bound {
+				bound = at
+			}
+		case c.hasDeadline && c.remain <= at:
 			// The caller's deadline comes first: no timer needed, only the
 			// promise that op's context ends with the attempt.
 			actx, cancel = context.WithCancel(c.ctx)
-		} else {
+		default:
 			actx, cancel = context.WithTimeout(c.ctx, at)
+			// WithTimeout read the clock: its deadline minus at is that
+			// reading, unless the caller's deadline came first.
+			if d, ok := actx.Deadline(); ok && (!c.hasDeadline || d.Before(c.deadline)) {
+				start, bound = d.Add(-at), at
+			}
 		}
 	}
 	if c.timed {
 		if now.IsZero() {
-			now = time.Now()
+			now = start
+			if now.IsZero() {
+				now = c.clock()
+			}
 		}
 		c.astart = now
 	}
+	c.now, c.fresh = start, fresh
+	// A result may be recorded at the attempt's start, without reading the
+	// clock at its end, when the attempt cannot have ended later than
+	// within one bucket of the windows it is recorded in (a timed attempt
+	// reads its end anyway, a hedged one measures its latency, a half-open
+	// probe's result moves the breaker at the time it is recorded).
+	c.bounded = !start.IsZero() && !c.timed && !c.hedged && bound >= 0 && bound <= c.recordLimit() && !c.permit.Probe()
 	if c.obs != nil {
 		e := c.event(event.AttemptStart, now)
 		e.Delay = c.delay
@@ -370,14 +527,14 @@ func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
 
 func (c *call) succeeded() {
 	if c.throttle != nil {
-		c.throttle.record(time.Now(), true)
+		c.throttle.record(c.resultAt(), true)
 	}
 	if c.obs == nil {
 		if c.timed {
-			now := time.Now()
+			now := c.ended()
 			c.permit.DoneAt(breaker.Success, now.Sub(c.astart), now)
 		} else {
-			c.permit.Done(breaker.Success, 0)
+			c.done(breaker.Success)
 		}
 		return
 	}
@@ -390,7 +547,7 @@ func (c *call) succeeded() {
 
 func (c *call) panicked() {
 	if c.throttle != nil {
-		c.throttle.record(time.Now(), true) // the operation's fault, not the dependency's
+		c.throttle.record(c.resultAt(), true) // the operation's fault, not the dependency's
 	}
 	c.recordAttempt(breaker.Failure, errPanicked)
 	c.end(errPanicked) // the call ends here too: observers close what they opened
@@ -406,7 +563,7 @@ func (c *call) failed(err error, timedOut bool) error {
 		if errors.Is(perr, context.Canceled) {
 			// The caller gave up: not the dependency's fault, not retried.
 			if c.throttle != nil {
-				c.throttle.record(time.Now(), true) // nor evidence against it
+				c.throttle.record(c.resultAt(), true) // nor evidence against it
 			}
 			c.recordAttempt(breaker.Ignored, err)
 			c.outcome = event.OutcomeCanceled
@@ -415,7 +572,7 @@ func (c *call) failed(err error, timedOut bool) error {
 		// The caller's deadline passed during the attempt: the dependency did
 		// not answer in time.
 		if c.throttle != nil {
-			c.throttle.record(time.Now(), false)
+			c.throttle.record(c.resultAt(), false)
 		}
 		c.recordAttempt(breaker.Failure, err)
 		c.timeout()
@@ -429,11 +586,18 @@ func (c *call) failed(err error, timedOut bool) error {
 	if timedOut {
 		v.Outcome, v.Retryable, v.Timeout = breaker.Failure, true, true
 	}
+	if c.throttle != nil && !c.live || c.hasDeadline && v.Retryable && (c.idempotent || v.Unsent) &&
+		c.attempts-c.hedges < c.s.maxAttempts && !(v.RetryAfter > c.s.maxRetryAfter && c.s.maxRetryAfter >= 0) {
+		// The throttle, or the retry decision below (the time left), needs
+		// the attempt's end: read it now, so that the breaker records the
+		// attempt at it too.
+		c.ended()
+	}
 	c.recordAttempt(v.Outcome, err)
 	if c.throttle != nil {
 		// An answer, if not a good one, is one the dependency took; an
 		// overload answer or a timeout is not.
-		c.throttle.record(time.Now(), !v.Timeout && !isOverload(err, v))
+		c.throttle.record(c.resultAt(), !v.Timeout && !isOverload(err, v))
 	}
 	if v.Timeout {
 		c.timeout()
@@ -463,8 +627,8 @@ func (c *call) failed(err error, timedOut bool) error {
 	} else {
 		delay = c.s.backoff.Delay(c.retries, c.delay, c.s.rand())
 	}
-	if dl, ok := c.ctx.Deadline(); ok {
-		if left := time.Until(dl); delay+c.s.minAttempt > left {
+	if c.hasDeadline {
+		if left := c.deadline.Sub(c.ended()); delay+c.s.minAttempt > left {
 			// No sleeping toward a deadline the retry would miss.
 			c.refuse(event.ReasonDeadline)
 			retryIn := time.Duration(0)
@@ -475,7 +639,10 @@ func (c *call) failed(err error, timedOut bool) error {
 		}
 	}
 	if c.breaker != nil {
-		if err := c.breaker.Refusal(); err != nil {
+		if clockReads != nil && c.breaker.State() == breaker.Open {
+			mayRead()
+		}
+		if err := c.breaker.Refusal(); err != nil { // reads the clock only when open
 			// It opened meanwhile: no sleeping toward a certain refusal.
 			c.refuse(event.ReasonBreakerOpen)
 			return c.rejected(err)
@@ -514,6 +681,7 @@ func (c *call) wait(d time.Duration) error {
 	case <-c.timer.C:
 		return nil
 	case <-c.ctx.Done():
+		c.endAt = time.Time{} // the call ends now, not when the attempt did
 		if errors.Is(c.ctx.Err(), context.Canceled) {
 			c.outcome = event.OutcomeCanceled
 			return c.ctx.Err()
@@ -523,13 +691,13 @@ func (c *call) wait(d time.Duration) error {
 }
 
 // recordAttempt reports the attempt's outcome to the breaker and the
-// observer. It returns the time it read, if it read one.
+// observer. It returns the attempt's end, if it read it.
 func (c *call) recordAttempt(o breaker.Outcome, err error) time.Time {
 	if !c.timed {
-		c.permit.Done(o, 0)
+		c.done(o)
 		return time.Time{}
 	}
-	now := time.Now()
+	now := c.ended()
 	d := now.Sub(c.astart)
 	c.permit.DoneAt(o, d, now)
 	c.permit = breaker.Permit{}
@@ -651,7 +819,7 @@ func (c *call) end(err error) error {
 	if c.obs == nil {
 		return err
 	}
-	now := time.Now()
+	now := c.ended() // the last attempt's end, when the call ends with it
 	e := c.event(event.CallEnd, now)
 	// The outcome is the one this call decided on, never read back from
 	// err: an error that wraps another call's *Error (a nested Do, or the

@@ -181,9 +181,9 @@ func (h *hedger) overloaded(now time.Time, retryAfter time.Duration) {
 	}
 }
 
-// observe learns from a finished attempt: its latency if it succeeded, a
-// pause if it said the dependency is overloaded.
-func (h *hedger) observe(classify Classifier, err error, d time.Duration) {
+// observe learns from an attempt that ended at now after d: its latency
+// if it succeeded, a pause if it said the dependency is overloaded.
+func (h *hedger) observe(classify Classifier, err error, d time.Duration, now time.Time) {
 	if err == nil {
 		if h.lat != nil {
 			h.lat.add(d)
@@ -191,7 +191,7 @@ func (h *hedger) observe(classify Classifier, err error, d time.Duration) {
 		return
 	}
 	if v := classify(err); isOverload(err, v) {
-		h.overloaded(time.Now(), v.RetryAfter)
+		h.overloaded(now, v.RetryAfter)
 	}
 }
 
@@ -264,6 +264,7 @@ type hedgeResult[T any] struct {
 	v       T
 	permit  breaker.Permit
 	start   time.Time
+	end     time.Time
 	actx    context.Context
 	attempt int
 }
@@ -292,11 +293,17 @@ type round[T any] struct {
 // failure once every hedge in flight has failed too.
 func hedgedAttempt[T any](c *call, op func(context.Context) (T, error), actx context.Context, cancel context.CancelFunc) (T, error, bool) {
 	h := c.s.hedge
-	start := time.Now()
+	// The attempt's latency is measured from the reading beforeAttempt
+	// made, if it made one, and to the one the call records the attempt at.
+	start := c.now
+	if !c.fresh {
+		start = c.clock()
+	}
 	d, ok := h.delay(start)
 	if !ok {
 		v, err, timedOut := attempt(c, op, actx, cancel)
-		h.observe(c.s.classify, err, time.Since(start))
+		end := c.ended()
+		h.observe(c.s.classify, err, end.Sub(start), end)
 		return v, err, timedOut
 	}
 	// A hedge that wins must be able to end the caller's attempt, and say
@@ -315,7 +322,8 @@ func hedgedAttempt[T any](c *call, op func(context.Context) (T, error), actx con
 	r.mu.Unlock()
 
 	v, err, timedOut := attempt(c, op, actx, cancel)
-	elapsed := time.Since(start)
+	end := c.ended()
+	elapsed := end.Sub(start)
 
 	r.mu.Lock()
 	r.primary = true
@@ -324,7 +332,7 @@ func hedgedAttempt[T any](c *call, op func(context.Context) (T, error), actx con
 	}
 	if r.won == nil && err != nil {
 		if v := c.s.classify(err); isOverload(err, v) {
-			h.overloaded(time.Now(), v.RetryAfter)
+			h.overloaded(end, v.RetryAfter)
 		}
 		// No hedge starts after the caller's attempt failed: what follows
 		// is the retry decision's to make.
@@ -353,7 +361,7 @@ func hedgedAttempt[T any](c *call, op func(context.Context) (T, error), actx con
 
 	if w == nil {
 		if err == nil {
-			h.observe(c.s.classify, nil, elapsed)
+			h.observe(c.s.classify, nil, elapsed, end)
 		}
 		return v, err, timedOut
 	}
@@ -364,9 +372,11 @@ func hedgedAttempt[T any](c *call, op func(context.Context) (T, error), actx con
 	}
 	c.permit.Done(breaker.Ignored, 0)
 	if c.throttle != nil {
-		c.throttle.record(time.Now(), true) // cancelled by us: says nothing against the dependency
+		c.throttle.record(end, true) // cancelled by us: says nothing against the dependency
 	}
-	c.permit, c.astart = w.permit, w.start
+	// The winner's attempt is the call's: it is recorded with its own
+	// start and end.
+	c.permit, c.astart, c.endAt = w.permit, w.start, w.end
 	if c.obs != nil {
 		c.actx = w.actx
 	}
@@ -522,7 +532,7 @@ func (r *round[T]) run(actx context.Context, cancel context.CancelCauseFunc, per
 	r.running--
 	win := err == nil && r.won == nil && !(r.over && r.primary)
 	if win {
-		r.won = &hedgeResult[T]{v: v, permit: permit, start: start, actx: actx, attempt: n}
+		r.won = &hedgeResult[T]{v: v, permit: permit, start: start, end: now, actx: actx, attempt: n}
 		r.over = true
 		r.timer.Stop()
 		cancel(nil) // this attempt has ended, and won: not a loser's cause
@@ -531,7 +541,7 @@ func (r *round[T]) run(actx context.Context, cancel context.CancelCauseFunc, per
 	r.mu.Unlock()
 	r.signal()
 	if win {
-		c.s.hedge.observe(c.s.classify, nil, d)
+		c.s.hedge.observe(c.s.classify, nil, d, now)
 		return // the caller records the winner as its attempt
 	}
 	cancel(nil)

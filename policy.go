@@ -3,6 +3,7 @@ package guardrail
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -158,6 +159,7 @@ type settings struct {
 	classify       Classifier
 	budget         *budget.Budget
 	breaker        *breaker.Breaker // nil: none
+	breakerBucket  time.Duration    // the breaker's window's bucket width; MaxInt64 if it records no time
 	rand           func() float64
 	hedge          *hedger // nil: no hedging
 }
@@ -228,8 +230,22 @@ func (p *Policy) resolve() *settings {
 		// The Policy owns this breaker, so it, and only it, observes it.
 		s.breaker = must(breaker.New(breaker.Config{Name: p.Name, Observer: p.Observer}))
 	}
+	if s.breaker != nil {
+		s.breakerBucket = bucketWidth(s.breaker)
+	}
 	s.err = errors.Join(errs...)
 	return s
+}
+
+// bucketWidth returns the width of the buckets of b's time window, or
+// MaxInt64 if b records nothing in a time window (a count window, or
+// disabled): then any time is as good as another to record a result at.
+func bucketWidth(b *breaker.Breaker) time.Duration {
+	cfg := b.Config()
+	if cfg.CountWindow > 0 || cfg.Mode == breaker.Disabled {
+		return math.MaxInt64
+	}
+	return cfg.Window / time.Duration(cfg.Buckets)
 }
 
 // must returns v, for constructors given a Config known to be valid.
