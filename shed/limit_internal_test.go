@@ -1,0 +1,77 @@
+package shed
+
+import (
+	"testing"
+	"time"
+)
+
+// At start the limit is InitialLimit, with no probe, and the no-load
+// latency comes from the first requests admitted at low concurrency.
+func TestControllerStartsWithoutProbe(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	g := newController(Adaptive{}, 1, t0)
+	if g.probing || g.effective() != 20 {
+		t.Fatalf("at start: probing %v at %v, want no probe and the initial 20", g.probing, g.effective())
+	}
+	rtt := 50 * time.Millisecond
+	// Three requests admitted at 1..3 in flight, the rest queued behind them.
+	for i := 1; i <= 20; i++ {
+		d := rtt
+		if i > 10 {
+			d = 2 * rtt
+		}
+		g.observe(t0.Add(d), d, g.gen, i, 20-i)
+	}
+	g.observe(t0.Add(time.Second), 2*rtt, g.gen, 20, 10) // ends the window
+	if g.minRTT != rtt {
+		t.Errorf("no-load latency %v, want %v from the first three requests", g.minRTT, rtt)
+	}
+}
+
+// At a high rate only about 2×sampleCap requests per window are timed,
+// so admission and release mostly read no clock.
+func TestControllerTimesOneInStride(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	g := newController(Adaptive{}, 1, t0)
+	g.minRTT = time.Millisecond
+	g.scheduleProbe(t0)
+	const perWindow = 20 * sampleCap
+	for i := range perWindow {
+		now := t0.Add(time.Duration(i) * g.span() / perWindow)
+		if g.sampleNext() {
+			g.observe(now, time.Millisecond, g.gen, 10, 10)
+		}
+	}
+	g.observe(t0.Add(g.span()+time.Millisecond), time.Millisecond, g.gen, 10, 10) // ends the window
+	if g.stride != perWindow/(2*sampleCap) {
+		t.Fatalf("stride = %d after %d requests in a window, want %d", g.stride, perWindow, perWindow/(2*sampleCap))
+	}
+	timed := 0
+	for range perWindow {
+		if g.sampleNext() {
+			timed++
+		}
+	}
+	if timed != 2*sampleCap {
+		t.Fatalf("%d of %d requests timed, want %d", timed, perWindow, 2*sampleCap)
+	}
+}
+
+// While requests queue, the limit lands on the completion rate times the
+// no-load latency, plus Buffer and one, in one window.
+func TestControllerCutsToCapacityInOneWindow(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	g := newController(Adaptive{}, 1, t0)
+	g.minRTT = 50 * time.Millisecond
+	g.limit = 30
+	g.resetWindow(t0, 30)
+	g.admitted(30)
+	// A backend of 5 slots: 100 completions a second, each 300 ms long.
+	for i := 1; i <= 5; i++ {
+		g.completed()
+		g.observe(t0.Add(time.Duration(i)*10*time.Millisecond), 300*time.Millisecond, g.gen, 30, 29)
+	}
+	if want := 5*1.1 + 1; g.limit < want-0.01 || g.limit > want+0.01 {
+		t.Errorf("limit %.2f after a queued window, want %.2f", g.limit, want)
+	}
+}
