@@ -136,7 +136,8 @@ func DoHedged[T any](ctx context.Context, p *Policy, c Call, op func(context.Con
 	return run(&cl, op)
 }
 
-// init resolves the call's settings: the Policy's, refined by c.
+// init resolves the call's settings into cl, a zero call: the Policy's,
+// refined by c.
 func (cl *call) init(ctx context.Context, p *Policy, c Call) error {
 	if p == nil {
 		p = &defaultPolicy
@@ -145,8 +146,12 @@ func (cl *call) init(ctx context.Context, p *Policy, c Call) error {
 	if s.err != nil {
 		return s.err
 	}
-	*cl = call{ctx: ctx, p: p, s: s, obs: p.Observer, idempotent: p.Idempotent, dependency: c.Dependency,
-		breaker: s.breaker, bulkhead: p.Bulkhead, throttle: p.Throttler, discard: c.Discard}
+	// Field by field into the zero call the caller declared: a composite
+	// literal would be built aside and then copied in, with write barriers,
+	// which cost more than the rest of a failed attempt.
+	cl.ctx, cl.p, cl.s, cl.obs = ctx, p, s, p.Observer
+	cl.idempotent, cl.dependency, cl.discard = p.Idempotent, c.Dependency, c.Discard
+	cl.breaker, cl.bulkhead, cl.throttle = s.breaker, p.Bulkhead, p.Throttler
 	switch c.Idempotent {
 	case Idempotent:
 		cl.idempotent = true
