@@ -149,3 +149,45 @@ func TestRetryStartsWhenItsWaitEnds(t *testing.T) {
 		}
 	})
 }
+
+// TestLongAttemptStaysInTheWindow: a result is recorded at its attempt's
+// start only when the context bounds the attempt to one bucket of the
+// breaker's window. A success that took longer than the window is still
+// in the window when the call returns, and so is one bounded by a near
+// deadline; 10 s later both have left it.
+func TestLongAttemptStaysInTheWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		deadline, took time.Duration
+	}{
+		{"deadline=1h/took=12s", time.Hour, 12 * time.Second},
+		{"deadline=900ms/took=800ms", 900 * time.Millisecond, 800 * time.Millisecond},
+		{"deadline=none/took=12s", 0, 12 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := &Policy{}
+				ctx := context.Background()
+				if tc.deadline > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tc.deadline)
+					defer cancel()
+				}
+				op := func(context.Context) (int, error) {
+					time.Sleep(tc.took)
+					return 1, nil
+				}
+				if _, err := Do(ctx, p, op); err != nil {
+					t.Fatal(err)
+				}
+				if got := p.BreakerInUse().Metrics().Calls; got != 1 {
+					t.Errorf("calls in the window when Do returned: %d; want 1", got)
+				}
+				time.Sleep(10 * time.Second)
+				if got := p.BreakerInUse().Metrics().Calls; got != 0 {
+					t.Errorf("calls in the window 10 s later: %d; want 0", got)
+				}
+			})
+		})
+	}
+}

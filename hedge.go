@@ -296,8 +296,11 @@ func hedgedAttempt[T any](c *call, op func(context.Context) (T, error), actx con
 	// The attempt's latency is measured from the reading beforeAttempt
 	// made, if it made one, and to the one the call records the attempt at.
 	start := c.now
-	if !c.fresh {
+	switch {
+	case !c.fresh:
 		start = c.clock()
+	case start.IsZero():
+		start = c.fromLeft()
 	}
 	d, ok := h.delay(start)
 	if !ok {

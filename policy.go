@@ -3,7 +3,6 @@ package guardrail
 import (
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -159,7 +158,7 @@ type settings struct {
 	classify       Classifier
 	budget         *budget.Budget
 	breaker        *breaker.Breaker // nil: none
-	breakerBucket  time.Duration    // the breaker's window's bucket width; MaxInt64 if it records no time
+	breakerBucket  time.Duration    // the breaker's window's bucket width; noWindow if it records no time
 	rand           func() float64
 	hedge          *hedger // nil: no hedging
 }
@@ -238,12 +237,12 @@ func (p *Policy) resolve() *settings {
 }
 
 // bucketWidth returns the width of the buckets of b's time window, or
-// MaxInt64 if b records nothing in a time window (a count window, or
-// disabled): then any time is as good as another to record a result at.
+// noWindow if b records nothing in a time window (a count window, or
+// disabled): then it needs no time to record a result at.
 func bucketWidth(b *breaker.Breaker) time.Duration {
 	cfg := b.Config()
 	if cfg.CountWindow > 0 || cfg.Mode == breaker.Disabled {
-		return math.MaxInt64
+		return noWindow
 	}
 	return cfg.Window / time.Duration(cfg.Buckets)
 }
