@@ -307,9 +307,10 @@ func (c *call) begin() {
 }
 
 // clockReads, when not nil, is called at every clock read Do makes and at
-// every call into the breaker that may read the clock itself, so that a
-// test can count them. It is nil outside tests: the cost is a load and a
-// branch.
+// every Done that leaves the breaker to read the clock, so that a test can
+// count them. (A breaker that is not closed reads the clock in Allow and
+// Refusal too; those are not counted.) It is nil outside tests: the cost
+// is a load and a branch where it is checked.
 var clockReads func()
 
 // mayRead counts a read the breaker may make, for clockReads.
@@ -486,9 +487,6 @@ func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
 			now = c.fromLeft()
 		}
 		if now.IsZero() {
-			if clockReads != nil && c.breaker.State() != breaker.Closed {
-				mayRead()
-			}
 			c.permit, err = c.breaker.Allow() // reads the clock only when not closed
 		} else {
 			c.permit, err = c.breaker.AllowAt(now)
@@ -691,9 +689,6 @@ func (c *call) failed(err error, timedOut bool) error {
 		}
 	}
 	if c.breaker != nil {
-		if clockReads != nil && c.breaker.State() == breaker.Open {
-			mayRead()
-		}
 		if err := c.breaker.Refusal(); err != nil { // reads the clock only when open
 			// It opened meanwhile: no sleeping toward a certain refusal.
 			c.refuse(event.ReasonBreakerOpen)
