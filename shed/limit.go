@@ -142,6 +142,7 @@ type controller struct {
 	// since lastQueued, when one that queued last completed.
 	roomy       int
 	lastQueued  time.Time
+	queuedRun   int // requests in a row that queued
 	maxInFlight int // highest in-flight count this window
 
 	// stale counts the windows in a row that cut the limit while the
@@ -248,21 +249,32 @@ func (g *controller) observe(now time.Time, rtt time.Duration, gen uint32, admit
 	if g.minRTT == 0 && admittedAt <= int(g.min) && len(g.light) < cap(g.light) {
 		g.light = append(g.light, rtt)
 	}
+	// Two requests in a row that queued, not one: a single slow request
+	// is as often a scheduler's hiccup as a queue.
+	queued := false
+	if g.minRTT > 0 {
+		if g.queued(rtt) {
+			g.queuedRun++
+		} else {
+			g.queuedRun = 0
+		}
+		queued = g.queuedRun >= 2
+	}
 	if !g.growing && g.minRTT > 0 {
 		// Requests admitted near the limit that did not queue, and none that
 		// did for half a round trip: the backend has room now. Waiting for
 		// the window to say so would cost one.
 		switch {
-		case g.queued(rtt):
+		case queued:
 			g.lastQueued, g.roomy = now, 0
-		case float64(admittedAt) >= 0.8*g.limit:
+		case g.queuedRun == 0 && float64(admittedAt) >= 0.8*g.limit:
 			if g.roomy++; g.roomy >= 3 && now.Sub(g.lastQueued) >= g.minRTT/2 {
 				g.startGrowing()
 			}
 		}
 	}
 	if g.growing {
-		if g.queued(rtt) {
+		if queued {
 			// The backend is full: it was serving about admittedAt-1 when
 			// this request came.
 			// Never below where growth started: one request slowed by
@@ -272,7 +284,9 @@ func (g *controller) observe(now time.Time, rtt time.Duration, gen uint32, admit
 			g.resetWindow(now, inFlight)
 			return true
 		}
-		g.limit = clamp(g.limit+float64(g.stride), g.min, g.max)
+		if g.queuedRun == 0 {
+			g.limit = clamp(g.limit+float64(g.stride), g.min, g.max)
+		}
 	}
 	if g.seen < sampleCap {
 		g.samples[g.seen] = rtt

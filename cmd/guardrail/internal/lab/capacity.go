@@ -22,6 +22,7 @@ type capacityParams struct {
 	overloads []float64 // offered load / the first phase's capacity
 	fixed     []int     // fixed limits to compare
 	phase     time.Duration
+	timeout   time.Duration // the clients' timeout
 }
 
 // parseInts parses "10,5,20".
@@ -65,7 +66,10 @@ func (p *shedParams) parseCapacity() error {
 	if p.cap.fixed, err = parseInts("capacity-fixed", p.capFixed); err != nil {
 		return err
 	}
-	if len(p.cap.overloads) > 0 && p.cap.phase < 500*time.Millisecond {
+	if p.cap.timeout <= 0 {
+		return flagErrorf("--capacity-client-timeout must be positive, not %v", p.cap.timeout)
+	}
+	if p.cap.phase < 500*time.Millisecond {
 		return flagErrorf("--capacity-phase must be at least 500ms, not %v", p.cap.phase)
 	}
 	if rps := slices.Max(append([]float64{0}, p.cap.overloads...)) * float64(p.cap.phases[0]) / p.service.Seconds(); rps > 20000 {
@@ -267,7 +271,7 @@ func (p shedParams) capacity(ctx context.Context, env *Env, r *Result) error {
 		}
 		okLimit, okGood, okP99, okConv := true, true, true, true
 		var ls, gs, ps, cs, strict []string
-		maxP99 := p.timeout / 5
+		maxP99 := p.cap.timeout / 5
 		for k, ph := range adaptive.phases {
 			end := adaptive.steadyLimit(k, p.cap.phase)
 			okLimit = okLimit && end >= ph.slots && end <= 2*ph.slots+2
@@ -338,6 +342,7 @@ func (p shedParams) capacityLagged(res shedResult, rps float64) bool {
 // returns the run and the shedder's limit every limitStep.
 func (p shedParams) capacityScenario(ctx context.Context, limit int, rps float64) (shedResult, []int, error) {
 	cp := p.cap
+	p.timeout = cp.timeout // shoot's
 	cfg := shed.Config{Name: "lab", Shares: map[shed.Priority]float64{shed.Normal: 1}}
 	if limit > 0 {
 		cfg.Limit = limit
