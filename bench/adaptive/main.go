@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -152,11 +153,17 @@ type runResult struct {
 	Load    loadCheck
 	Samples []limitSample
 	Records int
+	// Dials is how many connections the load generator opened; LoadCPU and
+	// ServerCPU the CPU time of its process and of this one (the server)
+	// during the run.
+	Dials              int64
+	LoadCPU, ServerCPU time.Duration
 }
 
 func (r runResult) summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "sent %.0f/s (p99 lag %v, judged %v)", r.Load.Achieved, r.Load.P99Lag.Round(time.Millisecond), r.Load.Judged)
+	fmt.Fprintf(&b, "sent %.0f/s (p99 lag %v, judged %v; %d conns, cpu load %.1fs server %.1fs)",
+		r.Load.Achieved, r.Load.P99Lag.Round(time.Millisecond), r.Load.Judged, r.Dials, r.LoadCPU.Seconds(), r.ServerCPU.Seconds())
 	for _, p := range r.Phases {
 		fmt.Fprintf(&b, " | p%d(%d) %.1f%% p99 %s conv %s lim %d",
 			p.Phase, p.Slots, p.GoodputPct, fmtMs(p.P99OK), fmtMs(p.Converge), p.LimitMedian)
@@ -175,11 +182,12 @@ func runOnce(ls limiterSpec, w workload, rps float64, timeout time.Duration) (ru
 		return runResult{}, err
 	}
 	start := time.Now().Add(startDelay)
+	cpu0 := selfCPU()
 	srv, err := startServer(w, lim, start)
 	if err != nil {
 		return runResult{}, err
 	}
-	recs, loadErr := runLoad(loadConfig{
+	load, loadErr := runLoad(loadConfig{
 		URL: srv.url(), RPS: rps, Start: start.UnixNano(), Duration: w.total(), Timeout: timeout,
 	})
 	counts, samples := srv.close()
@@ -187,12 +195,24 @@ func runOnce(ls limiterSpec, w workload, rps float64, timeout time.Duration) (ru
 		return runResult{}, loadErr
 	}
 	return runResult{
-		Phases:  analyze(recs, w, timeout, samples),
-		Server:  counts,
-		Load:    checkLoad(recs, rps, w.total()),
-		Samples: samples,
-		Records: len(recs),
+		Phases:    analyze(load.Recs, w, timeout, samples),
+		Server:    counts,
+		Load:      checkLoad(load.Recs, rps, w.total()),
+		Samples:   samples,
+		Records:   len(load.Recs),
+		Dials:     load.Dials,
+		LoadCPU:   load.CPU,
+		ServerCPU: selfCPU() - cpu0,
 	}, nil
+}
+
+// selfCPU is this process's user + system CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func writeJSON(path string, v any) error {

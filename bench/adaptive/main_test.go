@@ -37,6 +37,9 @@ func TestSmokeRunCounts(t *testing.T) {
 	if res.Records != wantSent {
 		t.Fatalf("load generator sent %d requests, want %d", res.Records, wantSent)
 	}
+	if res.Dials < 1 || res.Dials > int64(wantSent) {
+		t.Errorf("load generator opened %d connections for %d requests", res.Dials, wantSent)
+	}
 	var sent, ok int
 	for _, p := range res.Phases {
 		sent += p.Sent

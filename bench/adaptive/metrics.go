@@ -24,6 +24,9 @@ type phaseMetrics struct {
 	// GoodputPct is OK per second over the phase's capacity (Slots / Hold
 	// per second), in percent. A request counts in the phase it was sent in.
 	GoodputPct float64
+	// GoodputDonePct is the same with requests counted in the phase they
+	// completed in instead.
+	GoodputDonePct float64
 	// P99OK is the 99th percentile latency of the 200s sent in the phase
 	// (NaN if none).
 	P99OK time.Duration
@@ -103,6 +106,11 @@ func analyze(recs []record, w workload, timeout time.Duration, samples []limitSa
 		m.GoodputPct = 100 * float64(m.OK) / w.Phase.Seconds() / capacity
 		m.P99OK = percentile(oks[p], 0.99)
 		first := p * perPhase
+		var done float64
+		for _, v := range buckets[first : first+perPhase] {
+			done += v
+		}
+		m.GoodputDonePct = 100 * done / w.Phase.Seconds() / capacity
 		m.Steady = median(buckets[first+perPhase/2 : first+perPhase])
 		m.Converge = converge(buckets[first:first+perPhase], m.Steady)
 		m.LimitMedian, m.LimitMin, m.LimitMax = limitStats(samples, w, p)

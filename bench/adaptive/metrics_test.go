@@ -96,6 +96,9 @@ func TestAnalyzeAttributesBySendTime(t *testing.T) {
 	if got[0].OK != 1 || got[1].OK != 0 {
 		t.Fatalf("OK by phase %d, %d; want 1, 0 (by send time)", got[0].OK, got[1].OK)
 	}
+	if got[0].GoodputDonePct != 0 || got[1].GoodputDonePct != 100.0/200 {
+		t.Fatalf("goodput by completion %g, %g; want 0 and 0.5 %% (1 of 200 per second)", got[0].GoodputDonePct, got[1].GoodputDonePct)
+	}
 	if got[0].P99OK != 60*time.Millisecond || got[1].P99OK != -1 {
 		t.Fatalf("p99 by phase %v, %v; want 60ms and none", got[0].P99OK, got[1].P99OK)
 	}

@@ -22,7 +22,9 @@ type row struct {
 	Slots    int     `json:"slots"`
 
 	GoodputPct *float64 `json:"goodput_pct_of_capacity"`
-	P99OKMs    *float64 `json:"p99_ok_ms"`
+	// GoodputDonePct attributes requests by completion time instead.
+	GoodputDonePct *float64 `json:"goodput_by_completion_pct"`
+	P99OKMs        *float64 `json:"p99_ok_ms"`
 	// ConvergeMs is from the phase's start (the capacity change; for phase
 	// 1, the run's start); -1 means not within the phase.
 	ConvergeMs  *float64 `json:"converge_ms"`
@@ -41,6 +43,11 @@ type row struct {
 	ServerArrived  float64 `json:"server_arrived"`
 	ServerRejected float64 `json:"server_rejected"`
 	ServerOK       float64 `json:"server_ok"`
+	// Of the whole run: connections the load generator opened, and CPU
+	// seconds of the load generator and of the server process.
+	Dials        float64 `json:"loadgen_conns"`
+	LoadCPUSec   float64 `json:"loadgen_cpu_s"`
+	ServerCPUSec float64 `json:"server_cpu_s"`
 }
 
 func aggregate(ls limiterSpec, over, rps float64, runs []runResult) []row {
@@ -75,6 +82,9 @@ func aggregate(ls limiterSpec, over, rps float64, runs []runResult) []row {
 			ServerArrived:  col(func(r runResult) float64 { return float64(r.Server[p].Arrived) }),
 			ServerRejected: col(func(r runResult) float64 { return float64(r.Server[p].Rejected) }),
 			ServerOK:       col(func(r runResult) float64 { return float64(r.Server[p].OK) }),
+			Dials:          col(func(r runResult) float64 { return float64(r.Dials) }),
+			LoadCPUSec:     col(func(r runResult) float64 { return r.LoadCPU.Seconds() }),
+			ServerCPUSec:   col(func(r runResult) float64 { return r.ServerCPU.Seconds() }),
 		}
 		if !ok {
 			rw.NotJudged = fmt.Sprintf("load generator behind schedule in %d of %d runs (worst: %.0f of %.0f req/s, p99 start lag %.0f ms)",
@@ -83,6 +93,7 @@ func aggregate(ls limiterSpec, over, rps float64, runs []runResult) []row {
 			continue
 		}
 		gp := col(func(r runResult) float64 { return r.Phases[p].GoodputPct })
+		gpd := col(func(r runResult) float64 { return r.Phases[p].GoodputDonePct })
 		p99 := col(func(r runResult) float64 { return nanIfNeg(ms(r.Phases[p].P99OK)) })
 		conv := col(func(r runResult) float64 { return infIfNeg(ms(r.Phases[p].Converge)) })
 		if math.IsInf(conv, 1) {
@@ -91,7 +102,7 @@ func aggregate(ls limiterSpec, over, rps float64, runs []runResult) []row {
 		lm := ints(runs, func(r runResult) int { return r.Phases[p].LimitMedian })
 		lo := ints(runs, func(r runResult) int { return r.Phases[p].LimitMin })
 		hi := ints(runs, func(r runResult) int { return r.Phases[p].LimitMax })
-		rw.GoodputPct, rw.ConvergeMs = &gp, &conv
+		rw.GoodputPct, rw.GoodputDonePct, rw.ConvergeMs = &gp, &gpd, &conv
 		if !math.IsNaN(p99) {
 			rw.P99OKMs = &p99
 		}
@@ -159,8 +170,7 @@ func writeTable(w io.Writer, rows []row, o options) {
 		r0 := rows[i]
 		cells := []string{r0.Limiter, fmt.Sprintf("%gx", r0.Overload)}
 		if !r0.Judged {
-			cells = append(cells, "not judged: "+r0.NotJudged)
-			fmt.Fprintln(tw, strings.Join(cells, "\t"))
+			fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t  not judged: "+r0.NotJudged)
 			continue
 		}
 		for _, r := range rows[i : i+nph] {
