@@ -36,6 +36,7 @@ type options struct {
 	W         workload
 	Timeout   time.Duration
 	JSON      string
+	Markdown  string
 	Series    string
 	Verbose   bool
 }
@@ -52,6 +53,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	hold := fs.Duration("hold", 50*time.Millisecond, "time each query holds its slot")
 	timeout := fs.Duration("timeout", time.Second, "client timeout of each request")
 	jsonOut := fs.String("json", "", "write the result rows as JSON to this file")
+	markdown := fs.String("md", "", "write the results as a Markdown table to this file")
 	series := fs.String("series", "", "write every run's limit samples (every 50 ms) as JSON to this file")
 	verbose := fs.Bool("v", false, "print each run as it ends")
 	if err := fs.Parse(args); err != nil {
@@ -86,7 +88,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-hold and -timeout must be positive")
 	}
 	o.Runs, o.W.Phase, o.W.Hold, o.Timeout = *runs, *phase, *hold, *timeout
-	o.JSON, o.Series, o.Verbose = *jsonOut, *series, *verbose
+	o.JSON, o.Markdown, o.Series, o.Verbose = *jsonOut, *markdown, *series, *verbose
 	return o, nil
 }
 
@@ -135,6 +137,13 @@ func run(args []string, stdout io.Writer) error {
 	writeTable(stdout, rows, o)
 	if o.JSON != "" {
 		if err := writeJSON(o.JSON, rows); err != nil {
+			return err
+		}
+	}
+	if o.Markdown != "" {
+		var b strings.Builder
+		writeMarkdown(&b, rows, o)
+		if err := os.WriteFile(o.Markdown, []byte(b.String()), 0o644); err != nil {
 			return err
 		}
 	}

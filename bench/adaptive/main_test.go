@@ -85,16 +85,24 @@ func TestSmokeRunCounts(t *testing.T) {
 // The command end to end, at the smoke scale: the table and JSON rows.
 func TestSmokeCommand(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out.json")
+	md := filepath.Join(t.TempDir(), "out.md")
 	var stdout bytes.Buffer
 	err := run([]string{
 		"-limiters", "fixed=10", "-overloads", "0.5", "-runs", "1",
-		"-phase", "300ms", "-json", out,
+		"-phase", "300ms", "-json", out, "-md", md,
 	}, &stdout)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(stdout.String(), "fixed=10") {
 		t.Errorf("table has no fixed=10 row:\n%s", stdout.String())
+	}
+	m, err := os.ReadFile(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(m), "| fixed=10 | 0.5x |") {
+		t.Errorf("Markdown has no fixed=10 row:\n%s", m)
 	}
 	b, err := os.ReadFile(out)
 	if err != nil {

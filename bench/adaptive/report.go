@@ -92,8 +92,8 @@ func aggregate(ls limiterSpec, over, rps float64, runs []runResult) []row {
 			out[p] = rw
 			continue
 		}
-		gp := col(func(r runResult) float64 { return r.Phases[p].GoodputPct })
-		gpd := col(func(r runResult) float64 { return r.Phases[p].GoodputDonePct })
+		gp := round2(col(func(r runResult) float64 { return r.Phases[p].GoodputPct }))
+		gpd := round2(col(func(r runResult) float64 { return r.Phases[p].GoodputDonePct }))
 		p99 := col(func(r runResult) float64 { return nanIfNeg(ms(r.Phases[p].P99OK)) })
 		conv := col(func(r runResult) float64 { return infIfNeg(ms(r.Phases[p].Converge)) })
 		if math.IsInf(conv, 1) {
@@ -113,6 +113,8 @@ func aggregate(ls limiterSpec, over, rps float64, runs []runResult) []row {
 	}
 	return out
 }
+
+func round2(v float64) float64 { return math.Round(v*100) / 100 }
 
 func ints(runs []runResult, f func(runResult) int) int {
 	vs := make([]int, len(runs))
@@ -200,4 +202,37 @@ func limitCell(r row) string {
 		return "-"
 	}
 	return fmt.Sprintf("%d [%d-%d]", *r.LimitMedian, *r.LimitMin, *r.LimitMax)
+}
+
+// writeMarkdown writes the results as a Markdown table, one line per
+// configuration, for the README.
+func writeMarkdown(w io.Writer, rows []row, o options) {
+	nph := len(o.W.Slots)
+	var ph []string
+	for p := range nph {
+		ph = append(ph, fmt.Sprintf("%d", o.W.Slots[p]))
+	}
+	slots := strings.Join(ph, " / ")
+	fmt.Fprintf(w, "| limiter | load | goodput %% (%s) | p99 ms | conv ms (start / changes) | limit (median) |\n", slots)
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	for i := 0; i+nph <= len(rows); i += nph {
+		r0 := rows[i]
+		if !r0.Judged {
+			fmt.Fprintf(w, "| %s | %gx | not judged: %s | | | |\n", r0.Limiter, r0.Overload, r0.NotJudged)
+			continue
+		}
+		var gp, p99, conv, lim []string
+		for _, r := range rows[i : i+nph] {
+			gp = append(gp, fmt.Sprintf("%.1f", *r.GoodputPct))
+			p99 = append(p99, strings.TrimSuffix(optMs(r.P99OKMs), "ms"))
+			conv = append(conv, strings.TrimSuffix(convCell(*r.ConvergeMs), "ms"))
+			if r.LimitMedian != nil {
+				lim = append(lim, fmt.Sprintf("%d", *r.LimitMedian))
+			} else {
+				lim = append(lim, "-")
+			}
+		}
+		fmt.Fprintf(w, "| %s | %gx | %s | %s | %s | %s |\n", r0.Limiter, r0.Overload,
+			strings.Join(gp, " / "), strings.Join(p99, " / "), strings.Join(conv, " / "), strings.Join(lim, " / "))
+	}
 }
