@@ -18,8 +18,6 @@ require (
 	github.com/bits-and-blooms/bitset v1.24.4 // indirect
 	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 	github.com/influxdata/tdigest v0.0.1 // indirect
-	github.com/platinummonkey/go-concurrency-limits v1.0.0 // indirect
-	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
@@ -31,6 +29,8 @@ replace github.com/guardrail-go/guardrail => ../
 
 require (
 	github.com/guardrail-go/guardrail/guardgrpc v0.0.0-00010101000000-000000000000
+	github.com/platinummonkey/go-concurrency-limits v1.0.0
+	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 )
 
