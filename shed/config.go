@@ -22,7 +22,7 @@ func (c *Config) validate() error {
 	case !unitOrZero(c.RetryPressure):
 		return invalid("RetryPressure", c.RetryPressure, "a value in (0, 1], or 0 for the default 0.5")
 	case c.QueueInterval < 0:
-		return invalid("QueueInterval", c.QueueInterval, "0 (the default 100ms) or more")
+		return invalid("QueueInterval", c.QueueInterval, "0 (the default 50ms) or more")
 	case c.MaxQueueWait < 0:
 		return invalid("MaxQueueWait", c.MaxQueueWait, "0 (QueueInterval) or more")
 	case c.QueueTarget < 0:
@@ -52,17 +52,17 @@ func (a *Adaptive) validate() error {
 	case a.MaxLimit < 0:
 		return invalid("Adaptive.MaxLimit", a.MaxLimit, "0 (the default 1000) or more")
 	case a.Window < 0:
-		return invalid("Adaptive.Window", a.Window, "0 (the default 100ms) or more")
+		return invalid("Adaptive.Window", a.Window, "0 (the default 50ms) or more")
 	case !unitOrZero(a.Percentile):
-		return invalid("Adaptive.Percentile", a.Percentile, "a value in (0, 1], or 0 for the default 0.5")
+		return invalid("Adaptive.Percentile", a.Percentile, "a value in (0, 1], or 0 for the mean")
 	case a.Buffer < 0 || math.IsNaN(a.Buffer) || math.IsInf(a.Buffer, 0):
-		return invalid("Adaptive.Buffer", a.Buffer, "0 (the default 0.25) or more")
+		return invalid("Adaptive.Buffer", a.Buffer, "0 (the default 0.1) or more")
 	case a.MinRTTInterval < 0:
 		return invalid("Adaptive.MinRTTInterval", a.MinRTTInterval, "0 (the default 60s) or more")
 	case a.MinRTTSamples < 0:
 		return invalid("Adaptive.MinRTTSamples", a.MinRTTSamples, "0 (the default 50) or more")
 	case !unitOrZero(a.Smoothing):
-		return invalid("Adaptive.Smoothing", a.Smoothing, "a value in (0, 1], or 0 for the default 0.2")
+		return invalid("Adaptive.Smoothing", a.Smoothing, "a value in (0, 1], or 0 for the default 1")
 	}
 	if lo, hi := orInt(a.MinLimit, defaultMinLimit), orInt(a.MaxLimit, defaultMaxLimit); hi < lo {
 		return fmt.Errorf("shed: Config.Adaptive.MaxLimit is %d (%d in force); want at least Adaptive.MinLimit's %d", a.MaxLimit, hi, lo)

@@ -11,76 +11,90 @@ import (
 // is zero. Its zero value is the recommended configuration: no field needs
 // tuning for a particular backend. Like Config, it is read once by New.
 //
-// The algorithm is Envoy's gradient controller (the adaptive concurrency
-// filter). Every Window it takes a percentile of the latencies of the
-// requests released during the window (the sample RTT) and compares it with
-// the no-load latency (the min RTT):
+// The limit estimates how many requests the backend serves at once and
+// allows a small queue on top, so that the backend never idles and nothing
+// waits long. It needs the no-load latency L0 (how long a request takes when
+// nothing queues), and, every Window, the rate X at which admitted requests
+// complete and their mean latency (the sample):
 //
-//	gradient = clamp((minRTT × (1+Buffer)) / sampleRTT, 0.5, 2)
-//	limit    = limit×gradient + √(limit×gradient)
+//	queueing (sample > L0 × (1+Buffer/2)):  limit = X × L0 × (1+Buffer) + 1
+//	no queue, limit in use:                  slow start (below)
+//	limit mostly unused:                     limit unchanged
 //
-// When the backend queues, latency grows past minRTT×(1+Buffer), the gradient
-// falls below 1 and the limit shrinks; when it does not, the limit grows. The
-// fixed point is about (1+Buffer)×C + √((1+Buffer)×C) for a backend of real
-// concurrency C (16 for C = 10): the small standing queue that keeps the
-// backend busy, and no more.
+// While requests queue the backend is busy, so X is its capacity and X × L0
+// its real concurrency (Little's law): the limit lands on it, plus Buffer of
+// it and one request of queue, in one window, however much capacity the
+// backend lost. For a pool of 10 slots the limit settles at 12. When the
+// backend has room (a window without queueing at a limit in use, or three
+// requests admitted near the limit that did not queue and none that did for
+// half a round trip), the limit grows by one per request that completes
+// without queueing, doubling per round trip, until the first request that
+// queued: the backend was serving about as many as were in flight when it
+// was admitted, and the limit is set from that, never below where the
+// growth started.
 //
-// Why this one. Gradient2 (Netflix) compares short- and long-term averages
-// of latency, so a steady overload looks like no change and its limit drifts
-// up: it detects latency increases, not a queue. Vegas (Netflix) estimates
-// the queue from the minimum latency ever seen, which under a standing
-// overload is never refreshed. Envoy's controller measures the no-load
-// latency on purpose: at start and then every MinRTTInterval (jittered, so
-// that a fleet does not probe in step) it lowers the limit for
-// MinRTTSamples requests so that nothing queues, and takes the min RTT from
-// those. It is also cheap: one percentile per window, no work per request
-// beyond storing a sample; and beyond about 500 requests per window only
-// one in so many is timed (every one during a probe), since a window keeps
-// 256 latencies anyway and two clock reads per request would cost more
-// than the admission.
+// L0 is measured without shedding at start: it is the mean latency of the
+// first requests admitted while at most MinLimit were in flight, which
+// cannot have queued behind one another; until it is known, the limit is
+// InitialLimit. A window faster than L0 by a tenth lowers it. A backend that
+// becomes slower for good would look queued forever, so every
+// MinRTTInterval (jittered, so that a fleet does not probe in step), and
+// whenever three windows in a row cut the limit without the latency falling,
+// the limit is halved for MinRTTSamples requests, which then do not queue,
+// and L0 is measured again from them.
 //
-// One change from Envoy: Envoy probes at the floor (MinLimit), which sheds
-// most traffic during every probe. Here only the first probe, when nothing
-// is known, uses the floor, and for a fifth of the samples (see
-// MinRTTSamples); later probes use half the current limit, which is below
-// the backend's real concurrency whenever the limit has converged (the
-// fixed point above is under 2C), so the backend still does not queue, at
-// a fraction of the cost. The limit does not grow while the server uses
-// less than half of it (as in Netflix's limiters), so an idle period does not
-// inflate it.
+// Why this one. Envoy's gradient controller (limit × L0 × (1+Buffer) /
+// sample, plus √limit, clamped to a factor 2 and smoothed) settles at about
+// 1.25 × the real concurrency plus its square root, a standing queue of a
+// third, and takes about a second to follow a change of capacity; it probes
+// at the floor at start, which sheds most traffic for a few hundred
+// milliseconds. Gradient2 (Netflix) compares short- and long-term averages
+// of latency, so a standing overload looks like no change and its limit
+// drifts up with the queue. Vegas (Netflix) estimates the queue from the
+// minimum latency ever seen, which a standing queue never refreshes. The
+// completion rate measures the capacity directly, so a shrinking backend
+// gets its new limit in one window, and slow start finds a grown one in a
+// few round trips.
+//
+// It is cheap: a counter per request, one pass over the window's latencies
+// per window; beyond about 500 requests per window only one in so many is
+// timed, since a window keeps 256 latencies anyway and two clock reads per
+// request would cost more than the admission.
 type Adaptive struct {
-	// InitialLimit is the limit used after the first min-RTT probe, brought
+	// InitialLimit is the limit until the no-load latency is known, brought
 	// into [MinLimit, MaxLimit]. Zero means 20.
 	InitialLimit int
-	// MinLimit is the floor of the limit and the concurrency of the first
-	// min-RTT probe. Zero means 3.
+	// MinLimit is the floor of the limit; at start, requests admitted
+	// while at most this many are in flight measure the no-load latency.
+	// Zero means 3.
 	MinLimit int
 	// MaxLimit is the ceiling of the limit, at least MinLimit. Zero means
 	// 1000.
 	MaxLimit int
-	// Window is how often the limit is recomputed from the latencies seen.
-	// Zero means 100 ms.
+	// Window is how often the limit is recomputed from the requests
+	// completed, at least the no-load latency (so that the requests
+	// admitted at one limit complete within the next window); a window ends
+	// at the first completion after it. Zero means 50 ms.
 	Window time.Duration
-	// Percentile of the window's latencies taken as the sample RTT, in (0, 1].
-	// Zero means 0.5 (the median, robust to a few slow requests).
+	// Percentile of the window's latencies taken as the sample, in (0, 1].
+	// Zero means their mean, which Little's law ties to the concurrency: a
+	// percentile misses a queue that only some requests wait in.
 	Percentile float64
-	// Buffer is the share of the min RTT tolerated as queueing before the
-	// limit shrinks, zero or more. Zero means 0.25; for almost none, use a
-	// small value such as 0.01.
+	// Buffer is the share of the backend's concurrency admitted as queue on
+	// top of it, zero or more; latency above the no-load latency by more
+	// than half of it counts as queueing. Zero means 0.1.
 	Buffer float64
-	// MinRTTInterval is how often the min RTT is measured again, plus up to
-	// 15 % of jitter. Zero means 60 s.
+	// MinRTTInterval is how often the no-load latency is measured again,
+	// plus up to 15 % of jitter. Zero means 60 s.
 	MinRTTInterval time.Duration
-	// MinRTTSamples is how many requests a min-RTT probe measures. Zero
-	// means 50. The first probe, at the floor, measures a fifth of them
-	// (at least 10, or all of them if fewer): it sheds most traffic while
-	// it runs, at every start of the process, and the median of 10
-	// requests that do not queue is already close to the no-load latency;
-	// the next probe, at half the limit, measures them all.
+	// MinRTTSamples is how many requests a measurement of the no-load
+	// latency takes at half the limit. Zero means 50. At start it takes the
+	// first requests admitted with at most MinLimit in flight instead.
 	MinRTTSamples int
-	// Smoothing is the weight of each new computation in the limit, in
-	// (0, 1]: the limit moves that share of the way to the new value per
-	// Window. Zero means 0.2.
+	// Smoothing is the weight of each window's computation in the limit, in
+	// (0, 1]: the limit moves that share of the way to the new value.
+	// Zero means 1, all the way: the completion rate measures the capacity,
+	// where a gradient only says which way to go.
 	Smoothing float64
 }
 
@@ -93,9 +107,9 @@ const (
 
 const sampleCap = 256 // latencies kept per window; beyond, the most recent
 
-// gradient is Envoy's gradient controller. It is not safe for concurrent
-// use: the Shedder calls it with its mutex held.
-type gradient struct {
+// controller is the adaptive limit described at Adaptive. It is not safe for
+// concurrent use: the Shedder calls it with its mutex held.
+type controller struct {
 	initial, min, max float64
 	window            time.Duration
 	percentile        float64
@@ -103,21 +117,37 @@ type gradient struct {
 	smoothing         float64
 	probeEvery        time.Duration
 	probeSamples      int
-	firstSamples      int // of the first probe
+	normalShare       float64 // of the limit, that Normal requests may fill
 
 	limit  float64       // the steady-state limit
-	minRTT time.Duration // zero until the first probe ends
+	minRTT time.Duration // the no-load latency; zero until known
 
 	probing    bool
 	probeLimit float64
-	gen        uint32 // tokens carry it: only requests admitted during a probe measure the min RTT
+	gen        uint32 // tokens carry it: only requests admitted during a probe measure the no-load latency
 	probe      []time.Duration
 	nextProbe  time.Time
 
-	windowEnd   time.Time
-	samples     [sampleCap]time.Duration
-	seen        int // samples offered this window (may exceed sampleCap)
+	windowStart, windowEnd time.Time
+	samples                [sampleCap]time.Duration
+	seen                   int // samples offered this window (may exceed sampleCap)
+	light                  []time.Duration
+	done                   int // requests released with their latency this window, timed or not
+	// growing is slow start: with no queue at a limit in use, the limit
+	// grows by one per request that completes without queueing, doubling
+	// per round trip, until the first one that queued.
+	growing  bool
+	grewFrom float64 // the limit when growth started
+	// roomy counts the requests admitted near the limit that did not queue
+	// since lastQueued, when one that queued last completed.
+	roomy       int
+	lastQueued  time.Time
 	maxInFlight int // highest in-flight count this window
+
+	// stale counts the windows in a row that cut the limit while the
+	// latency did not fall: the no-load latency may be out of date.
+	stale      int
+	lastSample time.Duration
 
 	// Only one request in stride is timed, outside a probe: at thousands
 	// of requests per window, timing them all (two clock reads each) would
@@ -127,55 +157,54 @@ type gradient struct {
 	stride, tick int
 }
 
-func newGradient(c Adaptive, now time.Time) *gradient {
-	g := &gradient{
+func newController(c Adaptive, normalShare float64, now time.Time) *controller {
+	g := &controller{
 		initial:      float64(orInt(c.InitialLimit, defaultInitialLimit)),
 		min:          float64(orInt(c.MinLimit, defaultMinLimit)),
 		max:          float64(orInt(c.MaxLimit, defaultMaxLimit)),
-		window:       orDur(c.Window, 100*time.Millisecond),
+		window:       orDur(c.Window, 50*time.Millisecond),
 		percentile:   c.Percentile,
 		buffer:       c.Buffer,
 		probeEvery:   orDur(c.MinRTTInterval, 60*time.Second),
 		probeSamples: orInt(c.MinRTTSamples, 50),
 		smoothing:    c.Smoothing,
+		normalShare:  normalShare,
 	}
 	// New has validated c: only the zero defaults are left to fill in.
 	if g.smoothing == 0 {
-		g.smoothing = 0.2
-	}
-	if g.percentile == 0 {
-		g.percentile = 0.5
+		g.smoothing = 1
 	}
 	if g.buffer == 0 {
-		g.buffer = 0.25
+		g.buffer = 0.1
 	}
 	g.limit = clamp(g.initial, g.min, g.max)
 	g.stride = 1
-	g.firstSamples = min(g.probeSamples, max(10, g.probeSamples/5))
 	g.probe = make([]time.Duration, 0, g.probeSamples)
-	g.startProbe(now, g.min)
+	g.light = make([]time.Duration, 0, int(g.min))
+	g.resetWindow(now, 0)
 	return g
 }
 
 // effective returns the limit in force: the probe's while probing.
-func (g *gradient) effective() float64 {
+func (g *controller) effective() float64 {
 	if g.probing {
 		return g.probeLimit
 	}
 	return g.limit
 }
 
-func (g *gradient) startProbe(now time.Time, limit float64) {
+func (g *controller) startProbe(now time.Time, limit float64) {
 	g.probing = true
 	g.probeLimit = clamp(math.Floor(limit), g.min, g.max)
 	g.gen++
 	g.probe = g.probe[:0]
-	g.windowEnd = now.Add(g.window)
+	g.resetWindow(now, 0)
 }
 
 // sampleNext reports whether the request being admitted is to be timed:
-// every one during a probe, one in stride otherwise.
-func (g *gradient) sampleNext() bool {
+// every one during a probe or before the no-load latency is known, one in
+// stride otherwise.
+func (g *controller) sampleNext() bool {
 	if g.probing || g.stride <= 1 {
 		return true
 	}
@@ -187,34 +216,63 @@ func (g *gradient) sampleNext() bool {
 }
 
 // admitted notes the in-flight count after an admission.
-func (g *gradient) admitted(inFlight int) {
+func (g *controller) admitted(inFlight int) {
 	if inFlight > g.maxInFlight {
 		g.maxInFlight = inFlight
 	}
 }
 
-// observe feeds the latency of a request admitted in generation gen and
-// released at now. It reports whether the effective limit may have changed.
-func (g *gradient) observe(now time.Time, rtt time.Duration, gen uint32, inFlight int) bool {
+// completed counts a request released with its latency, timed or not: the
+// window's completion rate.
+func (g *controller) completed() { g.done++ }
+
+// observe feeds the latency of a timed request admitted in generation gen
+// with admittedAt in flight (itself included), and released at now with
+// inFlight left. It reports whether the effective limit may have changed.
+func (g *controller) observe(now time.Time, rtt time.Duration, gen uint32, admittedAt, inFlight int) bool {
 	if g.probing {
 		if gen == g.gen {
 			g.probe = append(g.probe, rtt)
 		}
-		want := g.probeSamples
-		if g.minRTT == 0 {
-			want = g.firstSamples // nothing is known yet: see Adaptive.MinRTTSamples
-		}
-		if len(g.probe) < want {
+		if len(g.probe) < g.probeSamples {
 			return false
 		}
-		g.minRTT = percentileOf(g.probe, g.percentile)
+		g.minRTT = g.sampleOf(g.probe)
 		g.probing = false
 		g.gen++
-		jitter := time.Duration(rand.Int64N(int64(g.probeEvery)*15/100 + 1))
-		g.nextProbe = now.Add(g.probeEvery + jitter)
+		g.scheduleProbe(now)
 		g.stride = 1
 		g.resetWindow(now, inFlight)
 		return true
+	}
+	if g.minRTT == 0 && admittedAt <= int(g.min) && len(g.light) < cap(g.light) {
+		g.light = append(g.light, rtt)
+	}
+	if !g.growing && g.minRTT > 0 {
+		// Requests admitted near the limit that did not queue, and none that
+		// did for half a round trip: the backend has room now. Waiting for
+		// the window to say so would cost one.
+		switch {
+		case g.queued(rtt):
+			g.lastQueued, g.roomy = now, 0
+		case float64(admittedAt) >= 0.8*g.limit:
+			if g.roomy++; g.roomy >= 3 && now.Sub(g.lastQueued) >= g.minRTT/2 {
+				g.startGrowing()
+			}
+		}
+	}
+	if g.growing {
+		if g.queued(rtt) {
+			// The backend is full: it was serving about admittedAt-1 when
+			// this request came.
+			// Never below where growth started: one request slowed by
+			// something else than a queue must not undo what is known.
+			g.growing = false
+			g.limit = clamp(max(g.target(float64(admittedAt-1)), g.grewFrom), g.min, g.max)
+			g.resetWindow(now, inFlight)
+			return true
+		}
+		g.limit = clamp(g.limit+float64(g.stride), g.min, g.max)
 	}
 	if g.seen < sampleCap {
 		g.samples[g.seen] = rtt
@@ -225,39 +283,106 @@ func (g *gradient) observe(now time.Time, rtt time.Duration, gen uint32, inFligh
 	if now.Before(g.windowEnd) {
 		return false
 	}
-	g.update()
+	if g.minRTT == 0 {
+		if len(g.light) == 0 {
+			// No request was admitted at low load (they all went away):
+			// measure it the old way, at the floor.
+			g.startProbe(now, g.min)
+			return true
+		}
+		g.minRTT = g.sampleOf(g.light)
+		g.scheduleProbe(now)
+	}
+	g.update(now)
 	g.stride = max(1, g.seen*g.stride/(2*sampleCap))
 	g.resetWindow(now, inFlight)
-	if !now.Before(g.nextProbe) {
+	if g.stale >= 3 || !now.Before(g.nextProbe) {
+		g.stale = 0
 		g.startProbe(now, g.limit/2)
 	}
 	return true
 }
 
-func (g *gradient) resetWindow(now time.Time, inFlight int) {
-	g.seen = 0
+func (g *controller) scheduleProbe(now time.Time) {
+	jitter := time.Duration(rand.Int64N(int64(g.probeEvery)*15/100 + 1))
+	g.nextProbe = now.Add(g.probeEvery + jitter)
+}
+
+func (g *controller) resetWindow(now time.Time, inFlight int) {
+	g.seen, g.done = 0, 0
 	g.maxInFlight = inFlight
-	g.windowEnd = now.Add(g.window)
+	g.windowStart, g.windowEnd = now, now.Add(g.span())
 }
 
 // update recomputes the limit from the window's samples.
-func (g *gradient) update() {
+func (g *controller) update(now time.Time) {
 	n := min(g.seen, sampleCap)
-	if n == 0 || g.minRTT <= 0 {
+	elapsed := now.Sub(g.windowStart)
+	if n == 0 || g.minRTT <= 0 || elapsed <= 0 || elapsed > 4*g.span() {
+		// A window that idled for long says nothing about the rate.
 		return
 	}
-	sample := percentileOf(g.samples[:n], g.percentile)
-	if sample <= 0 {
-		sample = 1
+	if float64(g.maxInFlight) < g.limit/2 {
+		g.growing = false
+		return // app-limited: the window says nothing about a limit we do not use
 	}
-	grad := clamp(float64(g.minRTT)*(1+g.buffer)/float64(sample), 0.5, 2)
-	next := g.limit * grad
-	next += math.Sqrt(next)
-	if next > g.limit && float64(g.maxInFlight) < g.limit/2 {
-		return // app-limited: latency says nothing about a limit we do not use
+	sample := g.sampleOf(g.samples[:n])
+	if sample < g.minRTT*9/10 {
+		// Faster than the no-load latency: that one was measured slow.
+		g.minRTT = sample
 	}
+	if !g.queued(sample) {
+		// No queue at the limit in use: the backend may have room.
+		g.startGrowing()
+		return
+	}
+	g.growing = false
+	rate := float64(g.done) / elapsed.Seconds()
+	next := g.target(rate * g.minRTT.Seconds())
+	if next < 0.9*g.limit && g.lastSample > 0 && sample >= g.lastSample*97/100 {
+		g.stale++
+	} else {
+		g.stale = 0
+	}
+	g.lastSample = sample
 	next = g.limit*(1-g.smoothing) + next*g.smoothing
 	g.limit = clamp(next, g.min, g.max)
+}
+
+func (g *controller) startGrowing() {
+	if !g.growing {
+		g.growing, g.grewFrom = true, g.limit
+	}
+}
+
+// target returns the limit for a backend that serves concurrency requests
+// at once: Normal requests, which fill normalShare of the limit, get that
+// and Buffer of it, plus one request of queue; higher priorities can queue
+// a little more.
+func (g *controller) target(concurrency float64) float64 {
+	return (concurrency*(1+g.buffer) + 1) / g.normalShare
+}
+
+// queued reports whether a latency shows queueing.
+func (g *controller) queued(d time.Duration) bool {
+	return float64(d) > float64(g.minRTT)*(1+g.buffer/2)
+}
+
+// span is a window's length: Window, but at least the no-load latency, so
+// that the requests admitted at one limit complete within the next window.
+func (g *controller) span() time.Duration { return max(g.window, g.minRTT) }
+
+// sampleOf returns the Percentile of s, or its mean when Percentile is
+// zero. It may reorder s.
+func (g *controller) sampleOf(s []time.Duration) time.Duration {
+	if g.percentile > 0 {
+		return percentileOf(s, g.percentile)
+	}
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	return sum / time.Duration(len(s))
 }
 
 // percentileOf sorts s in place and returns its q-th percentile.

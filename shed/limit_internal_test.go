@@ -5,74 +5,44 @@ import (
 	"time"
 )
 
-// The first min-RTT probe, at the floor, measures a fifth of the samples;
-// later probes, at half the limit, measure them all.
-func TestFirstProbeIsShort(t *testing.T) {
-	now := time.Unix(0, 0)
-	g := newGradient(Adaptive{}, now)
-	if !g.probing || g.effective() != 3 {
-		t.Fatalf("at start: probing %v at %v, want a probe at the floor 3", g.probing, g.effective())
+// At start the limit is InitialLimit, with no probe, and the no-load
+// latency comes from the first requests admitted at low concurrency.
+func TestControllerStartsWithoutProbe(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	g := newController(Adaptive{}, 1, t0)
+	if g.probing || g.effective() != 20 {
+		t.Fatalf("at start: probing %v at %v, want no probe and the initial 20", g.probing, g.effective())
 	}
 	rtt := 50 * time.Millisecond
-	for i := range 10 {
-		if g.observe(now, rtt, g.gen, 3) != (i == 9) || g.probing != (i < 9) {
-			t.Fatalf("sample %d: probing %v", i+1, g.probing)
+	// Three requests admitted at 1..3 in flight, the rest queued behind them.
+	for i := 1; i <= 20; i++ {
+		d := rtt
+		if i > 10 {
+			d = 2 * rtt
 		}
+		g.observe(t0.Add(d), d, g.gen, i, 20-i)
 	}
-	if g.minRTT != rtt || g.effective() != 20 {
-		t.Fatalf("after the first probe: min RTT %v, limit %v; want %v and the initial 20", g.minRTT, g.effective(), rtt)
-	}
-	// Run windows until the next probe starts.
-	for !g.probing {
-		now = now.Add(g.window)
-		g.observe(now, rtt, g.gen, 10)
-	}
-	if want := g.limit / 2; g.effective() != float64(int(want)) {
-		t.Errorf("second probe at %v, want half the limit %v", g.effective(), want)
-	}
-	for i := range 50 {
-		g.observe(now, rtt, g.gen, 5)
-		if g.probing != (i < 49) {
-			t.Fatalf("second probe: probing %v after %d samples, want it to take 50", g.probing, i+1)
-		}
-	}
-}
-
-// A probe of fewer samples than 10 in all takes them all the first time.
-func TestFirstProbeOfFewSamples(t *testing.T) {
-	g := newGradient(Adaptive{MinRTTSamples: 4}, time.Unix(0, 0))
-	if g.firstSamples != 4 {
-		t.Errorf("first probe of %d samples, want 4", g.firstSamples)
-	}
-	if g := newGradient(Adaptive{MinRTTSamples: 200}, time.Unix(0, 0)); g.firstSamples != 40 {
-		t.Errorf("first probe of %d samples, want 40", g.firstSamples)
+	g.observe(t0.Add(time.Second), 2*rtt, g.gen, 20, 10) // ends the window
+	if g.minRTT != rtt {
+		t.Errorf("no-load latency %v, want %v from the first three requests", g.minRTT, rtt)
 	}
 }
 
 // At a high rate only about 2×sampleCap requests per window are timed,
-// so admission and release mostly read no clock; every request of a probe
-// is timed.
-func TestGradientTimesOneInStride(t *testing.T) {
+// so admission and release mostly read no clock.
+func TestControllerTimesOneInStride(t *testing.T) {
 	t0 := time.Unix(0, 0)
-	g := newGradient(Adaptive{}, t0)
-	for range g.firstSamples { // the first probe: every request timed
-		if !g.sampleNext() {
-			t.Fatal("a probe request was not timed")
-		}
-		g.observe(t0, time.Millisecond, g.gen, 1)
-	}
-	if g.probing {
-		t.Fatal("the probe did not end")
-	}
+	g := newController(Adaptive{}, 1, t0)
+	g.minRTT = time.Millisecond
+	g.scheduleProbe(t0)
 	const perWindow = 20 * sampleCap
-	now := t0
 	for i := range perWindow {
-		now = t0.Add(time.Duration(i) * g.window / perWindow)
+		now := t0.Add(time.Duration(i) * g.span() / perWindow)
 		if g.sampleNext() {
-			g.observe(now, time.Millisecond, g.gen, 1)
+			g.observe(now, time.Millisecond, g.gen, 10, 10)
 		}
 	}
-	g.observe(t0.Add(2*g.window), time.Millisecond, g.gen, 1) // ends the window
+	g.observe(t0.Add(g.span()+time.Millisecond), time.Millisecond, g.gen, 10, 10) // ends the window
 	if g.stride != perWindow/(2*sampleCap) {
 		t.Fatalf("stride = %d after %d requests in a window, want %d", g.stride, perWindow, perWindow/(2*sampleCap))
 	}
@@ -84,5 +54,24 @@ func TestGradientTimesOneInStride(t *testing.T) {
 	}
 	if timed != 2*sampleCap {
 		t.Fatalf("%d of %d requests timed, want %d", timed, perWindow, 2*sampleCap)
+	}
+}
+
+// While requests queue, the limit lands on the completion rate times the
+// no-load latency, plus Buffer and one, in one window.
+func TestControllerCutsToCapacityInOneWindow(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	g := newController(Adaptive{}, 1, t0)
+	g.minRTT = 50 * time.Millisecond
+	g.limit = 30
+	g.resetWindow(t0, 30)
+	g.admitted(30)
+	// A backend of 5 slots: 100 completions a second, each 300 ms long.
+	for i := 1; i <= 5; i++ {
+		g.completed()
+		g.observe(t0.Add(time.Duration(i)*10*time.Millisecond), 300*time.Millisecond, g.gen, 30, 29)
+	}
+	if want := 5*1.1 + 1; g.limit < want-0.01 || g.limit > want+0.01 {
+		t.Errorf("limit %.2f after a queued window, want %.2f", g.limit, want)
 	}
 }

@@ -154,7 +154,7 @@ type Shedder struct {
 	mu sync.Mutex // guards everything below
 	// limit is the limit in force: the fixed one, or ctl.effective().
 	limit    float64
-	ctl      *gradient // nil for a fixed limit
+	ctl      *controller // nil for a fixed limit
 	inFlight int
 	tokens   float64 // retry budget
 	queue    []*waiter
@@ -214,7 +214,7 @@ func New(c Config) (*Shedder, error) {
 	if c.Limit > 0 {
 		s.limit = float64(c.Limit)
 	} else {
-		s.ctl = newGradient(c.Adaptive, time.Now())
+		s.ctl = newController(c.Adaptive, s.share[Normal], time.Now())
 		s.limit = s.ctl.effective()
 	}
 	return s, nil
@@ -228,7 +228,8 @@ type Token struct {
 	s     *Shedder
 	start time.Time // admission time, when read (a queue or a timed request)
 	gen   uint32
-	timed bool // the adaptive limit takes this request's latency
+	in    int32 // in flight at admission, itself included, when timed
+	timed bool  // the adaptive limit takes this request's latency
 }
 
 // Release frees the slot and, with an adaptive limit, feeds the request's
@@ -334,7 +335,7 @@ func (s *Shedder) commitLocked(p Priority, retry bool, now time.Time) Token {
 			if now.IsZero() {
 				now = time.Now()
 			}
-			tok.start, tok.gen, tok.timed = now, s.ctl.gen, true
+			tok.start, tok.gen, tok.in, tok.timed = now, s.ctl.gen, int32(s.inFlight), true
 		}
 	}
 	return tok
@@ -348,7 +349,10 @@ func (s *Shedder) release(t Token, sample bool) {
 	}
 	s.mu.Lock()
 	s.inFlight--
-	if timed && s.ctl.observe(now, now.Sub(t.start), t.gen, s.inFlight) {
+	if s.ctl != nil && sample {
+		s.ctl.completed()
+	}
+	if timed && s.ctl.observe(now, now.Sub(t.start), t.gen, int(t.in), s.inFlight) {
 		s.limit = s.ctl.effective()
 	}
 	if len(s.queue) > 0 {

@@ -319,7 +319,7 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		{shed.Config{Adaptive: shed.Adaptive{MaxLimit: -1}}, "shed: Config.Adaptive.MaxLimit is -1"},
 		{shed.Config{Adaptive: shed.Adaptive{Window: -1}}, "shed: Config.Adaptive.Window is -1ns"},
 		{shed.Config{Adaptive: shed.Adaptive{Percentile: 2}}, "shed: Config.Adaptive.Percentile is 2; want a value in (0, 1]"},
-		{shed.Config{Adaptive: shed.Adaptive{Buffer: -1}}, "shed: Config.Adaptive.Buffer is -1; want 0 (the default 0.25) or more"},
+		{shed.Config{Adaptive: shed.Adaptive{Buffer: -1}}, "shed: Config.Adaptive.Buffer is -1; want 0 (the default 0.1) or more"},
 		{shed.Config{Adaptive: shed.Adaptive{MinRTTInterval: -1}}, "shed: Config.Adaptive.MinRTTInterval is -1ns"},
 		{shed.Config{Adaptive: shed.Adaptive{MinRTTSamples: -1}}, "shed: Config.Adaptive.MinRTTSamples is -1"},
 		{shed.Config{Adaptive: shed.Adaptive{Smoothing: nan}}, "shed: Config.Adaptive.Smoothing is NaN"},

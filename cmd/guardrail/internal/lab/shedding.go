@@ -16,8 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/guardrail-go/guardrail/event"
-
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/shed"
 )
@@ -32,6 +30,9 @@ type shedParams struct {
 	limit    int
 	mix      string
 	mixUnder string
+
+	capOverloads, capSlots, capFixed string
+	cap                              capacityParams // parsed from the cap* flags
 }
 
 func shedding() Experiment {
@@ -48,6 +49,13 @@ func shedding() Experiment {
 				// is lost yet and there is nothing to compare.
 				p.duration, p.timeout = 1500*time.Millisecond, 500*time.Millisecond
 			}
+			p.capOverloads, p.capSlots, p.capFixed, p.cap.phase = "3,10,30", "10,5,20", "10,30,60", 3*time.Second
+			if quick {
+				// Phases long enough to converge in (1 s) and then be
+				// measured; 30x is left to the full run, where one process
+				// sends 6000 requests a second.
+				p.capOverloads, p.cap.phase = "3,10", 2*time.Second
+			}
 			fs.IntVar(&p.slots, "slots", p.slots, "DB pool slots (concurrent queries)")
 			fs.DurationVar(&p.service, "service", p.service, "time a query holds its slot")
 			fs.Float64Var(&p.rps, "rps", p.rps, "offered load, requests per second, sent open-loop")
@@ -56,6 +64,10 @@ func shedding() Experiment {
 			fs.IntVar(&p.limit, "limit", p.limit, "fixed in-flight limit of the shedding rows")
 			fs.StringVar(&p.mix, "mix", p.mix, "priority mix of the priorities row, as name=weight,... (critical, high, normal, low, sheddable)")
 			fs.StringVar(&p.mixUnder, "priorities-under", p.mixUnder, "limit of the priorities row: fixed (--limit, default shares) or adaptive")
+			fs.StringVar(&p.capOverloads, "capacity-overloads", p.capOverloads, "overloads of the changing-capacity rows, as multiples of the first phase's capacity (none: no such rows)")
+			fs.StringVar(&p.capSlots, "capacity-slots", p.capSlots, "pool slots in each phase of the changing-capacity rows")
+			fs.StringVar(&p.capFixed, "capacity-fixed", p.capFixed, "fixed limits compared with the adaptive one in the changing-capacity rows")
+			fs.DurationVar(&p.cap.phase, "capacity-phase", p.cap.phase, "length of each phase of the changing-capacity rows")
 			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
 		},
 	}
@@ -156,25 +168,16 @@ func (p shedParams) fixedShedder(shares map[shed.Priority]float64) func() (*shed
 	}
 }
 
-// adaptiveShedder makes an adaptive shedder and notes, in ns since it was
-// made, when its limit first leaves the floor of its first min-RTT probe,
-// so the report can say how long that probe cost.
+// adaptiveShedder makes an adaptive shedder. Its probeEnd is unused (nil
+// means a fixed limit): the report looks at the start of the run instead.
 func adaptiveShedder() (*shed.Shedder, *atomic.Int64, error) {
-	end := new(atomic.Int64)
-	born := time.Now()
-	obs := event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
-		if e.Kind == event.Admit && e.Limit > probeFloor && end.Load() == 0 {
-			end.CompareAndSwap(0, int64(max(1, time.Since(born))))
-		}
-		return ctx
-	})
-	s, err := shed.New(shed.Config{Name: "lab", MaxHeaderPriority: shed.Critical, Observer: obs})
-	return s, end, err
+	s, err := shed.New(shed.Config{Name: "lab", MaxHeaderPriority: shed.Critical})
+	return s, new(atomic.Int64), err
 }
 
-// probeFloor is the adaptive limit's default floor, at which its first
-// min-RTT probe runs (shed.Adaptive.MinLimit).
-const probeFloor = 3
+// startWindow is the start of a run over which the report shows what the
+// adaptive limit's start costs.
+const startWindow = 300 * time.Millisecond
 
 func (p shedParams) run(ctx context.Context, env *Env) (*Result, error) {
 	r, _, err := p.measure(ctx, env)
@@ -189,6 +192,9 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 	}
 	mix, err := parseMix(p.mix)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := p.parseCapacity(); err != nil {
 		return nil, nil, err
 	}
 	capacity := float64(p.slots) / p.service.Seconds()
@@ -343,16 +349,10 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 			continue
 		}
 		st := res.shedder.Stats()
-		end := time.Duration(res.probeEnd.Load())
-		if end == 0 {
-			s := res.summary(nil)
-			r.note("%s: the limit never left the %d of its first min-RTT probe during the run (%d of %d ok).", row.label, probeFloor, s.ok, s.sent)
-			continue
-		}
-		during := res.summary(func(o *shot) bool { return o.sched < end })
-		after := res.summary(func(o *shot) bool { return o.sched >= end })
-		r.note("%s: the limit holds at %d while it measures the no-load latency (its first 10 requests) and sheds hard meanwhile: that probe ended at %v (min RTT %v); %.0f%% of the requests sent during it succeeded, %.0f%% of those sent after (the pool can serve %.0f%% of the offered load); limit at the end %d.",
-			row.label, probeFloor, end.Round(10*time.Millisecond), st.MinRTT.Round(time.Millisecond), pct(during.ok, during.sent), pct(after.ok, after.sent), 100*min(1, capacity/p.rps), st.Limit)
+		during := res.summary(func(o *shot) bool { return o.sched < startWindow })
+		after := res.summary(func(o *shot) bool { return o.sched >= startWindow })
+		r.note("%s: it starts at the limit %d with no probe, measures the no-load latency (%v) from its first requests, and settles in a window or two: %.0f%% of the requests sent in the first %v succeeded, %.0f%% of those sent after (the pool can serve %.0f%% of the offered load); limit at the end %d.",
+			row.label, 20, st.MinRTT.Round(time.Millisecond), pct(during.ok, during.sent), startWindow, pct(after.ok, after.sent), 100*min(1, capacity/p.rps), st.Limit)
 	}
 	worstRate, worstP99, worstMax := math.Inf(1), time.Duration(0), time.Duration(0)
 	for _, res := range results {
@@ -366,6 +366,9 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 	}
 
 	r.Charts = append(r.Charts, p.charts(rows, results, mix)...)
+	if err := p.capacity(ctx, env, r); err != nil {
+		return nil, nil, err
+	}
 	return r, results, nil
 }
 

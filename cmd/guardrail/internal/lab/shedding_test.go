@@ -207,3 +207,46 @@ func FuzzParseMix(f *testing.F) {
 		}
 	})
 }
+
+// The changing-capacity rows at one overload, a fixed limit and short
+// phases: every phase has a row with the keys the report promises, and the
+// adaptive limit's checks hold unless the load fell behind its schedule.
+func TestCapacityRows(t *testing.T) {
+	p := shedParams{slots: 10, service: 50 * time.Millisecond, rps: 600, duration: time.Second, timeout: time.Second,
+		limit: 30, mix: "critical=10,normal=90", mixUnder: "fixed",
+		capOverloads: "3", capSlots: "10,5,20", capFixed: "30", cap: capacityParams{phase: 2 * time.Second}}
+	if err := p.parseCapacity(); err != nil {
+		t.Fatal(err)
+	}
+	env := &Env{Quick: true, Seed: 1, Progress: func(string, ...any) {}}
+	r := &Result{}
+	if err := p.capacity(context.Background(), env, r); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	WriteTable(&buf, r)
+	t.Log(buf.String())
+	want := []string{"row", "limit", "overload", "phase", "goodput_pct_of_capacity", "p99_ok_ms", "converge_ms"}
+	rows := 0
+	for _, row := range r.Rows {
+		keys := []string{"row"}
+		for _, c := range row.Cols {
+			keys = append(keys, c.Key)
+		}
+		for _, k := range want {
+			if !slices.Contains(keys, k) {
+				t.Errorf("row %q lacks %s", row.Label, k)
+			}
+		}
+		rows++
+	}
+	if rows != 2*3 {
+		t.Errorf("%d rows, want 6 (adaptive and fixed 30, 3 phases each)", rows)
+	}
+	if len(r.NotJudged()) > 0 {
+		t.Skipf("the load fell behind its schedule: %v", r.NotJudged())
+	}
+	for _, c := range r.Failed() {
+		t.Errorf("%s: %s", c.Name, c.Detail)
+	}
+}

@@ -1,0 +1,541 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/guardrail-go/guardrail/shed"
+)
+
+// capacityParams are the changing-capacity rows of the shedding experiment:
+// the pool's capacity changes mid-run, and the adaptive limit is set against
+// fixed ones at several overloads.
+type capacityParams struct {
+	phases    []int     // slots per phase
+	overloads []float64 // offered load / the first phase's capacity
+	fixed     []int     // fixed limits to compare
+	phase     time.Duration
+}
+
+// parseInts parses "10,5,20".
+func parseInts(flagName, s string) ([]int, error) {
+	var out []int
+	for part := range strings.SplitSeq(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || v < 1 || v > 10000 {
+			return nil, flagErrorf("--%s: %q is not a whole number in [1, 10000]", flagName, part)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// parseOverloads parses "3,10,30", or "none" for no capacity rows.
+func parseOverloads(s string) ([]float64, error) {
+	if s == "none" || s == "" {
+		return nil, nil
+	}
+	var out []float64
+	for part := range strings.SplitSeq(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
+		if err != nil || !(v >= 0.1 && v <= 100) {
+			return nil, flagErrorf("--capacity-overloads: %q is not a number in [0.1, 100] (or write none)", part)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// parseCapacity parses the cap* flags into p.cap.
+func (p *shedParams) parseCapacity() error {
+	var err error
+	if p.cap.overloads, err = parseOverloads(p.capOverloads); err != nil || len(p.cap.overloads) == 0 {
+		return err
+	}
+	if p.cap.phases, err = parseInts("capacity-slots", p.capSlots); err != nil {
+		return err
+	}
+	if p.cap.fixed, err = parseInts("capacity-fixed", p.capFixed); err != nil {
+		return err
+	}
+	if len(p.cap.overloads) > 0 && p.cap.phase < 500*time.Millisecond {
+		return flagErrorf("--capacity-phase must be at least 500ms, not %v", p.cap.phase)
+	}
+	if rps := slices.Max(append([]float64{0}, p.cap.overloads...)) * float64(p.cap.phases[0]) / p.service.Seconds(); rps > 20000 {
+		return flagErrorf("--capacity-overloads: %.0f rps is more than this lab sends (20000)", rps)
+	}
+	return nil
+}
+
+// capacityRun is one limiter at one overload.
+type capacityRun struct {
+	label    string
+	limit    int // 0: adaptive
+	overload float64
+	res      shedResult
+	limits   []int // the shedder's limit every limitStep
+	phases   []capacityPhase
+}
+
+// capacityPhase is what one phase of a run measured.
+type capacityPhase struct {
+	slots      int
+	goodputPct float64       // 200s answered in the phase within the timeout, per second / its capacity
+	p99        time.Duration // of the 200s
+	converge   time.Duration // after the change, until goodput is within 5 % of steady; -1 if never
+	ok         int
+}
+
+const limitStep = 50 * time.Millisecond
+
+// steadyLimit returns the median of the limit over the second half of
+// phase k.
+func (c *capacityRun) steadyLimit(k int, phase time.Duration) int {
+	from, to := int((time.Duration(k)*phase+phase/2)/limitStep), int(time.Duration(k+1)*phase/limitStep)
+	from, to = min(from, len(c.limits)), min(to, len(c.limits))
+	if from >= to {
+		return 0
+	}
+	s := slices.Clone(c.limits[from:to])
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// resizablePool is the database pool of the changing-capacity rows: a
+// query holds one of its slots for the service time, first come first
+// served; a waiter leaves when its client does; a query once started runs
+// to its end. When the pool shrinks, running queries finish and no new one
+// starts until fewer than the new size run, as a pool that loses a replica
+// behaves.
+type resizablePool struct {
+	service time.Duration
+	mu      sync.Mutex
+	slots   int
+	busy    int
+	waiters []chan struct{}
+}
+
+func newResizablePool(slots int, service time.Duration) *resizablePool {
+	return &resizablePool{slots: slots, service: service}
+}
+
+func (p *resizablePool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !p.acquire(r.Context()) {
+		return
+	}
+	time.Sleep(p.service)
+	p.release()
+	if r.Context().Err() != nil {
+		return
+	}
+	_, _ = w.Write([]byte("ok"))
+}
+
+func (p *resizablePool) acquire(ctx context.Context) bool {
+	p.mu.Lock()
+	if p.busy < p.slots && len(p.waiters) == 0 {
+		p.busy++
+		p.mu.Unlock()
+		return true
+	}
+	ch := make(chan struct{}, 1)
+	p.waiters = append(p.waiters, ch)
+	p.mu.Unlock()
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if i := slices.Index(p.waiters, ch); i >= 0 {
+			p.waiters = slices.Delete(p.waiters, i, i+1)
+			return false
+		}
+		p.busy-- // granted as it left: pass the slot on
+		p.grantLocked()
+		return false
+	}
+}
+
+func (p *resizablePool) release() {
+	p.mu.Lock()
+	p.busy--
+	p.grantLocked()
+	p.mu.Unlock()
+}
+
+func (p *resizablePool) resize(slots int) {
+	p.mu.Lock()
+	p.slots = slots
+	p.grantLocked()
+	p.mu.Unlock()
+}
+
+func (p *resizablePool) grantLocked() {
+	for p.busy < p.slots && len(p.waiters) > 0 {
+		p.busy++
+		p.waiters[0] <- struct{}{}
+		p.waiters = p.waiters[1:]
+	}
+}
+
+// capacity runs every limiter at every overload and adds its rows, checks,
+// notes and charts to r.
+func (p shedParams) capacity(ctx context.Context, env *Env, r *Result) error {
+	cp := p.cap
+	if len(cp.overloads) == 0 {
+		return nil
+	}
+	capacity0 := float64(cp.phases[0]) / p.service.Seconds()
+	var runs []*capacityRun
+	for _, over := range cp.overloads {
+		limits := append([]int{0}, cp.fixed...)
+		for _, l := range limits {
+			run := &capacityRun{limit: l, overload: over, label: "adaptive"}
+			if l > 0 {
+				run.label = fmt.Sprintf("fixed %d", l)
+			}
+			for try := 1; ; try++ {
+				env.Progress("shedding: capacity %s, %.0fx overload (%.0f rps), try %d", run.label, over, over*capacity0, try)
+				res, trace, err := p.capacityScenario(ctx, l, over*capacity0)
+				if err != nil {
+					return err
+				}
+				if try == 1 || res.lagP99 < run.res.lagP99 {
+					run.res, run.limits = res, trace
+				}
+				if !p.capacityLagged(res, over*capacity0) || try == shedTries {
+					break
+				}
+			}
+			run.phases = p.judgePhases(run.res)
+			runs = append(runs, run)
+		}
+	}
+
+	// Rows, checks.
+	for _, run := range runs {
+		for k, ph := range run.phases {
+			limit := Str("limit", "adaptive")
+			if run.limit > 0 {
+				limit = Int("limit", run.limit)
+			}
+			conv := Ms("converge_ms", ph.converge)
+			if ph.converge < 0 {
+				conv = Col{Key: "converge_ms", Value: nil}
+			}
+			p99 := Ms("p99_ok_ms", ph.p99).Named("p99_ok")
+			if ph.ok == 0 {
+				p99 = Col{Key: "p99_ok_ms", Name: "p99_ok", Value: nil}
+			}
+			r.add(fmt.Sprintf("capacity %s, %gx, phase %d (%d slots)", run.label, run.overload, k+1, ph.slots),
+				limit, Float("overload", run.overload, 0), Int("phase", k+1), Int("slots", ph.slots),
+				Float("goodput_pct_of_capacity", round1(ph.goodputPct), 1).As("goodput", "%.1f%%"),
+				p99, conv.Named("converge"))
+		}
+	}
+	for _, over := range cp.overloads {
+		var adaptive *capacityRun
+		var fixed []*capacityRun
+		lagged := false
+		for _, run := range runs {
+			if run.overload != over {
+				continue
+			}
+			lagged = lagged || p.capacityLagged(run.res, over*capacity0)
+			if run.limit == 0 {
+				adaptive = run
+			} else {
+				fixed = append(fixed, run)
+			}
+		}
+		name := func(what string) string { return fmt.Sprintf("capacity %gx: %s", over, what) }
+		checks := []string{"the adaptive limit follows the pool", "adaptive keeps >= 85% goodput in every phase",
+			"adaptive p99 within a fifth of the client timeout in every phase", "adaptive converges within 1 s", "no fixed limit does all that"}
+		if lagged {
+			for _, what := range checks {
+				r.notJudged(name(what), "a run of this overload could not keep its load on schedule: this machine was too busy to measure it")
+			}
+			continue
+		}
+		okLimit, okGood, okP99, okConv := true, true, true, true
+		var ls, gs, ps, cs, strict []string
+		maxP99 := p.timeout / 5
+		for k, ph := range adaptive.phases {
+			end := adaptive.steadyLimit(k, p.cap.phase)
+			okLimit = okLimit && end >= ph.slots && end <= 2*ph.slots+2
+			ls = append(ls, fmt.Sprintf("%d for %d slots", end, ph.slots))
+			okGood = okGood && ph.goodputPct >= 85
+			gs = append(gs, fmt.Sprintf("%.1f%%", ph.goodputPct))
+			okP99 = okP99 && ph.ok > 0 && ph.p99 <= maxP99
+			ps = append(ps, ph.p99.Round(time.Millisecond).String())
+			if k > 0 {
+				okConv = okConv && ph.converge >= 0 && ph.converge <= time.Second
+				cs = append(cs, ph.converge.String())
+			}
+			best, bestLabel := 0.0, ""
+			for _, f := range fixed {
+				if g := f.phases[k].goodputPct; g > best {
+					best, bestLabel = g, f.label
+				}
+			}
+			verdict := "met"
+			if ph.goodputPct < best-2 {
+				verdict = fmt.Sprintf("missed by %.1f points", best-2-ph.goodputPct)
+			}
+			p99v := "met"
+			if ph.p99 > 2*p.service {
+				p99v = fmt.Sprintf("missed by %v", (ph.p99 - 2*p.service).Round(time.Millisecond))
+			}
+			strict = append(strict, fmt.Sprintf("phase %d: goodput %.1f%% against %.1f%% (%s), %s; p99 %v against %v, %s",
+				k+1, ph.goodputPct, best, bestLabel, verdict, ph.p99.Round(time.Millisecond), 2*p.service, p99v))
+		}
+		r.check(okLimit, name(checks[0]), "median limit over the second half of each phase: %s (want slots..2x slots+2)", strings.Join(ls, ", "))
+		r.check(okGood, name(checks[1]), "goodput per phase: %s", strings.Join(gs, ", "))
+		r.check(okP99, name(checks[2]), "p99 per phase: %s (want <= %v)", strings.Join(ps, ", "), maxP99)
+		r.check(okConv, name(checks[3]), "after each change: %s", strings.Join(cs, ", "))
+		var fixedOK []string
+		for _, f := range fixed {
+			all := true
+			for _, ph := range f.phases {
+				all = all && ph.goodputPct >= 85 && ph.ok > 0 && ph.p99 <= maxP99
+			}
+			if all {
+				fixedOK = append(fixedOK, f.label)
+			}
+		}
+		r.check(len(fixedOK) == 0, name(checks[4]), "fixed limits that kept >= 85%% goodput and p99 <= %v in every phase: %d (%s)", maxP99, len(fixedOK), strings.Join(fixedOK, ", "))
+		r.note("capacity %gx, the stricter targets (goodput within 2 points of the best fixed limit of the phase, p99 <= 2x the query time): %s.", over, strings.Join(strict, "; "))
+	}
+	r.note("capacity rows: the pool has %v slots in %v phases of %v, at %s x its first capacity (%.0f rps); goodput_pct_of_capacity = 200s answered within the client timeout during the phase, per second, over the phase's capacity; p99_ok_ms is over those 200s; converge_ms = time after the change until successes per 100 ms are back within 5%% of the median of the phase's second half.",
+		cp.phases, len(cp.phases), cp.phase, joinFloats(cp.overloads), capacity0)
+	r.Charts = append(r.Charts, p.capacityCharts(runs)...)
+	return nil
+}
+
+func joinFloats(v []float64) string {
+	var s []string
+	for _, f := range v {
+		s = append(s, strconv.FormatFloat(f, 'g', -1, 64))
+	}
+	return strings.Join(s, ", ")
+}
+
+// capacityLagged is lagged for a run at its own rate.
+func (p shedParams) capacityLagged(res shedResult, rps float64) bool {
+	return res.sendRate < 0.95*rps || res.lagP99 > p.maxLag()
+}
+
+// capacityScenario serves a resizable pool behind a shedder with limit (0:
+// adaptive) and sends it load open-loop at rps through every phase. It
+// returns the run and the shedder's limit every limitStep.
+func (p shedParams) capacityScenario(ctx context.Context, limit int, rps float64) (shedResult, []int, error) {
+	cp := p.cap
+	cfg := shed.Config{Name: "lab", Shares: map[shed.Priority]float64{shed.Normal: 1}}
+	if limit > 0 {
+		cfg.Limit = limit
+	}
+	s, err := shed.New(cfg)
+	if err != nil {
+		return shedResult{}, nil, err
+	}
+	pool := newResizablePool(cp.phases[0], p.service)
+	srv, err := serve(s.Middleware(pool))
+	if err != nil {
+		return shedResult{}, nil, err
+	}
+	defer srv.Close()
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxConnsPerHost, t.MaxIdleConns, t.MaxIdleConnsPerHost = 0, 0, 8192
+	client := &http.Client{Transport: t}
+	defer t.CloseIdleConnections()
+
+	total := cp.phase * time.Duration(len(cp.phases))
+	n := int(math.Round(rps * total.Seconds()))
+	res := shedResult{shedder: s, shots: make([]shot, n)}
+	var limits []int
+	var wg sync.WaitGroup
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	start := time.Now()
+	wg.Go(func() {
+		for k := 1; k < len(cp.phases); k++ {
+			if sleepUntil(rctx, start.Add(time.Duration(k)*cp.phase)) != nil {
+				return
+			}
+			pool.resize(cp.phases[k])
+		}
+	})
+	var traceMu sync.Mutex
+	wg.Go(func() {
+		for k := 0; ; k++ {
+			if sleepUntil(rctx, start.Add(time.Duration(k)*limitStep)) != nil {
+				return
+			}
+			_, l := s.Load()
+			traceMu.Lock()
+			limits = append(limits, l)
+			traceMu.Unlock()
+			if time.Duration(k)*limitStep >= total {
+				return
+			}
+		}
+	})
+	interval := float64(time.Second) / rps
+	var shots sync.WaitGroup
+	for i := range n {
+		due := time.Duration(float64(i) * interval)
+		if err := sleepUntil(ctx, start.Add(due)); err != nil {
+			break
+		}
+		shots.Go(func() {
+			o := &res.shots[i]
+			o.sched = due
+			p.shoot(ctx, client, srv.URL, start, o)
+		})
+	}
+	shots.Wait()
+	stop()
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return shedResult{}, nil, err
+	}
+	t.CloseIdleConnections()
+	sctx, cancel := context.WithTimeout(ctx, p.service+5*time.Second)
+	err = srv.srv.Shutdown(sctx)
+	cancel()
+	if err != nil {
+		return shedResult{}, nil, fmt.Errorf("shedding: server did not drain: %w", err)
+	}
+	res.lagStats(n)
+	traceMu.Lock()
+	defer traceMu.Unlock()
+	return res, limits, nil
+}
+
+// lagStats fills the achieved send rate and the start lag from the shots.
+func (r *shedResult) lagStats(n int) {
+	first, last := r.shots[0].sent, r.shots[0].sent
+	var lags []time.Duration
+	for _, o := range r.shots {
+		first, last = min(first, o.sent), max(last, o.sent)
+		lags = append(lags, max(0, o.sent-o.sched))
+	}
+	if last > first {
+		r.sendRate = float64(n-1) / (last - first).Seconds()
+	}
+	r.lagP99, r.lagMax = quantile(lags, 0.99), slices.Max(lags)
+}
+
+// judgePhases computes each phase's goodput, p99 and time to converge.
+func (p shedParams) judgePhases(res shedResult) []capacityPhase {
+	cp := p.cap
+	const bucket = 100 * time.Millisecond
+	out := make([]capacityPhase, len(cp.phases))
+	for k, slots := range cp.phases {
+		from, to := time.Duration(k)*cp.phase, time.Duration(k+1)*cp.phase
+		var lat []time.Duration
+		nb := max(1, int(cp.phase/bucket))
+		byDone := make([]float64, nb)
+		for _, o := range res.shots {
+			ok := !o.late && o.code == http.StatusOK
+			if !ok {
+				continue
+			}
+			if done := o.sent + o.took; done >= from && done < to {
+				lat = append(lat, o.took)
+				byDone[min(nb-1, int((done-from)/bucket))]++
+			}
+		}
+		ph := capacityPhase{slots: slots, ok: len(lat), converge: -1}
+		ph.goodputPct = 100 * float64(len(lat)) / cp.phase.Seconds() / (float64(slots) / p.service.Seconds())
+		ph.p99 = quantile(lat, 0.99)
+		ph.converge = convergence(byDone, bucket)
+		out[k] = ph
+	}
+	return out
+}
+
+// convergence returns how long after the start of buckets the count is
+// first within 5 % of the median of the second half, or -1 if never.
+func convergence(buckets []float64, width time.Duration) time.Duration {
+	steady := slices.Clone(buckets[len(buckets)/2:])
+	slices.Sort(steady)
+	med := steady[len(steady)/2]
+	for b, v := range buckets {
+		if math.Abs(v-med) <= 0.05*med {
+			return time.Duration(b) * width
+		}
+	}
+	return -1
+}
+
+// capacityCharts draws, at the first overload, successes over time for
+// every limiter, and the adaptive limit over time against the pool.
+func (p shedParams) capacityCharts(runs []*capacityRun) []Chart {
+	cp := p.cap
+	if len(runs) == 0 {
+		return nil
+	}
+	over := runs[0].overload
+	step := 100 * time.Millisecond
+	total := cp.phase * time.Duration(len(cp.phases))
+	nt := int(total / step)
+	good := Chart{Title: fmt.Sprintf("Capacity %v: successes over time at %gx", cp.phases, over), Kind: "line",
+		XLabel: "seconds since the load started", YLabel: "200s per 100 ms (by time answered)"}
+	for k := range nt {
+		good.X = append(good.X, fmt.Sprintf("%.1f", (time.Duration(k)*step).Seconds()))
+	}
+	capSeries := make([]float64, nt)
+	for k := range nt {
+		ph := min(len(cp.phases)-1, int(time.Duration(k)*step/cp.phase))
+		capSeries[k] = float64(cp.phases[ph]) / p.service.Seconds() * step.Seconds()
+	}
+	good.Series = append(good.Series, Series{Name: "pool capacity", Values: capSeries})
+	lim := Chart{Title: fmt.Sprintf("Capacity %v: the adaptive limit follows the pool", cp.phases), Kind: "stepped",
+		XLabel: "seconds since the load started", YLabel: "requests in flight allowed"}
+	for _, run := range runs {
+		if run.overload != over {
+			continue
+		}
+		t := make([]float64, nt)
+		for _, o := range run.res.shots {
+			if o.late || o.code != http.StatusOK {
+				continue
+			}
+			if k := int((o.sent + o.took) / step); k < nt {
+				t[k]++
+			}
+		}
+		good.Series = append(good.Series, Series{Name: run.label, Values: t})
+	}
+	nl := int(total / limitStep)
+	for k := range nl {
+		lim.X = append(lim.X, fmt.Sprintf("%.2f", (time.Duration(k)*limitStep).Seconds()))
+	}
+	slots := make([]float64, nl)
+	for k := range nl {
+		slots[k] = float64(cp.phases[min(len(cp.phases)-1, int(time.Duration(k)*limitStep/cp.phase))])
+	}
+	lim.Series = append(lim.Series, Series{Name: "pool slots", Values: slots})
+	for _, run := range runs {
+		if run.limit != 0 {
+			continue
+		}
+		v := make([]float64, nl)
+		for k := range nl {
+			if k < len(run.limits) {
+				v[k] = float64(run.limits[k])
+			}
+		}
+		lim.Series = append(lim.Series, Series{Name: fmt.Sprintf("adaptive limit at %gx", run.overload), Values: v})
+	}
+	return []Chart{good, lim}
+}
