@@ -195,5 +195,7 @@ func (c *Client) Current() *guardgrpc.Client { return c.current().client }
 // zero when none.
 func (c *Client) Config() (guardgrpc.ClientConfig, time.Duration) {
 	b := c.current()
-	return b.cfg, b.src.Deadline
+	cfg := b.cfg
+	cfg.IdempotentMethods = slices.Clone(cfg.IdempotentMethods)
+	return cfg, b.src.Deadline
 }
