@@ -51,7 +51,9 @@ type Admin struct {
 // NewAdmin returns the admin endpoint of reg. It lists every breaker,
 // budget, bulkhead and shedder with its state and settings (GET /), and
 // forces a breaker open, closed or reset (POST
-// /breakers/{dependency}/{open|close|reset}?key=HOST&reason=TEXT).
+// /breakers/{dependency}/{open|close|reset}?key=KEY&reason=TEXT, where KEY
+// is the host of an HTTP dependency or the failure domain of a gRPC one:
+// its target, or its target and full method name).
 func NewAdmin(reg *Registry, cfg AdminConfig) (*Admin, error) {
 	if cfg.Authorize == nil && !cfg.ReadOnly {
 		return nil, ErrNoAuthorize
@@ -72,7 +74,7 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeH
 // It is a plain value.
 type BreakerStatus struct {
 	Dependency  string         `json:"dependency"`
-	Key         string         `json:"key,omitempty"` // the host, for an HTTP dependency
+	Key         string         `json:"key,omitempty"` // the host of an HTTP dependency; the target (or target and method) of a gRPC one
 	State       string         `json:"state"`
 	Forced      bool           `json:"forced"`
 	Calls       int            `json:"calls"`
@@ -173,6 +175,14 @@ func (r *Registry) Status() Status {
 		})
 		st.Budgets = append(st.Budgets, BudgetStatus{Dependency: name, Unlimited: isInf(v.cfg.Budget.Max()), Tokens: finite(v.cfg.Budget.Tokens()), Max: finite(v.cfg.Budget.Max()), Settings: budgetSettings(name)})
 	}
+	for _, name := range sortedKeys(r.grpcs) {
+		g := r.grpcs[name].Current()
+		g.Breakers.Range(func(key string, b *breaker.Breaker) bool {
+			st.Breakers = append(st.Breakers, breakerStatus(name, key, b))
+			return true
+		})
+		st.Budgets = append(st.Budgets, BudgetStatus{Dependency: name, Unlimited: isInf(g.Budget.Max()), Tokens: finite(g.Budget.Tokens()), Max: finite(g.Budget.Max()), Settings: budgetSettings(name)})
+	}
 	for _, name := range sortedKeys(r.policies) {
 		p := r.policies[name].Current()
 		st.Breakers = append(st.Breakers, breakerStatus(name, "", p.Breaker))
@@ -249,8 +259,19 @@ func (a *Admin) list(w http.ResponseWriter, r *http.Request) {
 func (r *Registry) breakersOf(dep, key string) ([]*breaker.Breaker, []string, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if h, ok := r.https[dep]; ok {
-		g := h.cur.Load().cfg.Breakers
+	var g *breaker.Group
+	h, isHTTP := r.https[dep]
+	gh, isGRPC := r.grpcs[dep]
+	if d := r.checked.Load().dependency(dep); isHTTP && isGRPC && d != nil && d.Kind == KindGRPC {
+		isHTTP = false // the kind changed: the handle of the kind in force
+	}
+	switch {
+	case isHTTP:
+		g = h.cur.Load().cfg.Breakers
+	case isGRPC:
+		g = gh.Current().Breakers
+	}
+	if g != nil {
 		if key != "" {
 			return []*breaker.Breaker{g.Get(key)}, []string{key}, true
 		}

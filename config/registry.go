@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -91,6 +92,7 @@ type Registry struct {
 	lastLen int64
 
 	https    map[string]*httpHandle
+	grpcs    map[string]*GRPC
 	policies map[string]*Policy
 	dls      map[string]*Deadline
 	sheds    map[string]*Shedder
@@ -125,7 +127,7 @@ func New(name string, data []byte, opts Options) (*Registry, error) {
 		return nil, err
 	}
 	r := &Registry{path: name, opts: opts, log: opts.Logger, pool: map[string]any{},
-		https: map[string]*httpHandle{}, policies: map[string]*Policy{}, dls: map[string]*Deadline{},
+		https: map[string]*httpHandle{}, grpcs: map[string]*GRPC{}, policies: map[string]*Policy{}, dls: map[string]*Deadline{},
 		sheds: map[string]*Shedder{}, idems: map[string][]*Idempotency{},
 		limits: map[string][]*RateLimiter{}}
 	if r.log == nil {
@@ -330,6 +332,49 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 				if old := h.cur.Swap(v); old != nil {
 					old.t.CloseIdleConnections()
 				}
+			})
+		case KindGRPC:
+			gc := d.Group
+			g, err := reuse(r.pool, next, keyOfConfig("grpc breakers", d.Name, gc), func() (*breaker.Group, error) {
+				if obs != nil {
+					name := d.Name
+					gc.Config.OnTransition = func(tr breaker.Transition) { obs.Observe(context.Background(), tr.Event(name)) }
+				}
+				return breaker.NewGroup(gc)
+			})
+			if err != nil {
+				return nil, err
+			}
+			var bhs *bulkhead.Group
+			if d.Bulkhead != nil {
+				bhs, err = reuse(r.pool, next, keyOfConfig("grpc bulkheads", d.Name, *d.Bulkhead), func() (*bulkhead.Group, error) { return bulkhead.NewGroup(*d.Bulkhead, 0) })
+				if err != nil {
+					return nil, err
+				}
+			}
+			plain := d.GRPC
+			plain.Bulkhead = nil // a pointer: its settings are bhs's
+			key := fmt.Sprintf("%p/%p/%p/%+v", b, g, bhs, plain)
+			h := r.grpcs[d.Name]
+			if h != nil && h.cur.Load().key == key {
+				continue
+			}
+			gs := d.GRPC
+			gs.IdempotentMethods = slices.Clone(gs.IdempotentMethods)
+			if gs.Bulkhead != nil {
+				bc := *gs.Bulkhead
+				gs.Bulkhead = &bc
+			}
+			gs.Budget, gs.Breakers, gs.Bulkheads, gs.Observer = b, g, bhs, obs
+			v := &grpcValue{s: &gs, key: key}
+			changed = append(changed, d.Name)
+			name := d.Name
+			swaps = append(swaps, func() {
+				if h == nil {
+					h = &GRPC{name: name}
+					r.grpcs[name] = h
+				}
+				h.cur.Store(v)
 			})
 		case KindPolicy:
 			bc := d.Breaker

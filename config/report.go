@@ -17,6 +17,11 @@ import (
 	"github.com/guardrail-go/guardrail/ratelimit"
 )
 
+// defaultMaxBufferedMessages is guardgrpc.DefaultMaxBufferedMessages, which
+// this package cannot import without importing gRPC; a test of
+// guardgrpc/grpcconfig keeps the two equal.
+const defaultMaxBufferedMessages = 64
+
 // Report is what guardrail check prints: per dependency the effective
 // settings, what differs from the defaults and why, then the findings. It
 // is a plain value that encodes as JSON.
@@ -94,9 +99,14 @@ func (c *Checked) Report() Report {
 		}
 		for _, s := range dr.Effective {
 			def, ok := defs[s.Key]
-			if !ok { // a section the defaults leave out: "bulkhead none"
+			if !ok {
+				// A section the defaults leave out ("bulkhead none"), or a
+				// setting they leave off (breaker.consecutive_failures).
 				section, _, _ := strings.Cut(s.Key, ".")
-				def = section + " " + defs[section]
+				def = "off"
+				if v, ok := defs[section]; ok {
+					def = section + " " + v
+				}
 			}
 			if def != s.Value {
 				dr.Differences = append(dr.Differences, Difference{Key: s.Key, Value: s.Value, Default: def,
@@ -211,7 +221,7 @@ func effective(d *ResolvedDependency) []Setting {
 		add("retry_budget.min_per_second", fmtFloat(d.Budget.MinPerSecond))
 	}
 	bc := d.Breaker
-	if d.Kind == KindHTTP {
+	if d.Kind != KindPolicy {
 		bc = d.Group.Config
 	}
 	// The window's size does not change the other settings; a small one
@@ -250,6 +260,14 @@ func effective(d *ResolvedDependency) []Setting {
 		}
 		add("breaker.half_open_probes", strconv.Itoa(e.HalfOpenProbes))
 		add("breaker.close_after", strconv.Itoa(e.CloseAfter))
+		if d.Kind != KindPolicy {
+			mk := d.Group.MaxKeys
+			if mk == 0 {
+				mk = breaker.DefaultMaxKeys
+			}
+			add("breaker.max_keys", strconv.Itoa(mk))
+			add("breaker.idle_ttl", durOr(d.Group.IdleTTL, breaker.DefaultIdleTTL, "none"))
+		}
 	}
 	if d.Bulkhead == nil {
 		add("bulkhead", "none")
@@ -265,8 +283,26 @@ func effective(d *ResolvedDependency) []Setting {
 			add("bulkhead.max_wait", durOr(b.MaxWait, bulkhead.DefaultMaxWait, "none"))
 		}
 	}
-	if d.Kind == KindPolicy {
+	switch d.Kind {
+	case KindPolicy:
 		add("idempotent", strconv.FormatBool(val(s.Idempotent)))
+		return out
+	case KindGRPC:
+		g := d.GRPC
+		methods := "none"
+		if len(g.IdempotentMethods) > 0 {
+			methods = strings.Join(g.IdempotentMethods, ", ")
+		}
+		add("idempotent_methods", methods)
+		switch mb := g.MaxBufferedMessages; {
+		case mb == 0:
+			add("max_buffered_messages", strconv.Itoa(defaultMaxBufferedMessages))
+		case mb < 0:
+			add("max_buffered_messages", "none kept")
+		default:
+			add("max_buffered_messages", strconv.Itoa(mb))
+		}
+		add("failure_domain", g.FailureDomain)
 		return out
 	}
 	h := d.HTTP

@@ -25,6 +25,7 @@ import (
 // Kinds of dependency.
 const (
 	KindHTTP   = "http"
+	KindGRPC   = "grpc"
 	KindPolicy = "policy"
 )
 
@@ -65,14 +66,20 @@ type ResolvedDependency struct {
 	// with, without its Budget, Breakers and Observer, which the Registry
 	// supplies (and keeps across reloads).
 	HTTP guardhttp.Config
-	// Group configures the breakers of an HTTP dependency, one per host.
+	// GRPC is the settings a gRPC dependency's client is built with,
+	// without its Budget, Breakers, Bulkheads and Observer, which the
+	// Registry supplies (and keeps across reloads).
+	GRPC GRPCSettings
+	// Group configures the breakers of an HTTP dependency, one per host,
+	// or of a gRPC one, one per target or method.
 	Group breaker.GroupConfig
 	// Breaker configures a policy dependency's breaker.
 	Breaker breaker.Config
 	// Budget configures the retry budget; nil means budget.Unlimited.
 	Budget *budget.Config
-	// Bulkhead configures a policy dependency's bulkhead (an HTTP one's is
-	// HTTP.Bulkhead); nil means none.
+	// Bulkhead configures a policy dependency's bulkhead, or each
+	// compartment of a gRPC or HTTP one (also in HTTP.Bulkhead and
+	// GRPC.Bulkhead); nil means none.
 	Bulkhead *bulkhead.Config
 	// Policy is a policy dependency's guardrail.Policy fields, without its
 	// Budget, Breaker, Bulkhead and Observer.
@@ -207,11 +214,35 @@ func val[T any](p *T) T {
 	return *p
 }
 
-// httpOnly and policyOnly are the keys that apply to one kind only.
-var (
-	httpOnly   = []string{"connect_timeout", "tls_handshake_timeout", "write_timeout", "response_header_timeout", "body_idle_timeout", "max_buffered_body", "idempotency_keys", "deadline_reserve", "breaker.max_keys", "breaker.idle_ttl"}
-	policyOnly = []string{"idempotent"}
-)
+// onlyFor lists the keys that apply to some kinds only, with the kinds.
+// The defaults may set them: a dependency of another kind ignores them.
+var onlyFor = map[string][]string{
+	"connect_timeout":         {KindHTTP},
+	"tls_handshake_timeout":   {KindHTTP},
+	"write_timeout":           {KindHTTP},
+	"response_header_timeout": {KindHTTP},
+	"body_idle_timeout":       {KindHTTP},
+	"max_buffered_body":       {KindHTTP},
+	"idempotency_keys":        {KindHTTP},
+	"deadline_reserve":        {KindHTTP},
+	"breaker.max_keys":        {KindHTTP, KindGRPC},
+	"breaker.idle_ttl":        {KindHTTP, KindGRPC},
+	"idempotent_methods":      {KindGRPC},
+	"max_buffered_messages":   {KindGRPC},
+	"failure_domain":          {KindGRPC},
+	"idempotent":              {KindPolicy},
+}
+
+// elsewhere says, for a key that does not apply to a kind, what does.
+var elsewhere = map[[2]string]string{
+	{KindGRPC, "idempotent"}:            "; list the methods that are safe to repeat in idempotent_methods",
+	{KindGRPC, "idempotency_keys"}:      "; a gRPC call whose outgoing metadata carries an idempotency-key is retried as idempotent, so the code sets it",
+	{KindGRPC, "max_buffered_body"}:     "; a stream's messages kept for a retry are max_buffered_messages",
+	{KindPolicy, "idempotent_methods"}:  "; a policy is idempotent or not as a whole: idempotent",
+	{KindHTTP, "idempotent_methods"}:    "; an HTTP request's idempotence is its method's, or a key's (idempotency_keys)",
+	{KindHTTP, "idempotent"}:            "; an HTTP request's idempotence is its method's, or a key's (idempotency_keys)",
+	{KindHTTP, "max_buffered_messages"}: "; an HTTP request body kept for a retry is max_buffered_body",
+}
 
 func (c *Checked) resolve() []Diagnostic {
 	var diags []Diagnostic
@@ -234,12 +265,10 @@ func (c *Checked) resolve() []Diagnostic {
 		path := "dependencies." + name
 		if d.Kind != nil {
 			switch *d.Kind {
-			case KindHTTP, KindPolicy:
+			case KindHTTP, KindGRPC, KindPolicy:
 				r.Kind = *d.Kind
-			case "grpc":
-				diags = append(diags, c.diag(SeverityError, path+".kind", "is \"grpc\", which this version does not support yet; want http or policy (a guardrail.Policy around the gRPC call)"))
 			default:
-				diags = append(diags, c.diag(SeverityError, path+".kind", "is %q; want http or policy", *d.Kind))
+				diags = append(diags, c.diag(SeverityError, path+".kind", "is %q; want http, grpc or policy", *d.Kind))
 			}
 		}
 		r.Settings = def
@@ -248,18 +277,22 @@ func (c *Checked) resolve() []Diagnostic {
 			diags = append(diags, c.diag(SeverityError, path+".reason", "is missing; %s overrides %s, and every override must say why (reason: ...), so that its review has the reason beside it",
 				name, strings.Join(r.Overrides, ", ")))
 		}
-		wrong := policyOnly
-		if r.Kind == KindPolicy {
-			wrong = httpOnly
-		}
 		for _, k := range r.Overrides {
-			if contains(wrong, k) {
-				diags = append(diags, c.diag(SeverityError, path+"."+k, "applies to %s dependencies only; this one is kind %s", otherKind(r.Kind), r.Kind))
+			if kinds, ok := onlyFor[k]; ok && !contains(kinds, r.Kind) {
+				diags = append(diags, c.diag(SeverityError, path+"."+k, "applies to %s dependencies only; this one is kind %s%s", strings.Join(kinds, " and "), r.Kind, elsewhere[[2]string{r.Kind, k}]))
 			}
 		}
 		for i, rt := range d.Routes {
-			if rt == nil || rt.Method == nil || rt.Path == nil {
-				diags = append(diags, c.diag(SeverityError, fmt.Sprintf("%s.routes[%d]", path, i), "needs method and path, such as {method: POST, path: /charges}"))
+			at := fmt.Sprintf("%s.routes[%d]", path, i)
+			switch {
+			case r.Kind == KindGRPC && (rt == nil || rt.Method == nil):
+				diags = append(diags, c.diag(SeverityError, at, "needs method, the full method name, such as {method: /pkg.Service/Method}"))
+			case r.Kind == KindGRPC && rt.Path != nil:
+				diags = append(diags, c.diag(SeverityError, at+".path", "applies to http dependencies only; a gRPC route is its full method name, in method"))
+			case r.Kind == KindGRPC && !methodName(*rt.Method, false):
+				diags = append(diags, c.diag(SeverityError, at+".method", "is %q; want a full method name such as /pkg.Service/Method", *rt.Method))
+			case r.Kind != KindGRPC && (rt == nil || rt.Method == nil || rt.Path == nil):
+				diags = append(diags, c.diag(SeverityError, at, "needs method and path, such as {method: POST, path: /charges}"))
 			}
 		}
 		diags = append(diags, c.build(r)...)
@@ -285,13 +318,6 @@ func (c *Checked) resolve() []Diagnostic {
 	return diags
 }
 
-func otherKind(k string) string {
-	if k == KindHTTP {
-		return KindPolicy
-	}
-	return KindHTTP
-}
-
 func contains(s []string, v string) bool {
 	for _, e := range s {
 		if e == v {
@@ -303,7 +329,7 @@ func contains(s []string, v string) bool {
 
 // coreRE takes apart the errors of the core constructors:
 // "breaker: GroupConfig.Config.FailureRate is 1.5; want ...".
-var coreRE = regexp.MustCompile(`^(\w+): (?:\w+\.)*?Config\.([A-Z][\w.]*)(?:\[[^\]]*\])? (?:is|has) (.*)$`)
+var coreRE = regexp.MustCompile(`^(\w+): (?:\w+\.)*?(\w*Config)\.([A-Z][\w.]*)(?:\[[^\]]*\])? (?:is|has) (.*)$`)
 
 // coreErrors turns a constructor's error into diagnostics on the keys of
 // section (a File type such as Breaker) under prefix, of dependency dep
@@ -316,12 +342,18 @@ func (c *Checked) coreErrors(err error, section reflect.Type, dep, prefix string
 	for _, msg := range strings.Split(err.Error(), "\n") {
 		path := prefix
 		if m := coreRE.FindStringSubmatch(msg); m != nil {
-			if key, ok := keyOf(section, m[2]); ok {
+			// "GroupConfig.Config.FailureRate" is the breaker's field,
+			// "GroupConfig.MaxKeys" the group's.
+			typ, field := m[2], m[3]
+			if f, ok := strings.CutPrefix(field, "Config."); ok {
+				typ, field = "Config", f
+			}
+			if key, ok := keyOf(section, field); ok {
 				path = join(prefix, key)
 				if dep != "" {
 					path = c.where(dep, path)
 				}
-				msg = "is " + m[3] + " (" + m[1] + ": Config." + m[2] + ")"
+				msg = "is " + m[4] + " (" + m[1] + ": " + typ + "." + field + ")"
 			}
 		}
 		if dep != "" && path == prefix {
@@ -479,19 +511,16 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 			MinAttemptTime: val(s.MinAttemptTime), MaxRetryAfter: val(s.MaxRetryAfter),
 			Backoff: strategy, Idempotent: val(s.Idempotent),
 		}
-		// A Policy reports its invalid fields at first use; run one call
-		// of a throwaway copy, with nothing shared, to hear them now.
-		p := &guardrail.Policy{Name: name, MaxAttempts: r.Policy.MaxAttempts, AttemptTimeout: r.Policy.AttemptTimeout,
-			MinAttemptTime: r.Policy.MinAttemptTime, MaxRetryAfter: r.Policy.MaxRetryAfter, Backoff: strategy,
-			Budget: budget.Unlimited(), Breaker: disabledBreaker()}
-		_, err = guardrail.Do(context.Background(), p, func(context.Context) (struct{}, error) { return struct{}{}, nil })
-		diags = append(diags, c.policyErrors(err, name)...)
+		diags = append(diags, c.checkPolicy(r.Policy)...)
 		return diags
 	}
 
 	r.Group = breaker.GroupConfig{Config: bc, MaxKeys: val(s.Breaker.maxKeys()), IdleTTL: val(s.Breaker.idleTTL())}
 	_, err := breaker.NewGroup(r.Group)
 	diags = append(diags, c.coreErrors(err, reflect.TypeFor[Breaker](), name, "breaker")...)
+	if r.Kind == KindGRPC {
+		return append(diags, c.buildGRPC(r, strategy)...)
+	}
 	r.HTTP = guardhttp.Config{
 		Name: name, MaxAttempts: val(s.MaxAttempts), AttemptTimeout: val(s.AttemptTimeout),
 		MinAttemptTime: val(s.MinAttemptTime), Backoff: strategy, MaxRetryAfter: val(s.MaxRetryAfter),
@@ -520,6 +549,17 @@ func (b *Breaker) idleTTL() *time.Duration {
 		return nil
 	}
 	return b.IdleTTL
+}
+
+// checkPolicy reports the invalid fields of pf. A Policy reports them at
+// first use; one call of a throwaway copy, with nothing shared, hears them
+// now.
+func (c *Checked) checkPolicy(pf PolicyFields) []Diagnostic {
+	p := &guardrail.Policy{Name: pf.Name, MaxAttempts: pf.MaxAttempts, AttemptTimeout: pf.AttemptTimeout,
+		MinAttemptTime: pf.MinAttemptTime, MaxRetryAfter: pf.MaxRetryAfter, Backoff: pf.Backoff,
+		Budget: budget.Unlimited(), Breaker: disabledBreaker()}
+	_, err := guardrail.Do(context.Background(), p, func(context.Context) (struct{}, error) { return struct{}{}, nil })
+	return c.policyErrors(err, pf.Name)
 }
 
 var policyRE = regexp.MustCompile(`Policy\.(\w+) is (.*)$`)

@@ -82,8 +82,11 @@ func (d *ResolvedDependency) attempts() int {
 // strategy returns the backoff d uses.
 func (d *ResolvedDependency) strategy() backoff.Strategy {
 	s := d.HTTP.Backoff
-	if d.Kind == KindPolicy {
+	switch d.Kind {
+	case KindPolicy:
 		s = d.Policy.Backoff
+	case KindGRPC:
+		s = d.GRPC.Backoff
 	}
 	if s == nil {
 		s = backoff.Default()
@@ -167,6 +170,9 @@ func (c *Checked) warnings() []Diagnostic {
 				}
 			}
 		}
+		if n > 1 && d.Kind == KindGRPC {
+			w = append(w, c.grpcRetryWarnings(d, n)...)
+		}
 		if n > 1 && d.Kind == KindPolicy && s.MaxAttempts != nil && !val(s.Idempotent) {
 			w = append(w, c.warn(c.where(name, "max_attempts"), "is %d but idempotent is not true: Do retries only failures that say nothing was sent, and an attempt that timed out ends with ErrOutcomeUnknown; set idempotent: true if the operation carries an idempotency key or is a read", n))
 		}
@@ -201,6 +207,33 @@ func (c *Checked) warnings() []Diagnostic {
 		}
 	}
 	w = append(w, c.chainWarnings()...)
+	return w
+}
+
+// grpcRetryWarnings warns about the retries of a gRPC dependency's
+// methods that are not idempotent: those of its routes, or when it lists
+// none, all of them if idempotent_methods is empty.
+func (c *Checked) grpcRetryWarnings(d *ResolvedDependency, n int) []Diagnostic {
+	var w []Diagnostic
+	base := "dependencies." + d.Name
+	routes := c.File.Dependencies[d.Name].Routes
+	for i, rt := range routes {
+		if rt == nil || rt.Method == nil {
+			continue
+		}
+		idem := idempotentMethod(d.GRPC.IdempotentMethods, *rt.Method)
+		if rt.Idempotent != nil {
+			idem = *rt.Idempotent
+		}
+		if !idem {
+			w = append(w, c.warn(fmt.Sprintf("%s.routes[%d]", base, i), "%s is not in idempotent_methods, yet max_attempts is %d: a call of it is retried only when it never reached the server, and one that timed out ends with an unknown outcome; list it in idempotent_methods if repeating it is harmless, send an idempotency-key with it (and say idempotent: true here), or set max_attempts: 1",
+				*rt.Method, n))
+		}
+	}
+	if len(routes) == 0 && len(d.GRPC.IdempotentMethods) == 0 && d.Settings.MaxAttempts != nil {
+		w = append(w, c.warn(c.where(d.Name, "max_attempts"), "is %d but idempotent_methods lists no method: guardgrpc retries a call only when it never reached the server (or carries an idempotency-key), and one that timed out ends with an unknown outcome; list the methods that are safe to repeat in idempotent_methods",
+			n))
+	}
 	return w
 }
 

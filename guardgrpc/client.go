@@ -114,6 +114,14 @@ type ClientConfig struct {
 	// not for its whole life. Nil means no bound.
 	Bulkhead *bulkhead.Config
 
+	// Bulkheads, when not nil, holds the compartment of each key in place
+	// of the group Bulkhead would configure: share one between Clients to
+	// bound their calls together, or hand it to the Client that replaces
+	// this one (as a policy file reload does) so that the calls in flight
+	// stay counted. Set Bulkhead or Bulkheads, not both. Nil means the
+	// Client's own group when Bulkhead is set, else no bound.
+	Bulkheads *bulkhead.Group
+
 	// MaxBufferedMessages bounds the request messages of a stream kept
 	// until its first response message to send them again on a retry; a
 	// stream that sends more is not retried once it has opened. Zero means
@@ -292,6 +300,10 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		}
 		c.breakers, _ = breaker.NewGroup(gc) // a valid GroupConfig
 	}
+	if cfg.Bulkhead != nil && cfg.Bulkheads != nil {
+		return nil, invalid("ClientConfig.Bulkhead and ClientConfig.Bulkheads are both set; want one: the configuration of the Client's own compartments, or a group of them")
+	}
+	c.bulkheads = cfg.Bulkheads
 	if cfg.Bulkhead != nil {
 		if _, err := bulkhead.New(*cfg.Bulkhead); err != nil {
 			return nil, &configError{msg: "guardgrpc: ClientConfig.Bulkhead: " + err.Error(), err: err}
@@ -358,6 +370,10 @@ func (c *Client) StreamClientInterceptor() grpc.StreamClientInterceptor {
 // Breakers returns the group holding the breaker of each key, for metrics
 // and manual control.
 func (c *Client) Breakers() *breaker.Group { return c.breakers }
+
+// Bulkheads returns the group holding the compartment of each key, nil
+// when the Client has no bulkhead.
+func (c *Client) Bulkheads() *bulkhead.Group { return c.bulkheads }
 
 // RetryBudget returns the budget retries are spent from, for metrics.
 func (c *Client) RetryBudget() *budget.Budget { return c.policy.BudgetInUse() }

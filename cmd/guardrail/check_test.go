@@ -66,6 +66,12 @@ func TestCheckDocumentedExample(t *testing.T) {
 		"decision: https://example.com/adr/0042-payments-timeouts",
 		"pricing (http)\n  the defaults, unchanged",
 		"ledger (policy)",
+		"inventory (grpc)",
+		"failure_domain               method (default target; line",
+		"idempotent_methods           /inventory.v1.Stock/ (default none; line",
+		"reason:   Stock reads answer in 120 ms",
+		"owner:    team-inventory",
+		"max_buffered_messages        16",
 		"no warnings",
 	} {
 		if !strings.Contains(out, want) {
@@ -88,7 +94,9 @@ func TestCheckBrokenCopies(t *testing.T) {
 		{"no reason", "    reason: \"Catalog is", "    owner2: \"Catalog is", "owner2", "dependencies.catalog.owner2: is not a known setting"},
 		{"core breaker error", "      min_requests: 50\n", "      min_requests: 0.5\n", "min_requests: 0.5", `dependencies.payments.breaker.min_requests: is "0.5"; want a whole number`},
 		{"core deadline error", "      reserve: 20ms", "      reserve: 6s", "reserve: 6s", "servers.api.deadline.reserve: is 6s"},
-		{"grpc", "  catalog:\n    kind: http", "  catalog:\n    kind: grpc", "kind: grpc", "does not support yet"},
+		{"unknown kind", "  catalog:\n    kind: http", "  catalog:\n    kind: soap", "kind: soap", `dependencies.catalog.kind: is "soap"; want http, grpc or policy`},
+		{"http key on grpc", "    max_buffered_messages: 16\n", "    max_buffered_messages: 16\n    idempotency_keys: false\n", "idempotency_keys: false", "dependencies.inventory.idempotency_keys: applies to http dependencies only; this one is kind grpc"},
+		{"grpc method name", "[/inventory.v1.Stock/]", "[Stock]", "[Stock]", `dependencies.inventory.idempotent_methods[0]: is "Stock"; want a full method name`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if strings.Count(doc, tc.old) != 1 {
@@ -132,13 +140,32 @@ func TestCheckStrictAndJSON(t *testing.T) {
 			Line  int
 			Field string
 		}
-		Dependencies []struct{ Name string }
+		Dependencies []struct {
+			Name, Kind, Reason string
+			Effective          []struct{ Key, Value string }
+		}
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("--json wrote no JSON: %v\n%s", err, out)
 	}
-	if rep.OK || len(rep.Errors) != 1 || rep.Errors[0].Field != "dependencies.payments.max_attempts" || rep.Errors[0].Line == 0 || len(rep.Warnings) != 1 || len(rep.Dependencies) != 4 {
+	if rep.OK || len(rep.Errors) != 1 || rep.Errors[0].Field != "dependencies.payments.max_attempts" || rep.Errors[0].Line == 0 || len(rep.Warnings) != 1 || len(rep.Dependencies) != 5 {
 		t.Errorf("JSON report %+v", rep)
+	}
+	// The gRPC dependency is in it, with its reason and its own settings.
+	found := false
+	for _, d := range rep.Dependencies {
+		if d.Name != "inventory" {
+			continue
+		}
+		eff := map[string]string{}
+		for _, e := range d.Effective {
+			eff[e.Key] = e.Value
+		}
+		found = d.Kind == "grpc" && strings.HasPrefix(d.Reason, "Stock reads") && eff["failure_domain"] == "method" &&
+			eff["idempotent_methods"] == "/inventory.v1.Stock/" && eff["attempt_timeout"] == "250ms" && eff["breaker.consecutive_failures"] == "5"
+	}
+	if !found {
+		t.Errorf("the JSON report lacks inventory as a grpc dependency with its settings:\n%s", out)
 	}
 }
 
