@@ -5,7 +5,8 @@
 // overrides them per dependency, and every override carries the reason its
 // reviewer reads beside it. The file is YAML (or JSON): defaults,
 // dependencies (HTTP clients, gRPC clients, or policies for any other
-// call) and servers (deadline, load shedding, idempotency, rate limits).
+// call, with retries, breakers, bulkheads, hedging and adaptive
+// throttling) and servers (deadline, load shedding, idempotency, rate limits).
 // Durations have units ("500ms", "2s"), unknown keys are errors, and every
 // error names the file, the line, the key, what was found and what is
 // allowed:
@@ -20,7 +21,7 @@
 // GRPC, Deadline, Shedder, Idempotency, RateLimiter. They are handles:
 // Reload, WatchSignal (SIGHUP) or Watch (the file's modification time)
 // swaps their settings atomically for new calls, keeps breakers, budgets,
-// bulkheads and shedders whose settings did not change, and rejects an
+// bulkheads, throttlers and shedders whose settings did not change, and rejects an
 // invalid file as a whole, keeping the settings in force. NewAdmin serves
 // their state as JSON and lets an authorised operator force a breaker
 // open, closed or reset.

@@ -34,8 +34,8 @@ var brokenCopies = []struct {
 		"dependencies.payments.max_attemps: is not a known setting (did you mean max_attempts?)"},
 	{"missing reason", "    reason: \"Charges take", "    owner2: \"Charges take", "owner2",
 		"dependencies.payments.owner2: is not a known setting"},
-	{"override without reason", "    reason: \"Ledger writes carry a transaction id the ledger deduplicates by, so they are safe to retry.\"\n", "", "  ledger:",
-		"dependencies.ledger.reason: is missing; ledger overrides attempt_timeout, idempotent"},
+	{"override without reason", "    reason: \"Ledger writes carry", "    decision: \"Ledger writes carry", "  ledger:",
+		"dependencies.ledger.reason: is missing; ledger overrides attempt_timeout, throttle, idempotent"},
 	{"core breaker error", "      min_requests: 50\n", "      min_requests: 50\n      failure_rate: 1.5\n", "failure_rate: 1.5",
 		"dependencies.payments.breaker.failure_rate: is 1.5; want a value in (0, 1], or zero for the default (breaker: Config.FailureRate)"},
 	{"core error inherited from the defaults", "    min_requests: 20\n", "    min_requests: -1\n", "min_requests: -1",
@@ -106,6 +106,59 @@ var brokenCopies = []struct {
 	{"version", "version: 1", "version: 2", "version: 2", "version: is 2; want 1"},
 	{"alias", "    max_attempts: 2\n", "    max_attempts: &two 2\n    body_idle_timeout: *two\n", "&two",
 		"anchors and aliases are not supported"},
+
+	// Hedging and throttling: every value the core refuses is refused on
+	// its key, with what the core allows.
+	{"hedge delay negative", "      delay: 20ms ", "      delay: -20ms ", "delay: -20ms",
+		"dependencies.pricing.hedge.delay: is -20ms; want a positive duration, or zero for an adaptive delay (guardrail: HedgeConfig.Delay)"},
+	{"hedge delay without unit", "      delay: 20ms ", "      delay: 20 ", "delay: 20",
+		`dependencies.pricing.hedge.delay: "20" has no unit; write 20s`},
+	{"hedge percentile of 1", "percentile: 0.95 ", "percentile: 1 ", "percentile: 1",
+		"dependencies.pricing.hedge.percentile: is 1; want a value in (0, 1), or zero (guardrail: HedgeConfig.Percentile)"},
+	{"hedge percentile negative", "percentile: 0.95 ", "percentile: -0.5 ", "percentile: -0.5",
+		"dependencies.pricing.hedge.percentile: is -0.5; want a value in (0, 1), or zero"},
+	{"hedge percentile not a number", "percentile: 0.95 ", "percentile: p95 ", "percentile: p95",
+		`dependencies.pricing.hedge.percentile: is "p95"; want a number such as 0.5`},
+	{"hedge max hedges negative", "      max_hedges: 1\n", "      max_hedges: -1\n", "max_hedges: -1",
+		"dependencies.pricing.hedge.max_hedges: is -1; want 1 or more, or zero for 1 (guardrail: HedgeConfig.MaxHedges)"},
+	{"hedge window too small", "      max_hedges: 1\n", "      max_hedges: 1\n      window: 19\n", "window: 19",
+		"dependencies.pricing.hedge.window: is 19; want 20 or more, or zero for the default (1000) (guardrail: HedgeConfig.Window)"},
+	{"hedge window negative", "      max_hedges: 1\n", "      max_hedges: 1\n      window: -1000\n", "window: -1000",
+		"dependencies.pricing.hedge.window: is -1000; want 20 or more"},
+	{"hedge overload pause negative", "      max_hedges: 1\n", "      max_hedges: 1\n      overload_pause: -1s\n", "overload_pause: -1s",
+		"dependencies.pricing.hedge.overload_pause: is -1s; want a positive duration, or zero for the default (guardrail: HedgeConfig.OverloadPause)"},
+	{"every hedge error at once", "      max_hedges: 1\n", "      max_hedges: -3\n      overload_pause: -1s\n", "overload_pause: -1s",
+		"dependencies.pricing.hedge.overload_pause: is -1s"},
+	{"hedge unknown key", "      max_hedges: 1\n", "      max_hedge: 1\n", "max_hedge:",
+		"dependencies.pricing.hedge.max_hedge: is not a known setting (did you mean max_hedges?); want one of delay, percentile, max_hedges, window, overload_pause, disabled"},
+	{"hedge disabled beside settings", "      max_hedges: 1\n", "      max_hedges: 1\n      disabled: true\n", "disabled: true",
+		"dependencies.pricing.hedge.disabled: is true with delay set beside it; want either disabled or hedge settings"},
+	{"hedge not a mapping", "    hedge:\n      percentile: 0.95      # hedge a request slower than 95 % of the recent ones\n      delay: 20ms           # and never sooner than this\n      max_hedges: 1\n", "    hedge: true\n", "hedge: true",
+		`dependencies.pricing.hedge: is "true"; want a mapping of settings`},
+	{"hedge error inherited from the defaults", "  deadline_reserve: 5ms\n", "  deadline_reserve: 5ms\n  hedge: {window: 5}\n", "hedge: {window: 5}",
+		"defaults.hedge.window: is 5; want 20 or more"},
+	{"throttle k below 1", "      k: 2 ", "      k: 0.99 ", "k: 0.99",
+		"dependencies.pricing.throttle.k: is 0.99; want 1 or more, or zero for the default (2) (guardrail: ThrottleConfig.K)"},
+	{"throttle k negative", "      k: 2 ", "      k: -2 ", "k: -2",
+		"dependencies.pricing.throttle.k: is -2; want 1 or more"},
+	{"throttle k infinite", "      k: 2 ", "      k: .inf ", "k: .inf",
+		`dependencies.pricing.throttle.k: is ".inf"; want a number such as 0.5`},
+	{"throttle window negative", "      window: 2m\n", "      window: -2m\n", "window: -2m",
+		"dependencies.pricing.throttle.window: is -2m0s; want a positive duration, or zero for the default (2m0s) (guardrail: ThrottleConfig.Window)"},
+	{"throttle window without unit", "      window: 2m\n", "      window: 120\n", "window: 120",
+		`dependencies.pricing.throttle.window: "120" has no unit; write 120s`},
+	{"throttle unknown key", "      k: 2 ", "      K: 2 ", "K: 2",
+		"dependencies.pricing.throttle.K: is not a known setting (did you mean k?); want one of window, k, disabled"},
+	{"throttle disabled beside settings", "      k: 2 ", "      disabled: true\n      k: 2 ", "disabled: true",
+		"dependencies.pricing.throttle.disabled: is true with window set beside it; want either disabled or throttle settings"},
+	{"throttle on a policy inherited from the defaults", "  deadline_reserve: 5ms\n", "  deadline_reserve: 5ms\n  throttle: {k: 0.5}\n", "throttle: {k: 0.5}",
+		"defaults.throttle.k: is 0.5; want 1 or more"},
+	{"throttle without a reason", "    reason: \"Prices are reads", "    decision: \"Prices are reads", "  pricing:",
+		"dependencies.pricing.reason: is missing; pricing overrides hedge.delay, hedge.percentile, hedge.max_hedges, throttle.window, throttle.k"},
+	{"hedge on a grpc dependency", "    max_buffered_messages: 16\n", "    max_buffered_messages: 16\n    hedge: {delay: 50ms, max_hedges: 2}\n", "hedge: {delay",
+		"dependencies.inventory.hedge: is not supported for grpc dependencies in this version: guardgrpc.ClientConfig has no hedging settings yet; hedge applies to http and policy dependencies"},
+	{"throttle on a grpc dependency", "    max_buffered_messages: 16\n", "    max_buffered_messages: 16\n    throttle: {}\n", "throttle: {}\n    breaker",
+		"dependencies.inventory.throttle: is not supported for grpc dependencies in this version: guardgrpc.ClientConfig has no adaptive throttling settings yet"},
 }
 
 func TestBrokenCopiesNameTheirLine(t *testing.T) {
@@ -161,6 +214,20 @@ var riskyCopies = []struct {
 		"one early failure opens the breaker"},
 	{"grpc retries at two tiers", "    max_buffered_messages: 16\n", "    max_buffered_messages: 16\n    calls: [pricing]\n", "  max_attempts: 3",
 		"retries at 2 tiers of the chain inventory -> pricing"},
+	{"hedges more than twice", "      max_hedges: 1\n", "      max_hedges: 3\n", "max_hedges: 3",
+		"is 3: a slow moment sends up to 4 copies of each call"},
+	{"hedge without a retry budget", "    owner: team-pricing\n", "    owner: team-pricing\n    retry_budget: {unlimited: true}\n", "unlimited",
+		"no retry budget, yet hedge is set: each hedge spends a budget token"},
+	{"hedge on a policy not idempotent", "    idempotent: true\n    throttle: {}", "    idempotent: false\n    hedge: {delay: 100ms}\n    throttle: {}", "hedge: {delay: 100ms}",
+		"is set but idempotent is not true: only idempotent calls are hedged"},
+	{"hedge on an http dependency whose routes are not hedged", "{method: GET, path: /v1/prices}", "{method: POST, path: /v1/prices, idempotent: true}", "    hedge:\n",
+		"is set but no route of pricing is hedged: guardhttp hedges only GET, HEAD, OPTIONS, PUT and DELETE requests"},
+	{"hedge on a route that is not idempotent", "{method: GET, path: /v1/prices}", "{method: PUT, path: /v1/prices, idempotent: false}", "{method: PUT",
+		"PUT /v1/prices says idempotent: false, yet pricing hedges: guardhttp hedges a PUT by its method"},
+	{"throttle k below 1.5", "      k: 2 ", "      k: 1.2 ", "k: 1.2",
+		"is 1.2, below 1.5: the throttle rejects requests locally as soon as fewer than 83 % of them are accepted"},
+	{"throttle k of 1", "      k: 2 ", "      k: 1 ", "k: 1 ",
+		"is 1, below 1.5"},
 	{"grpc longer than its caller", "    max_buffered_messages: 16\n", "    max_buffered_messages: 16\n    deadline: 6s\n", "calls: [payments, pricing, ledger, inventory]",
 		"inventory may take up to 6s, longer than its caller server api waits (5s)"},
 }
@@ -204,5 +271,23 @@ func TestJSONFileNamesItsLines(t *testing.T) {
 	ok, err := Parse("policy.json", []byte(`{"dependencies": {"a": {"reason": "r", "attempt_timeout": "500ms"}}}`))
 	if err != nil || len(ok.Dependencies) != 1 || ok.Dependencies[0].HTTP.AttemptTimeout.String() != "500ms" {
 		t.Errorf("a valid JSON file: %v", err)
+	}
+}
+
+// An error in the defaults is found once per dependency that inherits it,
+// and said once.
+func TestDefaultsErrorSaidOnce(t *testing.T) {
+	data, line := mutate(t, "  deadline_reserve: 5ms\n", "  deadline_reserve: 5ms\n  throttle: {k: 0.5}\n", "throttle: {k: 0.5}")
+	c, err := Parse("policy.yaml", data)
+	if err == nil {
+		t.Fatal("Parse accepted k: 0.5")
+	}
+	if len(c.Errors) != 1 || c.Errors[0].Line != line || c.Errors[0].Field != "defaults.throttle.k" {
+		t.Errorf("got %d errors, %v; want one, on defaults.throttle.k at line %d", len(c.Errors), c.Errors, line)
+	}
+	for _, w := range c.Warnings {
+		if w.Field == "defaults.throttle.k" {
+			t.Errorf("an invalid k warns too: %s", w)
+		}
 	}
 }

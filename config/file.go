@@ -87,6 +87,13 @@ type Settings struct {
 	RetryBudget *RetryBudget   `yaml:"retry_budget"`
 	Breaker     *Breaker       `yaml:"breaker"`
 	Bulkhead    *Bulkhead      `yaml:"bulkhead"`
+	// Hedge turns on hedging (HTTP and policy dependencies): the section
+	// being there is what turns it on, so hedge: {} hedges with the
+	// library's defaults.
+	Hedge *Hedge `yaml:"hedge"`
+	// Throttle turns on client-side adaptive throttling (HTTP and policy
+	// dependencies): throttle: {} throttles with the library's defaults.
+	Throttle *Throttle `yaml:"throttle"`
 
 	// HTTP only.
 	ConnectTimeout        *time.Duration `yaml:"connect_timeout"`
@@ -170,6 +177,29 @@ type Bulkhead struct {
 	MaxQueue      *int           `yaml:"max_queue"`
 	MaxWait       *time.Duration `yaml:"max_wait"`
 	Disabled      *bool          `yaml:"disabled"`
+}
+
+// Hedge is a guardrail.HedgeConfig; Disabled removes one the defaults
+// set.
+// It is a plain value, safe to read concurrently and not to change while
+// it is read.
+type Hedge struct {
+	Delay         *time.Duration `yaml:"delay"`
+	Percentile    *float64       `yaml:"percentile"`
+	MaxHedges     *int           `yaml:"max_hedges"`
+	Window        *int           `yaml:"window"`
+	OverloadPause *time.Duration `yaml:"overload_pause"`
+	Disabled      *bool          `yaml:"disabled"`
+}
+
+// Throttle is a guardrail.ThrottleConfig; Disabled removes one the
+// defaults set.
+// It is a plain value, safe to read concurrently and not to change while
+// it is read.
+type Throttle struct {
+	Window   *time.Duration `yaml:"window"`
+	K        *float64       `yaml:"k"`
+	Disabled *bool          `yaml:"disabled"`
 }
 
 // Server is the server-side guardrails of one server (or route group).

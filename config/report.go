@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -93,16 +94,28 @@ func (c *Checked) Report() Report {
 			base.Settings = *c.File.Defaults
 		}
 		_ = (&Checked{Name: c.Name, File: c.File, lines: map[string]int{}}).build(base)
+		baseEff := effective(base)
 		defs := map[string]string{}
-		for _, s := range effective(base) {
+		for _, s := range baseEff {
 			defs[s.Key] = s.Value
 		}
 		for _, s := range dr.Effective {
 			def, ok := defs[s.Key]
-			if !ok {
+			switch section, _, sub := strings.Cut(s.Key, "."); {
+			case ok:
+			case !sub:
+				// A section the dependency turns off that the defaults
+				// turn on ("hedge off" against their hedge settings).
+				var on []string
+				for _, b := range baseEff {
+					if k, ok := strings.CutPrefix(b.Key, section+"."); ok {
+						on = append(on, k+" "+b.Value)
+					}
+				}
+				def = strings.Join(on, ", ")
+			default:
 				// A section the defaults leave out ("bulkhead none"), or a
 				// setting they leave off (breaker.consecutive_failures).
-				section, _, _ := strings.Cut(s.Key, ".")
 				def = "off"
 				if v, ok := defs[section]; ok {
 					def = section + " " + v
@@ -283,6 +296,9 @@ func effective(d *ResolvedDependency) []Setting {
 			add("bulkhead.max_wait", durOr(b.MaxWait, bulkhead.DefaultMaxWait, "none"))
 		}
 	}
+	if d.Kind != KindGRPC {
+		out = append(out, hedgeEffective(d.Hedge, d.Throttle)...)
+	}
 	switch d.Kind {
 	case KindPolicy:
 		add("idempotent", strconv.FormatBool(val(s.Idempotent)))
@@ -321,6 +337,41 @@ func effective(d *ResolvedDependency) []Setting {
 	}
 	add("idempotency_keys", strconv.FormatBool(h.IdempotencyKeys))
 	add("deadline_reserve", durOr(h.DeadlineReserve, guardhttp.DefaultDeadlineReserve, "none"))
+	return out
+}
+
+// hedgeEffective lists the hedge and throttle settings in force, with the
+// core's defaults for what the file leaves out.
+func hedgeEffective(h *guardrail.HedgeConfig, t *guardrail.ThrottleConfig) []Setting {
+	var out []Setting
+	add := func(k, v string) { out = append(out, Setting{k, v}) }
+	if h == nil {
+		add("hedge", "off")
+	} else {
+		pct := h.Percentile
+		if pct == 0 && h.Delay == 0 {
+			pct = guardrail.DefaultHedgePercentile
+		}
+		if pct == 0 {
+			add("hedge.delay", h.Delay.String()+" (fixed)")
+		} else {
+			floor := "no floor"
+			if h.Delay > 0 {
+				floor = "at least " + h.Delay.String()
+			}
+			add("hedge.delay", "adaptive, "+floor)
+			add("hedge.percentile", fmtFloat(pct))
+			add("hedge.window", strconv.Itoa(cmp.Or(h.Window, guardrail.DefaultHedgeWindow)))
+		}
+		add("hedge.max_hedges", strconv.Itoa(max(h.MaxHedges, 1)))
+		add("hedge.overload_pause", cmp.Or(h.OverloadPause, guardrail.DefaultHedgeOverloadPause).String())
+	}
+	if t == nil {
+		add("throttle", "off")
+	} else {
+		add("throttle.window", cmp.Or(t.Window, guardrail.DefaultThrottleWindow).String())
+		add("throttle.k", fmtFloat(cmp.Or(t.K, guardrail.DefaultThrottleK)))
+	}
 	return out
 }
 

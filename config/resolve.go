@@ -63,8 +63,8 @@ type ResolvedDependency struct {
 	Overrides []string
 
 	// HTTP is the guardhttp.Config an HTTP dependency's client is built
-	// with, without its Budget, Breakers and Observer, which the Registry
-	// supplies (and keeps across reloads).
+	// with, without its Budget, Breakers, Throttler and Observer, which
+	// the Registry supplies (and keeps across reloads).
 	HTTP guardhttp.Config
 	// GRPC is the settings a gRPC dependency's client is built with,
 	// without its Budget, Breakers, Bulkheads and Observer, which the
@@ -86,6 +86,14 @@ type ResolvedDependency struct {
 	Policy PolicyFields
 	// Deadline bounds a whole call; zero means no bound of its own.
 	Deadline time.Duration
+	// Hedge configures hedging (also in HTTP.Hedge); nil means none. A
+	// gRPC dependency has none in this version.
+	Hedge *guardrail.HedgeConfig
+	// Throttle configures the dependency's Throttler, which the Registry
+	// builds once and shares between everything that calls the
+	// dependency; nil means none. A gRPC dependency has none in this
+	// version.
+	Throttle *guardrail.ThrottleConfig
 }
 
 // PolicyFields are the plain fields of a guardrail.Policy.
@@ -196,13 +204,19 @@ func merge(def, over reflect.Value, prefix string, set *[]string) {
 	}
 }
 
-// collect appends the keys a section sets.
+// collect appends the keys a section sets, or the section's own key when
+// it sets none: an empty section (hedge: {}) turns a guardrail on with its
+// defaults, which is an override as much as any key in it.
 func collect(v reflect.Value, prefix string, set *[]string) {
 	t := v.Type()
+	n := len(*set)
 	for i := range t.NumField() {
 		if !v.Field(i).IsNil() {
 			*set = append(*set, join(prefix, t.Field(i).Tag.Get("yaml")))
 		}
+	}
+	if len(*set) == n {
+		*set = append(*set, prefix)
 	}
 }
 
@@ -231,6 +245,27 @@ var onlyFor = map[string][]string{
 	"max_buffered_messages":   {KindGRPC},
 	"failure_domain":          {KindGRPC},
 	"idempotent":              {KindPolicy},
+	"hedge":                   {KindHTTP, KindPolicy},
+	"throttle":                {KindHTTP, KindPolicy},
+}
+
+// unsupportedGRPC lists the sections that a gRPC dependency cannot have
+// in this version, for a message that says so rather than "applies to
+// http and policy dependencies only", which reads as a design decision.
+var unsupportedGRPC = map[string]string{
+	"hedge":    "hedging",
+	"throttle": "adaptive throttling",
+}
+
+// kindsOf returns the kinds key applies to, by its own entry or its
+// section's (hedge.delay is hedge's), and false when it applies to all.
+func kindsOf(key string) ([]string, bool) {
+	if kinds, ok := onlyFor[key]; ok {
+		return kinds, true
+	}
+	section, _, _ := strings.Cut(key, ".")
+	kinds, ok := onlyFor[section]
+	return kinds, ok
 }
 
 // elsewhere says, for a key that does not apply to a kind, what does.
@@ -277,10 +312,21 @@ func (c *Checked) resolve() []Diagnostic {
 			diags = append(diags, c.diag(SeverityError, path+".reason", "is missing; %s overrides %s, and every override must say why (reason: ...), so that its review has the reason beside it",
 				name, strings.Join(r.Overrides, ", ")))
 		}
+		reported := map[string]bool{}
 		for _, k := range r.Overrides {
-			if kinds, ok := onlyFor[k]; ok && !contains(kinds, r.Kind) {
-				diags = append(diags, c.diag(SeverityError, path+"."+k, "applies to %s dependencies only; this one is kind %s%s", strings.Join(kinds, " and "), r.Kind, elsewhere[[2]string{r.Kind, k}]))
+			kinds, ok := kindsOf(k)
+			if !ok || contains(kinds, r.Kind) {
+				continue
 			}
+			section, _, _ := strings.Cut(k, ".")
+			if what, ok := unsupportedGRPC[section]; ok && r.Kind == KindGRPC {
+				if !reported[section] {
+					reported[section] = true
+					diags = append(diags, c.diag(SeverityError, path+"."+section, "is not supported for grpc dependencies in this version: guardgrpc.ClientConfig has no %s settings yet; %s applies to http and policy dependencies", what, section))
+				}
+				continue
+			}
+			diags = append(diags, c.diag(SeverityError, path+"."+k, "applies to %s dependencies only; this one is kind %s%s", strings.Join(kinds, " and "), r.Kind, elsewhere[[2]string{r.Kind, k}]))
 		}
 		for i, rt := range d.Routes {
 			at := fmt.Sprintf("%s.routes[%d]", path, i)
@@ -329,7 +375,7 @@ func contains(s []string, v string) bool {
 
 // coreRE takes apart the errors of the core constructors:
 // "breaker: GroupConfig.Config.FailureRate is 1.5; want ...".
-var coreRE = regexp.MustCompile(`^(\w+): (?:\w+\.)*?(\w*Config)\.([A-Z][\w.]*)(?:\[[^\]]*\])? (?:is|has) (.*)$`)
+var coreRE = regexp.MustCompile(`^(\w+): (?:invalid \w+: )?(?:\w+\.)*?(\w*Config)\.([A-Z][\w.]*)(?:\[[^\]]*\])? (?:is|has) (.*)$`)
 
 // coreErrors turns a constructor's error into diagnostics on the keys of
 // section (a File type such as Breaker) under prefix, of dependency dep
@@ -468,14 +514,7 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 
 	// Retry budget.
 	if rb := s.RetryBudget; rb != nil && val(rb.Unlimited) {
-		// unlimited overrides a budget inherited from the defaults, but
-		// one section saying both is a contradiction.
-		at := c.where(name, "retry_budget.unlimited")
-		for _, k := range []string{"ratio", "max", "min_per_second"} {
-			if w := c.where(name, "retry_budget."+k); strings.HasPrefix(w, strings.TrimSuffix(at, "unlimited")) && c.lines[w] != 0 {
-				diags = append(diags, c.diag(SeverityError, at, "is true with %s set beside it; want either unlimited or a budget", k))
-			}
-		}
+		diags = append(diags, c.beside(name, "retry_budget", "unlimited", "a budget", "ratio", "max", "min_per_second")...)
 	} else {
 		bc := budget.Config{}
 		if rb != nil {
@@ -498,6 +537,10 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 		r.Bulkhead = &bulkhead.Config{MaxConcurrent: val(bh.MaxConcurrent), MaxQueue: val(bh.MaxQueue), MaxWait: val(bh.MaxWait)}
 		_, err := bulkhead.New(*r.Bulkhead)
 		diags = append(diags, c.coreErrors(err, reflect.TypeFor[Bulkhead](), name, "bulkhead")...)
+	}
+
+	if r.Kind != KindGRPC {
+		diags = append(diags, c.buildHedge(r)...)
 	}
 
 	if r.Kind == KindPolicy {
@@ -528,13 +571,63 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 		WriteTimeout: val(s.WriteTimeout), ResponseHeaderTimeout: val(s.ResponseHeaderTimeout),
 		BodyIdleTimeout: val(s.BodyIdleTimeout), MaxBufferedBody: val(s.MaxBufferedBody),
 		IdempotencyKeys: val(s.IdempotencyKeys), DeadlineReserve: val(s.DeadlineReserve),
-		Bulkhead: r.Bulkhead,
+		Bulkhead: r.Bulkhead, Hedge: cloneHedge(r.Hedge),
 	}
 	plain := r.HTTP
-	plain.Bulkhead = nil // its errors are reported above, by key
+	plain.Bulkhead, plain.Hedge = nil, nil // their errors are reported above, by key
 	_, err = guardhttp.NewTransport(http.DefaultTransport, plain)
 	diags = append(diags, c.coreErrors(err, reflect.TypeFor[Settings](), name, "")...)
 	return diags
+}
+
+// beside reports a section of dependency name that says flag (unlimited,
+// disabled) with settings beside it: flag overrides a section inherited
+// from the defaults, but one section saying both is a contradiction.
+func (c *Checked) beside(name, section, flag, want string, keys ...string) []Diagnostic {
+	var diags []Diagnostic
+	at := c.where(name, section+"."+flag)
+	for _, k := range keys {
+		if w := c.where(name, section+"."+k); strings.HasPrefix(w, strings.TrimSuffix(at, flag)) && c.lines[w] != 0 {
+			diags = append(diags, c.diag(SeverityError, at, "is true with %s set beside it; want either %s or %s", k, flag, want))
+		}
+	}
+	return diags
+}
+
+// buildHedge fills r.Hedge and r.Throttle and reports what the core
+// refuses of them, on the keys that set each field.
+func (c *Checked) buildHedge(r *ResolvedDependency) []Diagnostic {
+	var diags []Diagnostic
+	s := &r.Settings
+	if h := s.Hedge; h != nil {
+		if val(h.Disabled) {
+			diags = append(diags, c.beside(r.Name, "hedge", "disabled", "hedge settings", "delay", "percentile", "max_hedges", "window", "overload_pause")...)
+		} else {
+			r.Hedge = &guardrail.HedgeConfig{Delay: val(h.Delay), Percentile: val(h.Percentile), MaxHedges: val(h.MaxHedges),
+				Window: val(h.Window), OverloadPause: val(h.OverloadPause)}
+			diags = append(diags, c.coreErrors(r.Hedge.Validate(), reflect.TypeFor[Hedge](), r.Name, "hedge")...)
+		}
+	}
+	if t := s.Throttle; t != nil {
+		if val(t.Disabled) {
+			diags = append(diags, c.beside(r.Name, "throttle", "disabled", "throttle settings", "window", "k")...)
+		} else {
+			r.Throttle = &guardrail.ThrottleConfig{Window: val(t.Window), K: val(t.K)}
+			_, err := guardrail.NewThrottler(*r.Throttle)
+			diags = append(diags, c.coreErrors(err, reflect.TypeFor[Throttle](), r.Name, "throttle")...)
+		}
+	}
+	return diags
+}
+
+// cloneHedge returns a copy of h, so that a HedgeConfig handed out is the
+// caller's own.
+func cloneHedge(h *guardrail.HedgeConfig) *guardrail.HedgeConfig {
+	if h == nil {
+		return nil
+	}
+	c := *h
+	return &c
 }
 
 func (b *Breaker) maxKeys() *int {
