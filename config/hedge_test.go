@@ -457,3 +457,18 @@ dependencies:
 		t.Errorf("fixed differs %v; want nothing", diff["fixed"])
 	}
 }
+
+// The bounds the file puts on the hedge counts, which the core sizes
+// memory by, let their limits through.
+func TestHedgeBoundsAdmitTheirLimits(t *testing.T) {
+	c, err := Parse("policy.yaml", []byte("dependencies:\n  a: {reason: r, hedge: {window: 1048576, max_hedges: 16}}\n"))
+	if err != nil {
+		t.Fatalf("window 1<<20 and 16 hedges: %v; want them accepted", err)
+	}
+	if h := c.Dependencies[0].Hedge; h.Window != 1<<20 || h.MaxHedges != 16 {
+		t.Errorf("hedge %+v", h)
+	}
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0].Message, "is 16: a slow moment sends up to 17 copies") {
+		t.Errorf("warnings %v; want the one about 16 hedges", c.Warnings)
+	}
+}

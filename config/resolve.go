@@ -594,6 +594,16 @@ func (c *Checked) beside(name, section, flag, want string, keys ...string) []Dia
 	return diags
 }
 
+// Bounds of the hedge counts the file accepts, which the core does not
+// bound: 1<<20 latencies, as many calls as a breaker's count window holds,
+// are 16 MiB (the ring and the copy it is sorted in); 16 hedges per
+// attempt are eight times the most that the checks let pass without a
+// warning.
+const (
+	maxHedgeWindow = 1 << 20
+	maxHedges      = 16
+)
+
 // buildHedge fills r.Hedge and r.Throttle and reports what the core
 // refuses of them, on the keys that set each field.
 func (c *Checked) buildHedge(r *ResolvedDependency) []Diagnostic {
@@ -606,6 +616,16 @@ func (c *Checked) buildHedge(r *ResolvedDependency) []Diagnostic {
 			r.Hedge = &guardrail.HedgeConfig{Delay: val(h.Delay), Percentile: val(h.Percentile), MaxHedges: val(h.MaxHedges),
 				Window: val(h.Window), OverloadPause: val(h.OverloadPause)}
 			diags = append(diags, c.coreErrors(r.Hedge.Validate(), reflect.TypeFor[Hedge](), r.Name, "hedge")...)
+			// The core takes any count, and sizes memory by it: the
+			// window's latencies at first use, room for every hedge at
+			// the start of each hedged call. A slip of the keyboard must
+			// not take the service down at its next reload.
+			if n := r.Hedge.Window; n > maxHedgeWindow {
+				diags = append(diags, c.diag(SeverityError, c.where(r.Name, "hedge.window"), "is %d; want at most %d: the window keeps that many latencies in memory (16 bytes each), allocated at the first call", n, maxHedgeWindow))
+			}
+			if n := r.Hedge.MaxHedges; n > maxHedges {
+				diags = append(diags, c.diag(SeverityError, c.where(r.Name, "hedge.max_hedges"), "is %d; want at most %d: each hedge is one more request in flight per call, and every hedged call makes room for all of them when it starts", n, maxHedges))
+			}
 		}
 	}
 	if t := s.Throttle; t != nil {
