@@ -472,3 +472,36 @@ func TestHedgeBoundsAdmitTheirLimits(t *testing.T) {
 		t.Errorf("warnings %v; want the one about 16 hedges", c.Warnings)
 	}
 }
+
+// The admin listing shows each dependency's hedging settings, and its
+// throttler, whether an HTTP client or a policy holds them.
+func TestAdminListsHedgesAndThrottlers(t *testing.T) {
+	reg, err := New("policy.yaml", []byte(hedgeFile), Options{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := reg.Status()
+	hedges := map[string]map[string]any{}
+	for _, h := range st.Hedges {
+		hedges[h.Dependency] = h.Settings
+	}
+	want := map[string]any{"delay": "20ms (fixed)", "max_hedges": "1", "overload_pause": "10s"}
+	for _, dep := range []string{"slow", "ledger"} {
+		if !reflect.DeepEqual(hedges[dep], want) {
+			t.Errorf("%s's hedge is listed as %v; want %v", dep, hedges[dep], want)
+		}
+	}
+	if _, ok := hedges["api"]; ok || len(st.Hedges) != 2 {
+		t.Errorf("hedges listed: %+v; want slow and ledger only", st.Hedges)
+	}
+	var deps []string
+	for _, th := range st.Throttlers {
+		deps = append(deps, th.Dependency)
+		if th.Dependency == "ledger" && (th.Settings["window"] != "2m0s" || th.Settings["k"] != 2.0 || th.Requests != 0 || th.RejectProbability != 0) {
+			t.Errorf("ledger's throttler is listed as %+v; want the defaults, nothing counted", th)
+		}
+	}
+	if !reflect.DeepEqual(deps, []string{"api", "ledger"}) {
+		t.Errorf("throttlers listed for %v; want [api ledger]", deps)
+	}
+}
