@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -503,5 +504,21 @@ func TestAdminListsHedgesAndThrottlers(t *testing.T) {
 	}
 	if !reflect.DeepEqual(deps, []string{"api", "ledger"}) {
 		t.Errorf("throttlers listed for %v; want [api ledger]", deps)
+	}
+}
+
+// A window far past the bound is refused without being allocated: the
+// core's Validate builds the window it checks, and 1<<31 latencies are
+// 32 GiB.
+func TestHugeHedgeWindowIsNotAllocated(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := Parse("policy.yaml", []byte("dependencies:\n  a: {reason: r, hedge: {window: 2147483647}}\n"))
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "dependencies.a.hedge.window: is 2147483647; want at most 1048576") {
+		t.Errorf("window 2147483647: %v; want it refused", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+		t.Errorf("checking the file allocated %d MiB; want no window of that size", grew>>20)
 	}
 }

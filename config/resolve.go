@@ -615,17 +615,20 @@ func (c *Checked) buildHedge(r *ResolvedDependency) []Diagnostic {
 		} else {
 			r.Hedge = &guardrail.HedgeConfig{Delay: val(h.Delay), Percentile: val(h.Percentile), MaxHedges: val(h.MaxHedges),
 				Window: val(h.Window), OverloadPause: val(h.OverloadPause)}
-			diags = append(diags, c.coreErrors(r.Hedge.Validate(), reflect.TypeFor[Hedge](), r.Name, "hedge")...)
 			// The core takes any count, and sizes memory by it: the
-			// window's latencies at first use, room for every hedge at
-			// the start of each hedged call. A slip of the keyboard must
-			// not take the service down at its next reload.
-			if n := r.Hedge.Window; n > maxHedgeWindow {
+			// window's latencies at first use (and in Validate, which
+			// builds what it checks), room for every hedge at the start
+			// of each hedged call. A slip of the keyboard must not take
+			// the service down at its next reload, nor this check.
+			check := *r.Hedge
+			if n := check.Window; n > maxHedgeWindow {
 				diags = append(diags, c.diag(SeverityError, c.where(r.Name, "hedge.window"), "is %d; want at most %d: the window keeps that many latencies in memory (16 bytes each), allocated at the first call", n, maxHedgeWindow))
+				check.Window = 0
 			}
-			if n := r.Hedge.MaxHedges; n > maxHedges {
+			if n := check.MaxHedges; n > maxHedges {
 				diags = append(diags, c.diag(SeverityError, c.where(r.Name, "hedge.max_hedges"), "is %d; want at most %d: each hedge is one more request in flight per call, and every hedged call makes room for all of them when it starts", n, maxHedges))
 			}
+			diags = append(diags, c.coreErrors(check.Validate(), reflect.TypeFor[Hedge](), r.Name, "hedge")...)
 		}
 	}
 	if t := s.Throttle; t != nil {
