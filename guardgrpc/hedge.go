@@ -43,6 +43,8 @@ type hedgedCall struct {
 	writing bool      // an attempt is decoding into the caller's reply
 	filled  bool      // one did, and succeeded: no other may write it
 	ended   bool      // the call is returning: no attempt may start writing
+
+	first hedgeAttempt // the first attempt's, allocated with the call
 }
 
 // hedgeAttempt is one attempt of a hedged call: what the call needs of it
@@ -144,10 +146,13 @@ func (h *hedgedCall) invoke(ctx context.Context, p *guardrail.Policy, gc guardra
 // attempt runs one attempt of a hedged call, maybe at the same time as
 // others.
 func (h *hedgedCall) attempt(ctx context.Context) (_ *hedgeAttempt, err error) {
-	a := &hedgeAttempt{}
 	h.mu.Lock()
 	h.n++
 	n := h.n
+	a := &h.first
+	if n > 1 {
+		a = new(hedgeAttempt)
+	}
 	if !h.writing && !h.filled && !h.ended {
 		h.writing, a.writer = true, true
 	}
