@@ -35,7 +35,11 @@ type Result struct {
 // Classifier decides what a failed attempt means. It must be safe for
 // concurrent use. The caller's own cancellation and deadline are handled
 // before it is asked, and whether a retryable verdict is retried also
-// depends on the method being idempotent (see ClientConfig).
+// depends on the method being idempotent (see ClientConfig). Whether an
+// answer says the server is overloaded, which pauses hedging and is not
+// an accept for the throttle, is read from its code and trailer whatever
+// the Classifier says (RESOURCE_EXHAUSTED, a grpc-retry-pushback-ms
+// trailer), and from a verdict with a RetryAfter.
 type Classifier func(r Result) guardrail.Verdict
 
 // DefaultClassify is the Classifier used when ClientConfig.Classify is nil.

@@ -153,13 +153,13 @@ type ClientConfig struct {
 	// and the other copies are cancelled. A call that carries an
 	// idempotency-key is not hedged, though it is retried: two copies in
 	// flight with one key meet the server's refusal of a key in flight
-	// (ABORTED), not a replay. Hedges spend retry budget
-	// tokens, and none is sent while the budget holds less than half its
-	// maximum, while the key's breaker is not closed, or for
-	// HedgeConfig.OverloadPause after the server answered
-	// RESOURCE_EXHAUSTED or sent a grpc-retry-pushback-ms trailer (see
-	// guardrail.HedgeConfig). A hedge is an attempt: it carries
-	// x-retry-attempt, so a server sheds it as it sheds retries.
+	// (ABORTED), not a replay. Hedges spend retry budget tokens, and none
+	// is sent while the budget holds less than half its maximum, while
+	// the key's breaker is not closed, or for HedgeConfig.OverloadPause
+	// after the server answered RESOURCE_EXHAUSTED or sent a
+	// grpc-retry-pushback-ms trailer (see guardrail.HedgeConfig). A hedge
+	// is an attempt: it carries x-retry-attempt, so a server sheds it as
+	// it sheds retries.
 	//
 	// Streams are never hedged: their messages go out as the caller
 	// produces them and answers come back as it reads them, so there is
@@ -181,14 +181,14 @@ type ClientConfig struct {
 
 	// Throttler, when not nil, rejects attempts of unary calls locally,
 	// without sending them, when the server has lately refused too many:
-	// see guardrail.Throttler. An attempt
-	// answered RESOURCE_EXHAUSTED, one with a grpc-retry-pushback-ms
-	// trailer, DEADLINE_EXCEEDED and an attempt that timed out are not
-	// accepts; any other answer is one (NOT_FOUND, INVALID_ARGUMENT,
-	// INTERNAL: the server did the work), and so is UNAVAILABLE without a
-	// pushback, which grpc-go also answers for a connection that failed:
-	// that is the breaker's to judge. A rejected call fails with
-	// RESOURCE_EXHAUSTED, an *Error that Is guardrail.ErrThrottled.
+	// see guardrail.Throttler. An attempt answered RESOURCE_EXHAUSTED, one
+	// with a grpc-retry-pushback-ms trailer, DEADLINE_EXCEEDED and an
+	// attempt that timed out are not accepts; any other answer is one
+	// (NOT_FOUND, INVALID_ARGUMENT, INTERNAL: the server did the work),
+	// and so is UNAVAILABLE without a pushback, which grpc-go also answers
+	// for a connection that failed: that is the breaker's to judge. A
+	// rejected call fails with RESOURCE_EXHAUSTED, an *Error that Is
+	// guardrail.ErrThrottled.
 	//
 	// Streams are not throttled: grpc-go opens a stream before the server
 	// has answered anything, so an opening says nothing of whether the
