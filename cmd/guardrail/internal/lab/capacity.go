@@ -482,8 +482,10 @@ func convergence(buckets []float64, width time.Duration) time.Duration {
 	return -1
 }
 
-// capacityCharts draws, at the first overload, successes over time for
-// every limiter, and the adaptive limit over time against the pool.
+// capacityCharts draws, at the first overload, successes over time and the
+// p99 of each phase for every limiter, and the adaptive limit over time
+// against the pool: a small fixed limit shows in the first, a large one in
+// the second.
 func (p shedParams) capacityCharts(runs []*capacityRun) []Chart {
 	cp := p.cap
 	if len(runs) == 0 {
@@ -542,5 +544,20 @@ func (p shedParams) capacityCharts(runs []*capacityRun) []Chart {
 		}
 		lim.Series = append(lim.Series, Series{Name: fmt.Sprintf("adaptive limit at %gx", run.overload), Values: v})
 	}
-	return []Chart{good, lim}
+	tail := Chart{Title: fmt.Sprintf("Capacity %v: p99 of the successes per phase at %gx", cp.phases, over), Kind: "bar",
+		YLabel: "p99 latency (ms)"}
+	for k, slots := range cp.phases {
+		tail.X = append(tail.X, fmt.Sprintf("phase %d (%d slots)", k+1, slots))
+	}
+	for _, run := range runs {
+		if run.overload != over {
+			continue
+		}
+		v := make([]float64, len(run.phases))
+		for k, ph := range run.phases {
+			v[k] = float64(ph.p99.Milliseconds())
+		}
+		tail.Series = append(tail.Series, Series{Name: run.label, Values: v})
+	}
+	return []Chart{good, tail, lim}
 }
