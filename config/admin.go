@@ -238,6 +238,7 @@ func (r *Registry) Status() Status {
 			return true
 		})
 		st.Budgets = append(st.Budgets, BudgetStatus{Dependency: name, Unlimited: isInf(g.Budget.Max()), Tokens: finite(g.Budget.Tokens()), Max: finite(g.Budget.Max()), Settings: budgetSettings(name)})
+		hedgeAndThrottle(name, g.Hedge, g.Throttler, g.Throttle)
 	}
 	for _, name := range sortedKeys(r.policies) {
 		pv := r.policies[name].cur.Load()

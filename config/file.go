@@ -87,12 +87,11 @@ type Settings struct {
 	RetryBudget *RetryBudget   `yaml:"retry_budget"`
 	Breaker     *Breaker       `yaml:"breaker"`
 	Bulkhead    *Bulkhead      `yaml:"bulkhead"`
-	// Hedge turns on hedging (HTTP and policy dependencies): the section
-	// being there is what turns it on, so hedge: {} hedges with the
-	// library's defaults.
+	// Hedge turns on hedging: the section being there is what turns it
+	// on, so hedge: {} hedges with the library's defaults.
 	Hedge *Hedge `yaml:"hedge"`
-	// Throttle turns on client-side adaptive throttling (HTTP and policy
-	// dependencies): throttle: {} throttles with the library's defaults.
+	// Throttle turns on client-side adaptive throttling: throttle: {}
+	// throttles with the library's defaults.
 	Throttle *Throttle `yaml:"throttle"`
 
 	// HTTP only.

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
@@ -34,8 +35,8 @@ const (
 //
 // A GRPCSettings handed out by a Registry is immutable: a reload that
 // changes the dependency's settings makes a new one, whose Budget,
-// Breakers and Bulkheads are the old ones whenever their own settings did
-// not change. It is safe to read concurrently.
+// Breakers, Bulkheads and Throttler are the old ones whenever their own
+// settings did not change. It is safe to read concurrently.
 type GRPCSettings struct {
 	// Name is the dependency's name: guardgrpc.ClientConfig.Name.
 	Name           string
@@ -57,6 +58,11 @@ type GRPCSettings struct {
 	// bounded by the caller's context alone, as guardgrpc bounds it: it
 	// may rightly live long.
 	Deadline time.Duration
+	// Hedge hedges the unary calls of IdempotentMethods:
+	// guardgrpc.ClientConfig.Hedge. Nil means no hedging.
+	Hedge *guardrail.HedgeConfig
+	// Throttle configures Throttler; nil means no throttling.
+	Throttle *guardrail.ThrottleConfig
 
 	// The values the Registry keeps across reloads; nil in a Checked.
 
@@ -68,6 +74,9 @@ type GRPCSettings struct {
 	// Bulkheads holds a compartment per failure domain, nil when there is
 	// no bulkhead.
 	Bulkheads *bulkhead.Group
+	// Throttler is the dependency's adaptive throttle, shared with every
+	// client of it; nil when there is none.
+	Throttler *guardrail.Throttler
 	// Observer is Options.Observer.
 	Observer event.Observer
 }
@@ -133,6 +142,7 @@ func (c *Checked) buildGRPC(r *ResolvedDependency, strategy backoff.Strategy) []
 		MinAttemptTime: val(s.MinAttemptTime), MaxRetryAfter: val(s.MaxRetryAfter), Backoff: strategy,
 		IdempotentMethods: slices.Clone(s.IdempotentMethods), MaxBufferedMessages: val(s.MaxBufferedMessages),
 		FailureDomain: FailureDomainTarget, Bulkhead: r.Bulkhead, Deadline: r.Deadline,
+		Hedge: cloneHedge(r.Hedge), Throttle: r.Throttle,
 	}
 	switch fd := val(s.FailureDomain); fd {
 	case "", FailureDomainTarget:

@@ -39,6 +39,12 @@ dependencies:
     idempotent: true
     hedge: {delay: 20ms}
     throttle: {}
+  stock:
+    kind: grpc
+    reason: "tests"
+    idempotent_methods: [/stock.v1.Stock/]
+    hedge: {percentile: 0.9}
+    throttle: {k: 3}
 `
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -424,12 +430,12 @@ dependencies:
 		}
 	}
 	for _, tc := range []struct{ dep, key, want string }{
-		{"fixed", "hedge.delay", "50ms (fixed)"},
+		{"fixed", "hedge.delay", "fixed 50ms"},
 		{"fixed", "hedge.max_hedges", "1"},
 		{"fixed", "hedge.overload_pause", "10s"},
 		{"fixed", "hedge.percentile", ""},
 		{"fixed", "throttle", "off"},
-		{"ledger", "hedge.delay", "50ms (fixed)"},
+		{"ledger", "hedge.delay", "fixed 50ms"},
 		{"adaptive", "hedge.delay", "adaptive, at least 50ms"},
 		{"adaptive", "hedge.percentile", "0.99"},
 		{"adaptive", "hedge.window", "200"},
@@ -448,7 +454,7 @@ dependencies:
 			t.Errorf("%s %s = %q; want %q", tc.dep, tc.key, got, tc.want)
 		}
 	}
-	if got, want := diff["none"]["hedge"], "delay 50ms (fixed), max_hedges 1, overload_pause 10s"; got != want {
+	if got, want := diff["none"]["hedge"], "delay fixed 50ms, max_hedges 1, overload_pause 10s"; got != want {
 		t.Errorf("none's hedge: default %q; want %q", got, want)
 	}
 	if got, want := diff["none"]["throttle.k"], "throttle off"; got != want {
@@ -486,14 +492,17 @@ func TestAdminListsHedgesAndThrottlers(t *testing.T) {
 	for _, h := range st.Hedges {
 		hedges[h.Dependency] = h.Settings
 	}
-	want := map[string]any{"delay": "20ms (fixed)", "max_hedges": "1", "overload_pause": "10s"}
+	want := map[string]any{"delay": "fixed 20ms", "max_hedges": "1", "overload_pause": "10s"}
 	for _, dep := range []string{"slow", "ledger"} {
 		if !reflect.DeepEqual(hedges[dep], want) {
 			t.Errorf("%s's hedge is listed as %v; want %v", dep, hedges[dep], want)
 		}
 	}
-	if _, ok := hedges["api"]; ok || len(st.Hedges) != 2 {
-		t.Errorf("hedges listed: %+v; want slow and ledger only", st.Hedges)
+	if want := (map[string]any{"delay": "adaptive, no floor", "percentile": "0.9", "window": "1000", "max_hedges": "1", "overload_pause": "10s"}); !reflect.DeepEqual(hedges["stock"], want) {
+		t.Errorf("stock's hedge is listed as %v; want %v", hedges["stock"], want)
+	}
+	if _, ok := hedges["api"]; ok || len(st.Hedges) != 3 {
+		t.Errorf("hedges listed: %+v; want slow, ledger and stock only", st.Hedges)
 	}
 	var deps []string
 	for _, th := range st.Throttlers {
@@ -502,8 +511,12 @@ func TestAdminListsHedgesAndThrottlers(t *testing.T) {
 			t.Errorf("ledger's throttler is listed as %+v; want the defaults, nothing counted", th)
 		}
 	}
-	if !reflect.DeepEqual(deps, []string{"api", "ledger"}) {
-		t.Errorf("throttlers listed for %v; want [api ledger]", deps)
+	if !reflect.DeepEqual(deps, []string{"api", "stock", "ledger"}) { // HTTP, gRPC, then policy dependencies
+		t.Errorf("throttlers listed for %v; want [api stock ledger]", deps)
+	}
+	g, _ := reg.GRPC("stock")
+	if s := g.Current(); s.Throttler == nil || !reflect.DeepEqual(s.Hedge, &guardrail.HedgeConfig{Percentile: 0.9}) || s.Throttle.K != 3 {
+		t.Errorf("stock's settings: throttler %v, hedge %+v, throttle %+v; want a throttler, percentile 0.9, k 3", s.Throttler, s.Hedge, s.Throttle)
 	}
 }
 

@@ -366,8 +366,8 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 				}
 			}
 			plain := d.GRPC
-			plain.Bulkhead = nil // a pointer: its settings are bhs's
-			key := fmt.Sprintf("%p/%p/%p/%+v", b, g, bhs, plain)
+			plain.Bulkhead, plain.Hedge, plain.Throttle = nil, nil, nil // pointers: their settings are bhs's, hedgeKey's and th's
+			key := fmt.Sprintf("%p/%p/%p/%p/%+v/%s", b, g, bhs, th, plain, hedgeKey(d.Hedge))
 			h := r.grpcs[d.Name]
 			if h != nil && h.cur.Load().key == key {
 				continue
@@ -378,7 +378,12 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 				bc := *gs.Bulkhead
 				gs.Bulkhead = &bc
 			}
-			gs.Budget, gs.Breakers, gs.Bulkheads, gs.Observer = b, g, bhs, obs
+			gs.Hedge = cloneHedge(gs.Hedge)
+			if gs.Throttle != nil {
+				tc := *gs.Throttle
+				gs.Throttle = &tc
+			}
+			gs.Budget, gs.Breakers, gs.Bulkheads, gs.Throttler, gs.Observer = b, g, bhs, th, obs
 			v := &grpcValue{s: &gs, key: key}
 			changed = append(changed, d.Name)
 			name := d.Name

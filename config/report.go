@@ -296,9 +296,7 @@ func effective(d *ResolvedDependency) []Setting {
 			add("bulkhead.max_wait", durOr(b.MaxWait, bulkhead.DefaultMaxWait, "none"))
 		}
 	}
-	if d.Kind != KindGRPC {
-		out = append(out, hedgeEffective(d.Hedge, d.Throttle)...)
-	}
+	out = append(out, hedgeEffective(d.Hedge, d.Throttle)...)
 	switch d.Kind {
 	case KindPolicy:
 		add("idempotent", strconv.FormatBool(val(s.Idempotent)))
@@ -353,7 +351,7 @@ func hedgeEffective(h *guardrail.HedgeConfig, t *guardrail.ThrottleConfig) []Set
 			pct = guardrail.DefaultHedgePercentile
 		}
 		if pct == 0 {
-			add("hedge.delay", h.Delay.String()+" (fixed)")
+			add("hedge.delay", "fixed "+h.Delay.String())
 		} else {
 			floor := "no floor"
 			if h.Delay > 0 {

@@ -67,8 +67,8 @@ type ResolvedDependency struct {
 	// the Registry supplies (and keeps across reloads).
 	HTTP guardhttp.Config
 	// GRPC is the settings a gRPC dependency's client is built with,
-	// without its Budget, Breakers, Bulkheads and Observer, which the
-	// Registry supplies (and keeps across reloads).
+	// without its Budget, Breakers, Bulkheads, Throttler and Observer,
+	// which the Registry supplies (and keeps across reloads).
 	GRPC GRPCSettings
 	// Group configures the breakers of an HTTP dependency, one per host,
 	// or of a gRPC one, one per target or method.
@@ -86,13 +86,12 @@ type ResolvedDependency struct {
 	Policy PolicyFields
 	// Deadline bounds a whole call; zero means no bound of its own.
 	Deadline time.Duration
-	// Hedge configures hedging (also in HTTP.Hedge); nil means none. A
-	// gRPC dependency has none in this version.
+	// Hedge configures hedging (also in HTTP.Hedge and GRPC.Hedge); nil
+	// means none.
 	Hedge *guardrail.HedgeConfig
-	// Throttle configures the dependency's Throttler, which the Registry
-	// builds once and shares between everything that calls the
-	// dependency; nil means none. A gRPC dependency has none in this
-	// version.
+	// Throttle configures the dependency's Throttler (also in
+	// GRPC.Throttle), which the Registry builds once and shares between
+	// everything that calls the dependency; nil means none.
 	Throttle *guardrail.ThrottleConfig
 }
 
@@ -245,27 +244,6 @@ var onlyFor = map[string][]string{
 	"max_buffered_messages":   {KindGRPC},
 	"failure_domain":          {KindGRPC},
 	"idempotent":              {KindPolicy},
-	"hedge":                   {KindHTTP, KindPolicy},
-	"throttle":                {KindHTTP, KindPolicy},
-}
-
-// unsupportedGRPC lists the sections that a gRPC dependency cannot have
-// in this version, for a message that says so rather than "applies to
-// http and policy dependencies only", which reads as a design decision.
-var unsupportedGRPC = map[string]string{
-	"hedge":    "hedging",
-	"throttle": "adaptive throttling",
-}
-
-// kindsOf returns the kinds key applies to, by its own entry or its
-// section's (hedge.delay is hedge's), and false when it applies to all.
-func kindsOf(key string) ([]string, bool) {
-	if kinds, ok := onlyFor[key]; ok {
-		return kinds, true
-	}
-	section, _, _ := strings.Cut(key, ".")
-	kinds, ok := onlyFor[section]
-	return kinds, ok
 }
 
 // elsewhere says, for a key that does not apply to a kind, what does.
@@ -312,21 +290,10 @@ func (c *Checked) resolve() []Diagnostic {
 			diags = append(diags, c.diag(SeverityError, path+".reason", "is missing; %s overrides %s, and every override must say why (reason: ...), so that its review has the reason beside it",
 				name, strings.Join(r.Overrides, ", ")))
 		}
-		reported := map[string]bool{}
 		for _, k := range r.Overrides {
-			kinds, ok := kindsOf(k)
-			if !ok || contains(kinds, r.Kind) {
-				continue
+			if kinds, ok := onlyFor[k]; ok && !contains(kinds, r.Kind) {
+				diags = append(diags, c.diag(SeverityError, path+"."+k, "applies to %s dependencies only; this one is kind %s%s", strings.Join(kinds, " and "), r.Kind, elsewhere[[2]string{r.Kind, k}]))
 			}
-			section, _, _ := strings.Cut(k, ".")
-			if what, ok := unsupportedGRPC[section]; ok && r.Kind == KindGRPC {
-				if !reported[section] {
-					reported[section] = true
-					diags = append(diags, c.diag(SeverityError, path+"."+section, "is not supported for grpc dependencies in this version: guardgrpc.ClientConfig has no %s settings yet; %s applies to http and policy dependencies", what, section))
-				}
-				continue
-			}
-			diags = append(diags, c.diag(SeverityError, path+"."+k, "applies to %s dependencies only; this one is kind %s%s", strings.Join(kinds, " and "), r.Kind, elsewhere[[2]string{r.Kind, k}]))
 		}
 		for i, rt := range d.Routes {
 			at := fmt.Sprintf("%s.routes[%d]", path, i)
@@ -539,9 +506,7 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 		diags = append(diags, c.coreErrors(err, reflect.TypeFor[Bulkhead](), name, "bulkhead")...)
 	}
 
-	if r.Kind != KindGRPC {
-		diags = append(diags, c.buildHedge(r)...)
-	}
+	diags = append(diags, c.buildHedge(r)...)
 
 	if r.Kind == KindPolicy {
 		r.Breaker = bc

@@ -252,6 +252,27 @@ func (c *Checked) hedgeWarnings(d *ResolvedDependency) []Diagnostic {
 			if len(routes) > 0 && hedged == 0 {
 				w = append(w, c.warn(at, "is set but no route of %s is hedged: guardhttp hedges only GET, HEAD, OPTIONS, PUT and DELETE requests, not a POST or PATCH even with an idempotency key (two copies in flight at once meet the server's refusal of a key in flight, not a replay); drop hedge", name))
 			}
+		case KindGRPC:
+			methods := d.GRPC.IdempotentMethods
+			if len(methods) == 0 {
+				w = append(w, c.warn(at, "is set but idempotent_methods lists no method: guardgrpc hedges only the unary calls of the methods listed there, so none of %s's calls is; list the methods that are safe to send twice at once, or drop hedge", name))
+				break
+			}
+			routes := c.File.Dependencies[name].Routes
+			hedged := 0
+			for i, rt := range routes {
+				if rt == nil || rt.Method == nil || !idempotentMethod(methods, *rt.Method) {
+					continue
+				}
+				hedged++
+				if rt.Idempotent != nil && !*rt.Idempotent {
+					w = append(w, c.warn(fmt.Sprintf("dependencies.%s.routes[%d]", name, i), "%s says idempotent: false, yet idempotent_methods covers it and %s hedges: a slow call of it is sent again while the first is in flight, and its side effect happens twice; list the other methods of its service by name instead",
+						*rt.Method, name))
+				}
+			}
+			if len(routes) > 0 && hedged == 0 {
+				w = append(w, c.warn(at, "is set but no route of %s is hedged: guardgrpc hedges only the methods idempotent_methods lists, not a call that carries an idempotency-key (two copies in flight with one key meet the server's refusal of a key in flight, not a replay); drop hedge", name))
+			}
 		}
 		if d.Budget == nil {
 			w = append(w, c.warn(c.where(name, "retry_budget.unlimited"), "no retry budget, yet hedge is set: each hedge spends a budget token and hedging stops while the budget is below half full, which is what holds hedges back when %s slows down under load before it refuses anything; without a budget nothing does, and every slow call adds its hedges to the load; keep a budget", name))

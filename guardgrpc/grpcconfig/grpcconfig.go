@@ -23,6 +23,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/config"
 	"github.com/guardrail-go/guardrail/guardgrpc"
 )
@@ -35,8 +36,10 @@ type Options struct {
 	// Classify is guardgrpc.ClientConfig.Classify. Nil means
 	// guardgrpc.DefaultClassify.
 	Classify guardgrpc.Classifier
-	// Attempt is guardgrpc.ClientConfig.Attempt, the seam for hedging. Nil
-	// means the invoker itself.
+	// Attempt is guardgrpc.ClientConfig.Attempt, the seam for a policy of
+	// one's own around each attempt; when the file hedges the dependency,
+	// each copy sent is an attempt run through it. Nil means the invoker
+	// itself.
 	Attempt guardgrpc.AttemptFunc
 	// Rand is guardgrpc.ClientConfig.Rand. Nil means math/rand/v2.
 	Rand func() float64
@@ -44,7 +47,10 @@ type Options struct {
 
 // ClientConfig returns the guardgrpc.ClientConfig that s and opts
 // describe: the one a hand-written client would be built with from the
-// same numbers, sharing s's Budget, Breakers and Bulkheads.
+// same numbers, sharing s's Budget, Breakers, Bulkheads and Throttler.
+// Settings not from a Registry (a config.Checked's) have a throttle
+// configuration and no Throttler: each call then builds a Throttler of
+// its own.
 func ClientConfig(s *config.GRPCSettings, opts Options) guardgrpc.ClientConfig {
 	cfg := guardgrpc.ClientConfig{
 		Name:                s.Name,
@@ -62,6 +68,16 @@ func ClientConfig(s *config.GRPCSettings, opts Options) guardgrpc.ClientConfig {
 		Classify:            opts.Classify,
 		Attempt:             opts.Attempt,
 		Rand:                opts.Rand,
+		Throttler:           s.Throttler,
+	}
+	if s.Hedge != nil {
+		h := *s.Hedge
+		cfg.Hedge = &h
+	}
+	if s.Throttler == nil && s.Throttle != nil {
+		// The config package refuses a configuration NewThrottler
+		// refuses, so the error is not met; were it, no throttle.
+		cfg.Throttler, _ = guardrail.NewThrottler(*s.Throttle)
 	}
 	if s.Bulkheads == nil && s.Bulkhead != nil {
 		// Settings not from a Registry (a Checked's) have a configuration
@@ -87,9 +103,11 @@ type built struct {
 // Client is a gRPC dependency of a policy file, installed on connections
 // by DialOptions. Each call runs under the settings in force when it
 // starts: a reload that changes them builds a new guardgrpc.Client for the
-// calls that follow, with the breakers, retry budget and bulkhead
-// compartments whose own settings did not change, state included, while
-// the calls already started finish under the old one.
+// calls that follow, with the breakers, retry budget, bulkhead
+// compartments and throttler whose own settings did not change, state
+// included, while the calls already started finish under the old one. (The
+// latencies an adaptive hedge delay is taken from belong to the
+// guardgrpc.Client, and start afresh with the new one.)
 //
 // A Client is safe for concurrent use.
 type Client struct {
@@ -101,8 +119,8 @@ type Client struct {
 
 // NewClient returns the Client of the gRPC dependency name of reg, or an
 // error that Is config.ErrUnknown when the file has no such gRPC
-// dependency. Every Client of one dependency shares its breakers, budget
-// and bulkhead compartments, which belong to reg.
+// dependency. Every Client of one dependency shares its breakers, budget,
+// bulkhead compartments and throttler, which belong to reg.
 func NewClient(reg *config.Registry, name string, opts Options) (*Client, error) {
 	h, err := reg.GRPC(name)
 	if err != nil {

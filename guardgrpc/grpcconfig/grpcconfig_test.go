@@ -165,6 +165,11 @@ func TestFileRefusesWhatNewClientRefuses(t *testing.T) {
 		{"[/grpc.health.v1.Health/Check]", "[Check]", guardgrpc.ClientConfig{IdempotentMethods: []string{"Check"}}},
 		{"bulkhead: {max_concurrent: 20}", "bulkhead: {max_concurrent: -1}", guardgrpc.ClientConfig{Bulkhead: &bulkhead.Config{MaxConcurrent: -1}}},
 		{"bulkhead: {max_concurrent: 20}", "bulkhead: {max_concurrent: 2, max_wait: -1s}", guardgrpc.ClientConfig{Bulkhead: &bulkhead.Config{MaxConcurrent: 2, MaxWait: -time.Second}}},
+		{"attempt_timeout: 2s", "hedge: {delay: -1ms}", guardgrpc.ClientConfig{Hedge: &guardrail.HedgeConfig{Delay: -time.Millisecond}}},
+		{"attempt_timeout: 2s", "hedge: {percentile: 1}", guardgrpc.ClientConfig{Hedge: &guardrail.HedgeConfig{Percentile: 1}}},
+		{"attempt_timeout: 2s", "hedge: {max_hedges: -1}", guardgrpc.ClientConfig{Hedge: &guardrail.HedgeConfig{MaxHedges: -1}}},
+		{"attempt_timeout: 2s", "hedge: {window: 19}", guardgrpc.ClientConfig{Hedge: &guardrail.HedgeConfig{Window: 19}}},
+		{"attempt_timeout: 2s", "hedge: {overload_pause: -1s}", guardgrpc.ClientConfig{Hedge: &guardrail.HedgeConfig{OverloadPause: -time.Second}}},
 	} {
 		if _, err := guardgrpc.NewClient(tc.cfg); err == nil {
 			continue // guardgrpc accepts it: nothing to cover
@@ -181,6 +186,8 @@ func TestFileRefusesWhatNewClientRefuses(t *testing.T) {
 		{"idempotent_methods: [/grpc.health.v1.Health/Check]", "idempotent_methods: [/grpc.health.v1.Health/]"},
 		{"bulkhead: {max_concurrent: 20}", "bulkhead: {disabled: true}"},
 		{"attempt_timeout: 2s", "attempt_timeout: 2s\n    retry_budget: {unlimited: true}\n    min_attempt_time: -1s\n    max_retry_after: -1s"},
+		{"attempt_timeout: 2s", "hedge: {}\n    throttle: {}"},
+		{"attempt_timeout: 2s", "hedge: {delay: 1ms, percentile: 0.5, max_hedges: 16, window: 20, overload_pause: 1ns}\n    throttle: {window: 1ns, k: 1}"},
 	} {
 		reg := newRegistry(t, strings.Replace(testFile, tc.old, tc.new, 1))
 		if _, err := grpcconfig.NewClient(reg, "health", grpcconfig.Options{}); err != nil {
