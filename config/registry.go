@@ -575,8 +575,9 @@ func (r *Registry) HTTPClient(name string) (*http.Client, error) {
 }
 
 // HTTPConfig returns the guardhttp.Config the HTTP dependency name's
-// current Transport was built with (its Budget and Breakers are the
-// Registry's), and the deadline bounding each of its requests.
+// current Transport was built with (its Budget, Breakers and Throttler
+// are the Registry's; its Hedge is a copy), and the deadline bounding
+// each of its requests.
 func (r *Registry) HTTPConfig(name string) (guardhttp.Config, time.Duration, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
