@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/guardrail-go/guardrail/internal/sim"
 	"github.com/guardrail-go/guardrail/shed"
 )
 
@@ -119,75 +120,24 @@ func (c *capacityRun) steadyLimit(k int, phase time.Duration) int {
 // starts until fewer than the new size run, as a pool that loses a replica
 // behaves.
 type resizablePool struct {
+	*sim.Pool
 	service time.Duration
-	mu      sync.Mutex
-	slots   int
-	busy    int
-	waiters []chan struct{}
 }
 
 func newResizablePool(slots int, service time.Duration) *resizablePool {
-	return &resizablePool{slots: slots, service: service}
+	return &resizablePool{Pool: sim.NewPool(slots), service: service}
 }
 
 func (p *resizablePool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !p.acquire(r.Context()) {
+	if p.Acquire(r.Context()) != nil {
 		return
 	}
 	time.Sleep(p.service)
-	p.release()
+	p.Release()
 	if r.Context().Err() != nil {
 		return
 	}
 	_, _ = w.Write([]byte("ok"))
-}
-
-func (p *resizablePool) acquire(ctx context.Context) bool {
-	p.mu.Lock()
-	if p.busy < p.slots && len(p.waiters) == 0 {
-		p.busy++
-		p.mu.Unlock()
-		return true
-	}
-	ch := make(chan struct{}, 1)
-	p.waiters = append(p.waiters, ch)
-	p.mu.Unlock()
-	select {
-	case <-ch:
-		return true
-	case <-ctx.Done():
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if i := slices.Index(p.waiters, ch); i >= 0 {
-			p.waiters = slices.Delete(p.waiters, i, i+1)
-			return false
-		}
-		p.busy-- // granted as it left: pass the slot on
-		p.grantLocked()
-		return false
-	}
-}
-
-func (p *resizablePool) release() {
-	p.mu.Lock()
-	p.busy--
-	p.grantLocked()
-	p.mu.Unlock()
-}
-
-func (p *resizablePool) resize(slots int) {
-	p.mu.Lock()
-	p.slots = slots
-	p.grantLocked()
-	p.mu.Unlock()
-}
-
-func (p *resizablePool) grantLocked() {
-	for p.busy < p.slots && len(p.waiters) > 0 {
-		p.busy++
-		p.waiters[0] <- struct{}{}
-		p.waiters = p.waiters[1:]
-	}
 }
 
 // capacity runs every limiter at every overload and adds its rows, checks,
@@ -375,7 +325,7 @@ func (p shedParams) capacityScenario(ctx context.Context, limit int, rps float64
 			if sleepUntil(rctx, start.Add(time.Duration(k)*cp.phase)) != nil {
 				return
 			}
-			pool.resize(cp.phases[k])
+			pool.Resize(cp.phases[k])
 		}
 	})
 	var traceMu sync.Mutex

@@ -1,4 +1,4 @@
-package main
+package sim
 
 import (
 	"context"
@@ -20,7 +20,7 @@ type holders struct {
 	wg      sync.WaitGroup
 }
 
-func (h *holders) start(t *testing.T, p *pool, ctx context.Context, id int) {
+func (h *holders) start(t *testing.T, p *Pool, ctx context.Context, id int) {
 	t.Helper()
 	for len(h.release) <= id {
 		h.release = append(h.release, make(chan struct{}))
@@ -56,7 +56,7 @@ func (h *holders) done(id int) {
 
 func TestPoolFIFO(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := newPool(2)
+		p := NewPool(2)
 		var h holders
 		for id := range 7 {
 			h.start(t, p, t.Context(), id)
@@ -83,7 +83,7 @@ func TestPoolFIFO(t *testing.T) {
 
 func TestPoolGrowAdmitsOldestAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := newPool(2)
+		p := NewPool(2)
 		var h holders
 		for id := range 8 {
 			h.start(t, p, t.Context(), id)
@@ -106,7 +106,7 @@ func TestPoolGrowAdmitsOldestAtOnce(t *testing.T) {
 
 func TestPoolShrinkWaitsForReleases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := newPool(4)
+		p := NewPool(4)
 		var h holders
 		for id := range 4 {
 			h.start(t, p, t.Context(), id)
@@ -139,7 +139,7 @@ func TestPoolShrinkWaitsForReleases(t *testing.T) {
 
 func TestPoolCancelledWaiterLeavesTheLine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := newPool(1)
+		p := NewPool(1)
 		var h holders
 		h.start(t, p, t.Context(), 0)
 		ctx, cancel := context.WithCancel(t.Context())
@@ -167,7 +167,7 @@ func TestPoolCancelledWaiterLeavesTheLine(t *testing.T) {
 func TestPoolGrantRacingCancelLosesNoSlot(t *testing.T) {
 	for range 200 {
 		synctest.Test(t, func(t *testing.T) {
-			p := newPool(1)
+			p := NewPool(1)
 			var h holders
 			h.start(t, p, t.Context(), 0)
 			ctx, cancel := context.WithCancel(t.Context())

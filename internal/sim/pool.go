@@ -1,4 +1,4 @@
-package main
+package sim
 
 import (
 	"container/list"
@@ -6,12 +6,14 @@ import (
 	"sync"
 )
 
-// pool is the server's capacity: a FIFO pool of slots whose size can change
-// while requests hold and wait for slots. A request waits in arrival order;
+// Pool is a server's capacity, as the lab, the shedder's tests and the
+// limiter comparison model it: a FIFO pool of slots (a database pool, a
+// worker pool) whose size can change while requests hold and wait for
+// slots. A request waits in arrival order;
 // one whose context ends while it waits leaves the line, and one that holds
 // a slot keeps it until Release, even when the pool shrinks below the
 // number in use (the excess slots disappear as they are released).
-type pool struct {
+type Pool struct {
 	mu      sync.Mutex
 	size    int
 	inUse   int
@@ -23,11 +25,12 @@ type poolWaiter struct {
 	granted bool          // under pool.mu
 }
 
-func newPool(size int) *pool { return &pool{size: size} }
+// NewPool returns a pool of size slots.
+func NewPool(size int) *Pool { return &Pool{size: size} }
 
 // Acquire takes a slot, waiting in FIFO order behind earlier requests. It
 // returns ctx.Err() if ctx ends first, holding nothing.
-func (p *pool) Acquire(ctx context.Context) error {
+func (p *Pool) Acquire(ctx context.Context) error {
 	p.mu.Lock()
 	if p.inUse < p.size && p.waiters.Len() == 0 {
 		p.inUse++
@@ -56,7 +59,7 @@ func (p *pool) Acquire(ctx context.Context) error {
 }
 
 // Release gives back a slot taken by Acquire.
-func (p *pool) Release() {
+func (p *Pool) Release() {
 	p.mu.Lock()
 	p.inUse--
 	p.grantLocked()
@@ -65,7 +68,7 @@ func (p *pool) Release() {
 
 // Resize sets the number of slots. Growing admits waiters at once, oldest
 // first; shrinking takes effect as slots are released.
-func (p *pool) Resize(n int) {
+func (p *Pool) Resize(n int) {
 	p.mu.Lock()
 	p.size = n
 	p.grantLocked()
@@ -73,13 +76,13 @@ func (p *pool) Resize(n int) {
 }
 
 // Stats returns the slots in use and the requests waiting.
-func (p *pool) Stats() (inUse, waiting, size int) {
+func (p *Pool) Stats() (inUse, waiting, size int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.inUse, p.waiters.Len(), p.size
 }
 
-func (p *pool) grantLocked() {
+func (p *Pool) grantLocked() {
 	for p.inUse < p.size && p.waiters.Len() > 0 {
 		w := p.waiters.Remove(p.waiters.Front()).(*poolWaiter)
 		w.granted = true
