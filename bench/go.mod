@@ -29,6 +29,8 @@ replace github.com/guardrail-go/guardrail => ../
 
 require (
 	github.com/guardrail-go/guardrail/guardgrpc v0.0.0-00010101000000-000000000000
+	github.com/platinummonkey/go-concurrency-limits v1.0.0
+	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 )
 

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 )
@@ -51,7 +53,9 @@ type Admin struct {
 // NewAdmin returns the admin endpoint of reg. It lists every breaker,
 // budget, bulkhead and shedder with its state and settings (GET /), and
 // forces a breaker open, closed or reset (POST
-// /breakers/{dependency}/{open|close|reset}?key=HOST&reason=TEXT).
+// /breakers/{dependency}/{open|close|reset}?key=KEY&reason=TEXT, where KEY
+// is the host of an HTTP dependency or the failure domain of a gRPC one:
+// its target, or its target and full method name).
 func NewAdmin(reg *Registry, cfg AdminConfig) (*Admin, error) {
 	if cfg.Authorize == nil && !cfg.ReadOnly {
 		return nil, ErrNoAuthorize
@@ -72,7 +76,7 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeH
 // It is a plain value.
 type BreakerStatus struct {
 	Dependency  string         `json:"dependency"`
-	Key         string         `json:"key,omitempty"` // the host, for an HTTP dependency
+	Key         string         `json:"key,omitempty"` // the host of an HTTP dependency; the target (or target and method) of a gRPC one
 	State       string         `json:"state"`
 	Forced      bool           `json:"forced"`
 	Calls       int            `json:"calls"`
@@ -103,6 +107,32 @@ type BulkheadStatus struct {
 	Limit      int    `json:"limit"`
 }
 
+// ThrottlerStatus is one dependency's adaptive throttle in the listing:
+// what its window holds now and the probability with which it rejects a
+// request locally.
+// It is a plain value.
+type ThrottlerStatus struct {
+	Dependency string `json:"dependency"`
+	// Requests and Accepts are the requests attempted (rejected ones
+	// included) and those the dependency accepted, in the window now.
+	Requests          int64   `json:"requests"`
+	Accepts           int64   `json:"accepts"`
+	RejectProbability float64 `json:"reject_probability"`
+	// Settings are the throttle's configuration with defaults applied.
+	Settings map[string]any `json:"settings"`
+}
+
+// HedgeStatus is one dependency's hedging in the listing. The core keeps
+// its state (the adaptive delay, a pause after an overload answer) to
+// itself, so the listing holds the settings alone; the events
+// event.Hedge and event.HedgeRefused say what hedging does.
+// It is a plain value.
+type HedgeStatus struct {
+	Dependency string `json:"dependency"`
+	// Settings are the hedge configuration with defaults applied.
+	Settings map[string]any `json:"settings"`
+}
+
 // ShedderStatus is one shedder in the listing.
 // It is a plain value.
 type ShedderStatus struct {
@@ -122,12 +152,30 @@ type ShedderStatus struct {
 // Status is the admin listing.
 // It is a plain value.
 type Status struct {
-	File      string           `json:"file"`
-	Reload    ReloadStats      `json:"reload"`
-	Breakers  []BreakerStatus  `json:"breakers"`
-	Budgets   []BudgetStatus   `json:"budgets"`
-	Bulkheads []BulkheadStatus `json:"bulkheads"`
-	Shedders  []ShedderStatus  `json:"shedders"`
+	File       string            `json:"file"`
+	Reload     ReloadStats       `json:"reload"`
+	Breakers   []BreakerStatus   `json:"breakers"`
+	Budgets    []BudgetStatus    `json:"budgets"`
+	Bulkheads  []BulkheadStatus  `json:"bulkheads"`
+	Throttlers []ThrottlerStatus `json:"throttlers"`
+	Hedges     []HedgeStatus     `json:"hedges"`
+	Shedders   []ShedderStatus   `json:"shedders"`
+}
+
+func throttlerStatus(dep string, t *guardrail.Throttler, cfg guardrail.ThrottleConfig) ThrottlerStatus {
+	req, acc := t.Counts()
+	return ThrottlerStatus{Dependency: dep, Requests: req, Accepts: acc, RejectProbability: t.RejectProbability(),
+		Settings: map[string]any{"window": cmp.Or(cfg.Window, guardrail.DefaultThrottleWindow).String(), "k": cmp.Or(cfg.K, guardrail.DefaultThrottleK)}}
+}
+
+func hedgeStatus(dep string, h *guardrail.HedgeConfig) HedgeStatus {
+	s := map[string]any{}
+	for _, e := range hedgeEffective(h, nil) {
+		if k, ok := strings.CutPrefix(e.Key, "hedge."); ok {
+			s[k] = e.Value
+		}
+	}
+	return HedgeStatus{Dependency: dep, Settings: s}
 }
 
 func breakerStatus(dep, key string, b *breaker.Breaker) BreakerStatus {
@@ -155,8 +203,17 @@ func (r *Registry) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := Status{File: r.path, Reload: r.Stats(), Breakers: []BreakerStatus{}, Budgets: []BudgetStatus{},
-		Bulkheads: []BulkheadStatus{}, Shedders: []ShedderStatus{}}
+		Bulkheads: []BulkheadStatus{}, Throttlers: []ThrottlerStatus{}, Hedges: []HedgeStatus{}, Shedders: []ShedderStatus{}}
 	checked := r.checked.Load()
+	// hedgeAndThrottle lists the throttler and hedging of a dependency.
+	hedgeAndThrottle := func(name string, h *guardrail.HedgeConfig, t *guardrail.Throttler, cfg *guardrail.ThrottleConfig) {
+		if t != nil && cfg != nil {
+			st.Throttlers = append(st.Throttlers, throttlerStatus(name, t, *cfg))
+		}
+		if h != nil {
+			st.Hedges = append(st.Hedges, hedgeStatus(name, h))
+		}
+	}
 	budgetSettings := func(name string) map[string]any {
 		for _, d := range checked.Dependencies {
 			if d.Name == name && d.Budget != nil {
@@ -172,14 +229,26 @@ func (r *Registry) Status() Status {
 			return true
 		})
 		st.Budgets = append(st.Budgets, BudgetStatus{Dependency: name, Unlimited: isInf(v.cfg.Budget.Max()), Tokens: finite(v.cfg.Budget.Tokens()), Max: finite(v.cfg.Budget.Max()), Settings: budgetSettings(name)})
+		hedgeAndThrottle(name, v.cfg.Hedge, v.cfg.Throttler, v.throttle)
+	}
+	for _, name := range sortedKeys(r.grpcs) {
+		g := r.grpcs[name].Current()
+		g.Breakers.Range(func(key string, b *breaker.Breaker) bool {
+			st.Breakers = append(st.Breakers, breakerStatus(name, key, b))
+			return true
+		})
+		st.Budgets = append(st.Budgets, BudgetStatus{Dependency: name, Unlimited: isInf(g.Budget.Max()), Tokens: finite(g.Budget.Tokens()), Max: finite(g.Budget.Max()), Settings: budgetSettings(name)})
+		hedgeAndThrottle(name, g.Hedge, g.Throttler, g.Throttle)
 	}
 	for _, name := range sortedKeys(r.policies) {
-		p := r.policies[name].Current()
+		pv := r.policies[name].cur.Load()
+		p := pv.p
 		st.Breakers = append(st.Breakers, breakerStatus(name, "", p.Breaker))
 		st.Budgets = append(st.Budgets, BudgetStatus{Dependency: name, Unlimited: isInf(p.Budget.Max()), Tokens: finite(p.Budget.Tokens()), Max: finite(p.Budget.Max()), Settings: budgetSettings(name)})
 		if p.Bulkhead != nil {
 			st.Bulkheads = append(st.Bulkheads, BulkheadStatus{Dependency: name, InFlight: p.Bulkhead.InFlight(), Waiting: p.Bulkhead.Waiting(), Limit: p.Bulkhead.Limit()})
 		}
+		hedgeAndThrottle(name, p.Hedge, p.Throttler, pv.throttle)
 	}
 	sort.SliceStable(st.Breakers, func(i, j int) bool {
 		return st.Breakers[i].Dependency+"\x00"+st.Breakers[i].Key < st.Breakers[j].Dependency+"\x00"+st.Breakers[j].Key
@@ -249,8 +318,19 @@ func (a *Admin) list(w http.ResponseWriter, r *http.Request) {
 func (r *Registry) breakersOf(dep, key string) ([]*breaker.Breaker, []string, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if h, ok := r.https[dep]; ok {
-		g := h.cur.Load().cfg.Breakers
+	var g *breaker.Group
+	h, isHTTP := r.https[dep]
+	gh, isGRPC := r.grpcs[dep]
+	if d := r.checked.Load().dependency(dep); isHTTP && isGRPC && d != nil && d.Kind == KindGRPC {
+		isHTTP = false // the kind changed: the handle of the kind in force
+	}
+	switch {
+	case isHTTP:
+		g = h.cur.Load().cfg.Breakers
+	case isGRPC:
+		g = gh.Current().Breakers
+	}
+	if g != nil {
 		if key != "" {
 			return []*breaker.Breaker{g.Get(key)}, []string{key}, true
 		}

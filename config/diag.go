@@ -72,8 +72,16 @@ func sortDiags(ds []Diagnostic) {
 	})
 }
 
+// split sorts ds into errors and warnings, each once: a setting of the
+// defaults that every dependency inherits is found once per dependency,
+// and said once.
 func split(ds []Diagnostic) (errs, warns []Diagnostic) {
+	seen := make(map[Diagnostic]bool, len(ds))
 	for _, d := range ds {
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
 		if d.Severity == SeverityError {
 			errs = append(errs, d)
 		} else {

@@ -37,7 +37,7 @@ func TestDocExampleIsValid(t *testing.T) {
 	for _, w := range c.Warnings {
 		t.Errorf("the documented example warns: %s", w)
 	}
-	if len(c.Dependencies) != 4 || len(c.Servers) != 1 {
-		t.Fatalf("got %d dependencies and %d servers; want 4 and 1", len(c.Dependencies), len(c.Servers))
+	if len(c.Dependencies) != 5 || len(c.Servers) != 1 {
+		t.Fatalf("got %d dependencies and %d servers; want 5 and 1", len(c.Dependencies), len(c.Servers))
 	}
 }

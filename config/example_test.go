@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 
+	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/config"
 )
 
@@ -84,4 +86,35 @@ dependencies:
 	// Output:
 	// policy.yaml:5: dependencies.payments.attempt_timeout: "5" has no unit; write 5s
 	// policy.yaml:7: dependencies.payments.breaker.failure_rate: is 1.5; want a value in (0, 1], or zero for the default (breaker: Config.FailureRate)
+}
+
+// A policy dependency with a hedge section hedges the calls the code makes
+// with DoHedged: an attempt that has not answered after the delay gets a
+// second one alongside it, and the first answer wins.
+func ExampleDoHedged() {
+	reg, err := config.New("policy.yaml", []byte(`
+dependencies:
+  search:
+    kind: policy
+    reason: "Searches are reads; one replica in twenty stalls for seconds, so a hedge after 10 ms cuts that tail."
+    idempotent: true
+    hedge: {delay: 10ms}
+    throttle: {}
+`), config.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	search, _ := reg.Policy("search")
+	var attempts atomic.Int32
+	v, err := config.DoHedged(context.Background(), search, guardrail.Call{}, func(ctx context.Context) (string, error) {
+		if attempts.Add(1) == 1 {
+			<-ctx.Done() // the stalled replica, until the hedge wins
+			return "", ctx.Err()
+		}
+		return "from the hedge", nil
+	})
+	fmt.Println(v, err, attempts.Load())
+	// Output:
+	// from the hedge <nil> 2
 }

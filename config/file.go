@@ -40,7 +40,9 @@ type Review struct {
 // it is read.
 type Dependency struct {
 	Review `yaml:",inline"`
-	// Kind is "http" (the default: Registry.HTTPClient) or "policy" (a
+	// Kind is "http" (the default: Registry.HTTPClient), "grpc" (a
+	// guardgrpc client: Registry.GRPC, which package
+	// guardgrpc/grpcconfig installs on connections) or "policy" (a
 	// guardrail.Policy for any other call: Registry.Policy).
 	Kind *string `yaml:"kind"`
 	// Calls names the dependencies this one calls in turn, when the file
@@ -53,19 +55,23 @@ type Dependency struct {
 	Settings `yaml:",inline"`
 }
 
-// Route is a route of a dependency, for the warnings about retries.
+// Route is a route of a dependency, for the warnings about retries: an
+// HTTP method and path, or a gRPC dependency's full method name
+// ("/pkg.Service/Method") in Method alone.
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
 type Route struct {
 	Method *string `yaml:"method"`
 	Path   *string `yaml:"path"`
 	// Idempotent says whether repeating the request is harmless. Nil means
-	// what its method says (GET, HEAD, OPTIONS, PUT, DELETE are).
+	// what its method says (GET, HEAD, OPTIONS, PUT, DELETE are), or for
+	// gRPC whether idempotent_methods lists it.
 	Idempotent *bool `yaml:"idempotent"`
 }
 
 // Settings are the client settings of a dependency, or the defaults. Each
-// field is the guardhttp.Config or guardrail.Policy field of the same name.
+// field is the guardhttp.Config, guardgrpc.ClientConfig or guardrail.Policy
+// field of the same name.
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
 type Settings struct {
@@ -81,6 +87,12 @@ type Settings struct {
 	RetryBudget *RetryBudget   `yaml:"retry_budget"`
 	Breaker     *Breaker       `yaml:"breaker"`
 	Bulkhead    *Bulkhead      `yaml:"bulkhead"`
+	// Hedge turns on hedging: the section being there is what turns it
+	// on, so hedge: {} hedges with the library's defaults.
+	Hedge *Hedge `yaml:"hedge"`
+	// Throttle turns on client-side adaptive throttling: throttle: {}
+	// throttles with the library's defaults.
+	Throttle *Throttle `yaml:"throttle"`
 
 	// HTTP only.
 	ConnectTimeout        *time.Duration `yaml:"connect_timeout"`
@@ -91,6 +103,14 @@ type Settings struct {
 	MaxBufferedBody       *int64         `yaml:"max_buffered_body"`
 	IdempotencyKeys       *bool          `yaml:"idempotency_keys"`
 	DeadlineReserve       *time.Duration `yaml:"deadline_reserve"`
+
+	// gRPC only.
+	IdempotentMethods   []string `yaml:"idempotent_methods"`
+	MaxBufferedMessages *int     `yaml:"max_buffered_messages"`
+	// FailureDomain is what gets a breaker and a bulkhead compartment of
+	// its own: "target" (the default: the connection's target) or
+	// "method" (each method of each target, guardgrpc.ByMethod).
+	FailureDomain *string `yaml:"failure_domain"`
 
 	// Policy only.
 	Idempotent *bool `yaml:"idempotent"`
@@ -118,7 +138,8 @@ type RetryBudget struct {
 	Unlimited *bool `yaml:"unlimited"`
 }
 
-// Breaker is a breaker.Config (and, for HTTP, the group's limits).
+// Breaker is a breaker.Config (and, for HTTP and gRPC, the group's
+// limits).
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
 type Breaker struct {
@@ -141,8 +162,8 @@ type Breaker struct {
 	CloseAfter          *int           `yaml:"close_after"`
 	// Mode is normal, metrics_only or disabled.
 	Mode *string `yaml:"mode"`
-	// MaxKeys and IdleTTL bound an HTTP client's group of breakers (one
-	// per host).
+	// MaxKeys and IdleTTL bound the group of breakers of an HTTP client
+	// (one per host) or a gRPC one (one per target or method).
 	MaxKeys *int           `yaml:"max_keys"`
 	IdleTTL *time.Duration `yaml:"idle_ttl"`
 }
@@ -155,6 +176,29 @@ type Bulkhead struct {
 	MaxQueue      *int           `yaml:"max_queue"`
 	MaxWait       *time.Duration `yaml:"max_wait"`
 	Disabled      *bool          `yaml:"disabled"`
+}
+
+// Hedge is a guardrail.HedgeConfig; Disabled removes one the defaults
+// set.
+// It is a plain value, safe to read concurrently and not to change while
+// it is read.
+type Hedge struct {
+	Delay         *time.Duration `yaml:"delay"`
+	Percentile    *float64       `yaml:"percentile"`
+	MaxHedges     *int           `yaml:"max_hedges"`
+	Window        *int           `yaml:"window"`
+	OverloadPause *time.Duration `yaml:"overload_pause"`
+	Disabled      *bool          `yaml:"disabled"`
+}
+
+// Throttle is a guardrail.ThrottleConfig; Disabled removes one the
+// defaults set.
+// It is a plain value, safe to read concurrently and not to change while
+// it is read.
+type Throttle struct {
+	Window   *time.Duration `yaml:"window"`
+	K        *float64       `yaml:"k"`
+	Disabled *bool          `yaml:"disabled"`
 }
 
 // Server is the server-side guardrails of one server (or route group).

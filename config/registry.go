@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -75,8 +76,9 @@ type ReloadStats struct {
 // Each value it hands out is a handle whose settings a reload swaps
 // atomically: calls started before the swap finish under the old
 // settings, calls started after it run under the new. Breakers, budgets,
-// bulkheads and shedders whose settings did not change are kept across a
-// reload, state included.
+// bulkheads, throttlers and shedders whose settings did not change are
+// kept across a reload, state included. One dependency has one throttler,
+// shared by every client and policy handle of it.
 //
 // A Registry is safe for concurrent use.
 type Registry struct {
@@ -91,6 +93,7 @@ type Registry struct {
 	lastLen int64
 
 	https    map[string]*httpHandle
+	grpcs    map[string]*GRPC
 	policies map[string]*Policy
 	dls      map[string]*Deadline
 	sheds    map[string]*Shedder
@@ -125,7 +128,7 @@ func New(name string, data []byte, opts Options) (*Registry, error) {
 		return nil, err
 	}
 	r := &Registry{path: name, opts: opts, log: opts.Logger, pool: map[string]any{},
-		https: map[string]*httpHandle{}, policies: map[string]*Policy{}, dls: map[string]*Deadline{},
+		https: map[string]*httpHandle{}, grpcs: map[string]*GRPC{}, policies: map[string]*Policy{}, dls: map[string]*Deadline{},
 		sheds: map[string]*Shedder{}, idems: map[string][]*Idempotency{},
 		limits: map[string][]*RateLimiter{}}
 	if r.log == nil {
@@ -265,6 +268,7 @@ type httpValue struct {
 	t        *guardhttp.Transport
 	deadline time.Duration
 	cfg      guardhttp.Config
+	throttle *guardrail.ThrottleConfig // cfg.Throttler's settings
 	key      string
 }
 
@@ -291,6 +295,16 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 				return nil, err
 			}
 		}
+		var th *guardrail.Throttler
+		if d.Throttle != nil {
+			// One throttler per dependency, kept while its settings are:
+			// its window is what it learnt of the dependency.
+			var err error
+			th, err = reuse(r.pool, next, keyOfConfig("throttle", d.Name, *d.Throttle), func() (*guardrail.Throttler, error) { return guardrail.NewThrottler(*d.Throttle) })
+			if err != nil {
+				return nil, err
+			}
+		}
 		switch d.Kind {
 		case KindHTTP:
 			gc := d.Group
@@ -305,10 +319,11 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 				return nil, err
 			}
 			cfg := d.HTTP
-			cfg.Budget, cfg.Breakers, cfg.Observer = b, g, obs
+			cfg.Budget, cfg.Breakers, cfg.Throttler, cfg.Observer = b, g, th, obs
+			cfg.Hedge = cloneHedge(d.Hedge)
 			plain := d.HTTP
-			plain.Bulkhead = nil
-			key := fmt.Sprintf("%p/%p/%+v/%+v/%v", b, g, plain, d.Bulkhead, d.Deadline)
+			plain.Bulkhead, plain.Hedge = nil, nil // pointers: their settings are in the key below
+			key := fmt.Sprintf("%p/%p/%p/%+v/%+v/%s/%v", b, g, th, plain, d.Bulkhead, hedgeKey(d.Hedge), d.Deadline)
 			h := r.https[d.Name]
 			if h != nil {
 				if cur := h.cur.Load(); cur.key == key {
@@ -319,7 +334,7 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 			if err != nil {
 				return nil, err
 			}
-			v := &httpValue{t: cl.Transport.(*guardhttp.Transport), deadline: d.Deadline, cfg: cfg, key: key}
+			v := &httpValue{t: cl.Transport.(*guardhttp.Transport), deadline: d.Deadline, cfg: cfg, throttle: d.Throttle, key: key}
 			changed = append(changed, d.Name)
 			name := d.Name
 			swaps = append(swaps, func() {
@@ -330,6 +345,54 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 				if old := h.cur.Swap(v); old != nil {
 					old.t.CloseIdleConnections()
 				}
+			})
+		case KindGRPC:
+			gc := d.Group
+			g, err := reuse(r.pool, next, keyOfConfig("grpc breakers", d.Name, gc), func() (*breaker.Group, error) {
+				if obs != nil {
+					name := d.Name
+					gc.Config.OnTransition = func(tr breaker.Transition) { obs.Observe(context.Background(), tr.Event(name)) }
+				}
+				return breaker.NewGroup(gc)
+			})
+			if err != nil {
+				return nil, err
+			}
+			var bhs *bulkhead.Group
+			if d.Bulkhead != nil {
+				bhs, err = reuse(r.pool, next, keyOfConfig("grpc bulkheads", d.Name, *d.Bulkhead), func() (*bulkhead.Group, error) { return bulkhead.NewGroup(*d.Bulkhead, 0) })
+				if err != nil {
+					return nil, err
+				}
+			}
+			plain := d.GRPC
+			plain.Bulkhead, plain.Hedge, plain.Throttle = nil, nil, nil // pointers: their settings are bhs's, hedgeKey's and th's
+			key := fmt.Sprintf("%p/%p/%p/%p/%+v/%s", b, g, bhs, th, plain, hedgeKey(d.Hedge))
+			h := r.grpcs[d.Name]
+			if h != nil && h.cur.Load().key == key {
+				continue
+			}
+			gs := d.GRPC
+			gs.IdempotentMethods = slices.Clone(gs.IdempotentMethods)
+			if gs.Bulkhead != nil {
+				bc := *gs.Bulkhead
+				gs.Bulkhead = &bc
+			}
+			gs.Hedge = cloneHedge(gs.Hedge)
+			if gs.Throttle != nil {
+				tc := *gs.Throttle
+				gs.Throttle = &tc
+			}
+			gs.Budget, gs.Breakers, gs.Bulkheads, gs.Throttler, gs.Observer = b, g, bhs, th, obs
+			v := &grpcValue{s: &gs, key: key}
+			changed = append(changed, d.Name)
+			name := d.Name
+			swaps = append(swaps, func() {
+				if h == nil {
+					h = &GRPC{name: name}
+					r.grpcs[name] = h
+				}
+				h.cur.Store(v)
 			})
 		case KindPolicy:
 			bc := d.Breaker
@@ -346,15 +409,16 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 				}
 			}
 			pf := d.Policy
-			key := fmt.Sprintf("%p/%p/%p/%+v/%v", b, br, bh, pf, d.Deadline)
+			key := fmt.Sprintf("%p/%p/%p/%p/%+v/%s/%v", b, br, bh, th, pf, hedgeKey(d.Hedge), d.Deadline)
 			h := r.policies[d.Name]
 			if h != nil && h.cur.Load().key == key {
 				continue
 			}
 			p := &guardrail.Policy{Name: pf.Name, MaxAttempts: pf.MaxAttempts, AttemptTimeout: pf.AttemptTimeout,
 				MinAttemptTime: pf.MinAttemptTime, Backoff: pf.Backoff, MaxRetryAfter: pf.MaxRetryAfter,
-				Idempotent: pf.Idempotent, Budget: b, Breaker: br, Bulkhead: bh, Observer: obs}
-			v := &policyValue{p: p, deadline: d.Deadline, key: key}
+				Idempotent: pf.Idempotent, Budget: b, Breaker: br, Bulkhead: bh, Observer: obs,
+				Hedge: cloneHedge(d.Hedge), Throttler: th}
+			v := &policyValue{p: p, deadline: d.Deadline, throttle: d.Throttle, key: key}
 			changed = append(changed, d.Name)
 			name := d.Name
 			swaps = append(swaps, func() {
@@ -448,6 +512,15 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 	return changed, nil
 }
 
+// hedgeKey renders a hedge configuration for a reuse key: its value, not
+// its address, which is new on every parse.
+func hedgeKey(h *guardrail.HedgeConfig) string {
+	if h == nil {
+		return "no hedge"
+	}
+	return fmt.Sprintf("%+v", *h)
+}
+
 // httpHandle is an HTTP dependency's RoundTripper: it sends each request
 // through the Transport of the settings in force when the request starts.
 type httpHandle struct {
@@ -502,8 +575,9 @@ func (r *Registry) HTTPClient(name string) (*http.Client, error) {
 }
 
 // HTTPConfig returns the guardhttp.Config the HTTP dependency name's
-// current Transport was built with (its Budget and Breakers are the
-// Registry's), and the deadline bounding each of its requests.
+// current Transport was built with (its Budget, Breakers and Throttler
+// are the Registry's; its Hedge is a copy), and the deadline bounding
+// each of its requests.
 func (r *Registry) HTTPConfig(name string) (guardhttp.Config, time.Duration, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -512,7 +586,9 @@ func (r *Registry) HTTPConfig(name string) (guardhttp.Config, time.Duration, err
 		return guardhttp.Config{}, 0, r.unknown("HTTP dependency", name)
 	}
 	v := h.cur.Load()
-	return v.cfg, v.deadline, nil
+	cfg := v.cfg
+	cfg.Hedge = cloneHedge(cfg.Hedge)
+	return cfg, v.deadline, nil
 }
 
 func (r *Registry) unknown(what, name string) error {
@@ -523,6 +599,7 @@ func (r *Registry) unknown(what, name string) error {
 type policyValue struct {
 	p        *guardrail.Policy
 	deadline time.Duration
+	throttle *guardrail.ThrottleConfig // p.Throttler's settings
 	key      string
 }
 
@@ -544,7 +621,8 @@ func (p *Policy) Current() *guardrail.Policy { return p.cur.Load().p }
 func (p *Policy) Deadline() time.Duration { return p.cur.Load().deadline }
 
 // Do runs op under the policy in force when it starts, bounded by the
-// dependency's deadline when the file sets one.
+// dependency's deadline when the file sets one. It never hedges, whatever
+// the file says: DoHedged does, for operations written to be.
 func Do[T any](ctx context.Context, p *Policy, op func(context.Context) (T, error)) (T, error) {
 	v := p.cur.Load()
 	if v.deadline > 0 {
@@ -553,6 +631,24 @@ func Do[T any](ctx context.Context, p *Policy, op func(context.Context) (T, erro
 		defer cancel()
 	}
 	return guardrail.Do(ctx, v.p, op)
+}
+
+// DoHedged is Do for an operation written to be hedged: when the file
+// gives the dependency a hedge section, an idempotent call that has not
+// answered after the hedge delay gets another attempt alongside it, as
+// guardrail.DoHedged does, so op must be safe to call concurrently with
+// itself and must honour its context. Do never hedges, as guardrail.Do
+// does not: a hedge section alone cannot make code run its operation twice
+// at once. c refines the call as guardrail.Call does (Discard releases a
+// losing attempt's value).
+func DoHedged[T any](ctx context.Context, p *Policy, c guardrail.Call, op func(context.Context) (T, error)) (T, error) {
+	v := p.cur.Load()
+	if v.deadline > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, v.deadline)
+		defer cancel()
+	}
+	return guardrail.DoHedged(ctx, v.p, c, op)
 }
 
 // Policy returns the handle of the policy dependency name.

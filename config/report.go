@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -16,6 +17,11 @@ import (
 	"github.com/guardrail-go/guardrail/guardhttp"
 	"github.com/guardrail-go/guardrail/ratelimit"
 )
+
+// defaultMaxBufferedMessages is guardgrpc.DefaultMaxBufferedMessages, which
+// this package cannot import without importing gRPC; a test of
+// guardgrpc/grpcconfig keeps the two equal.
+const defaultMaxBufferedMessages = 64
 
 // Report is what guardrail check prints: per dependency the effective
 // settings, what differs from the defaults and why, then the findings. It
@@ -88,15 +94,32 @@ func (c *Checked) Report() Report {
 			base.Settings = *c.File.Defaults
 		}
 		_ = (&Checked{Name: c.Name, File: c.File, lines: map[string]int{}}).build(base)
+		baseEff := effective(base)
 		defs := map[string]string{}
-		for _, s := range effective(base) {
+		for _, s := range baseEff {
 			defs[s.Key] = s.Value
 		}
 		for _, s := range dr.Effective {
 			def, ok := defs[s.Key]
-			if !ok { // a section the defaults leave out: "bulkhead none"
-				section, _, _ := strings.Cut(s.Key, ".")
-				def = section + " " + defs[section]
+			switch section, _, sub := strings.Cut(s.Key, "."); {
+			case ok:
+			case !sub:
+				// A section the dependency turns off that the defaults
+				// turn on ("hedge off" against their hedge settings).
+				var on []string
+				for _, b := range baseEff {
+					if k, ok := strings.CutPrefix(b.Key, section+"."); ok {
+						on = append(on, k+" "+b.Value)
+					}
+				}
+				def = strings.Join(on, ", ")
+			default:
+				// A section the defaults leave out ("bulkhead none"), or a
+				// setting they leave off (breaker.consecutive_failures).
+				def = "off"
+				if v, ok := defs[section]; ok {
+					def = section + " " + v
+				}
 			}
 			if def != s.Value {
 				dr.Differences = append(dr.Differences, Difference{Key: s.Key, Value: s.Value, Default: def,
@@ -211,7 +234,7 @@ func effective(d *ResolvedDependency) []Setting {
 		add("retry_budget.min_per_second", fmtFloat(d.Budget.MinPerSecond))
 	}
 	bc := d.Breaker
-	if d.Kind == KindHTTP {
+	if d.Kind != KindPolicy {
 		bc = d.Group.Config
 	}
 	// The window's size does not change the other settings; a small one
@@ -250,6 +273,14 @@ func effective(d *ResolvedDependency) []Setting {
 		}
 		add("breaker.half_open_probes", strconv.Itoa(e.HalfOpenProbes))
 		add("breaker.close_after", strconv.Itoa(e.CloseAfter))
+		if d.Kind != KindPolicy {
+			mk := d.Group.MaxKeys
+			if mk == 0 {
+				mk = breaker.DefaultMaxKeys
+			}
+			add("breaker.max_keys", strconv.Itoa(mk))
+			add("breaker.idle_ttl", durOr(d.Group.IdleTTL, breaker.DefaultIdleTTL, "none"))
+		}
 	}
 	if d.Bulkhead == nil {
 		add("bulkhead", "none")
@@ -265,8 +296,27 @@ func effective(d *ResolvedDependency) []Setting {
 			add("bulkhead.max_wait", durOr(b.MaxWait, bulkhead.DefaultMaxWait, "none"))
 		}
 	}
-	if d.Kind == KindPolicy {
+	out = append(out, hedgeEffective(d.Hedge, d.Throttle)...)
+	switch d.Kind {
+	case KindPolicy:
 		add("idempotent", strconv.FormatBool(val(s.Idempotent)))
+		return out
+	case KindGRPC:
+		g := d.GRPC
+		methods := "none"
+		if len(g.IdempotentMethods) > 0 {
+			methods = strings.Join(g.IdempotentMethods, ", ")
+		}
+		add("idempotent_methods", methods)
+		switch mb := g.MaxBufferedMessages; {
+		case mb == 0:
+			add("max_buffered_messages", strconv.Itoa(defaultMaxBufferedMessages))
+		case mb < 0:
+			add("max_buffered_messages", "none kept")
+		default:
+			add("max_buffered_messages", strconv.Itoa(mb))
+		}
+		add("failure_domain", g.FailureDomain)
 		return out
 	}
 	h := d.HTTP
@@ -285,6 +335,41 @@ func effective(d *ResolvedDependency) []Setting {
 	}
 	add("idempotency_keys", strconv.FormatBool(h.IdempotencyKeys))
 	add("deadline_reserve", durOr(h.DeadlineReserve, guardhttp.DefaultDeadlineReserve, "none"))
+	return out
+}
+
+// hedgeEffective lists the hedge and throttle settings in force, with the
+// core's defaults for what the file leaves out.
+func hedgeEffective(h *guardrail.HedgeConfig, t *guardrail.ThrottleConfig) []Setting {
+	var out []Setting
+	add := func(k, v string) { out = append(out, Setting{k, v}) }
+	if h == nil {
+		add("hedge", "off")
+	} else {
+		pct := h.Percentile
+		if pct == 0 && h.Delay == 0 {
+			pct = guardrail.DefaultHedgePercentile
+		}
+		if pct == 0 {
+			add("hedge.delay", "fixed "+h.Delay.String())
+		} else {
+			floor := "no floor"
+			if h.Delay > 0 {
+				floor = "at least " + h.Delay.String()
+			}
+			add("hedge.delay", "adaptive, "+floor)
+			add("hedge.percentile", fmtFloat(pct))
+			add("hedge.window", strconv.Itoa(cmp.Or(h.Window, guardrail.DefaultHedgeWindow)))
+		}
+		add("hedge.max_hedges", strconv.Itoa(max(h.MaxHedges, 1)))
+		add("hedge.overload_pause", cmp.Or(h.OverloadPause, guardrail.DefaultHedgeOverloadPause).String())
+	}
+	if t == nil {
+		add("throttle", "off")
+	} else {
+		add("throttle.window", cmp.Or(t.Window, guardrail.DefaultThrottleWindow).String())
+		add("throttle.k", fmtFloat(cmp.Or(t.K, guardrail.DefaultThrottleK)))
+	}
 	return out
 }
 

@@ -25,6 +25,7 @@ import (
 // Kinds of dependency.
 const (
 	KindHTTP   = "http"
+	KindGRPC   = "grpc"
 	KindPolicy = "policy"
 )
 
@@ -62,23 +63,36 @@ type ResolvedDependency struct {
 	Overrides []string
 
 	// HTTP is the guardhttp.Config an HTTP dependency's client is built
-	// with, without its Budget, Breakers and Observer, which the Registry
-	// supplies (and keeps across reloads).
+	// with, without its Budget, Breakers, Throttler and Observer, which
+	// the Registry supplies (and keeps across reloads).
 	HTTP guardhttp.Config
-	// Group configures the breakers of an HTTP dependency, one per host.
+	// GRPC is the settings a gRPC dependency's client is built with,
+	// without its Budget, Breakers, Bulkheads, Throttler and Observer,
+	// which the Registry supplies (and keeps across reloads).
+	GRPC GRPCSettings
+	// Group configures the breakers of an HTTP dependency, one per host,
+	// or of a gRPC one, one per target or method.
 	Group breaker.GroupConfig
 	// Breaker configures a policy dependency's breaker.
 	Breaker breaker.Config
 	// Budget configures the retry budget; nil means budget.Unlimited.
 	Budget *budget.Config
-	// Bulkhead configures a policy dependency's bulkhead (an HTTP one's is
-	// HTTP.Bulkhead); nil means none.
+	// Bulkhead configures a policy dependency's bulkhead, or each
+	// compartment of a gRPC or HTTP one (also in HTTP.Bulkhead and
+	// GRPC.Bulkhead); nil means none.
 	Bulkhead *bulkhead.Config
 	// Policy is a policy dependency's guardrail.Policy fields, without its
 	// Budget, Breaker, Bulkhead and Observer.
 	Policy PolicyFields
 	// Deadline bounds a whole call; zero means no bound of its own.
 	Deadline time.Duration
+	// Hedge configures hedging (also in HTTP.Hedge and GRPC.Hedge); nil
+	// means none.
+	Hedge *guardrail.HedgeConfig
+	// Throttle configures the dependency's Throttler (also in
+	// GRPC.Throttle), which the Registry builds once and shares between
+	// everything that calls the dependency; nil means none.
+	Throttle *guardrail.ThrottleConfig
 }
 
 // PolicyFields are the plain fields of a guardrail.Policy.
@@ -189,13 +203,19 @@ func merge(def, over reflect.Value, prefix string, set *[]string) {
 	}
 }
 
-// collect appends the keys a section sets.
+// collect appends the keys a section sets, or the section's own key when
+// it sets none: an empty section (hedge: {}) turns a guardrail on with its
+// defaults, which is an override as much as any key in it.
 func collect(v reflect.Value, prefix string, set *[]string) {
 	t := v.Type()
+	n := len(*set)
 	for i := range t.NumField() {
 		if !v.Field(i).IsNil() {
 			*set = append(*set, join(prefix, t.Field(i).Tag.Get("yaml")))
 		}
+	}
+	if len(*set) == n {
+		*set = append(*set, prefix)
 	}
 }
 
@@ -207,11 +227,35 @@ func val[T any](p *T) T {
 	return *p
 }
 
-// httpOnly and policyOnly are the keys that apply to one kind only.
-var (
-	httpOnly   = []string{"connect_timeout", "tls_handshake_timeout", "write_timeout", "response_header_timeout", "body_idle_timeout", "max_buffered_body", "idempotency_keys", "deadline_reserve", "breaker.max_keys", "breaker.idle_ttl"}
-	policyOnly = []string{"idempotent"}
-)
+// onlyFor lists the keys that apply to some kinds only, with the kinds.
+// The defaults may set them: a dependency of another kind ignores them.
+var onlyFor = map[string][]string{
+	"connect_timeout":         {KindHTTP},
+	"tls_handshake_timeout":   {KindHTTP},
+	"write_timeout":           {KindHTTP},
+	"response_header_timeout": {KindHTTP},
+	"body_idle_timeout":       {KindHTTP},
+	"max_buffered_body":       {KindHTTP},
+	"idempotency_keys":        {KindHTTP},
+	"deadline_reserve":        {KindHTTP},
+	"breaker.max_keys":        {KindHTTP, KindGRPC},
+	"breaker.idle_ttl":        {KindHTTP, KindGRPC},
+	"idempotent_methods":      {KindGRPC},
+	"max_buffered_messages":   {KindGRPC},
+	"failure_domain":          {KindGRPC},
+	"idempotent":              {KindPolicy},
+}
+
+// elsewhere says, for a key that does not apply to a kind, what does.
+var elsewhere = map[[2]string]string{
+	{KindGRPC, "idempotent"}:            "; list the methods that are safe to repeat in idempotent_methods",
+	{KindGRPC, "idempotency_keys"}:      "; a gRPC call whose outgoing metadata carries an idempotency-key is retried as idempotent, so the code sets it",
+	{KindGRPC, "max_buffered_body"}:     "; a stream's messages kept for a retry are max_buffered_messages",
+	{KindPolicy, "idempotent_methods"}:  "; a policy is idempotent or not as a whole: idempotent",
+	{KindHTTP, "idempotent_methods"}:    "; an HTTP request's idempotence is its method's, or a key's (idempotency_keys)",
+	{KindHTTP, "idempotent"}:            "; an HTTP request's idempotence is its method's, or a key's (idempotency_keys)",
+	{KindHTTP, "max_buffered_messages"}: "; an HTTP request body kept for a retry is max_buffered_body",
+}
 
 func (c *Checked) resolve() []Diagnostic {
 	var diags []Diagnostic
@@ -234,12 +278,10 @@ func (c *Checked) resolve() []Diagnostic {
 		path := "dependencies." + name
 		if d.Kind != nil {
 			switch *d.Kind {
-			case KindHTTP, KindPolicy:
+			case KindHTTP, KindGRPC, KindPolicy:
 				r.Kind = *d.Kind
-			case "grpc":
-				diags = append(diags, c.diag(SeverityError, path+".kind", "is \"grpc\", which this version does not support yet; want http or policy (a guardrail.Policy around the gRPC call)"))
 			default:
-				diags = append(diags, c.diag(SeverityError, path+".kind", "is %q; want http or policy", *d.Kind))
+				diags = append(diags, c.diag(SeverityError, path+".kind", "is %q; want http, grpc or policy", *d.Kind))
 			}
 		}
 		r.Settings = def
@@ -248,18 +290,22 @@ func (c *Checked) resolve() []Diagnostic {
 			diags = append(diags, c.diag(SeverityError, path+".reason", "is missing; %s overrides %s, and every override must say why (reason: ...), so that its review has the reason beside it",
 				name, strings.Join(r.Overrides, ", ")))
 		}
-		wrong := policyOnly
-		if r.Kind == KindPolicy {
-			wrong = httpOnly
-		}
 		for _, k := range r.Overrides {
-			if contains(wrong, k) {
-				diags = append(diags, c.diag(SeverityError, path+"."+k, "applies to %s dependencies only; this one is kind %s", otherKind(r.Kind), r.Kind))
+			if kinds, ok := onlyFor[k]; ok && !contains(kinds, r.Kind) {
+				diags = append(diags, c.diag(SeverityError, path+"."+k, "applies to %s dependencies only; this one is kind %s%s", strings.Join(kinds, " and "), r.Kind, elsewhere[[2]string{r.Kind, k}]))
 			}
 		}
 		for i, rt := range d.Routes {
-			if rt == nil || rt.Method == nil || rt.Path == nil {
-				diags = append(diags, c.diag(SeverityError, fmt.Sprintf("%s.routes[%d]", path, i), "needs method and path, such as {method: POST, path: /charges}"))
+			at := fmt.Sprintf("%s.routes[%d]", path, i)
+			switch {
+			case r.Kind == KindGRPC && (rt == nil || rt.Method == nil):
+				diags = append(diags, c.diag(SeverityError, at, "needs method, the full method name, such as {method: /pkg.Service/Method}"))
+			case r.Kind == KindGRPC && rt.Path != nil:
+				diags = append(diags, c.diag(SeverityError, at+".path", "applies to http dependencies only; a gRPC route is its full method name, in method"))
+			case r.Kind == KindGRPC && !methodName(*rt.Method, false):
+				diags = append(diags, c.diag(SeverityError, at+".method", "is %q; want a full method name such as /pkg.Service/Method", *rt.Method))
+			case r.Kind != KindGRPC && (rt == nil || rt.Method == nil || rt.Path == nil):
+				diags = append(diags, c.diag(SeverityError, at, "needs method and path, such as {method: POST, path: /charges}"))
 			}
 		}
 		diags = append(diags, c.build(r)...)
@@ -285,13 +331,6 @@ func (c *Checked) resolve() []Diagnostic {
 	return diags
 }
 
-func otherKind(k string) string {
-	if k == KindHTTP {
-		return KindPolicy
-	}
-	return KindHTTP
-}
-
 func contains(s []string, v string) bool {
 	for _, e := range s {
 		if e == v {
@@ -303,7 +342,7 @@ func contains(s []string, v string) bool {
 
 // coreRE takes apart the errors of the core constructors:
 // "breaker: GroupConfig.Config.FailureRate is 1.5; want ...".
-var coreRE = regexp.MustCompile(`^(\w+): (?:\w+\.)*?Config\.([A-Z][\w.]*)(?:\[[^\]]*\])? (?:is|has) (.*)$`)
+var coreRE = regexp.MustCompile(`^(\w+): (?:invalid \w+: )?(?:\w+\.)*?(\w*Config)\.([A-Z][\w.]*)(?:\[[^\]]*\])? (?:is|has) (.*)$`)
 
 // coreErrors turns a constructor's error into diagnostics on the keys of
 // section (a File type such as Breaker) under prefix, of dependency dep
@@ -316,12 +355,18 @@ func (c *Checked) coreErrors(err error, section reflect.Type, dep, prefix string
 	for _, msg := range strings.Split(err.Error(), "\n") {
 		path := prefix
 		if m := coreRE.FindStringSubmatch(msg); m != nil {
-			if key, ok := keyOf(section, m[2]); ok {
+			// "GroupConfig.Config.FailureRate" is the breaker's field,
+			// "GroupConfig.MaxKeys" the group's.
+			typ, field := m[2], m[3]
+			if f, ok := strings.CutPrefix(field, "Config."); ok {
+				typ, field = "Config", f
+			}
+			if key, ok := keyOf(section, field); ok {
 				path = join(prefix, key)
 				if dep != "" {
 					path = c.where(dep, path)
 				}
-				msg = "is " + m[3] + " (" + m[1] + ": Config." + m[2] + ")"
+				msg = "is " + m[4] + " (" + m[1] + ": " + typ + "." + field + ")"
 			}
 		}
 		if dep != "" && path == prefix {
@@ -436,14 +481,7 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 
 	// Retry budget.
 	if rb := s.RetryBudget; rb != nil && val(rb.Unlimited) {
-		// unlimited overrides a budget inherited from the defaults, but
-		// one section saying both is a contradiction.
-		at := c.where(name, "retry_budget.unlimited")
-		for _, k := range []string{"ratio", "max", "min_per_second"} {
-			if w := c.where(name, "retry_budget."+k); strings.HasPrefix(w, strings.TrimSuffix(at, "unlimited")) && c.lines[w] != 0 {
-				diags = append(diags, c.diag(SeverityError, at, "is true with %s set beside it; want either unlimited or a budget", k))
-			}
-		}
+		diags = append(diags, c.beside(name, "retry_budget", "unlimited", "a budget", "ratio", "max", "min_per_second")...)
 	} else {
 		bc := budget.Config{}
 		if rb != nil {
@@ -468,6 +506,8 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 		diags = append(diags, c.coreErrors(err, reflect.TypeFor[Bulkhead](), name, "bulkhead")...)
 	}
 
+	diags = append(diags, c.buildHedge(r)...)
+
 	if r.Kind == KindPolicy {
 		r.Breaker = bc
 		// A group checks the Config as New does, without allocating the
@@ -479,19 +519,16 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 			MinAttemptTime: val(s.MinAttemptTime), MaxRetryAfter: val(s.MaxRetryAfter),
 			Backoff: strategy, Idempotent: val(s.Idempotent),
 		}
-		// A Policy reports its invalid fields at first use; run one call
-		// of a throwaway copy, with nothing shared, to hear them now.
-		p := &guardrail.Policy{Name: name, MaxAttempts: r.Policy.MaxAttempts, AttemptTimeout: r.Policy.AttemptTimeout,
-			MinAttemptTime: r.Policy.MinAttemptTime, MaxRetryAfter: r.Policy.MaxRetryAfter, Backoff: strategy,
-			Budget: budget.Unlimited(), Breaker: disabledBreaker()}
-		_, err = guardrail.Do(context.Background(), p, func(context.Context) (struct{}, error) { return struct{}{}, nil })
-		diags = append(diags, c.policyErrors(err, name)...)
+		diags = append(diags, c.checkPolicy(r.Policy)...)
 		return diags
 	}
 
 	r.Group = breaker.GroupConfig{Config: bc, MaxKeys: val(s.Breaker.maxKeys()), IdleTTL: val(s.Breaker.idleTTL())}
 	_, err := breaker.NewGroup(r.Group)
 	diags = append(diags, c.coreErrors(err, reflect.TypeFor[Breaker](), name, "breaker")...)
+	if r.Kind == KindGRPC {
+		return append(diags, c.buildGRPC(r, strategy)...)
+	}
 	r.HTTP = guardhttp.Config{
 		Name: name, MaxAttempts: val(s.MaxAttempts), AttemptTimeout: val(s.AttemptTimeout),
 		MinAttemptTime: val(s.MinAttemptTime), Backoff: strategy, MaxRetryAfter: val(s.MaxRetryAfter),
@@ -499,13 +536,86 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 		WriteTimeout: val(s.WriteTimeout), ResponseHeaderTimeout: val(s.ResponseHeaderTimeout),
 		BodyIdleTimeout: val(s.BodyIdleTimeout), MaxBufferedBody: val(s.MaxBufferedBody),
 		IdempotencyKeys: val(s.IdempotencyKeys), DeadlineReserve: val(s.DeadlineReserve),
-		Bulkhead: r.Bulkhead,
+		Bulkhead: r.Bulkhead, Hedge: cloneHedge(r.Hedge),
 	}
 	plain := r.HTTP
-	plain.Bulkhead = nil // its errors are reported above, by key
+	plain.Bulkhead, plain.Hedge = nil, nil // their errors are reported above, by key
 	_, err = guardhttp.NewTransport(http.DefaultTransport, plain)
 	diags = append(diags, c.coreErrors(err, reflect.TypeFor[Settings](), name, "")...)
 	return diags
+}
+
+// beside reports a section of dependency name that says flag (unlimited,
+// disabled) with settings beside it: flag overrides a section inherited
+// from the defaults, but one section saying both is a contradiction.
+func (c *Checked) beside(name, section, flag, want string, keys ...string) []Diagnostic {
+	var diags []Diagnostic
+	at := c.where(name, section+"."+flag)
+	for _, k := range keys {
+		if w := c.where(name, section+"."+k); strings.HasPrefix(w, strings.TrimSuffix(at, flag)) && c.lines[w] != 0 {
+			diags = append(diags, c.diag(SeverityError, at, "is true with %s set beside it; want either %s or %s", k, flag, want))
+		}
+	}
+	return diags
+}
+
+// Bounds of the hedge counts the file accepts, which the core does not
+// bound: 1<<20 latencies, as many calls as a breaker's count window holds,
+// are 16 MiB (the ring and the copy it is sorted in); 16 hedges per
+// attempt are eight times the most that the checks let pass without a
+// warning.
+const (
+	maxHedgeWindow = 1 << 20
+	maxHedges      = 16
+)
+
+// buildHedge fills r.Hedge and r.Throttle and reports what the core
+// refuses of them, on the keys that set each field.
+func (c *Checked) buildHedge(r *ResolvedDependency) []Diagnostic {
+	var diags []Diagnostic
+	s := &r.Settings
+	if h := s.Hedge; h != nil {
+		if val(h.Disabled) {
+			diags = append(diags, c.beside(r.Name, "hedge", "disabled", "hedge settings", "delay", "percentile", "max_hedges", "window", "overload_pause")...)
+		} else {
+			r.Hedge = &guardrail.HedgeConfig{Delay: val(h.Delay), Percentile: val(h.Percentile), MaxHedges: val(h.MaxHedges),
+				Window: val(h.Window), OverloadPause: val(h.OverloadPause)}
+			// The core takes any count, and sizes memory by it: the
+			// window's latencies at first use (and in Validate, which
+			// builds what it checks), room for every hedge at the start
+			// of each hedged call. A slip of the keyboard must not take
+			// the service down at its next reload, nor this check.
+			check := *r.Hedge
+			if n := check.Window; n > maxHedgeWindow {
+				diags = append(diags, c.diag(SeverityError, c.where(r.Name, "hedge.window"), "is %d; want at most %d: the window keeps that many latencies in memory (16 bytes each), allocated at the first call", n, maxHedgeWindow))
+				check.Window = 0
+			}
+			if n := check.MaxHedges; n > maxHedges {
+				diags = append(diags, c.diag(SeverityError, c.where(r.Name, "hedge.max_hedges"), "is %d; want at most %d: each hedge is one more request in flight per call, and every hedged call makes room for all of them when it starts", n, maxHedges))
+			}
+			diags = append(diags, c.coreErrors(check.Validate(), reflect.TypeFor[Hedge](), r.Name, "hedge")...)
+		}
+	}
+	if t := s.Throttle; t != nil {
+		if val(t.Disabled) {
+			diags = append(diags, c.beside(r.Name, "throttle", "disabled", "throttle settings", "window", "k")...)
+		} else {
+			r.Throttle = &guardrail.ThrottleConfig{Window: val(t.Window), K: val(t.K)}
+			_, err := guardrail.NewThrottler(*r.Throttle)
+			diags = append(diags, c.coreErrors(err, reflect.TypeFor[Throttle](), r.Name, "throttle")...)
+		}
+	}
+	return diags
+}
+
+// cloneHedge returns a copy of h, so that a HedgeConfig handed out is the
+// caller's own.
+func cloneHedge(h *guardrail.HedgeConfig) *guardrail.HedgeConfig {
+	if h == nil {
+		return nil
+	}
+	c := *h
+	return &c
 }
 
 func (b *Breaker) maxKeys() *int {
@@ -520,6 +630,17 @@ func (b *Breaker) idleTTL() *time.Duration {
 		return nil
 	}
 	return b.IdleTTL
+}
+
+// checkPolicy reports the invalid fields of pf. A Policy reports them at
+// first use; one call of a throwaway copy, with nothing shared, hears them
+// now.
+func (c *Checked) checkPolicy(pf PolicyFields) []Diagnostic {
+	p := &guardrail.Policy{Name: pf.Name, MaxAttempts: pf.MaxAttempts, AttemptTimeout: pf.AttemptTimeout,
+		MinAttemptTime: pf.MinAttemptTime, MaxRetryAfter: pf.MaxRetryAfter, Backoff: pf.Backoff,
+		Budget: budget.Unlimited(), Breaker: disabledBreaker()}
+	_, err := guardrail.Do(context.Background(), p, func(context.Context) (struct{}, error) { return struct{}{}, nil })
+	return c.policyErrors(err, pf.Name)
 }
 
 var policyRE = regexp.MustCompile(`Policy\.(\w+) is (.*)$`)

@@ -82,8 +82,11 @@ func (d *ResolvedDependency) attempts() int {
 // strategy returns the backoff d uses.
 func (d *ResolvedDependency) strategy() backoff.Strategy {
 	s := d.HTTP.Backoff
-	if d.Kind == KindPolicy {
+	switch d.Kind {
+	case KindPolicy:
 		s = d.Policy.Backoff
+	case KindGRPC:
+		s = d.GRPC.Backoff
 	}
 	if s == nil {
 		s = backoff.Default()
@@ -167,6 +170,9 @@ func (c *Checked) warnings() []Diagnostic {
 				}
 			}
 		}
+		if n > 1 && d.Kind == KindGRPC {
+			w = append(w, c.grpcRetryWarnings(d, n)...)
+		}
 		if n > 1 && d.Kind == KindPolicy && s.MaxAttempts != nil && !val(s.Idempotent) {
 			w = append(w, c.warn(c.where(name, "max_attempts"), "is %d but idempotent is not true: Do retries only failures that say nothing was sent, and an attempt that timed out ends with ErrOutcomeUnknown; set idempotent: true if the operation carries an idempotency key or is a read", n))
 		}
@@ -174,6 +180,7 @@ func (c *Checked) warnings() []Diagnostic {
 		if d.Budget == nil && n > 1 {
 			w = append(w, c.warn(c.where(name, "retry_budget.unlimited"), "no retry budget with max_attempts %d: while %s is down every call is sent %d times, multiplying the load on a dependency that is already failing; keep a budget (ratio 0.1 holds retries to a tenth of the calls)", n, name, n))
 		}
+		w = append(w, c.hedgeWarnings(d)...)
 		// A breaker with no minimum.
 		if b := s.Breaker; b != nil && val(b.MinRequests) == 1 && val(b.Mode) != "disabled" {
 			w = append(w, c.warn(c.where(name, "breaker.min_requests"), "is 1: at low traffic one early failure opens the breaker for %v; keep a minimum of calls (the default is %d) so that the rate means something", orDur(val(b.OpenFor), breaker.DefaultOpenFor), breaker.DefaultMinRequests))
@@ -201,6 +208,110 @@ func (c *Checked) warnings() []Diagnostic {
 		}
 	}
 	w = append(w, c.chainWarnings()...)
+	return w
+}
+
+// hedgedMethods are the methods guardhttp hedges: the idempotent ones
+// whose copies in flight at once are harmless by RFC 9110. A POST or PATCH
+// is not hedged even with an idempotency key, since two copies in flight
+// at once meet the server's "same key in flight" refusal.
+var hedgedMethods = map[string]bool{http.MethodGet: true, http.MethodHead: true, http.MethodOptions: true, http.MethodTrace: true, http.MethodPut: true, http.MethodDelete: true}
+
+// maxHedgesWarning is the max_hedges above which the checks warn.
+const maxHedgesWarning = 2
+
+// minThrottleK is the throttle multiplier below which the checks warn.
+const minThrottleK = 1.5
+
+// hedgeWarnings warns about hedging that cannot happen, that duplicates
+// side effects or that nothing stops under overload, and about a throttle
+// that rejects the traffic of a healthy dependency.
+func (c *Checked) hedgeWarnings(d *ResolvedDependency) []Diagnostic {
+	var w []Diagnostic
+	name, s := d.Name, &d.Settings
+	if h := d.Hedge; h != nil {
+		at := c.where(name, "hedge")
+		switch d.Kind {
+		case KindPolicy:
+			if !val(s.Idempotent) {
+				w = append(w, c.warn(at, "is set but idempotent is not true: only idempotent calls are hedged, so none of %s's calls is, unless the code marks one idempotent (guardrail.Call.Idempotent), which sends it twice at once; set idempotent: true if repeating the operation is harmless, or drop hedge", name))
+			}
+		case KindHTTP:
+			routes := c.File.Dependencies[name].Routes
+			hedged := 0
+			for i, rt := range routes {
+				if rt == nil || rt.Method == nil || rt.Path == nil || !hedgedMethods[strings.ToUpper(*rt.Method)] {
+					continue
+				}
+				hedged++
+				if rt.Idempotent != nil && !*rt.Idempotent {
+					w = append(w, c.warn(fmt.Sprintf("dependencies.%s.routes[%d]", name, i), "%s %s says idempotent: false, yet %s hedges: guardhttp hedges a %s by its method, so a slow one is sent again while the first is in flight and its side effect happens twice; give the route a dependency of its own without hedge",
+						*rt.Method, *rt.Path, name, strings.ToUpper(*rt.Method)))
+				}
+			}
+			if len(routes) > 0 && hedged == 0 {
+				w = append(w, c.warn(at, "is set but no route of %s is hedged: guardhttp hedges only GET, HEAD, OPTIONS, PUT and DELETE requests, not a POST or PATCH even with an idempotency key (two copies in flight at once meet the server's refusal of a key in flight, not a replay); drop hedge", name))
+			}
+		case KindGRPC:
+			methods := d.GRPC.IdempotentMethods
+			if len(methods) == 0 {
+				w = append(w, c.warn(at, "is set but idempotent_methods lists no method: guardgrpc hedges only the unary calls of the methods listed there, so none of %s's calls is; list the methods that are safe to send twice at once, or drop hedge", name))
+				break
+			}
+			routes := c.File.Dependencies[name].Routes
+			hedged := 0
+			for i, rt := range routes {
+				if rt == nil || rt.Method == nil || !idempotentMethod(methods, *rt.Method) {
+					continue
+				}
+				hedged++
+				if rt.Idempotent != nil && !*rt.Idempotent {
+					w = append(w, c.warn(fmt.Sprintf("dependencies.%s.routes[%d]", name, i), "%s says idempotent: false, yet idempotent_methods covers it and %s hedges: a slow call of it is sent again while the first is in flight, and its side effect happens twice; list the other methods of its service by name instead",
+						*rt.Method, name))
+				}
+			}
+			if len(routes) > 0 && hedged == 0 {
+				w = append(w, c.warn(at, "is set but no route of %s is hedged: guardgrpc hedges only the methods idempotent_methods lists, not a call that carries an idempotency-key (two copies in flight with one key meet the server's refusal of a key in flight, not a replay); drop hedge", name))
+			}
+		}
+		if d.Budget == nil {
+			w = append(w, c.warn(c.where(name, "retry_budget.unlimited"), "no retry budget, yet hedge is set: each hedge spends a budget token and hedging stops while the budget is below half full, which is what holds hedges back when %s slows down under load before it refuses anything; without a budget nothing does, and every slow call adds its hedges to the load; keep a budget", name))
+		}
+		if h.MaxHedges > maxHedgesWarning {
+			w = append(w, c.warn(c.where(name, "hedge.max_hedges"), "is %d: a slow moment sends up to %d copies of each call, multiplying the load on %s exactly when it is slow, while hedges past the second cut little more of the tail; keep 1 or 2", h.MaxHedges, h.MaxHedges+1, name))
+		}
+	}
+	if t := d.Throttle; t != nil && t.K >= 1 && t.K < minThrottleK { // below 1 is an error
+		w = append(w, c.warn(c.where(name, "throttle.k"), "is %s, below %s: the throttle rejects requests locally as soon as fewer than %.0f %% of them are accepted, so a few failures of a healthy dependency, or a quiet window that holds few requests, turn real traffic away; keep the default %s, which rejects only once fewer than half are accepted",
+			fmtFloat(t.K), fmtFloat(minThrottleK), 100/t.K, fmtFloat(guardrail.DefaultThrottleK)))
+	}
+	return w
+}
+
+// grpcRetryWarnings warns about the retries of a gRPC dependency's
+// methods that are not idempotent: those of its routes, or when it lists
+// none, all of them if idempotent_methods is empty.
+func (c *Checked) grpcRetryWarnings(d *ResolvedDependency, n int) []Diagnostic {
+	var w []Diagnostic
+	base := "dependencies." + d.Name
+	routes := c.File.Dependencies[d.Name].Routes
+	for i, rt := range routes {
+		if rt == nil || rt.Method == nil {
+			continue
+		}
+		idem := idempotentMethod(d.GRPC.IdempotentMethods, *rt.Method)
+		if rt.Idempotent != nil {
+			idem = *rt.Idempotent
+		}
+		if !idem {
+			w = append(w, c.warn(fmt.Sprintf("%s.routes[%d]", base, i), "%s is not in idempotent_methods, yet max_attempts is %d: a call of it is retried only when it never reached the server, and one that timed out ends with an unknown outcome; list it in idempotent_methods if repeating it is harmless, send an idempotency-key with it (and say idempotent: true here), or set max_attempts: 1",
+				*rt.Method, n))
+		}
+	}
+	if len(routes) == 0 && len(d.GRPC.IdempotentMethods) == 0 && d.Settings.MaxAttempts != nil {
+		w = append(w, c.warn(c.where(d.Name, "max_attempts"), "is %d but idempotent_methods lists no method: guardgrpc retries a call only when it never reached the server (or carries an idempotency-key), and one that timed out ends with an unknown outcome; list the methods that are safe to repeat in idempotent_methods",
+			n))
+	}
 	return w
 }
 

@@ -35,7 +35,11 @@ type Result struct {
 // Classifier decides what a failed attempt means. It must be safe for
 // concurrent use. The caller's own cancellation and deadline are handled
 // before it is asked, and whether a retryable verdict is retried also
-// depends on the method being idempotent (see ClientConfig).
+// depends on the method being idempotent (see ClientConfig). Whether an
+// answer says the server is overloaded, which pauses hedging and is not
+// an accept for the throttle, is read from its code and trailer whatever
+// the Classifier says (RESOURCE_EXHAUSTED, a grpc-retry-pushback-ms
+// trailer), and from a verdict with a RetryAfter.
 type Classifier func(r Result) guardrail.Verdict
 
 // DefaultClassify is the Classifier used when ClientConfig.Classify is nil.
@@ -79,15 +83,41 @@ func DefaultClassify(r Result) guardrail.Verdict {
 }
 
 // attemptError carries a failed attempt's verdict through the engine to
-// the Policy's classifier, which reads it back. It never reaches the
+// the Policy's classifier, which reads it back, and whether the answer
+// said the server is overloaded, which the engine reads through its
+// Overload method (guardrail.Overloader) to pause hedging and to count
+// the answer as not accepted by the throttle. It never reaches the
 // caller: the interceptor unwraps it.
 type attemptError struct {
-	err error
-	v   guardrail.Verdict
+	err      error
+	v        guardrail.Verdict
+	overload bool
+	hedge    *hedgeAttempt // the attempt of a hedged call that failed; nil otherwise
 }
 
-func (e *attemptError) Error() string { return e.err.Error() }
-func (e *attemptError) Unwrap() error { return e.err }
+func (e *attemptError) Error() string  { return e.err.Error() }
+func (e *attemptError) Unwrap() error  { return e.err }
+func (e *attemptError) Overload() bool { return e.overload }
+
+// failedAttempt classifies a failed attempt for the engine.
+func (c *Client) failedAttempt(r Result) *attemptError {
+	return &attemptError{err: r.Err, v: c.classify(r), overload: overloaded(r)}
+}
+
+// overloaded reports whether a failed attempt's answer says the server is
+// overloaded: RESOURCE_EXHAUSTED, with or without a pushback, or any
+// answer with a grpc-retry-pushback-ms trailer (UNAVAILABLE with a
+// pushback is how a guardgrpc server sheds). It is the gRPC form of
+// guardhttp's 429 and 503. UNAVAILABLE alone is not: grpc-go answers it
+// for a connection refused or reset too, which says nothing of load. The
+// engine also treats a verdict with a RetryAfter as overload, whatever
+// the Classifier.
+func overloaded(r Result) bool {
+	if len(r.Trailer[MDPushback]) > 0 {
+		return true
+	}
+	return status.Code(r.Err) == codes.ResourceExhausted
+}
 
 // classifyMarked is the classifier of the Policies the client builds.
 func classifyMarked(err error) guardrail.Verdict {
@@ -100,13 +130,18 @@ func classifyMarked(err error) guardrail.Verdict {
 
 // Error is the error a client interceptor returns when the engine gave up
 // early (the breaker was open, the deadline too close, the budget empty,
-// the bulkhead full, or the outcome is unknown). It unwraps to the
-// *guardrail.Error, so errors.Is(err, guardrail.ErrCircuitOpen) holds, and
-// it carries a gRPC status, so status.Code works and a server that returns
-// it answers with a meaningful code: the last attempt's code when an
-// attempt got one, else UNAVAILABLE for an open breaker, RESOURCE_EXHAUSTED
-// for a full bulkhead, DEADLINE_EXCEEDED for a deadline too close or an
-// unknown outcome. An Error is immutable and safe for concurrent use.
+// the bulkhead full, the throttle refused, or the outcome is unknown). It
+// unwraps to the *guardrail.Error, so errors.Is(err,
+// guardrail.ErrCircuitOpen) holds, and it carries a gRPC status, so
+// status.Code works and a server that returns it answers with a
+// meaningful code: the last attempt's code when an attempt got one, else
+// UNAVAILABLE for an open breaker, RESOURCE_EXHAUSTED for a full bulkhead,
+// DEADLINE_EXCEEDED for a deadline too close or an unknown outcome. A call the throttle rejected (guardrail.ErrThrottled)
+// is RESOURCE_EXHAUSTED, whatever an earlier attempt got: the code of
+// overload, which guardgrpc clients upstream do not retry without a
+// pushback and count as overload in their own throttles, where
+// UNAVAILABLE would be retried. An Error is immutable and safe for
+// concurrent use.
 type Error struct {
 	err *guardrail.Error
 	st  *status.Status
@@ -140,6 +175,13 @@ func finish(err error) error {
 	}
 	if errors.As(ge.Err, &ae) {
 		ge.Err = ae.err // ours: a fresh value per call
+	}
+	if errors.Is(ge, guardrail.ErrThrottled) {
+		// Whatever an earlier attempt got: the call ends because the
+		// client refused to add load, which the callers of a server that
+		// passes it on must read as overload too, not as a failure to
+		// retry (UNAVAILABLE).
+		return &Error{err: ge, st: status.New(codes.ResourceExhausted, "rejected by client-side throttling, not sent: the server has lately refused too many calls: "+ge.Error())}
 	}
 	code := codes.Unavailable
 	if st, ok := status.FromError(ge.Err); ok && ge.Err != nil && st.Code() != codes.Unknown {

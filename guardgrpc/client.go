@@ -33,8 +33,9 @@ const DefaultMaxBufferedMessages = 64
 //
 // A ClientConfig is a plain value that NewClient reads once, so changing
 // it afterwards has no effect, and it is safe to share; the values it
-// points to (Budget, Observer, Breakers, Classify, Key, Attempt) must be
-// safe for concurrent use.
+// points to (Budget, Observer, Breakers, Classify, Key, Attempt,
+// Throttler) must be safe for concurrent use; Hedge is read once, by
+// NewClient.
 type ClientConfig struct {
 	// Name labels the dependency in events and errors. Empty means each
 	// call's key (see Key): by default the connection's target. It
@@ -114,6 +115,14 @@ type ClientConfig struct {
 	// not for its whole life. Nil means no bound.
 	Bulkhead *bulkhead.Config
 
+	// Bulkheads, when not nil, holds the compartment of each key in place
+	// of the group Bulkhead would configure: share one between Clients to
+	// bound their calls together, or hand it to the Client that replaces
+	// this one (as a policy file reload does) so that the calls in flight
+	// stay counted. Set Bulkhead or Bulkheads, not both. Nil means the
+	// Client's own group when Bulkhead is set, else no bound.
+	Bulkheads *bulkhead.Group
+
 	// MaxBufferedMessages bounds the request messages of a stream kept
 	// until its first response message to send them again on a retry; a
 	// stream that sends more is not retried once it has opened. Zero means
@@ -131,15 +140,67 @@ type ClientConfig struct {
 
 	// Attempt, when not nil, runs each unary attempt in place of the
 	// invoker: it must send the call (once, or more than once
-	// concurrently) and return one result. It is the seam for hedging: an
-	// AttemptFunc may send a second copy of an idempotent call after a
-	// delay and return the first answer, cancelling the other. The engine
-	// sees one attempt, one breaker outcome and one retry decision,
-	// whatever it does. Nil means the invoker itself.
+	// concurrently) and return one result. The engine sees one attempt,
+	// one breaker outcome and one retry decision, whatever it does. It is
+	// the seam for a policy of one's own (Hedge is guardgrpc's hedging);
+	// with Hedge set, each copy the engine hedges is an attempt of its
+	// own, run through Attempt. Nil means the invoker itself.
 	Attempt AttemptFunc
 
-	// Rand returns uniform draws in [0, 1) for backoff jitter. Nil means
-	// math/rand/v2.
+	// Hedge, when not nil, hedges the unary calls of the methods listed
+	// in IdempotentMethods: when an attempt has not answered after the
+	// hedge delay another copy is sent, the first good answer is returned
+	// and the other copies are cancelled. A call that carries an
+	// idempotency-key is not hedged, though it is retried: two copies in
+	// flight with one key meet the server's refusal of a key in flight
+	// (ABORTED), not a replay. Hedges spend retry budget tokens, and none
+	// is sent while the budget holds less than half its maximum, while
+	// the key's breaker is not closed, or for HedgeConfig.OverloadPause
+	// after the server answered RESOURCE_EXHAUSTED or sent a
+	// grpc-retry-pushback-ms trailer (see guardrail.HedgeConfig). A hedge
+	// is an attempt: it carries x-retry-attempt, so a server sheds it as
+	// it sheds retries.
+	//
+	// Streams are never hedged: their messages go out as the caller
+	// produces them and answers come back as it reads them, so there is
+	// no one answer to race, and a second copy would have to send every
+	// message again and would make a stream that rightly lives long look
+	// slow. A method grpc-go retries itself (see ConnRetriesDisabled) is
+	// not hedged either: hedges would multiply with its retries.
+	//
+	// Each copy decodes into a reply of its own when another copy may be
+	// running; the winner's is then copied into the caller's (proto.Merge
+	// for a proto.Message, an assignment for another pointer type), as are
+	// its header, trailer and peer for the caller's grpc.Header,
+	// grpc.Trailer and grpc.Peer options. A call whose reply is not a
+	// pointer is not hedged. The interceptor returns once every copy that
+	// may write the caller's reply has returned; cancelled losers that
+	// write only their own finish on their goroutines. Nil means no
+	// hedging.
+	Hedge *guardrail.HedgeConfig
+
+	// Throttler, when not nil, rejects attempts of unary calls locally,
+	// without sending them, when the server has lately refused too many:
+	// see guardrail.Throttler. An attempt answered RESOURCE_EXHAUSTED, one
+	// with a grpc-retry-pushback-ms trailer, DEADLINE_EXCEEDED and an
+	// attempt that timed out are not accepts; any other answer is one
+	// (NOT_FOUND, INVALID_ARGUMENT, INTERNAL: the server did the work),
+	// and so is UNAVAILABLE without a pushback, which grpc-go also answers
+	// for a connection that failed: that is the breaker's to judge. A
+	// rejected call fails with RESOURCE_EXHAUSTED, an *Error that Is
+	// guardrail.ErrThrottled.
+	//
+	// Streams are not throttled: grpc-go opens a stream before the server
+	// has answered anything, so an opening says nothing of whether the
+	// server took the call, and counting openings as accepts would hide a
+	// server that refuses every stream.
+	//
+	// It is one throttle for every key of the Client: share it only
+	// between Clients that call the same servers. Nil means no throttling.
+	Throttler *guardrail.Throttler
+
+	// Rand returns uniform draws in [0, 1) for backoff jitter and the
+	// throttle's rejections. Nil means math/rand/v2.
 	Rand func() float64
 }
 
@@ -193,6 +254,7 @@ type Client struct {
 	breakers   *breaker.Group
 	bulkheads  *bulkhead.Group // nil: none
 	policy     guardrail.Policy
+	hedges     bool // ClientConfig.Hedge is set
 	// once runs calls that grpc-go retries itself: one attempt of ours.
 	once guardrail.Policy
 	// streamPolicy opens streams: no attempt timeout, as the stream
@@ -216,6 +278,11 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	for _, m := range cfg.IdempotentMethods {
 		if !strings.HasPrefix(m, "/") {
 			return nil, invalid("ClientConfig.IdempotentMethods holds %q; want a full method name such as \"/pkg.Service/Method\"", m)
+		}
+	}
+	if cfg.Hedge != nil {
+		if err := cfg.Hedge.Validate(); err != nil {
+			return nil, &configError{msg: "guardgrpc: ClientConfig.Hedge: " + err.Error(), err: err}
 		}
 	}
 	c := &Client{cfg: cfg, classify: cfg.Classify, key: cfg.Key, maxBuf: cfg.MaxBufferedMessages, maxAttempt: cfg.MaxAttempts}
@@ -253,11 +320,17 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		Budget:         bud,
 		Breaker:        off,
 		Observer:       cfg.Observer,
+		Hedge:          cfg.Hedge,
+		Throttler:      cfg.Throttler,
 		Rand:           cfg.Rand,
 	}
+	c.hedges = cfg.Hedge != nil
+	// Only c.policy hedges: the others run calls grpc-go retries itself,
+	// and streams, which are neither hedged nor throttled.
 	c.once = guardrail.Policy{
 		Name: cfg.Name, MaxAttempts: 1, AttemptTimeout: cfg.AttemptTimeout, MinAttemptTime: cfg.MinAttemptTime,
 		Classify: classifyMarked, Budget: bud, Breaker: off, Observer: cfg.Observer,
+		Throttler: cfg.Throttler, Rand: cfg.Rand,
 	}
 	c.streamPolicy = guardrail.Policy{
 		Name: cfg.Name, MaxAttempts: cfg.MaxAttempts, MinAttemptTime: cfg.MinAttemptTime, Backoff: cfg.Backoff,
@@ -292,6 +365,10 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		}
 		c.breakers, _ = breaker.NewGroup(gc) // a valid GroupConfig
 	}
+	if cfg.Bulkhead != nil && cfg.Bulkheads != nil {
+		return nil, invalid("ClientConfig.Bulkhead and ClientConfig.Bulkheads are both set; want one: the configuration of the Client's own compartments, or a group of them")
+	}
+	c.bulkheads = cfg.Bulkheads
 	if cfg.Bulkhead != nil {
 		if _, err := bulkhead.New(*cfg.Bulkhead); err != nil {
 			return nil, &configError{msg: "guardgrpc: ClientConfig.Bulkhead: " + err.Error(), err: err}
@@ -359,12 +436,21 @@ func (c *Client) StreamClientInterceptor() grpc.StreamClientInterceptor {
 // and manual control.
 func (c *Client) Breakers() *breaker.Group { return c.breakers }
 
+// Bulkheads returns the group holding the compartment of each key, nil
+// when the Client has no bulkhead.
+func (c *Client) Bulkheads() *bulkhead.Group { return c.bulkheads }
+
 // RetryBudget returns the budget retries are spent from, for metrics.
 func (c *Client) RetryBudget() *budget.Budget { return c.policy.BudgetInUse() }
 
 // idempotent reports whether method may be sent twice: it is listed, its
 // service is, or the call carries an idempotency key.
 func (c *Client) idempotent(ctx context.Context, method string) bool {
+	return c.listed(method) || keyed(ctx)
+}
+
+// listed reports whether method, or its service, is in IdempotentMethods.
+func (c *Client) listed(method string) bool {
 	if len(c.idem) > 0 {
 		if c.idem[method] {
 			return true
@@ -373,6 +459,11 @@ func (c *Client) idempotent(ctx context.Context, method string) bool {
 			return true
 		}
 	}
+	return false
+}
+
+// keyed reports whether the call carries an idempotency key.
+func keyed(ctx context.Context) bool {
 	return len(metadata.ValueFromOutgoingContext(ctx, MDIdempotencyKey)) > 0
 }
 
@@ -420,9 +511,27 @@ type unaryCall struct {
 }
 
 func (c *Client) invoke(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, retriesOff bool, opts []grpc.CallOption) error {
+	listed, keyed := c.listed(method), keyed(ctx)
+	idempotent := listed || keyed
+	if c.cfg.Observer != nil && event.Operation(ctx) == "" {
+		ctx = event.WithOperation(ctx, method)
+	}
+	key := c.key(cc, method)
+	p := c.policyFor(cc, method, retriesOff)
+	gc := c.call(cc, key, idempotent)
+	// A call with an idempotency key is not hedged, though it is retried:
+	// two copies in flight with one key meet the server's "same key in
+	// flight" refusal (ABORTED), not a replay.
+	if c.hedges && listed && !keyed && p == &c.policy {
+		if h := c.newHedgedCall(method, req, reply, cc, invoker, opts); h != nil {
+			return h.invoke(ctx, p, gc)
+		}
+	}
+	// DoCall never hedges: no attempt outlives the call, so its state can
+	// be pooled.
 	u := c.pool.Get().(*unaryCall)
 	u.c, u.method, u.req, u.reply, u.cc, u.invoker = c, method, req, reply, cc, invoker
-	u.idempotent = c.idempotent(ctx, method)
+	u.idempotent = idempotent
 	u.attempts = 0
 	u.opts = append(u.opts[:0], opts...)
 	u.callerOpts = len(opts)
@@ -434,11 +543,7 @@ func (c *Client) invoke(ctx context.Context, method string, req, reply any, cc *
 		// may have reached the server.
 		u.opts = append(u.opts, u.peerOpt)
 	}
-	if c.cfg.Observer != nil && event.Operation(ctx) == "" {
-		ctx = event.WithOperation(ctx, method)
-	}
-	key := c.key(cc, method)
-	_, err := guardrail.DoCall(ctx, c.policyFor(cc, method, retriesOff), c.call(cc, key, u.idempotent), u.attempt)
+	_, err := guardrail.DoCall(ctx, p, gc, u.attempt)
 	*u = unaryCall{opts: clearOpts(u.opts)}
 	c.pool.Put(u)
 	return finish(err)
@@ -473,6 +578,5 @@ func (u *unaryCall) attempt(ctx context.Context) (struct{}, error) {
 	if ctx.Err() != nil {
 		return struct{}{}, err // the engine judges its own deadline and the caller's
 	}
-	r := Result{Method: u.method, Err: err, Trailer: u.trailer, Sent: u.idempotent || u.peer.Addr != nil}
-	return struct{}{}, &attemptError{err: err, v: u.c.classify(r)}
+	return struct{}{}, u.c.failedAttempt(Result{Method: u.method, Err: err, Trailer: u.trailer, Sent: u.idempotent || u.peer.Addr != nil})
 }

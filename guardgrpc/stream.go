@@ -54,7 +54,7 @@ func (s *clientStream) open(ctx context.Context) (grpc.ClientStream, error) {
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		return nil, &attemptError{err: err, v: s.c.classify(Result{Method: s.method, Err: err})}
+		return nil, s.c.failedAttempt(Result{Method: s.method, Err: err})
 	}
 	return st, nil
 }
@@ -168,7 +168,7 @@ func (s *clientStream) retry(m any, failed *streamBox, err error) error {
 		s.commit()
 		return err
 	}
-	seen := &attemptError{err: err, v: s.c.classify(Result{Method: s.method, Err: err, Trailer: failed.Trailer(), Sent: true})}
+	seen := s.c.failedAttempt(Result{Method: s.method, Err: err, Trailer: failed.Trailer(), Sent: true})
 	var recvErr error
 	first := true
 	gc := s.gc
@@ -188,7 +188,7 @@ func (s *clientStream) retry(m any, failed *streamBox, err error) error {
 		if ctx.Err() != nil {
 			return struct{}{}, recvErr
 		}
-		return struct{}{}, &attemptError{err: recvErr, v: s.c.classify(Result{Method: s.method, Err: recvErr, Trailer: st.Trailer(), Sent: true})}
+		return struct{}{}, s.c.failedAttempt(Result{Method: s.method, Err: recvErr, Trailer: st.Trailer(), Sent: true})
 	})
 	s.commit()
 	if derr != nil {
@@ -214,7 +214,7 @@ func (s *clientStream) reopen(ctx context.Context) (grpc.ClientStream, error) {
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		return nil, &attemptError{err: err, v: s.c.classify(Result{Method: s.method, Err: err})}
+		return nil, s.c.failedAttempt(Result{Method: s.method, Err: err})
 	}
 	for _, msg := range s.sent {
 		if st.SendMsg(msg) != nil {

@@ -10,67 +10,9 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/guardrail-go/guardrail/internal/sim"
 )
-
-// simPool is a FIFO pool of slots whose size can change, as a database pool
-// resized by its operator or a backend losing replicas: a query holds a slot
-// for the service time, a waiter leaves when its context ends, and a query
-// once started runs to its end.
-type simPool struct {
-	mu      sync.Mutex
-	slots   int
-	busy    int
-	waiters []chan struct{}
-}
-
-func (p *simPool) acquire(ctx context.Context) bool {
-	p.mu.Lock()
-	if p.busy < p.slots && len(p.waiters) == 0 {
-		p.busy++
-		p.mu.Unlock()
-		return true
-	}
-	ch := make(chan struct{}, 1)
-	p.waiters = append(p.waiters, ch)
-	p.mu.Unlock()
-	select {
-	case <-ch:
-		return true
-	case <-ctx.Done():
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if i := slices.Index(p.waiters, ch); i >= 0 {
-			p.waiters = slices.Delete(p.waiters, i, i+1)
-			return false
-		}
-		// Granted while leaving: give the slot back.
-		p.busy--
-		p.grantLocked()
-		return false
-	}
-}
-
-func (p *simPool) release() {
-	p.mu.Lock()
-	p.busy--
-	p.grantLocked()
-	p.mu.Unlock()
-}
-
-func (p *simPool) resize(n int) {
-	p.mu.Lock()
-	p.slots = n
-	p.grantLocked()
-	p.mu.Unlock()
-}
-
-func (p *simPool) grantLocked() {
-	for p.busy < p.slots && len(p.waiters) > 0 {
-		p.busy++
-		p.waiters[0] <- struct{}{}
-		p.waiters = p.waiters[1:]
-	}
-}
 
 // capacityRun is one run of the changing-capacity workload.
 type capacityRun struct {
@@ -103,7 +45,7 @@ func (c capacityRun) simulate(t *testing.T, newShedder func() *Shedder) []phaseR
 	var out []phaseResult
 	synctest.Test(t, func(t *testing.T) {
 		s := newShedder()
-		pool := &simPool{slots: c.phases[0]}
+		pool := sim.NewPool(c.phases[0])
 		total := c.phase * time.Duration(len(c.phases))
 		n := int(c.rps * total.Seconds())
 		shots := make([]simShot, n)
@@ -130,7 +72,7 @@ func (c capacityRun) simulate(t *testing.T, newShedder func() *Shedder) []phaseR
 				if s != nil {
 					_, limits[i-1] = s.Load()
 				}
-				pool.resize(c.phases[i])
+				pool.Resize(c.phases[i])
 			}
 		})
 		interval := float64(time.Second) / c.rps
@@ -150,12 +92,12 @@ func (c capacityRun) simulate(t *testing.T, newShedder func() *Shedder) []phaseR
 						return
 					}
 				}
-				if !pool.acquire(ctx) {
+				if pool.Acquire(ctx) != nil {
 					tok.Ignore()
 					return
 				}
 				time.Sleep(c.service)
-				pool.release()
+				pool.Release()
 				o.took = time.Since(t0)
 				if ctx.Err() != nil {
 					tok.Ignore()

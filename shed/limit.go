@@ -39,9 +39,10 @@ import (
 // InitialLimit. A window faster than L0 by a tenth lowers it. A backend that
 // becomes slower for good would look queued forever, so every
 // MinRTTInterval (jittered, so that a fleet does not probe in step), and
-// whenever three windows in a row cut the limit without the latency falling,
-// the limit is halved for MinRTTSamples requests, which then do not queue,
-// and L0 is measured again from them.
+// whenever ten windows in a row cut the limit without the latency falling
+// (a queue left by lost capacity drains in fewer), the limit is halved for
+// MinRTTSamples requests, or ten and four windows if that is shorter, which
+// then do not queue, and L0 is measured again from them.
 //
 // Why this one. Envoy's gradient controller (limit × L0 × (1+Buffer) /
 // sample, plus √limit, clamped to a factor 2 and smoothed) settles at about
@@ -88,8 +89,9 @@ type Adaptive struct {
 	// plus up to 15 % of jitter. Zero means 60 s.
 	MinRTTInterval time.Duration
 	// MinRTTSamples is how many requests a measurement of the no-load
-	// latency takes at half the limit. Zero means 50. At start it takes the
-	// first requests admitted with at most MinLimit in flight instead.
+	// latency takes at half the limit, or at least ten and four windows,
+	// if that ends it sooner. Zero means 50. At start it takes the first
+	// requests admitted with at most MinLimit in flight instead.
 	MinRTTSamples int
 	// Smoothing is the weight of each window's computation in the limit, in
 	// (0, 1]: the limit moves that share of the way to the new value.
@@ -142,6 +144,7 @@ type controller struct {
 	// since lastQueued, when one that queued last completed.
 	roomy       int
 	lastQueued  time.Time
+	queuedRun   int // requests in a row that queued
 	maxInFlight int // highest in-flight count this window
 
 	// stale counts the windows in a row that cut the limit while the
@@ -234,7 +237,9 @@ func (g *controller) observe(now time.Time, rtt time.Duration, gen uint32, admit
 		if gen == g.gen {
 			g.probe = append(g.probe, rtt)
 		}
-		if len(g.probe) < g.probeSamples {
+		// A probe at a low limit on a slow backend would take long: four
+		// windows and ten samples are enough.
+		if n := len(g.probe); n < g.probeSamples && (n < 10 || now.Sub(g.windowStart) < 4*g.span()) {
 			return false
 		}
 		g.minRTT = g.sampleOf(g.probe)
@@ -248,21 +253,32 @@ func (g *controller) observe(now time.Time, rtt time.Duration, gen uint32, admit
 	if g.minRTT == 0 && admittedAt <= int(g.min) && len(g.light) < cap(g.light) {
 		g.light = append(g.light, rtt)
 	}
+	// Two requests in a row that queued, not one: a single slow request
+	// is as often a scheduler's hiccup as a queue.
+	queued := false
+	if g.minRTT > 0 {
+		if g.queued(rtt) {
+			g.queuedRun++
+		} else {
+			g.queuedRun = 0
+		}
+		queued = g.queuedRun >= 2
+	}
 	if !g.growing && g.minRTT > 0 {
 		// Requests admitted near the limit that did not queue, and none that
 		// did for half a round trip: the backend has room now. Waiting for
 		// the window to say so would cost one.
 		switch {
-		case g.queued(rtt):
+		case queued:
 			g.lastQueued, g.roomy = now, 0
-		case float64(admittedAt) >= 0.8*g.limit:
+		case g.queuedRun == 0 && float64(admittedAt) >= 0.8*g.limit:
 			if g.roomy++; g.roomy >= 3 && now.Sub(g.lastQueued) >= g.minRTT/2 {
 				g.startGrowing()
 			}
 		}
 	}
 	if g.growing {
-		if g.queued(rtt) {
+		if queued {
 			// The backend is full: it was serving about admittedAt-1 when
 			// this request came.
 			// Never below where growth started: one request slowed by
@@ -272,7 +288,9 @@ func (g *controller) observe(now time.Time, rtt time.Duration, gen uint32, admit
 			g.resetWindow(now, inFlight)
 			return true
 		}
-		g.limit = clamp(g.limit+float64(g.stride), g.min, g.max)
+		if g.queuedRun == 0 {
+			g.limit = clamp(g.limit+float64(g.stride), g.min, g.max)
+		}
 	}
 	if g.seen < sampleCap {
 		g.samples[g.seen] = rtt
@@ -296,7 +314,7 @@ func (g *controller) observe(now time.Time, rtt time.Duration, gen uint32, admit
 	g.update(now)
 	g.stride = max(1, g.seen*g.stride/(2*sampleCap))
 	g.resetWindow(now, inFlight)
-	if g.stale >= 3 || !now.Before(g.nextProbe) {
+	if g.stale >= staleWindows || !now.Before(g.nextProbe) {
 		g.stale = 0
 		g.startProbe(now, g.limit/2)
 	}
@@ -362,6 +380,12 @@ func (g *controller) startGrowing() {
 func (g *controller) target(concurrency float64) float64 {
 	return (concurrency*(1+g.buffer) + 1) / g.normalShare
 }
+
+// staleWindows is how many windows in a row must cut the limit without the
+// latency falling before the no-load latency is measured again: more than
+// a queue takes to drain after the backend lost capacity, which also cuts
+// the limit while the latency stays high for a few round trips.
+const staleWindows = 10
 
 // queued reports whether a latency shows queueing.
 func (g *controller) queued(d time.Duration) bool {

@@ -18,9 +18,10 @@ var checkCommand = command{name: "check", summary: "check a policy file: effecti
 const checkUsage = `usage: guardrail check [--strict] [--json] FILE
 
 Reads a policy file (YAML or JSON) as the config package loads it, and prints
-for each dependency the settings that differ from the defaults, with the
-default each replaces and the reason the file gives, then every effective
-setting, then the file's errors and warnings. Every error and warning names
+for each dependency (kind http, grpc or policy) the settings that differ from
+the defaults, with the default each replaces and the reason the file gives,
+then every effective setting (hedging and adaptive throttling included,
+"off" when the file turns them on nowhere), then the file's errors and warnings. Every error and warning names
 the file, the line and the key.
 
 The file is checked with the constructors that build the guardrails, so a

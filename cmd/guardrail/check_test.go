@@ -64,8 +64,18 @@ func TestCheckDocumentedExample(t *testing.T) {
 		"attempt_timeout              1.5s (default 800ms; line",
 		"reason:   Charges take up to 1.5 s",
 		"decision: https://example.com/adr/0042-payments-timeouts",
-		"pricing (http)\n  the defaults, unchanged",
+		"pricing (http)\n  differs from the defaults:\n    hedge.delay                  adaptive, at least 20ms (default hedge off; line",
+		"hedge.max_hedges             1 (default hedge off; line",
+		"throttle.k                   2 (default throttle off; line",
+		"reason:   Prices are reads, safe to send twice.",
+		"throttle.window              2m0s (default throttle off; line",
 		"ledger (policy)",
+		"inventory (grpc)",
+		"failure_domain               method (default target; line",
+		"idempotent_methods           /inventory.v1.Stock/ (default none; line",
+		"reason:   Stock reads answer in 120 ms",
+		"owner:    team-inventory",
+		"max_buffered_messages        16",
 		"no warnings",
 	} {
 		if !strings.Contains(out, want) {
@@ -74,6 +84,24 @@ func TestCheckDocumentedExample(t *testing.T) {
 	}
 	if code, _, _ := runCheckOn(t, checkExample(t), "--strict"); code != exitOK {
 		t.Errorf("--strict on a file without warnings: exit %d; want 0", code)
+	}
+}
+
+// A dependency that sets nothing is reported as the defaults, hedging and
+// throttling off included.
+func TestCheckUnchangedDependency(t *testing.T) {
+	code, out, errs := runCheckOn(t, "defaults: {max_attempts: 2}\ndependencies:\n  plain: {kind: http}\n  ledger: {kind: policy}\n")
+	if code != exitOK {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	for _, want := range []string{
+		"plain (http)\n  the defaults, unchanged",
+		"ledger (policy)\n  the defaults, unchanged",
+		"    hedge                        off\n    throttle                     off\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks %q:\n%s", want, out)
+		}
 	}
 }
 
@@ -88,7 +116,12 @@ func TestCheckBrokenCopies(t *testing.T) {
 		{"no reason", "    reason: \"Catalog is", "    owner2: \"Catalog is", "owner2", "dependencies.catalog.owner2: is not a known setting"},
 		{"core breaker error", "      min_requests: 50\n", "      min_requests: 0.5\n", "min_requests: 0.5", `dependencies.payments.breaker.min_requests: is "0.5"; want a whole number`},
 		{"core deadline error", "      reserve: 20ms", "      reserve: 6s", "reserve: 6s", "servers.api.deadline.reserve: is 6s"},
-		{"grpc", "  catalog:\n    kind: http", "  catalog:\n    kind: grpc", "kind: grpc", "does not support yet"},
+		{"unknown kind", "  catalog:\n    kind: http", "  catalog:\n    kind: soap", "kind: soap", `dependencies.catalog.kind: is "soap"; want http, grpc or policy`},
+		{"http key on grpc", "    max_buffered_messages: 16\n", "    max_buffered_messages: 16\n    idempotency_keys: false\n", "idempotency_keys: false", "dependencies.inventory.idempotency_keys: applies to http dependencies only; this one is kind grpc"},
+		{"grpc method name", "[/inventory.v1.Stock/]", "[Stock]", "[Stock]", `dependencies.inventory.idempotent_methods[0]: is "Stock"; want a full method name`},
+		{"hedge percentile", "percentile: 0.95 ", "percentile: 1.5 ", "percentile: 1.5", "dependencies.pricing.hedge.percentile: is 1.5; want a value in (0, 1), or zero (guardrail: HedgeConfig.Percentile)"},
+		{"throttle k", "      k: 2 ", "      k: 0.5 ", "k: 0.5", "dependencies.pricing.throttle.k: is 0.5; want 1 or more, or zero for the default (2) (guardrail: ThrottleConfig.K)"},
+		{"grpc hedge window", "hedge: {delay: 150ms}", "hedge: {delay: 150ms, window: 5}", "hedge: {delay: 150ms, window", "dependencies.inventory.hedge.window: is 5; want 20 or more, or zero for the default (1000) (guardrail: HedgeConfig.Window)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if strings.Count(doc, tc.old) != 1 {
@@ -132,13 +165,52 @@ func TestCheckStrictAndJSON(t *testing.T) {
 			Line  int
 			Field string
 		}
-		Dependencies []struct{ Name string }
+		Dependencies []struct {
+			Name, Kind, Reason string
+			Effective          []struct{ Key, Value string }
+		}
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("--json wrote no JSON: %v\n%s", err, out)
 	}
-	if rep.OK || len(rep.Errors) != 1 || rep.Errors[0].Field != "dependencies.payments.max_attempts" || rep.Errors[0].Line == 0 || len(rep.Warnings) != 1 || len(rep.Dependencies) != 4 {
+	if rep.OK || len(rep.Errors) != 1 || rep.Errors[0].Field != "dependencies.payments.max_attempts" || rep.Errors[0].Line == 0 || len(rep.Warnings) != 1 || len(rep.Dependencies) != 5 {
 		t.Errorf("JSON report %+v", rep)
+	}
+	// The gRPC dependency is in it, with its reason and its own settings.
+	found := false
+	for _, d := range rep.Dependencies {
+		if d.Name != "inventory" {
+			continue
+		}
+		eff := map[string]string{}
+		for _, e := range d.Effective {
+			eff[e.Key] = e.Value
+		}
+		found = d.Kind == "grpc" && strings.HasPrefix(d.Reason, "Stock reads") && eff["failure_domain"] == "method" &&
+			eff["idempotent_methods"] == "/inventory.v1.Stock/" && eff["attempt_timeout"] == "250ms" && eff["breaker.consecutive_failures"] == "5"
+	}
+	if !found {
+		t.Errorf("the JSON report lacks inventory as a grpc dependency with its settings:\n%s", out)
+	}
+	// The hedged and throttled dependency is in it with the effective
+	// settings, defaults filled in, and what differs from the defaults.
+	for _, d := range rep.Dependencies {
+		if d.Name != "pricing" {
+			continue
+		}
+		eff := map[string]string{}
+		for _, e := range d.Effective {
+			eff[e.Key] = e.Value
+		}
+		for k, want := range map[string]string{"hedge.delay": "adaptive, at least 20ms", "hedge.percentile": "0.95", "hedge.window": "1000",
+			"hedge.max_hedges": "1", "hedge.overload_pause": "10s", "throttle.window": "2m0s", "throttle.k": "2"} {
+			if eff[k] != want {
+				t.Errorf("pricing's %s is %q in the JSON report; want %q", k, eff[k], want)
+			}
+		}
+		if !strings.Contains(d.Reason, "hedge after the p95") {
+			t.Errorf("pricing's reason %q", d.Reason)
+		}
 	}
 }
 

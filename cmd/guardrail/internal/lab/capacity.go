@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/guardrail-go/guardrail/internal/sim"
 	"github.com/guardrail-go/guardrail/shed"
 )
 
@@ -22,6 +23,7 @@ type capacityParams struct {
 	overloads []float64 // offered load / the first phase's capacity
 	fixed     []int     // fixed limits to compare
 	phase     time.Duration
+	timeout   time.Duration // the clients' timeout
 }
 
 // parseInts parses "10,5,20".
@@ -65,7 +67,10 @@ func (p *shedParams) parseCapacity() error {
 	if p.cap.fixed, err = parseInts("capacity-fixed", p.capFixed); err != nil {
 		return err
 	}
-	if len(p.cap.overloads) > 0 && p.cap.phase < 500*time.Millisecond {
+	if p.cap.timeout <= 0 {
+		return flagErrorf("--capacity-client-timeout must be positive, not %v", p.cap.timeout)
+	}
+	if p.cap.phase < 500*time.Millisecond {
 		return flagErrorf("--capacity-phase must be at least 500ms, not %v", p.cap.phase)
 	}
 	if rps := slices.Max(append([]float64{0}, p.cap.overloads...)) * float64(p.cap.phases[0]) / p.service.Seconds(); rps > 20000 {
@@ -115,75 +120,24 @@ func (c *capacityRun) steadyLimit(k int, phase time.Duration) int {
 // starts until fewer than the new size run, as a pool that loses a replica
 // behaves.
 type resizablePool struct {
+	*sim.Pool
 	service time.Duration
-	mu      sync.Mutex
-	slots   int
-	busy    int
-	waiters []chan struct{}
 }
 
 func newResizablePool(slots int, service time.Duration) *resizablePool {
-	return &resizablePool{slots: slots, service: service}
+	return &resizablePool{Pool: sim.NewPool(slots), service: service}
 }
 
 func (p *resizablePool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !p.acquire(r.Context()) {
+	if p.Acquire(r.Context()) != nil {
 		return
 	}
 	time.Sleep(p.service)
-	p.release()
+	p.Release()
 	if r.Context().Err() != nil {
 		return
 	}
 	_, _ = w.Write([]byte("ok"))
-}
-
-func (p *resizablePool) acquire(ctx context.Context) bool {
-	p.mu.Lock()
-	if p.busy < p.slots && len(p.waiters) == 0 {
-		p.busy++
-		p.mu.Unlock()
-		return true
-	}
-	ch := make(chan struct{}, 1)
-	p.waiters = append(p.waiters, ch)
-	p.mu.Unlock()
-	select {
-	case <-ch:
-		return true
-	case <-ctx.Done():
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if i := slices.Index(p.waiters, ch); i >= 0 {
-			p.waiters = slices.Delete(p.waiters, i, i+1)
-			return false
-		}
-		p.busy-- // granted as it left: pass the slot on
-		p.grantLocked()
-		return false
-	}
-}
-
-func (p *resizablePool) release() {
-	p.mu.Lock()
-	p.busy--
-	p.grantLocked()
-	p.mu.Unlock()
-}
-
-func (p *resizablePool) resize(slots int) {
-	p.mu.Lock()
-	p.slots = slots
-	p.grantLocked()
-	p.mu.Unlock()
-}
-
-func (p *resizablePool) grantLocked() {
-	for p.busy < p.slots && len(p.waiters) > 0 {
-		p.busy++
-		p.waiters[0] <- struct{}{}
-		p.waiters = p.waiters[1:]
-	}
 }
 
 // capacity runs every limiter at every overload and adds its rows, checks,
@@ -267,7 +221,7 @@ func (p shedParams) capacity(ctx context.Context, env *Env, r *Result) error {
 		}
 		okLimit, okGood, okP99, okConv := true, true, true, true
 		var ls, gs, ps, cs, strict []string
-		maxP99 := p.timeout / 5
+		maxP99 := p.cap.timeout / 5
 		for k, ph := range adaptive.phases {
 			end := adaptive.steadyLimit(k, p.cap.phase)
 			okLimit = okLimit && end >= ph.slots && end <= 2*ph.slots+2
@@ -338,6 +292,7 @@ func (p shedParams) capacityLagged(res shedResult, rps float64) bool {
 // returns the run and the shedder's limit every limitStep.
 func (p shedParams) capacityScenario(ctx context.Context, limit int, rps float64) (shedResult, []int, error) {
 	cp := p.cap
+	p.timeout = cp.timeout // shoot's
 	cfg := shed.Config{Name: "lab", Shares: map[shed.Priority]float64{shed.Normal: 1}}
 	if limit > 0 {
 		cfg.Limit = limit
@@ -370,7 +325,7 @@ func (p shedParams) capacityScenario(ctx context.Context, limit int, rps float64
 			if sleepUntil(rctx, start.Add(time.Duration(k)*cp.phase)) != nil {
 				return
 			}
-			pool.resize(cp.phases[k])
+			pool.Resize(cp.phases[k])
 		}
 	})
 	var traceMu sync.Mutex
@@ -477,8 +432,10 @@ func convergence(buckets []float64, width time.Duration) time.Duration {
 	return -1
 }
 
-// capacityCharts draws, at the first overload, successes over time for
-// every limiter, and the adaptive limit over time against the pool.
+// capacityCharts draws, at the first overload, successes over time and the
+// p99 of each phase for every limiter, and the adaptive limit over time
+// against the pool: a small fixed limit shows in the first, a large one in
+// the second.
 func (p shedParams) capacityCharts(runs []*capacityRun) []Chart {
 	cp := p.cap
 	if len(runs) == 0 {
@@ -537,5 +494,20 @@ func (p shedParams) capacityCharts(runs []*capacityRun) []Chart {
 		}
 		lim.Series = append(lim.Series, Series{Name: fmt.Sprintf("adaptive limit at %gx", run.overload), Values: v})
 	}
-	return []Chart{good, lim}
+	tail := Chart{Title: fmt.Sprintf("Capacity %v: p99 of the successes per phase at %gx", cp.phases, over), Kind: "bar",
+		YLabel: "p99 latency (ms)"}
+	for k, slots := range cp.phases {
+		tail.X = append(tail.X, fmt.Sprintf("phase %d (%d slots)", k+1, slots))
+	}
+	for _, run := range runs {
+		if run.overload != over {
+			continue
+		}
+		v := make([]float64, len(run.phases))
+		for k, ph := range run.phases {
+			v[k] = float64(ph.p99.Milliseconds())
+		}
+		tail.Series = append(tail.Series, Series{Name: run.label, Values: v})
+	}
+	return []Chart{good, tail, lim}
 }

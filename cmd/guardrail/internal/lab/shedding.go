@@ -49,7 +49,7 @@ func shedding() Experiment {
 				// is lost yet and there is nothing to compare.
 				p.duration, p.timeout = 1500*time.Millisecond, 500*time.Millisecond
 			}
-			p.capOverloads, p.capSlots, p.capFixed, p.cap.phase = "3,10,30", "10,5,20", "10,30,60", 3*time.Second
+			p.capOverloads, p.capSlots, p.capFixed, p.cap.phase, p.cap.timeout = "3,10,30", "10,5,20", "10,30,60", 3*time.Second, time.Second
 			if quick {
 				// Phases long enough to converge in (1 s) and then be
 				// measured; 30x is left to the full run, where one process
@@ -68,6 +68,7 @@ func shedding() Experiment {
 			fs.StringVar(&p.capSlots, "capacity-slots", p.capSlots, "pool slots in each phase of the changing-capacity rows")
 			fs.StringVar(&p.capFixed, "capacity-fixed", p.capFixed, "fixed limits compared with the adaptive one in the changing-capacity rows")
 			fs.DurationVar(&p.cap.phase, "capacity-phase", p.cap.phase, "length of each phase of the changing-capacity rows")
+			fs.DurationVar(&p.cap.timeout, "capacity-client-timeout", p.cap.timeout, "client timeout of the changing-capacity rows")
 			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
 		},
 	}

@@ -214,7 +214,7 @@ func FuzzParseMix(f *testing.F) {
 func TestCapacityRows(t *testing.T) {
 	p := shedParams{slots: 10, service: 50 * time.Millisecond, rps: 600, duration: time.Second, timeout: time.Second,
 		limit: 30, mix: "critical=10,normal=90", mixUnder: "fixed",
-		capOverloads: "3", capSlots: "10,5,20", capFixed: "30", cap: capacityParams{phase: 2 * time.Second}}
+		capOverloads: "3", capSlots: "10,5,20", capFixed: "30", cap: capacityParams{phase: 2 * time.Second, timeout: time.Second}}
 	if err := p.parseCapacity(); err != nil {
 		t.Fatal(err)
 	}
