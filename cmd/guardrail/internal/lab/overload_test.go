@@ -9,7 +9,7 @@ import (
 // carry the keys the JSON output promises, and no check fails (a busy
 // machine makes them not judged instead).
 func TestHedging(t *testing.T) {
-	res := runExp(t, "hedging", "--calls", "600", "--workers", "8")
+	res := runExpTries(t, 3, "hedging", "--calls", "600", "--workers", "8")
 	if len(res.Rows) != 4 {
 		t.Fatalf("%d rows, want 4", len(res.Rows))
 	}
@@ -31,7 +31,7 @@ func TestHedging(t *testing.T) {
 }
 
 func TestThrottling(t *testing.T) {
-	res := runExp(t, "throttling", "--phase", "3s", "--settle", "2s", "--window", "2s")
+	res := runExpTries(t, 3, "throttling", "--phase", "3s", "--settle", "2s", "--window", "2s")
 	if len(res.Rows) != 6 {
 		t.Fatalf("%d rows, want 6", len(res.Rows))
 	}
