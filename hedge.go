@@ -74,12 +74,13 @@ type HedgeConfig struct {
 	// otherwise.
 	Percentile float64
 	// MaxHedges bounds the extra attempts per attempt: hedge i is sent i
-	// delays after the attempt it backs up. Zero means 1; a negative value
-	// is invalid.
+	// delays after the attempt it backs up. Zero means 1; a negative value,
+	// or one above MaxHedgeCount, is invalid.
 	MaxHedges int
 	// Window is how many recent latencies the adaptive delay is computed
 	// from. Zero means DefaultHedgeWindow; a value below 20 or negative is
-	// invalid (a percentile of fewer is noise).
+	// invalid (a percentile of fewer is noise), and so is one above
+	// MaxHedgeWindow (the window is allocated up front).
 	Window int
 	// OverloadPause is how long hedging stays off after an overload
 	// answer, or as long as its Retry-After asks if that is longer. Zero
@@ -92,13 +93,24 @@ type HedgeConfig struct {
 // at first use of a Policy holding it, for callers that build a Policy
 // from configuration and want to fail at start-up. The error Is
 // ErrInvalidPolicy.
+// It allocates nothing that the config would need, such as the latency
+// window.
 func (c HedgeConfig) Validate() error {
 	var errs []error
-	newHedger(c, func(field string, v any, want string) {
+	checkHedge(c, func(field string, v any, want string) {
 		errs = append(errs, fmt.Errorf("%w: HedgeConfig.%s is %v; want %s", ErrInvalidPolicy, strings.TrimPrefix(field, "Hedge."), v, want))
 	})
 	return errors.Join(errs...)
 }
+
+// Bounds of HedgeConfig, beyond which a configuration is a mistake that
+// would cost memory or load up front: every hedged call reserves room for
+// MaxHedges copies, and the window is allocated when the Policy is first
+// used.
+const (
+	MaxHedgeCount  = 16
+	MaxHedgeWindow = 1 << 20
+)
 
 // hedger is a Policy's resolved HedgeConfig and its shared state.
 type hedger struct {
@@ -109,7 +121,9 @@ type hedger struct {
 	pausedUntil atomic.Int64 // unix nanoseconds
 }
 
-func newHedger(cfg HedgeConfig, bad func(field string, v any, want string)) *hedger {
+// checkHedge reports each invalid field of cfg to bad, and whether there
+// was none.
+func checkHedge(cfg HedgeConfig, bad func(field string, v any, want string)) bool {
 	ok := true
 	if cfg.Delay < 0 {
 		bad("Hedge.Delay", cfg.Delay, "a positive duration, or zero for an adaptive delay")
@@ -119,19 +133,23 @@ func newHedger(cfg HedgeConfig, bad func(field string, v any, want string)) *hed
 		bad("Hedge.Percentile", cfg.Percentile, "a value in (0, 1), or zero")
 		ok = false
 	}
-	if cfg.MaxHedges < 0 {
-		bad("Hedge.MaxHedges", cfg.MaxHedges, "1 or more, or zero for 1")
+	if cfg.MaxHedges < 0 || cfg.MaxHedges > MaxHedgeCount {
+		bad("Hedge.MaxHedges", cfg.MaxHedges, fmt.Sprintf("1 to %d, or zero for 1", MaxHedgeCount))
 		ok = false
 	}
-	if cfg.Window != 0 && cfg.Window < hedgeMinSamples {
-		bad("Hedge.Window", cfg.Window, fmt.Sprintf("%d or more, or zero for the default (%d)", hedgeMinSamples, DefaultHedgeWindow))
+	if cfg.Window != 0 && (cfg.Window < hedgeMinSamples || cfg.Window > MaxHedgeWindow) {
+		bad("Hedge.Window", cfg.Window, fmt.Sprintf("%d to %d, or zero for the default (%d)", hedgeMinSamples, MaxHedgeWindow, DefaultHedgeWindow))
 		ok = false
 	}
 	if cfg.OverloadPause < 0 {
 		bad("Hedge.OverloadPause", cfg.OverloadPause, "a positive duration, or zero for the default")
 		ok = false
 	}
-	if !ok {
+	return ok
+}
+
+func newHedger(cfg HedgeConfig, bad func(field string, v any, want string)) *hedger {
+	if !checkHedge(cfg, bad) {
 		return nil
 	}
 	h := &hedger{fixed: cfg.Delay, maxHedges: max(cfg.MaxHedges, 1), pause: cfg.OverloadPause}

@@ -3,6 +3,7 @@ package guardrail_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -319,12 +320,33 @@ func TestHedgeWaitsForHedgeAfterCallerAttemptFails(t *testing.T) {
 }
 
 func TestHedgeConfigInvalid(t *testing.T) {
-	for _, h := range []guardrail.HedgeConfig{{Delay: -1}, {Percentile: 1}, {MaxHedges: -1}, {Window: 5}, {OverloadPause: -1}} {
+	for _, h := range []guardrail.HedgeConfig{{Delay: -1}, {Percentile: 1}, {MaxHedges: -1}, {MaxHedges: guardrail.MaxHedgeCount + 1},
+		{Window: 5}, {Window: guardrail.MaxHedgeWindow + 1}, {OverloadPause: -1}} {
 		p := &guardrail.Policy{Hedge: &h}
 		_, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{}, func(context.Context) (int, error) { return 1, nil })
 		if !errors.Is(err, guardrail.ErrInvalidPolicy) {
 			t.Errorf("%+v: err %v; want ErrInvalidPolicy", h, err)
 		}
+	}
+}
+
+// Validate accepts the bounds themselves and allocates no latency window
+// to check them: a window of 2^31 once passed validation and then took
+// 32 GiB.
+func TestHedgeConfigValidateBounds(t *testing.T) {
+	c := guardrail.HedgeConfig{MaxHedges: guardrail.MaxHedgeCount, Window: guardrail.MaxHedgeWindow}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	err := c.Validate()
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatalf("Validate(%+v) = %v; want the bounds accepted", c, err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<10 {
+		t.Errorf("Validate allocated %d bytes; want no latency window (%d entries)", grew, c.Window)
+	}
+	if err := (guardrail.HedgeConfig{Window: 1 << 31}).Validate(); !errors.Is(err, guardrail.ErrInvalidPolicy) {
+		t.Errorf("Window 2^31: %v; want ErrInvalidPolicy", err)
 	}
 }
 
