@@ -305,16 +305,21 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 				return nil, err
 			}
 		}
-		switch d.Kind {
-		case KindHTTP:
+		// breakers is the dependency's breaker group, kept while its
+		// settings are; kind keeps an http and a grpc group apart.
+		breakers := func(kind string) (*breaker.Group, error) {
 			gc := d.Group
-			g, err := reuse(r.pool, next, keyOfConfig("breakers", d.Name, gc), func() (*breaker.Group, error) {
+			return reuse(r.pool, next, keyOfConfig(kind, d.Name, gc), func() (*breaker.Group, error) {
 				if obs != nil {
 					name := d.Name
 					gc.Config.OnTransition = func(tr breaker.Transition) { obs.Observe(context.Background(), tr.Event(name)) }
 				}
 				return breaker.NewGroup(gc)
 			})
+		}
+		switch d.Kind {
+		case KindHTTP:
+			g, err := breakers("breakers")
 			if err != nil {
 				return nil, err
 			}
@@ -347,14 +352,7 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 				}
 			})
 		case KindGRPC:
-			gc := d.Group
-			g, err := reuse(r.pool, next, keyOfConfig("grpc breakers", d.Name, gc), func() (*breaker.Group, error) {
-				if obs != nil {
-					name := d.Name
-					gc.Config.OnTransition = func(tr breaker.Transition) { obs.Observe(context.Background(), tr.Event(name)) }
-				}
-				return breaker.NewGroup(gc)
-			})
+			g, err := breakers("grpc breakers")
 			if err != nil {
 				return nil, err
 			}
