@@ -112,14 +112,14 @@ const sampleCap = 256 // latencies kept per window; beyond, the most recent
 // controller is the adaptive limit described at Adaptive. It is not safe for
 // concurrent use: the Shedder calls it with its mutex held.
 type controller struct {
-	initial, min, max float64
-	window            time.Duration
-	percentile        float64
-	buffer            float64
-	smoothing         float64
-	probeEvery        time.Duration
-	probeSamples      int
-	normalShare       float64 // of the limit, that Normal requests may fill
+	min, max     float64
+	window       time.Duration
+	percentile   float64
+	buffer       float64
+	smoothing    float64
+	probeEvery   time.Duration
+	probeSamples int
+	normalShare  float64 // of the limit, that Normal requests may fill
 
 	limit  float64       // the steady-state limit
 	minRTT time.Duration // the no-load latency; zero until known
@@ -132,9 +132,9 @@ type controller struct {
 
 	windowStart, windowEnd time.Time
 	samples                [sampleCap]time.Duration
-	seen                   int // samples offered this window (may exceed sampleCap)
-	light                  []time.Duration
-	done                   int // requests released with their latency this window, timed or not
+	seen                   int             // samples offered this window (may exceed sampleCap)
+	light                  []time.Duration // before minRTT is known: latencies of requests admitted at <= min in flight
+	done                   int             // requests released with their latency this window, timed or not
 	// growing is slow start: with no queue at a limit in use, the limit
 	// grows by one per request that completes without queueing, doubling
 	// per round trip, until the first one that queued.
@@ -162,7 +162,6 @@ type controller struct {
 
 func newController(c Adaptive, normalShare float64, now time.Time) *controller {
 	g := &controller{
-		initial:      float64(orInt(c.InitialLimit, defaultInitialLimit)),
 		min:          float64(orInt(c.MinLimit, defaultMinLimit)),
 		max:          float64(orInt(c.MaxLimit, defaultMaxLimit)),
 		window:       orDur(c.Window, 50*time.Millisecond),
@@ -180,7 +179,7 @@ func newController(c Adaptive, normalShare float64, now time.Time) *controller {
 	if g.buffer == 0 {
 		g.buffer = 0.1
 	}
-	g.limit = clamp(g.initial, g.min, g.max)
+	g.limit = clamp(float64(orInt(c.InitialLimit, defaultInitialLimit)), g.min, g.max)
 	g.stride = 1
 	g.probe = make([]time.Duration, 0, g.probeSamples)
 	g.light = make([]time.Duration, 0, int(g.min))

@@ -12,7 +12,8 @@ import (
 // slots. A request waits in arrival order;
 // one whose context ends while it waits leaves the line, and one that holds
 // a slot keeps it until Release, even when the pool shrinks below the
-// number in use (the excess slots disappear as they are released).
+// number in use (the excess slots disappear as they are released). A Pool
+// is safe for concurrent use.
 type Pool struct {
 	mu      sync.Mutex
 	size    int
