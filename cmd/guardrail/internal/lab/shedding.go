@@ -578,16 +578,7 @@ func (p shedParams) scenario(ctx context.Context, row shedRow, n int) (shedResul
 	}
 	res.wasted = pool.wasted.Load()
 
-	first, last := res.shots[0].sent, res.shots[0].sent
-	var lags []time.Duration
-	for _, o := range res.shots {
-		first, last = min(first, o.sent), max(last, o.sent)
-		lags = append(lags, max(0, o.sent-o.sched))
-	}
-	if last > first {
-		res.sendRate = float64(n-1) / (last - first).Seconds()
-	}
-	res.lagP99, res.lagMax = quantile(lags, 0.99), slices.Max(lags)
+	res.lagStats(n)
 	return res, nil
 }
 
