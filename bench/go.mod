@@ -6,7 +6,7 @@ require (
 	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/eapache/go-resiliency v1.7.0
 	github.com/failsafe-go/failsafe-go v0.9.8
-	github.com/guardrail-go/guardrail v0.0.0-00010101000000-000000000000
+	github.com/guardrail-go/guardrail v0.1.0
 	github.com/hashicorp/go-retryablehttp v0.7.8
 	github.com/sony/gobreaker/v2 v2.4.0
 	golang.org/x/perf v0.0.0-20260908200009-22c9c6c9d4da
@@ -25,13 +25,9 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace github.com/guardrail-go/guardrail => ../
-
 require (
-	github.com/guardrail-go/guardrail/guardgrpc v0.0.0-00010101000000-000000000000
+	github.com/guardrail-go/guardrail/extra/guardgrpc v0.1.0
 	github.com/platinummonkey/go-concurrency-limits v1.0.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 )
-
-replace github.com/guardrail-go/guardrail/guardgrpc => ../guardgrpc

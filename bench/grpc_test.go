@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/guardrail-go/guardrail/guardgrpc"
+	"github.com/guardrail-go/guardrail/extra/guardgrpc"
 )
 
 // BenchmarkGRPCUnary is the cost of one unary call over loopback TCP to

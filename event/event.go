@@ -8,8 +8,8 @@ import (
 )
 
 // Observer receives the events of guarded calls and guarded servers: the seam
-// for metrics, traces and logs. Adapters live in observe/prom, observe/otel
-// and observe/slogobs.
+// for metrics, traces and logs. Adapters live in extra/prom, extra/otel
+// and slogobs.
 //
 // Observe is called synchronously on the caller's goroutine, so it must be
 // fast and must not block; it must be safe for concurrent use. For

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/guardrail-go/guardrail/fault/faulttest"
 )
 
 // roundTripFunc is a fake transport.
@@ -60,7 +62,7 @@ func realTransport(t *testing.T) http.RoundTripper {
 }
 
 func TestClientRefuseLooksLikeDeadServer(t *testing.T) {
-	dead, err := NewDeadServer()
+	dead, err := faulttest.NewDeadServer()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,16 +100,3 @@ func ExampleParseRule() {
 	// Output:
 	// error {Code:503 RetryAfter:2s RetryAfterDate:false RetryAfterRaw: Body:} 0.1 /api/**
 }
-
-func ExampleNewDeadServer() {
-	dead, err := fault.NewDeadServer()
-	if err != nil {
-		panic(err)
-	}
-	defer dead.Close()
-	client := &http.Client{Transport: &http.Transport{}}
-	_, err = client.Get(dead.URL)
-	fmt.Println(errors.Is(err, syscall.ECONNREFUSED))
-	// Output:
-	// true
-}

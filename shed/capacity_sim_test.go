@@ -10,8 +10,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/guardrail-go/guardrail/internal/sim"
 )
 
 // capacityRun is one run of the changing-capacity workload.
@@ -45,7 +43,7 @@ func (c capacityRun) simulate(t *testing.T, newShedder func() *Shedder) []phaseR
 	var out []phaseResult
 	synctest.Test(t, func(t *testing.T) {
 		s := newShedder()
-		pool := sim.NewPool(c.phases[0])
+		pool := newTestPool(c.phases[0])
 		total := c.phase * time.Duration(len(c.phases))
 		n := int(c.rps * total.Seconds())
 		shots := make([]simShot, n)

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/guardrail-go/guardrail/internal/sim"
+	"github.com/guardrail-go/guardrail/bench/internal/pool"
 )
 
 // workload is the server side of one run: the pool's size by phase and the
@@ -57,7 +57,7 @@ type limitSample struct {
 type server struct {
 	w     workload
 	lim   concLimiter
-	pool  *sim.Pool
+	pool  *pool.Pool
 	start time.Time
 	ph    []phaseCounters
 
@@ -78,7 +78,7 @@ func startServer(w workload, lim concLimiter, start time.Time) (*server, error) 
 		return nil, err
 	}
 	s := &server{
-		w: w, lim: lim, pool: sim.NewPool(w.Slots[0]), start: start,
+		w: w, lim: lim, pool: pool.NewPool(w.Slots[0]), start: start,
 		ph: make([]phaseCounters, len(w.Slots)), ln: ln, stop: make(chan struct{}),
 	}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}

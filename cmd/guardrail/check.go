@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/guardrail-go/guardrail/config"
+	"github.com/guardrail-go/guardrail/extra/config"
 )
 
 func init() { register(checkCommand) }

@@ -2,18 +2,14 @@ module github.com/guardrail-go/guardrail/cmd/guardrail
 
 go 1.26.0
 
-require github.com/guardrail-go/guardrail v0.0.0-00010101000000-000000000000
+require github.com/guardrail-go/guardrail v0.1.0
 
-require github.com/guardrail-go/guardrail/vet v0.0.0-00010101000000-000000000000
+require github.com/guardrail-go/guardrail/extra/vet v0.1.0
 
-replace github.com/guardrail-go/guardrail/vet => ../../vet
-
-require github.com/guardrail-go/guardrail/idempotency/redisstore v0.0.0-00010101000000-000000000000
-
-replace github.com/guardrail-go/guardrail/idempotency/redisstore => ../../idempotency/redisstore
+require github.com/guardrail-go/guardrail/extra/redisstore v0.1.0
 
 require (
-	github.com/guardrail-go/guardrail/idempotency/pgstore v0.0.0-00010101000000-000000000000
+	github.com/guardrail-go/guardrail/extra/pgstore v0.1.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
@@ -25,8 +21,8 @@ require golang.org/x/time v0.16.0 // indirect
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/guardrail-go/guardrail/config v0.0.0-00010101000000-000000000000
-	github.com/guardrail-go/guardrail/ratelimit v0.0.0-00010101000000-000000000000 // indirect
+	github.com/guardrail-go/guardrail/extra/config v0.1.0
+	github.com/guardrail-go/guardrail/extra/ratelimit v0.1.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -36,11 +32,3 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
-
-replace github.com/guardrail-go/guardrail/idempotency/pgstore => ../../idempotency/pgstore
-
-replace github.com/guardrail-go/guardrail => ../..
-
-replace github.com/guardrail-go/guardrail/config => ../../config
-
-replace github.com/guardrail-go/guardrail/ratelimit => ../../ratelimit

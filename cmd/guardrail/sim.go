@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail/budget"
-	"github.com/guardrail-go/guardrail/internal/sim"
+	"github.com/guardrail-go/guardrail/cmd/guardrail/internal/sim"
 )
 
 func init() {

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/guardrail-go/guardrail/vet"
+	"github.com/guardrail-go/guardrail/extra/vet"
 	"golang.org/x/tools/go/analysis"
 )
 

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/guardrail-go/guardrail/internal/sim"
+	"github.com/guardrail-go/guardrail/cmd/guardrail/internal/sim"
 	"github.com/guardrail-go/guardrail/shed"
 )
 

@@ -22,12 +22,12 @@ import (
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/budget"
+	"github.com/guardrail-go/guardrail/extra/pgstore"
+	"github.com/guardrail-go/guardrail/extra/redisstore"
 	"github.com/guardrail-go/guardrail/fault"
 	"github.com/guardrail-go/guardrail/guardhttp"
 	"github.com/guardrail-go/guardrail/idempotency"
 	"github.com/guardrail-go/guardrail/idempotency/memstore"
-	"github.com/guardrail-go/guardrail/idempotency/pgstore"
-	"github.com/guardrail-go/guardrail/idempotency/redisstore"
 )
 
 type idemParams struct {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/guardrail-go/guardrail/internal/sim"
+	"github.com/guardrail-go/guardrail/cmd/guardrail/internal/sim"
 )
 
 type jitterParams struct {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail/breaker"
-	"github.com/guardrail-go/guardrail/internal/sim"
+	"github.com/guardrail-go/guardrail/cmd/guardrail/internal/sim"
 )
 
 // trialCharts returns the charts whose drawing went wrong before, with the

@@ -1,0 +1,428 @@
+package config
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/budget"
+	"github.com/guardrail-go/guardrail/bulkhead"
+	"github.com/guardrail-go/guardrail/extra/ratelimit"
+	"github.com/guardrail-go/guardrail/guardhttp"
+)
+
+// defaultMaxBufferedMessages is guardgrpc.DefaultMaxBufferedMessages, which
+// this package cannot import without importing gRPC; a test of
+// extra/grpcconfig keeps the two equal.
+const defaultMaxBufferedMessages = 64
+
+// Report is what guardrail check prints: per dependency the effective
+// settings, what differs from the defaults and why, then the findings. It
+// is a plain value that encodes as JSON.
+type Report struct {
+	File         string             `json:"file"`
+	OK           bool               `json:"ok"`
+	Dependencies []DependencyReport `json:"dependencies"`
+	Servers      []ServerReport     `json:"servers"`
+	Errors       []Diagnostic       `json:"errors"`
+	Warnings     []Diagnostic       `json:"warnings"`
+}
+
+// DependencyReport is one dependency's part of a Report.
+// It is a plain value.
+type DependencyReport struct {
+	Name     string `json:"name"`
+	Kind     string `json:"kind"`
+	Reason   string `json:"reason,omitempty"`
+	Owner    string `json:"owner,omitempty"`
+	Decision string `json:"decision,omitempty"`
+	// Differences are the settings whose effective value is not the
+	// defaults'.
+	Differences []Difference `json:"differences"`
+	// Effective is every setting in force, library defaults included.
+	Effective []Setting `json:"effective"`
+}
+
+// Difference is one setting that departs from the defaults.
+// It is a plain value.
+type Difference struct {
+	Key     string `json:"key"`
+	Value   string `json:"value"`
+	Default string `json:"default"`
+	Line    int    `json:"line"`
+}
+
+// Setting is one effective setting.
+// It is a plain value.
+type Setting struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// ServerReport is one server's part of a Report.
+// It is a plain value.
+type ServerReport struct {
+	Name      string    `json:"name"`
+	Reason    string    `json:"reason,omitempty"`
+	Owner     string    `json:"owner,omitempty"`
+	Effective []Setting `json:"effective"`
+}
+
+// Report summarises c.
+func (c *Checked) Report() Report {
+	rep := Report{File: c.Name, OK: len(c.Errors) == 0, Errors: c.Errors, Warnings: c.Warnings,
+		Dependencies: []DependencyReport{}, Servers: []ServerReport{}}
+	if rep.Errors == nil {
+		rep.Errors = []Diagnostic{}
+	}
+	if rep.Warnings == nil {
+		rep.Warnings = []Diagnostic{}
+	}
+	for _, d := range c.Dependencies {
+		dr := DependencyReport{Name: d.Name, Kind: d.Kind, Reason: val(d.Reason), Owner: val(d.Owner), Decision: val(d.Decision), Differences: []Difference{}}
+		dr.Effective = effective(d)
+		// The defaults as this dependency's kind sees them.
+		base := &ResolvedDependency{Name: d.Name, Kind: d.Kind}
+		if c.File.Defaults != nil {
+			base.Settings = *c.File.Defaults
+		}
+		_ = (&Checked{Name: c.Name, File: c.File, lines: map[string]int{}}).build(base)
+		baseEff := effective(base)
+		defs := map[string]string{}
+		for _, s := range baseEff {
+			defs[s.Key] = s.Value
+		}
+		for _, s := range dr.Effective {
+			def, ok := defs[s.Key]
+			switch section, _, sub := strings.Cut(s.Key, "."); {
+			case ok:
+			case !sub:
+				// A section the dependency turns off that the defaults
+				// turn on ("hedge off" against their hedge settings).
+				var on []string
+				for _, b := range baseEff {
+					if k, ok := strings.CutPrefix(b.Key, section+"."); ok {
+						on = append(on, k+" "+b.Value)
+					}
+				}
+				def = strings.Join(on, ", ")
+			default:
+				// A section the defaults leave out ("bulkhead none"), or a
+				// setting they leave off (breaker.consecutive_failures).
+				def = "off"
+				if v, ok := defs[section]; ok {
+					def = section + " " + v
+				}
+			}
+			if def != s.Value {
+				dr.Differences = append(dr.Differences, Difference{Key: s.Key, Value: s.Value, Default: def,
+					Line: c.line("dependencies." + d.Name + "." + s.Key)})
+			}
+		}
+		rep.Dependencies = append(rep.Dependencies, dr)
+	}
+	for _, s := range c.Servers {
+		sr := ServerReport{Name: s.Name, Reason: val(s.Reason), Owner: val(s.Owner)}
+		if d := s.Deadline; d != nil {
+			sr.Effective = append(sr.Effective, Setting{"deadline.max", durOr(d.Max, 30*time.Second, "none")}, Setting{"deadline.reserve", durOr(d.Reserve, 10*time.Millisecond, "none")})
+		}
+		if sh := s.Shed; sh != nil {
+			limit := "adaptive"
+			if sh.Limit > 0 {
+				limit = strconv.Itoa(sh.Limit)
+			}
+			sr.Effective = append(sr.Effective, Setting{"shed.limit", limit}, Setting{"shed.max_queue", strconv.Itoa(sh.MaxQueue)},
+				Setting{"shed.retry_ratio", fmtFloat(orF(sh.RetryRatio, 0.1))}, Setting{"shed.max_header_priority", sh.MaxHeaderPriority.String()})
+		}
+		if id := s.Idempotency; id != nil {
+			scope := "single_tenant"
+			if s.IdempotencyScopeCaller {
+				scope = "caller"
+			}
+			methods := "POST, PATCH"
+			if id.Methods != nil {
+				methods = strings.Join(id.Methods, ", ")
+			}
+			sr.Effective = append(sr.Effective, Setting{"idempotency.scope", scope}, Setting{"idempotency.methods", methods},
+				Setting{"idempotency.required", strconv.FormatBool(id.Required)}, Setting{"idempotency.ttl", durOr(id.TTL, 24*time.Hour, "")},
+				Setting{"idempotency.lease", durOr(id.Lease, 30*time.Second, "")})
+		}
+		if rl := s.RateLimit; rl != nil {
+			rate := orF(rl.Rate, ratelimit.DefaultRate)
+			burst := rl.Burst
+			if burst == 0 {
+				burst = int(math.Max(1, math.Ceil(rate)))
+			}
+			maxKeys := rl.MaxKeys
+			if maxKeys == 0 {
+				maxKeys = ratelimit.DefaultMaxKeys
+			}
+			sr.Effective = append(sr.Effective, Setting{"rate_limit.rate", fmtFloat(rate)},
+				Setting{"rate_limit.burst", strconv.Itoa(burst)}, Setting{"rate_limit.max_keys", strconv.Itoa(maxKeys)})
+		}
+		rep.Servers = append(rep.Servers, sr)
+	}
+	return rep
+}
+
+func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+func orF(f, def float64) float64 {
+	if f == 0 {
+		return def
+	}
+	return f
+}
+
+// durOr renders d, def when zero, none when negative.
+func durOr(d, def time.Duration, negative string) string {
+	switch {
+	case d == 0:
+		d = def
+	case d < 0 && negative != "":
+		return negative
+	}
+	if d == 0 {
+		return "none"
+	}
+	return d.String()
+}
+
+// effective lists every setting d runs under, with the library's defaults
+// for what the file leaves out; the breaker's come from a breaker built
+// with its configuration.
+func effective(d *ResolvedDependency) []Setting {
+	s := &d.Settings
+	var out []Setting
+	add := func(k, v string) { out = append(out, Setting{k, v}) }
+	add("max_attempts", strconv.Itoa(d.attempts()))
+	add("attempt_timeout", durOr(val(s.AttemptTimeout), 0, "none"))
+	add("min_attempt_time", durOr(val(s.MinAttemptTime), guardrail.DefaultMinAttemptTime, "none"))
+	add("max_retry_after", durOr(val(s.MaxRetryAfter), guardrail.DefaultMaxRetryAfter, "server hints ignored"))
+	add("deadline", durOr(d.Deadline, 0, "none"))
+	strategy, base, cp := "full_jitter", backoff.DefaultBase, backoff.DefaultCap
+	if b := s.Backoff; b != nil {
+		if b.Strategy != nil {
+			strategy = *b.Strategy
+		}
+		if v := val(b.Base); v > 0 {
+			base = v
+		}
+		if v := val(b.Cap); v > 0 {
+			cp = v
+		}
+	}
+	add("backoff.strategy", strategy)
+	if strategy != "none" {
+		add("backoff.base", base.String())
+	}
+	if strategy != "none" && strategy != "constant" {
+		add("backoff.cap", cp.String())
+	}
+	if d.Budget == nil {
+		add("retry_budget", "unlimited")
+	} else {
+		add("retry_budget.ratio", fmtFloat(orF(d.Budget.Ratio, budget.DefaultRatio)))
+		add("retry_budget.max", fmtFloat(orF(d.Budget.Max, budget.DefaultMax)))
+		add("retry_budget.min_per_second", fmtFloat(d.Budget.MinPerSecond))
+	}
+	bc := d.Breaker
+	if d.Kind != KindPolicy {
+		bc = d.Group.Config
+	}
+	// The window's size does not change the other settings; a small one
+	// keeps a report of a file with large count windows from allocating
+	// them.
+	big := bc.CountWindow
+	if big > 4096 && bc.MinRequests <= 4096 {
+		bc.CountWindow = 4096
+	}
+	if b, err := breaker.New(bc); err == nil {
+		e := b.Config()
+		if big > e.CountWindow {
+			e.CountWindow = big
+		}
+		add("breaker.mode", e.Mode.String())
+		if e.CountWindow > 0 {
+			add("breaker.count_window", strconv.Itoa(e.CountWindow))
+		} else {
+			add("breaker.window", e.Window.String())
+			add("breaker.buckets", strconv.Itoa(e.Buckets))
+		}
+		add("breaker.min_requests", strconv.Itoa(e.MinRequests))
+		add("breaker.failure_rate", fmtFloat(e.FailureRate))
+		if e.ConsecutiveFailures > 0 {
+			add("breaker.consecutive_failures", strconv.Itoa(e.ConsecutiveFailures))
+		}
+		if e.SlowCall > 0 {
+			add("breaker.slow_call", e.SlowCall.String())
+			add("breaker.slow_rate", fmtFloat(e.SlowRate))
+		}
+		add("breaker.open_for", e.OpenFor.String())
+		add("breaker.open_jitter", fmtFloat(e.OpenJitter))
+		if e.OpenBackoff > 1 {
+			add("breaker.open_backoff", fmtFloat(e.OpenBackoff))
+			add("breaker.max_open_for", e.MaxOpenFor.String())
+		}
+		add("breaker.half_open_probes", strconv.Itoa(e.HalfOpenProbes))
+		add("breaker.close_after", strconv.Itoa(e.CloseAfter))
+		if d.Kind != KindPolicy {
+			mk := d.Group.MaxKeys
+			if mk == 0 {
+				mk = breaker.DefaultMaxKeys
+			}
+			add("breaker.max_keys", strconv.Itoa(mk))
+			add("breaker.idle_ttl", durOr(d.Group.IdleTTL, breaker.DefaultIdleTTL, "none"))
+		}
+	}
+	if d.Bulkhead == nil {
+		add("bulkhead", "none")
+	} else {
+		b := d.Bulkhead
+		mc := b.MaxConcurrent
+		if mc == 0 {
+			mc = bulkhead.DefaultMaxConcurrent
+		}
+		add("bulkhead.max_concurrent", strconv.Itoa(mc))
+		add("bulkhead.max_queue", strconv.Itoa(b.MaxQueue))
+		if b.MaxQueue > 0 {
+			add("bulkhead.max_wait", durOr(b.MaxWait, bulkhead.DefaultMaxWait, "none"))
+		}
+	}
+	out = append(out, hedgeEffective(d.Hedge, d.Throttle)...)
+	switch d.Kind {
+	case KindPolicy:
+		add("idempotent", strconv.FormatBool(val(s.Idempotent)))
+		return out
+	case KindGRPC:
+		g := d.GRPC
+		methods := "none"
+		if len(g.IdempotentMethods) > 0 {
+			methods = strings.Join(g.IdempotentMethods, ", ")
+		}
+		add("idempotent_methods", methods)
+		switch mb := g.MaxBufferedMessages; {
+		case mb == 0:
+			add("max_buffered_messages", strconv.Itoa(defaultMaxBufferedMessages))
+		case mb < 0:
+			add("max_buffered_messages", "none kept")
+		default:
+			add("max_buffered_messages", strconv.Itoa(mb))
+		}
+		add("failure_domain", g.FailureDomain)
+		return out
+	}
+	h := d.HTTP
+	add("connect_timeout", durOr(h.ConnectTimeout, guardhttp.DefaultConnectTimeout, "none"))
+	add("tls_handshake_timeout", durOr(h.TLSHandshakeTimeout, guardhttp.DefaultTLSHandshakeTimeout, "none"))
+	add("write_timeout", durOr(h.WriteTimeout, guardhttp.DefaultWriteTimeout, "none"))
+	add("response_header_timeout", durOr(h.ResponseHeaderTimeout, guardhttp.DefaultResponseHeaderTimeout, "none"))
+	add("body_idle_timeout", durOr(h.BodyIdleTimeout, guardhttp.DefaultBodyIdleTimeout, "none"))
+	switch mb := h.MaxBufferedBody; {
+	case mb == 0:
+		add("max_buffered_body", strconv.Itoa(guardhttp.DefaultMaxBufferedBody))
+	case mb < 0:
+		add("max_buffered_body", "never buffer")
+	default:
+		add("max_buffered_body", strconv.FormatInt(mb, 10))
+	}
+	add("idempotency_keys", strconv.FormatBool(h.IdempotencyKeys))
+	add("deadline_reserve", durOr(h.DeadlineReserve, guardhttp.DefaultDeadlineReserve, "none"))
+	return out
+}
+
+// hedgeEffective lists the hedge and throttle settings in force, with the
+// core's defaults for what the file leaves out.
+func hedgeEffective(h *guardrail.HedgeConfig, t *guardrail.ThrottleConfig) []Setting {
+	var out []Setting
+	add := func(k, v string) { out = append(out, Setting{k, v}) }
+	if h == nil {
+		add("hedge", "off")
+	} else {
+		pct := h.Percentile
+		if pct == 0 && h.Delay == 0 {
+			pct = guardrail.DefaultHedgePercentile
+		}
+		if pct == 0 {
+			add("hedge.delay", "fixed "+h.Delay.String())
+		} else {
+			floor := "no floor"
+			if h.Delay > 0 {
+				floor = "at least " + h.Delay.String()
+			}
+			add("hedge.delay", "adaptive, "+floor)
+			add("hedge.percentile", fmtFloat(pct))
+			add("hedge.window", strconv.Itoa(cmp.Or(h.Window, guardrail.DefaultHedgeWindow)))
+		}
+		add("hedge.max_hedges", strconv.Itoa(max(h.MaxHedges, 1)))
+		add("hedge.overload_pause", cmp.Or(h.OverloadPause, guardrail.DefaultHedgeOverloadPause).String())
+	}
+	if t == nil {
+		add("throttle", "off")
+	} else {
+		add("throttle.window", cmp.Or(t.Window, guardrail.DefaultThrottleWindow).String())
+		add("throttle.k", fmtFloat(cmp.Or(t.K, guardrail.DefaultThrottleK)))
+	}
+	return out
+}
+
+// WriteText writes the report for a terminal.
+func (rep Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	for _, d := range rep.Dependencies {
+		fmt.Fprintf(&b, "%s (%s)\n", d.Name, d.Kind)
+		if len(d.Differences) == 0 {
+			b.WriteString("  the defaults, unchanged\n")
+		} else {
+			b.WriteString("  differs from the defaults:\n")
+			for _, df := range d.Differences {
+				fmt.Fprintf(&b, "    %-28s %s (default %s; line %d)\n", df.Key, df.Value, df.Default, df.Line)
+			}
+		}
+		if d.Reason != "" {
+			fmt.Fprintf(&b, "  reason:   %s\n", d.Reason)
+		}
+		if d.Owner != "" {
+			fmt.Fprintf(&b, "  owner:    %s\n", d.Owner)
+		}
+		if d.Decision != "" {
+			fmt.Fprintf(&b, "  decision: %s\n", d.Decision)
+		}
+		b.WriteString("  effective:\n")
+		for _, s := range d.Effective {
+			fmt.Fprintf(&b, "    %-28s %s\n", s.Key, s.Value)
+		}
+	}
+	for _, s := range rep.Servers {
+		fmt.Fprintf(&b, "server %s\n", s.Name)
+		if s.Reason != "" {
+			fmt.Fprintf(&b, "  reason:   %s\n", s.Reason)
+		}
+		for _, e := range s.Effective {
+			fmt.Fprintf(&b, "    %-28s %s\n", e.Key, e.Value)
+		}
+	}
+	if len(rep.Errors) > 0 {
+		fmt.Fprintf(&b, "%d error(s):\n", len(rep.Errors))
+		for _, d := range rep.Errors {
+			fmt.Fprintf(&b, "  %s\n", d)
+		}
+	}
+	if len(rep.Warnings) > 0 {
+		fmt.Fprintf(&b, "%d warning(s):\n", len(rep.Warnings))
+		for _, d := range rep.Warnings {
+			fmt.Fprintf(&b, "  %s\n", d)
+		}
+	} else if len(rep.Errors) == 0 {
+		b.WriteString("no warnings\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

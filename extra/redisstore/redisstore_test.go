@@ -1,0 +1,178 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/guardrail-go/guardrail/extra/redisstore"
+	"github.com/guardrail-go/guardrail/fault/faulttest"
+	"github.com/guardrail-go/guardrail/idempotency"
+	"github.com/guardrail-go/guardrail/idempotency/storetest"
+)
+
+// middleware returns the Server's Middleware for a test with one caller.
+func middleware(store idempotency.Store, cfg idempotency.Config) func(http.Handler) http.Handler {
+	cfg.SingleTenant = true
+	srv, err := idempotency.New(store, cfg)
+	if err != nil {
+		panic(err)
+	}
+	return srv.Middleware
+}
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(stopSharedCluster)) }
+
+const envAddr = "GUARDRAIL_TEST_REDIS_ADDR"
+
+func redisAddr(tb testing.TB) string {
+	tb.Helper()
+	addr := os.Getenv(envAddr)
+	if addr == "" {
+		tb.Skip(envAddr + " is not set: set it to a Redis server (for example 127.0.0.1:6379) to run the Redis store tests")
+	}
+	return addr
+}
+
+func newClient(tb testing.TB, addr string, opts redis.Options) *redis.Client {
+	tb.Helper()
+	opts.Addr = addr
+	c := redis.NewClient(&opts)
+	tb.Cleanup(func() { c.Close() })
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		tb.Fatalf("Redis at %s (%s) is not reachable: %v", addr, envAddr, err)
+	}
+	return c
+}
+
+// testPrefix is unique per test, so packages and tests running at the same
+// time never share keys.
+func testPrefix(tb testing.TB, direct *redis.Client) string {
+	prefix := "guardrail-test:" + idempotency.NewToken()[:12] + ":"
+	tb.Cleanup(func() {
+		ctx := context.Background()
+		iter := direct.Scan(ctx, 0, prefix+"*", 100).Iterator()
+		for iter.Next(ctx) {
+			direct.Del(ctx, iter.Val())
+		}
+	})
+	return prefix
+}
+
+// advanceScript shortens the expiry of KEYS by ARGV[1] ms, deleting those
+// that end within it: the server's clock, moved forward for these keys.
+var advanceScript = redis.NewScript(`
+for _, k in ipairs(KEYS) do
+  local p = redis.call('PTTL', k)
+  if p > 0 then
+    if p <= tonumber(ARGV[1]) then
+      redis.call('DEL', k)
+    else
+      redis.call('PEXPIRE', k, p - tonumber(ARGV[1]))
+    end
+  end
+end
+return 0
+`)
+
+func harness() storetest.Harness {
+	return storetest.Harness{New: func(t *testing.T) storetest.Subject {
+		addr := redisAddr(t)
+		direct := newClient(t, addr, redis.Options{})
+		prefix := testPrefix(t, direct)
+		// The store reaches Redis through a proxy that the outage test cuts.
+		// No client retries, so a cut is seen at once.
+		proxy := faulttest.StartProxy(t, addr)
+		client := newClient(t, proxy.Addr(), redis.Options{MaxRetries: -1, DialTimeout: time.Second, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
+		return storetest.Subject{
+			Store: mustNew(client, redisstore.Config{Prefix: prefix}),
+			Advance: func(d time.Duration) {
+				ctx := context.Background()
+				keys, err := direct.Keys(ctx, prefix+"*").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(keys) == 0 {
+					return
+				}
+				if err := advanceScript.Run(ctx, direct, keys, strconv.FormatInt(d.Milliseconds(), 10)).Err(); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Down: proxy.Down,
+			Up:   func() { proxy.Up(t) },
+		}
+	}}
+}
+
+func TestConformance(t *testing.T) { storetest.Run(t, harness()) }
+
+func TestHTTP(t *testing.T) { storetest.RunHTTP(t, harness()) }
+
+// TestLeaseIsServerExpiry checks the lock and the response carry Redis
+// expiries of the requested length: Redis, not a sweep, frees them.
+func TestLeaseIsServerExpiry(t *testing.T) {
+	addr := redisAddr(t)
+	client := newClient(t, addr, redis.Options{})
+	prefix := testPrefix(t, client)
+	s := mustNew(client, redisstore.Config{Prefix: prefix})
+	ctx := t.Context()
+	res, err := s.Begin(ctx, "k", idempotency.Fingerprint{1}, 7*time.Second)
+	if err != nil || res.State != idempotency.StateAcquired {
+		t.Fatalf("Begin: %v %v", res.State, err)
+	}
+	if pttl := client.PTTL(ctx, prefix+"k").Val(); pttl <= 6*time.Second || pttl > 7*time.Second {
+		t.Errorf("lock PTTL = %v, want about 7s", pttl)
+	}
+	if err := s.Complete(ctx, "k", res.Token, &idempotency.Response{Status: 200}, 3*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if pttl := client.PTTL(ctx, prefix+"k").Val(); pttl <= 3*time.Hour-time.Minute || pttl > 3*time.Hour {
+		t.Errorf("response PTTL = %v, want about 3h", pttl)
+	}
+}
+
+func TestCorruptValue(t *testing.T) {
+	addr := redisAddr(t)
+	client := newClient(t, addr, redis.Options{})
+	prefix := testPrefix(t, client)
+	s := mustNew(client, redisstore.Config{Prefix: prefix})
+	client.Set(t.Context(), prefix+"k", "garbage", time.Minute)
+	if _, err := s.Begin(t.Context(), "k", idempotency.Fingerprint{}, time.Second); err == nil {
+		t.Fatal("Begin on a foreign value succeeded")
+	}
+}
+
+func BenchmarkMiddleware(b *testing.B) {
+	addr := redisAddr(b)
+	client := newClient(b, addr, redis.Options{})
+	storetest.BenchmarkMiddleware(b, mustNew(client, redisstore.Config{Prefix: testPrefix(b, client)}))
+}
+
+func BenchmarkExtend(b *testing.B) {
+	addr := redisAddr(b)
+	client := newClient(b, addr, redis.Options{})
+	storetest.BenchmarkExtend(b, mustNew(client, redisstore.Config{Prefix: testPrefix(b, client)}))
+}
+
+// mustNew is redisstore.New for a client that is never nil.
+func mustNew(client redis.Scripter, cfg redisstore.Config) *redisstore.Store {
+	s, err := redisstore.New(client, cfg)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+func TestNewRefusesANilClient(t *testing.T) {
+	if _, err := redisstore.New(nil, redisstore.Config{}); !errors.Is(err, redisstore.ErrInvalidConfig) {
+		t.Fatalf("New(nil) err = %v, want ErrInvalidConfig", err)
+	}
+}
