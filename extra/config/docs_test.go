@@ -10,7 +10,7 @@ import (
 // a complete file".
 func docExample(t testing.TB) []byte {
 	t.Helper()
-	data, err := os.ReadFile("../docs/config.md")
+	data, err := os.ReadFile("../../docs/config.md")
 	if err != nil {
 		t.Fatal(err)
 	}
