@@ -124,7 +124,7 @@ func TestBreakerOpeningMidRetryStopsRetries(t *testing.T) {
 
 func TestHalfOpenProbeThroughDo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		br := newBreaker(breaker.Config{MinRequests: 1, OpenFor: time.Second, NoOpenJitter: true})
+		br := newBreaker(breaker.Config{MinRequests: 1, OpenFor: time.Second, OpenJitter: -1})
 		p := &guardrail.Policy{MaxAttempts: 1, Breaker: br}
 		_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) { return 0, errBoom })
 		if br.State() != breaker.Open {
@@ -241,7 +241,7 @@ func TestBulkheadWaitStopsBeforeTheDeadline(t *testing.T) {
 // is not left waiting for a report that never comes.
 func TestBulkheadRejectionFreesTheProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		br := newBreaker(breaker.Config{MinRequests: 1, OpenFor: time.Second, NoOpenJitter: true})
+		br := newBreaker(breaker.Config{MinRequests: 1, OpenFor: time.Second, OpenJitter: -1})
 		bh := newBulkhead(bulkhead.Config{MaxConcurrent: 1})
 		p := &guardrail.Policy{MaxAttempts: 1, Breaker: br}
 		_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) { return 0, errBoom })

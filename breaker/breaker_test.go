@@ -180,7 +180,7 @@ func TestProbeAfterOpenFor(t *testing.T) {
 		t.Run(tc.probe.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				const openFor = 30 * time.Second
-				b := mustNew(breaker.Config{MinRequests: 5, OpenFor: openFor, NoOpenJitter: true})
+				b := mustNew(breaker.Config{MinRequests: 5, OpenFor: openFor, OpenJitter: -1})
 				trip(t, b, 5)
 				start := time.Now()
 
@@ -355,7 +355,7 @@ func TestSlowCallRateTrips(t *testing.T) {
 func TestSlowProbeReopens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := mustNew(breaker.Config{MinRequests: 1, SlowCall: time.Second, NoOpenJitter: true, OnTransition: r.on})
+		b := mustNew(breaker.Config{MinRequests: 1, SlowCall: time.Second, OpenJitter: -1, OnTransition: r.on})
 		trip(t, b, 1)
 		time.Sleep(breaker.DefaultOpenFor)
 		p, err := b.Allow()
@@ -442,7 +442,7 @@ func TestForcedStates(t *testing.T) {
 func TestResetForgetsOpenings(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := mustNew(breaker.Config{MinRequests: 1, OpenBackoff: 2, NoOpenJitter: true, OnTransition: r.on})
+		b := mustNew(breaker.Config{MinRequests: 1, OpenBackoff: 2, OpenJitter: -1, OnTransition: r.on})
 		trip(t, b, 1)
 		b.Reset()
 		b.Reset() // closed already: no transition
@@ -459,7 +459,7 @@ func TestOpenBackoffGrowsAndCaps(t *testing.T) {
 		r := &recorder{}
 		b := mustNew(breaker.Config{
 			MinRequests: 1, OpenFor: time.Second, OpenBackoff: 2, MaxOpenFor: 5 * time.Second,
-			NoOpenJitter: true, OnTransition: r.on,
+			OpenJitter: -1, OnTransition: r.on,
 		})
 		trip(t, b, 1)
 		for range 4 { // four failed probes
@@ -529,7 +529,7 @@ func TestOpenJitterSpread(t *testing.T) {
 func TestLateResultDropped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := mustNew(breaker.Config{MinRequests: 2, NoOpenJitter: true, OnTransition: r.on})
+		b := mustNew(breaker.Config{MinRequests: 2, OpenJitter: -1, OnTransition: r.on})
 		slow, err := b.Allow() // a slow call started while closed
 		if err != nil {
 			t.Fatal(err)
@@ -565,7 +565,7 @@ func TestLostProbeDoesNotWedge(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const openFor = 10 * time.Second
 		r := &recorder{}
-		b := mustNew(breaker.Config{MinRequests: 1, OpenFor: openFor, NoOpenJitter: true, OnTransition: r.on})
+		b := mustNew(breaker.Config{MinRequests: 1, OpenFor: openFor, OpenJitter: -1, OnTransition: r.on})
 		trip(t, b, 1)
 		time.Sleep(openFor)
 
@@ -612,7 +612,7 @@ func TestLostProbeDoesNotWedge(t *testing.T) {
 
 func TestCloseAfterConsecutiveProbes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := mustNew(breaker.Config{MinRequests: 1, HalfOpenProbes: 2, CloseAfter: 3, NoOpenJitter: true})
+		b := mustNew(breaker.Config{MinRequests: 1, HalfOpenProbes: 2, CloseAfter: 3, OpenJitter: -1})
 		trip(t, b, 1)
 		time.Sleep(breaker.DefaultOpenFor)
 		p1, _ := b.Allow()
@@ -633,7 +633,7 @@ func TestCloseAfterConsecutiveProbes(t *testing.T) {
 
 func TestDefaultCloseAfterIsProbes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := mustNew(breaker.Config{MinRequests: 1, HalfOpenProbes: 3, NoOpenJitter: true})
+		b := mustNew(breaker.Config{MinRequests: 1, HalfOpenProbes: 3, OpenJitter: -1})
 		trip(t, b, 1)
 		time.Sleep(breaker.DefaultOpenFor)
 		ps := make([]breaker.Permit, 3)
@@ -693,7 +693,7 @@ func TestOnTransitionPanicDoesNotWedge(t *testing.T) {
 func TestTransitionDetails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := mustNew(breaker.Config{Name: "pricing", OpenFor: time.Second, NoOpenJitter: true, OnTransition: r.on})
+		b := mustNew(breaker.Config{Name: "pricing", OpenFor: time.Second, OpenJitter: -1, OnTransition: r.on})
 		calls(b, breaker.Success, 9)
 		calls(b, breaker.Failure, 11)
 		ts := r.list()
@@ -741,7 +741,7 @@ func TestExecute(t *testing.T) {
 // on: panics trip a closed breaker, and a probe that panics re-opens it.
 func TestExecutePanicCountsAsFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := mustNew(breaker.Config{MinRequests: 2, NoOpenJitter: true})
+		b := mustNew(breaker.Config{MinRequests: 2, OpenJitter: -1})
 		panics := func() {
 			t.Helper()
 			defer func() {
@@ -780,7 +780,7 @@ func TestZeroPermitIsNoop(t *testing.T) {
 
 // AllowAt and DoneAt run the breaker on a caller's clock.
 func TestAtTwins(t *testing.T) {
-	b := mustNew(breaker.Config{MinRequests: 1, OpenFor: time.Second, NoOpenJitter: true})
+	b := mustNew(breaker.Config{MinRequests: 1, OpenFor: time.Second, OpenJitter: -1})
 	t0 := time.Now()
 	p, _ := b.AllowAt(t0)
 	p.DoneAt(breaker.Failure, 0, t0)
@@ -817,8 +817,7 @@ func TestInvalidConfigIsRejected(t *testing.T) {
 		{breaker.Config{SlowCall: -time.Second}, []string{"Config.SlowCall is -1s;"}},
 		{breaker.Config{OpenFor: -time.Second, OpenJitter: nan, HalfOpenProbes: -1, CloseAfter: -1},
 			[]string{"Config.OpenFor is -1s;", "Config.OpenJitter is NaN;", "Config.HalfOpenProbes is -1;", "Config.CloseAfter is -1;"}},
-		{breaker.Config{OpenJitter: -1}, []string{"Config.OpenJitter is -1; want a value in [0, 1]"}},
-		{breaker.Config{OpenJitter: 0.1, NoOpenJitter: true}, []string{"Config.OpenJitter is 0.1; want zero when NoOpenJitter is set"}},
+		{breaker.Config{OpenJitter: 1.5}, []string{"Config.OpenJitter is 1.5; want a value in (0, 1], zero for the default or negative for none"}},
 		{breaker.Config{OpenBackoff: 0.5}, []string{"Config.OpenBackoff is 0.5;"}},
 		{breaker.Config{OpenBackoff: math.Inf(1)}, []string{"Config.OpenBackoff is +Inf;"}},
 		{breaker.Config{OpenFor: time.Minute, MaxOpenFor: time.Second}, []string{"Config.MaxOpenFor is 1s; want at least OpenFor (1m0s)"}},
@@ -857,7 +856,7 @@ func TestValidConfigBoundaries(t *testing.T) {
 		{MinRequests: 5, CountWindow: 5},
 		{Buckets: 1000, CountWindow: 1 << 20},
 		{Window: 5}, // fewer nanoseconds than the default bucket count
-		{NoOpenJitter: true},
+		{OpenJitter: -1},
 		{OpenFor: time.Second, MaxOpenFor: time.Second},
 	} {
 		if _, err := breaker.New(cfg); err != nil {
@@ -963,7 +962,7 @@ func TestErrorMessages(t *testing.T) {
 // Execute measures the probe's duration itself: a slow probe re-opens.
 func TestExecuteSlowProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := mustNew(breaker.Config{MinRequests: 1, SlowCall: time.Second, NoOpenJitter: true})
+		b := mustNew(breaker.Config{MinRequests: 1, SlowCall: time.Second, OpenJitter: -1})
 		trip(t, b, 1)
 		time.Sleep(breaker.DefaultOpenFor)
 		b.Execute(func() error { time.Sleep(time.Second); return nil })
@@ -984,10 +983,10 @@ func TestCountWindowCapsMinRequests(t *testing.T) {
 }
 
 func TestConfigReportsTheEffectiveSettings(t *testing.T) {
-	b := mustNew(breaker.Config{Name: "pricing", NoOpenJitter: true, CountWindow: 2})
+	b := mustNew(breaker.Config{Name: "pricing", OpenJitter: -1, CountWindow: 2})
 	c := b.Config()
 	if c.Window != breaker.DefaultWindow || c.FailureRate != breaker.DefaultFailureRate || c.OpenFor != breaker.DefaultOpenFor ||
-		c.MinRequests != 2 || c.OpenJitter != 0 || !c.NoOpenJitter || c.HalfOpenProbes != 1 || c.CloseAfter != 1 || c.Name != "pricing" {
+		c.MinRequests != 2 || c.OpenJitter != -1 || c.HalfOpenProbes != 1 || c.CloseAfter != 1 || c.Name != "pricing" {
 		t.Fatalf("effective config = %+v", c)
 	}
 	if _, err := breaker.New(c); err != nil {

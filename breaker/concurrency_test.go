@@ -22,7 +22,7 @@ func TestHalfOpenAdmitsExactlyProbes(t *testing.T) {
 	for _, probes := range []int{1, 3, 7} {
 		for range rounds {
 			synctest.Test(t, func(t *testing.T) {
-				b := mustNew(breaker.Config{MinRequests: 1, HalfOpenProbes: probes, NoOpenJitter: true})
+				b := mustNew(breaker.Config{MinRequests: 1, HalfOpenProbes: probes, OpenJitter: -1})
 				trip(t, b, 1)
 				time.Sleep(breaker.DefaultOpenFor)
 
@@ -69,7 +69,7 @@ func TestHalfOpenAdmitsExactlyProbes(t *testing.T) {
 func TestHalfOpenNeverOverAdmits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const probes = 2
-		b := mustNew(breaker.Config{MinRequests: 1, HalfOpenProbes: probes, CloseAfter: 1 << 30, NoOpenJitter: true})
+		b := mustNew(breaker.Config{MinRequests: 1, HalfOpenProbes: probes, CloseAfter: 1 << 30, OpenJitter: -1})
 		trip(t, b, 1)
 		time.Sleep(breaker.DefaultOpenFor)
 		var inFlight, peak atomic.Int64
@@ -188,7 +188,7 @@ func TestTransitionsSerialized(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var active, maxActive atomic.Int64
 		r := &recorder{}
-		b := mustNew(breaker.Config{MinRequests: 1, OpenFor: time.Millisecond, NoOpenJitter: true,
+		b := mustNew(breaker.Config{MinRequests: 1, OpenFor: time.Millisecond, OpenJitter: -1,
 			OnTransition: func(tr breaker.Transition) {
 				if n := active.Add(1); n > maxActive.Load() {
 					maxActive.Store(n)

@@ -135,12 +135,10 @@ type Config struct {
 	OpenFor time.Duration
 	// OpenJitter adds a random 0..OpenJitter fraction of the open time, so
 	// that many instances that tripped together do not probe in lockstep.
-	// Zero means DefaultOpenJitter (0.2); allowed values are in [0, 1]. Set
-	// NoOpenJitter to go without.
+	// Zero means DefaultOpenJitter (0.2); a negative value turns the jitter
+	// off, for a single instance or a test that needs exact open times;
+	// other allowed values are in (0, 1].
 	OpenJitter float64
-	// NoOpenJitter turns the open-time jitter off, for a single instance or
-	// a test that needs exact open times. OpenJitter must then be zero.
-	NoOpenJitter bool
 	// OpenBackoff, when above 1, multiplies the open time on each
 	// consecutive re-open (a probe failed) up to MaxOpenFor; the count
 	// restarts when the breaker closes. Zero or 1 means no growth; allowed
@@ -320,14 +318,12 @@ func (c Config) normalize(field string) (normalized, error) {
 		n.openFor = DefaultOpenFor
 	}
 	switch j := c.OpenJitter; {
-	case c.NoOpenJitter && j != 0:
-		bad("OpenJitter", j, "zero when NoOpenJitter is set")
-	case c.NoOpenJitter:
+	case j < 0:
 		n.jitter = 0
 	case j == 0:
 		n.jitter = DefaultOpenJitter
 	case !(j > 0 && j <= 1): // also NaN
-		bad("OpenJitter", j, "a value in [0, 1]")
+		bad("OpenJitter", j, "a value in (0, 1], zero for the default or negative for none")
 	default:
 		n.jitter = j
 	}
@@ -386,8 +382,8 @@ func rate(r, def float64, name string, bad func(string, any, string)) float64 {
 // Config returns the breaker's effective configuration: the Config it was
 // built from with every default applied, so that it can be logged beside a
 // transition (an operator reading why a breaker opened needs the thresholds
-// it opened on, not the zeros of a configuration file). No jitter shows as
-// NoOpenJitter; the callbacks are the ones in use. New accepts the result.
+// it opened on, not the zeros of a configuration file). No jitter shows as a
+// negative OpenJitter; the callbacks are the ones in use. New accepts the result.
 func (b *Breaker) Config() Config {
 	n := b.cfg
 	c := Config{
@@ -412,7 +408,9 @@ func (b *Breaker) Config() Config {
 		Rand:                n.rand,
 		Classify:            n.classify,
 	}
-	c.NoOpenJitter = c.OpenJitter == 0
+	if c.OpenJitter == 0 {
+		c.OpenJitter = -1 // none: zero would mean the default
+	}
 	return c
 }
 

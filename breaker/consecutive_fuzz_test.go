@@ -14,7 +14,7 @@ func FuzzConsecutiveFailures(f *testing.F) {
 	f.Add(uint8(1), true, []byte{1, 3, 0, 1})
 	f.Fuzz(func(t *testing.T, n uint8, count bool, ops []byte) {
 		threshold := int(n%10) + 1
-		cfg := breaker.Config{ConsecutiveFailures: threshold, MinRequests: 1 << 20, NoOpenJitter: true}
+		cfg := breaker.Config{ConsecutiveFailures: threshold, MinRequests: 1 << 20, OpenJitter: -1}
 		if count {
 			cfg.CountWindow, cfg.MinRequests = 1<<20, 1<<20
 		}

@@ -23,7 +23,7 @@ var windows = []struct {
 
 func withRun(base breaker.Config, n int, r *recorder) breaker.Config {
 	base.ConsecutiveFailures = n
-	base.NoOpenJitter = true
+	base.OpenJitter = -1
 	if r != nil {
 		base.OnTransition = r.on
 	}

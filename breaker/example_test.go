@@ -74,7 +74,7 @@ func ExampleBreaker_Allow() {
 
 // A server turns the rejection into Retry-After.
 func ExampleOpenError() {
-	b, err := breaker.New(breaker.Config{MinRequests: 1, OpenFor: 30 * time.Second, NoOpenJitter: true})
+	b, err := breaker.New(breaker.Config{MinRequests: 1, OpenFor: 30 * time.Second, OpenJitter: -1})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -50,13 +50,6 @@ func (e *TimeoutError) Error() string {
 // Timeout reports true.
 func (e *TimeoutError) Timeout() bool { return true }
 
-// Temporary reports true, as net's timeouts do, so that a *TimeoutError is
-// a net.Error.
-//
-// Deprecated: as net.Error's Temporary, the notion is ill-defined; use
-// Timeout or errors.As.
-func (e *TimeoutError) Temporary() bool { return true }
-
 // Is reports whether target is ErrTimeout or context.DeadlineExceeded.
 func (e *TimeoutError) Is(target error) bool {
 	return target == ErrTimeout || target == context.DeadlineExceeded

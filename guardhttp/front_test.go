@@ -293,7 +293,7 @@ func TestWriteError(t *testing.T) {
 // answers 503 with Retry-After the time to the next probe.
 func TestWriteErrorOpenBreaker(t *testing.T) {
 	down := newServer(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "down", http.StatusServiceUnavailable) })
-	c := newClient(t, guardhttp.Config{MaxAttempts: 1, Breaker: breaker.Config{MinRequests: 1, OpenFor: 40 * time.Second, NoOpenJitter: true}})
+	c := newClient(t, guardhttp.Config{MaxAttempts: 1, Breaker: breaker.Config{MinRequests: 1, OpenFor: 40 * time.Second, OpenJitter: -1}})
 	resp, err := get(t, context.Background(), c, down.URL)
 	if err != nil {
 		t.Fatal(err)

@@ -94,9 +94,6 @@ const (
 	// HeaderPriority carries a request's priority by name: "critical",
 	// "high", "normal", "low" or "sheddable" (ASCII case ignored).
 	HeaderPriority = "X-Request-Priority"
-	// HeaderRetryAttempt carries the attempt number of a retry (1 for the
-	// first retry); absent or 0 on an original request.
-	HeaderRetryAttempt = "X-Retry-Attempt"
 )
 
 // DefaultShares returns the default share of the limit each priority may

@@ -240,7 +240,7 @@ func TestPolicyBreakerTrip(t *testing.T) {
 		o := newObserver(t, slogobs.Config{Logger: slog.New(rec)})
 		p := &guardrail.Policy{
 			Name: "ledger", MaxAttempts: 1, Observer: o,
-			Breaker: must(breaker.New(breaker.Config{Name: "ledger", MinRequests: 4, OpenFor: 5 * time.Second, NoOpenJitter: true, Observer: o})),
+			Breaker: must(breaker.New(breaker.Config{Name: "ledger", MinRequests: 4, OpenFor: 5 * time.Second, OpenJitter: -1, Observer: o})),
 		}
 		for range 10 {
 			_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) {

@@ -155,7 +155,6 @@ type Breaker struct {
 	SlowRate            *float64       `yaml:"slow_rate"`
 	OpenFor             *time.Duration `yaml:"open_for"`
 	OpenJitter          *float64       `yaml:"open_jitter"`
-	NoOpenJitter        *bool          `yaml:"no_open_jitter"`
 	OpenBackoff         *float64       `yaml:"open_backoff"`
 	MaxOpenFor          *time.Duration `yaml:"max_open_for"`
 	HalfOpenProbes      *int           `yaml:"half_open_probes"`

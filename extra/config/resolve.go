@@ -411,7 +411,7 @@ func breakerConfig(b *Breaker) (breaker.Config, []string) {
 		Window: val(b.Window), Buckets: val(b.Buckets), CountWindow: val(b.CountWindow),
 		MinRequests: val(b.MinRequests), FailureRate: val(b.FailureRate), SlowCall: val(b.SlowCall),
 		SlowRate: val(b.SlowRate), OpenFor: val(b.OpenFor), OpenJitter: val(b.OpenJitter),
-		NoOpenJitter: val(b.NoOpenJitter), OpenBackoff: val(b.OpenBackoff), MaxOpenFor: val(b.MaxOpenFor),
+		OpenBackoff: val(b.OpenBackoff), MaxOpenFor: val(b.MaxOpenFor),
 		HalfOpenProbes: val(b.HalfOpenProbes), CloseAfter: val(b.CloseAfter),
 		ConsecutiveFailures: val(b.ConsecutiveFailures),
 	}

@@ -353,7 +353,7 @@ func TestHalfOpenAdmitsExactlyTheProbes(t *testing.T) {
 	}}
 	const openFor = 200 * time.Millisecond
 	group := newGroup(t, breaker.Config{
-		MinRequests: 5, OpenFor: openFor, NoOpenJitter: true, HalfOpenProbes: probes})
+		MinRequests: 5, OpenFor: openFor, OpenJitter: -1, HalfOpenProbes: probes})
 	cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{Breakers: group, MaxAttempts: 1}))
 	ctx := ctxTimeout(t, 20*time.Second)
 	for range 5 {

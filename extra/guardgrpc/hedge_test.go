@@ -293,7 +293,7 @@ func TestHedgeNotWhileBreakerIsNotClosed(t *testing.T) {
 	h := &health{check: scripted(func(context.Context) error { return status.Error(codes.Internal, "broken") }, &slow)}
 	// One failure opens the breaker; the open time is so short that the
 	// next call is its half-open probe.
-	group := newGroup(t, breaker.Config{ConsecutiveFailures: 1, OpenFor: time.Nanosecond, NoOpenJitter: true})
+	group := newGroup(t, breaker.Config{ConsecutiveFailures: 1, OpenFor: time.Nanosecond, OpenJitter: -1})
 	obs := &events{}
 	cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{IdempotentMethods: []string{checkMethod}, Hedge: hedgeCfg,
 		MaxAttempts: 1, AttemptTimeout: 300 * time.Millisecond, Breakers: group, Observer: obs}))

@@ -456,7 +456,7 @@ func TestPolicyBreakerTransitionSpan(t *testing.T) {
 		f := newFixture(t, 0)
 		p := &guardrail.Policy{
 			Name: "ledger", MaxAttempts: 1, Observer: f.obs,
-			Breaker: must(breaker.New(breaker.Config{Name: "ledger", MinRequests: 2, OpenFor: 5 * time.Second, NoOpenJitter: true, Observer: f.obs})),
+			Breaker: must(breaker.New(breaker.Config{Name: "ledger", MinRequests: 2, OpenFor: 5 * time.Second, OpenJitter: -1, Observer: f.obs})),
 		}
 		for range 3 {
 			_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) {

@@ -245,7 +245,7 @@ func TestBreakerTrip(t *testing.T) {
 		reg.MustRegister(c)
 		p := &guardrail.Policy{
 			Name: "payments", MaxAttempts: 1, Observer: c,
-			Breaker: must(breaker.New(breaker.Config{Name: "payments", MinRequests: 4, OpenFor: 10 * time.Second, NoOpenJitter: true, Observer: c})),
+			Breaker: must(breaker.New(breaker.Config{Name: "payments", MinRequests: 4, OpenFor: 10 * time.Second, OpenJitter: -1, Observer: c})),
 		}
 		c.WatchPolicy(p)
 		state := func(closed, open, halfOpen float64) map[string]float64 {

@@ -212,7 +212,7 @@ func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
 		state breaker.State
 	}
 	timeline := []point{{0, breaker.Closed}}
-	s, br = newShop(pr, breaker.Config{MinRequests: p.outageMin, OpenFor: p.openFor, NoOpenJitter: true,
+	s, br = newShop(pr, breaker.Config{MinRequests: p.outageMin, OpenFor: p.openFor, OpenJitter: -1,
 		OnTransition: func(t breaker.Transition) {
 			mu.Lock()
 			timeline = append(timeline, point{time.Since(t0), t.To})
