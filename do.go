@@ -42,7 +42,7 @@ import (
 //     (context.Canceled; a passed deadline is ErrDeadline);
 //   - the zero T and an *Error that Is ErrThrottled, without sending the
 //     attempt, when the Policy's Throttler rejected it;
-//   - the zero T and an error wrapping ErrInvalidPolicy, without running op,
+//   - the zero T and an error wrapping ErrInvalidConfig, without running op,
 //     when a Policy field holds an invalid value.
 //
 // Do starts no goroutine and never hedges, so op stays on the caller's

@@ -392,18 +392,18 @@ func TestInvalidPolicyIsRejected(t *testing.T) {
 		want string
 	}{
 		{&guardrail.Policy{Name: "a", MaxAttempts: -1},
-			`guardrail: invalid policy "a": Policy.MaxAttempts is -1; want 1 or more, or zero for the default`},
+			`guardrail: invalid config "a": Policy.MaxAttempts is -1; want 1 or more, or zero for the default`},
 		{&guardrail.Policy{Name: "b", AttemptTimeout: -time.Second},
-			`guardrail: invalid policy "b": Policy.AttemptTimeout is -1s; want a positive duration, or zero for none`},
+			`guardrail: invalid config "b": Policy.AttemptTimeout is -1s; want a positive duration, or zero for none`},
 		{&guardrail.Policy{Name: "c", MaxAttempts: -2, AttemptTimeout: -time.Millisecond},
-			`guardrail: invalid policy "c": Policy.MaxAttempts is -2; want 1 or more, or zero for the default` + "\n" +
-				`guardrail: invalid policy "c": Policy.AttemptTimeout is -1ms; want a positive duration, or zero for none`},
+			`guardrail: invalid config "c": Policy.MaxAttempts is -2; want 1 or more, or zero for the default` + "\n" +
+				`guardrail: invalid config "c": Policy.AttemptTimeout is -1ms; want a positive duration, or zero for none`},
 	} {
 		for range 2 {
 			calls := 0
 			_, err := guardrail.Do(context.Background(), tc.p, func(context.Context) (int, error) { calls++; return 0, nil })
-			if !errors.Is(err, guardrail.ErrInvalidPolicy) || calls != 0 || err.Error() != tc.want {
-				t.Errorf("err %v, %d calls; want ErrInvalidPolicy without running op:\n%s", err, calls, tc.want)
+			if !errors.Is(err, guardrail.ErrInvalidConfig) || calls != 0 || err.Error() != tc.want {
+				t.Errorf("err %v, %d calls; want ErrInvalidConfig without running op:\n%s", err, calls, tc.want)
 			}
 		}
 	}

@@ -22,6 +22,10 @@
 //
 //	breaker: Config.FailureRate is 1.5; want a value in (0, 1]
 //
+// Every such error wraps its package's ErrInvalidConfig, whose message is
+// "<package>: invalid config" (the root's is guardrail.ErrInvalidConfig, for
+// a Policy), and names every invalid field, not only the first.
+//
 // A type built by a constructor reports at construction: every New that
 // takes a Config returns (*T, error). A plain struct used without a
 // constructor, such as Policy, reports at first use: Do returns the error

@@ -100,9 +100,9 @@ func ExamplePolicy_sharedBreaker() {
 func ExamplePolicy_invalid() {
 	p := &guardrail.Policy{Name: "pricing", MaxAttempts: -1}
 	_, err := guardrail.Do(context.Background(), p, func(context.Context) (int, error) { return 1, nil })
-	fmt.Println(errors.Is(err, guardrail.ErrInvalidPolicy))
+	fmt.Println(errors.Is(err, guardrail.ErrInvalidConfig))
 	fmt.Println(err)
 	// Output:
 	// true
-	// guardrail: invalid policy "pricing": Policy.MaxAttempts is -1; want 1 or more, or zero for the default
+	// guardrail: invalid config "pricing": Policy.MaxAttempts is -1; want 1 or more, or zero for the default
 }

@@ -92,13 +92,13 @@ type HedgeConfig struct {
 // Validate reports the fields of c that hold invalid values, as Do would
 // at first use of a Policy holding it, for callers that build a Policy
 // from configuration and want to fail at start-up. The error Is
-// ErrInvalidPolicy.
+// ErrInvalidConfig.
 // It allocates nothing that the config would need, such as the latency
 // window.
 func (c HedgeConfig) Validate() error {
 	var errs []error
 	checkHedge(c, func(field string, v any, want string) {
-		errs = append(errs, fmt.Errorf("%w: HedgeConfig.%s is %v; want %s", ErrInvalidPolicy, strings.TrimPrefix(field, "Hedge."), v, want))
+		errs = append(errs, fmt.Errorf("%w: HedgeConfig.%s is %v; want %s", ErrInvalidConfig, strings.TrimPrefix(field, "Hedge."), v, want))
 	})
 	return errors.Join(errs...)
 }

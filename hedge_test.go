@@ -324,8 +324,8 @@ func TestHedgeConfigInvalid(t *testing.T) {
 		{Window: 5}, {Window: guardrail.MaxHedgeWindow + 1}, {OverloadPause: -1}} {
 		p := &guardrail.Policy{Hedge: &h}
 		_, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{}, func(context.Context) (int, error) { return 1, nil })
-		if !errors.Is(err, guardrail.ErrInvalidPolicy) {
-			t.Errorf("%+v: err %v; want ErrInvalidPolicy", h, err)
+		if !errors.Is(err, guardrail.ErrInvalidConfig) {
+			t.Errorf("%+v: err %v; want ErrInvalidConfig", h, err)
 		}
 	}
 }
@@ -345,8 +345,8 @@ func TestHedgeConfigValidateBounds(t *testing.T) {
 	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<10 {
 		t.Errorf("Validate allocated %d bytes; want no latency window (%d entries)", grew, c.Window)
 	}
-	if err := (guardrail.HedgeConfig{Window: 1 << 31}).Validate(); !errors.Is(err, guardrail.ErrInvalidPolicy) {
-		t.Errorf("Window 2^31: %v; want ErrInvalidPolicy", err)
+	if err := (guardrail.HedgeConfig{Window: 1 << 31}).Validate(); !errors.Is(err, guardrail.ErrInvalidConfig) {
+		t.Errorf("Window 2^31: %v; want ErrInvalidConfig", err)
 	}
 }
 

@@ -27,11 +27,11 @@ const (
 	DefaultMaxRetryAfter  = 30 * time.Second
 )
 
-// ErrInvalidPolicy is wrapped by the error Do returns, without running the
+// ErrInvalidConfig is wrapped by the error Do returns, without running the
 // operation, when a Policy field holds a value that has no meaning (a
 // negative MaxAttempts, say). The error names every such field, what it
 // held and what is allowed.
-var ErrInvalidPolicy = errors.New("guardrail: invalid policy")
+var ErrInvalidConfig = errors.New("guardrail: invalid config")
 
 // Policy is how calls to one dependency are guarded. Do applies it in a fixed
 // order: deadline check, breaker, bulkhead, attempt under a timeout,
@@ -54,7 +54,7 @@ type Policy struct {
 
 	// MaxAttempts bounds the attempts of one call, counting the first.
 	// Zero means DefaultMaxAttempts (3); 1 never retries; a negative value
-	// is rejected with ErrInvalidPolicy.
+	// is rejected with ErrInvalidConfig.
 	MaxAttempts int
 
 	// AttemptTimeout bounds each attempt; the effective bound is
@@ -190,7 +190,7 @@ func (p *Policy) resolve() *settings {
 	}
 	var errs []error
 	bad := func(field string, v any, want string) {
-		errs = append(errs, fmt.Errorf("%w %q: Policy.%s is %v; want %s", ErrInvalidPolicy, p.Name, field, v, want))
+		errs = append(errs, fmt.Errorf("%w %q: Policy.%s is %v; want %s", ErrInvalidConfig, p.Name, field, v, want))
 	}
 	if s.maxAttempts < 0 {
 		bad("MaxAttempts", s.maxAttempts, "1 or more, or zero for the default")

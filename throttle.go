@@ -78,13 +78,13 @@ type throttleBucket struct {
 }
 
 // NewThrottler returns a Throttler configured by cfg, or an error naming
-// the field of cfg that is invalid (it Is ErrInvalidPolicy).
+// the field of cfg that is invalid (it Is ErrInvalidConfig).
 func NewThrottler(cfg ThrottleConfig) (*Throttler, error) {
 	if cfg.Window < 0 {
-		return nil, fmt.Errorf("%w: ThrottleConfig.Window is %v; want a positive duration, or zero for the default (%v)", ErrInvalidPolicy, cfg.Window, DefaultThrottleWindow)
+		return nil, fmt.Errorf("%w: ThrottleConfig.Window is %v; want a positive duration, or zero for the default (%v)", ErrInvalidConfig, cfg.Window, DefaultThrottleWindow)
 	}
 	if cfg.K != 0 && (cfg.K < 1 || math.IsNaN(cfg.K) || math.IsInf(cfg.K, 0)) {
-		return nil, fmt.Errorf("%w: ThrottleConfig.K is %v; want 1 or more, or zero for the default (%v)", ErrInvalidPolicy, cfg.K, DefaultThrottleK)
+		return nil, fmt.Errorf("%w: ThrottleConfig.K is %v; want 1 or more, or zero for the default (%v)", ErrInvalidConfig, cfg.K, DefaultThrottleK)
 	}
 	if cfg.Window == 0 {
 		cfg.Window = DefaultThrottleWindow

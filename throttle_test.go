@@ -153,8 +153,8 @@ func TestThrottleOrdinaryErrorsAreAccepts(t *testing.T) {
 
 func TestThrottleConfigInvalid(t *testing.T) {
 	for _, c := range []guardrail.ThrottleConfig{{Window: -1}, {K: 0.5}, {K: -2}, {K: math.NaN()}} {
-		if _, err := guardrail.NewThrottler(c); !errors.Is(err, guardrail.ErrInvalidPolicy) {
-			t.Errorf("%+v: err %v; want ErrInvalidPolicy", c, err)
+		if _, err := guardrail.NewThrottler(c); !errors.Is(err, guardrail.ErrInvalidConfig) {
+			t.Errorf("%+v: err %v; want ErrInvalidConfig", c, err)
 		}
 	}
 }

@@ -288,12 +288,12 @@ func specOf(r Rule) ruleSpec {
 // A "counters" key (as written by the admin endpoint) is ignored. Unknown
 // keys, fields that do not apply to the rule's kind and bad values are
 // errors: a *RuleError naming the rule and the field, or for the document as
-// a whole an error that Is ErrInvalid. When the file has a seed, the returned
+// a whole an error that Is ErrInvalidConfig. When the file has a seed, the returned
 // Config's Rand is NewRand(seed); otherwise it is nil. An empty document is
 // an empty Config.
 func ParseConfig(data []byte) (Config, error) {
 	if len(data) > MaxConfigSize {
-		return Config{}, fmt.Errorf("%w: document larger than %d bytes", ErrInvalid, MaxConfigSize)
+		return Config{}, fmt.Errorf("%w: document larger than %d bytes", ErrInvalidConfig, MaxConfigSize)
 	}
 	var cfg Config
 	err := cfg.UnmarshalJSON(data)
@@ -309,7 +309,7 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 	}
 	var f fileSpec
 	if err := strictJSON(data, &f); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, describe(err))
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, describe(err))
 	}
 	rules := make([]Rule, len(f.Rules))
 	for i, raw := range f.Rules {
@@ -344,7 +344,7 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 		return err
 	}
 	if f.Header != "" && !validToken(f.Header) {
-		return fmt.Errorf("%w: header: %q is not a header name", ErrInvalid, f.Header)
+		return fmt.Errorf("%w: header: %q is not a header name", ErrInvalidConfig, f.Header)
 	}
 	c.Rules, c.HeaderFaults, c.Header = rules, f.HeaderFaults, f.Header
 	if f.Seed != nil {

@@ -46,7 +46,7 @@ func TestParseRule(t *testing.T) {
 		{"reset; header=X", `header: "X": want Name:value`},
 	} {
 		_, err := ParseRule(bad.spec)
-		if err == nil || !strings.Contains(err.Error(), bad.want) || !errors.Is(err, ErrInvalid) {
+		if err == nil || !strings.Contains(err.Error(), bad.want) || !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%q: err = %v, want %q", bad.spec, err, bad.want)
 		}
 	}
@@ -60,8 +60,8 @@ func FuzzParseConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := ParseConfig(data)
 		if err != nil {
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("error %v does not Is ErrInvalid", err)
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("error %v does not Is ErrInvalidConfig", err)
 			}
 			return
 		}
@@ -99,8 +99,8 @@ func FuzzParseRule(f *testing.F) {
 	f.Fuzz(func(t *testing.T, spec string) {
 		r, err := ParseRule(spec)
 		if err != nil {
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("error %v does not Is ErrInvalid", err)
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("error %v does not Is ErrInvalidConfig", err)
 			}
 			return
 		}
@@ -121,10 +121,10 @@ func TestParseConfigJSONOnly(t *testing.T) {
 		}
 	}
 	// YAML is the command's business: the package reads JSON only.
-	if _, err := ParseConfig([]byte("rules: []")); !errors.Is(err, ErrInvalid) {
-		t.Errorf("YAML document: err = %v, want ErrInvalid", err)
+	if _, err := ParseConfig([]byte("rules: []")); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("YAML document: err = %v, want ErrInvalidConfig", err)
 	}
-	if _, err := ParseConfig([]byte(strings.Repeat(`{"a":`, 20000))); !errors.Is(err, ErrInvalid) {
-		t.Errorf("deep JSON nesting: err = %v, want ErrInvalid", err)
+	if _, err := ParseConfig([]byte(strings.Repeat(`{"a":`, 20000))); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("deep JSON nesting: err = %v, want ErrInvalidConfig", err)
 	}
 }

@@ -30,7 +30,7 @@ var ErrClosed = errors.New("fault: injector closed")
 // and Reconfigure refuse anything else that means nothing (a negative
 // duration or size, a probability outside [0, 1], a status outside 400-599,
 // a bad header name) with an error that names the field: a *RuleError for a
-// rule's field, an error that Is ErrInvalid for the Config's own. A Config
+// rule's field, an error that Is ErrInvalidConfig for the Config's own. A Config
 // is a plain value: New and Reconfigure copy it, so it may be reused.
 type Config struct {
 	// Rules are evaluated in order for every request; see Injector.
@@ -119,7 +119,7 @@ func (in *Injector) Reconfigure(cfg Config) error {
 	if cfg.Header == "" {
 		cfg.Header = DefaultHeader
 	} else if !validToken(cfg.Header) {
-		return fmt.Errorf("%w: Config.Header is %q; want a header name", ErrInvalid, cfg.Header)
+		return fmt.Errorf("%w: Config.Header is %q; want a header name", ErrInvalidConfig, cfg.Header)
 	}
 	rnd := cfg.Rand
 	old := map[string]*counter{}

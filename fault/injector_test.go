@@ -126,7 +126,7 @@ func TestConfigRandDecidesEveryDraw(t *testing.T) {
 
 func TestNewRejectsABadHeaderName(t *testing.T) {
 	_, err := New(Config{HeaderFaults: true, Header: "X Bad"})
-	if want := `fault: invalid configuration: Config.Header is "X Bad"; want a header name`; err == nil || err.Error() != want || !errors.Is(err, ErrInvalid) {
+	if want := `fault: invalid config: Config.Header is "X Bad"; want a header name`; err == nil || err.Error() != want || !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("New = %v; want %q", err, want)
 	}
 }
@@ -288,8 +288,8 @@ func TestReconfigureKeepsCountersByName(t *testing.T) {
 	}
 	// A bad set leaves everything as it was.
 	err := in.SetRules([]Rule{{Name: "x", Fault: Status{Code: 200}}})
-	if !errors.Is(err, ErrInvalid) {
-		t.Fatalf("err = %v, want ErrInvalid", err)
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("err = %v, want ErrInvalidConfig", err)
 	}
 	if got := in.Rules(); len(got) != 2 || got[0].Name != "a" {
 		t.Errorf("rules changed by a rejected set: %+v", got)
@@ -330,7 +330,7 @@ func TestRuleValidation(t *testing.T) {
 	for _, tt := range tests {
 		_, err := New(Config{Rules: []Rule{{Name: "ok", Fault: Reset{}}, tt.rule}})
 		var re *RuleError
-		if !errors.As(err, &re) || !errors.Is(err, ErrInvalid) {
+		if !errors.As(err, &re) || !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%+v: err = %v, want a *RuleError", tt.rule, err)
 			continue
 		}

@@ -9,12 +9,12 @@ import (
 	"strings"
 )
 
-// ErrInvalid is the sentinel every configuration error Is: a bad rule, a bad
+// ErrInvalidConfig is the sentinel every configuration error Is: a bad rule, a bad
 // config file, a bad X-Fault header.
-var ErrInvalid = errors.New("fault: invalid configuration")
+var ErrInvalidConfig = errors.New("fault: invalid config")
 
 // RuleError says which rule of a list is wrong, and which of its fields.
-// It Is ErrInvalid and unwraps to the cause. Like most errors it is not
+// It Is ErrInvalidConfig and unwraps to the cause. Like most errors it is not
 // modified after it is returned, so it may be shared between goroutines.
 type RuleError struct {
 	// Index is the rule's position in its list, from 0; -1 when the rule
@@ -54,8 +54,8 @@ func (e *RuleError) Error() string {
 	return b.String()
 }
 
-// Is reports whether target is ErrInvalid.
-func (e *RuleError) Is(target error) bool { return target == ErrInvalid }
+// Is reports whether target is ErrInvalidConfig.
+func (e *RuleError) Is(target error) bool { return target == ErrInvalidConfig }
 
 // Unwrap returns the cause.
 func (e *RuleError) Unwrap() error { return e.Err }

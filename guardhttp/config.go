@@ -279,7 +279,7 @@ func (c *Config) settings() settings {
 
 // ErrInvalidConfig is the sentinel every error of NewTransport and
 // NewClient about their Config Is.
-var ErrInvalidConfig = errors.New("guardhttp: invalid Config")
+var ErrInvalidConfig = errors.New("guardhttp: invalid config")
 
 // configError is an invalid field of a Config; err is the cause, when
 // the field is the configuration of another package.

@@ -138,7 +138,7 @@ func TestThrottlerRejectsLocallyOnOverload(t *testing.T) {
 
 func TestConfigHedgeInvalid(t *testing.T) {
 	_, err := guardhttp.NewTransport(nil, guardhttp.Config{Hedge: &guardrail.HedgeConfig{MaxHedges: -1}})
-	if !errors.Is(err, guardhttp.ErrInvalidConfig) || !errors.Is(err, guardrail.ErrInvalidPolicy) {
+	if !errors.Is(err, guardhttp.ErrInvalidConfig) || !errors.Is(err, guardrail.ErrInvalidConfig) {
 		t.Errorf("err %v; want ErrInvalidConfig naming Hedge.MaxHedges", err)
 	}
 }

@@ -44,7 +44,7 @@ const (
 
 // ErrInvalidConfig is the error every invalid Config field Is. The error
 // New returns names the field, what it held and what is allowed.
-var ErrInvalidConfig = errors.New("slogobs: invalid Config")
+var ErrInvalidConfig = errors.New("slogobs: invalid config")
 
 // Config configures an Observer. The zero Config is valid. A Config is a
 // plain value: New reads it once, so changing it afterwards has no effect;

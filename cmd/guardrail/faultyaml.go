@@ -15,7 +15,7 @@ import (
 // both formats.
 func parseFaultConfig(data []byte) (fault.Config, error) {
 	if len(data) > fault.MaxConfigSize {
-		return fault.Config{}, fmt.Errorf("%w: document larger than %d bytes", fault.ErrInvalid, fault.MaxConfigSize)
+		return fault.Config{}, fmt.Errorf("%w: document larger than %d bytes", fault.ErrInvalidConfig, fault.MaxConfigSize)
 	}
 	if !json.Valid(data) {
 		var err error
@@ -31,7 +31,7 @@ func parseFaultConfig(data []byte) (fault.Config, error) {
 func yamlToJSON(data []byte) ([]byte, error) {
 	var v any
 	if err := yaml.Unmarshal(data, &v); err != nil {
-		return nil, fmt.Errorf("%w: %v", fault.ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %v", fault.ErrInvalidConfig, err)
 	}
 	v, err := jsonValue(v, 0)
 	if err != nil {
@@ -39,7 +39,7 @@ func yamlToJSON(data []byte) ([]byte, error) {
 	}
 	out, err := json.Marshal(v)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", fault.ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %v", fault.ErrInvalidConfig, err)
 	}
 	return out, nil
 }
@@ -47,7 +47,7 @@ func yamlToJSON(data []byte) ([]byte, error) {
 // jsonValue turns YAML's maps with arbitrary keys into JSON objects.
 func jsonValue(v any, depth int) (any, error) {
 	if depth > 100 {
-		return nil, fmt.Errorf("%w: document nested too deep", fault.ErrInvalid)
+		return nil, fmt.Errorf("%w: document nested too deep", fault.ErrInvalidConfig)
 	}
 	switch v := v.(type) {
 	case map[string]any:
@@ -64,7 +64,7 @@ func jsonValue(v any, depth int) (any, error) {
 		for k, e := range v {
 			ks, ok := k.(string)
 			if !ok {
-				return nil, fmt.Errorf("%w: key %v is not a string", fault.ErrInvalid, k)
+				return nil, fmt.Errorf("%w: key %v is not a string", fault.ErrInvalidConfig, k)
 			}
 			e, err := jsonValue(e, depth+1)
 			if err != nil {

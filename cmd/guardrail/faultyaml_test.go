@@ -137,12 +137,12 @@ func TestParseFaultConfigErrors(t *testing.T) {
 		{`rules: [{name: a, kind: reset, match: {methds: [GET]}}]`, `fault: rule 0 (a): methds: unknown field`},
 		{`rules: [{kind: reset, match: {methods: GET}}]`, `fault: rule 0: match.methods: got a JSON string, want a list`},
 		{`rules: [{kind: error, status: 0}]`, `fault: rule 0: status: 0 is not an error status`},
-		{`ruls: []`, `fault: invalid configuration: ruls: unknown field`},
-		{`rules: {kind: reset}`, `fault: invalid configuration: rules: got a JSON object, want a list`},
-		{`- kind: reset`, `fault: invalid configuration: document: got a JSON array, want`},
-		{`rules: [`, `fault: invalid configuration: yaml:`},
-		{`header: "X Bad"`, `fault: invalid configuration: header: "X Bad" is not a header name`},
-		{`{1: 2}`, `fault: invalid configuration: key 1 is not a string`},
+		{`ruls: []`, `fault: invalid config: ruls: unknown field`},
+		{`rules: {kind: reset}`, `fault: invalid config: rules: got a JSON object, want a list`},
+		{`- kind: reset`, `fault: invalid config: document: got a JSON array, want`},
+		{`rules: [`, `fault: invalid config: yaml:`},
+		{`header: "X Bad"`, `fault: invalid config: header: "X Bad" is not a header name`},
+		{`{1: 2}`, `fault: invalid config: key 1 is not a string`},
 		{`seed: -1`, `seed: got a JSON number -1, want an integer`},
 		{strings.Repeat(" ", fault.MaxConfigSize+1), `larger than`},
 	}
@@ -152,8 +152,8 @@ func TestParseFaultConfigErrors(t *testing.T) {
 			t.Errorf("%.60q:\n got %v\nwant %s", tt.doc, err, tt.want)
 			continue
 		}
-		if !errors.Is(err, fault.ErrInvalid) {
-			t.Errorf("%.60q: %v does not Is fault.ErrInvalid", tt.doc, err)
+		if !errors.Is(err, fault.ErrInvalidConfig) {
+			t.Errorf("%.60q: %v does not Is fault.ErrInvalidConfig", tt.doc, err)
 		}
 	}
 }
@@ -177,8 +177,8 @@ func TestParseFaultConfigHostileYAML(t *testing.T) {
 	} {
 		start := time.Now()
 		_, err := parseFaultConfig([]byte(doc))
-		if !errors.Is(err, fault.ErrInvalid) {
-			t.Errorf("%s: err = %v, want fault.ErrInvalid", name, err)
+		if !errors.Is(err, fault.ErrInvalidConfig) {
+			t.Errorf("%s: err = %v, want fault.ErrInvalidConfig", name, err)
 		}
 		if d := time.Since(start); d > 2*time.Second {
 			t.Errorf("%s: took %v", name, d)
@@ -196,8 +196,8 @@ func FuzzParseFaultConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := parseFaultConfig(data)
 		if err != nil {
-			if !errors.Is(err, fault.ErrInvalid) {
-				t.Fatalf("error %v does not Is fault.ErrInvalid", err)
+			if !errors.Is(err, fault.ErrInvalidConfig) {
+				t.Fatalf("error %v does not Is fault.ErrInvalidConfig", err)
 			}
 			return
 		}

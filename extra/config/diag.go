@@ -17,9 +17,9 @@ const (
 	SeverityWarning Severity = "warning"
 )
 
-// ErrInvalid is the sentinel the error of Parse, Load and Reload Is when
+// ErrInvalidConfig is the sentinel the error of Parse, Load and Reload Is when
 // the file holds an error.
-var ErrInvalid = errors.New("config: invalid policy file")
+var ErrInvalidConfig = errors.New("config: invalid config")
 
 // Diagnostic is one finding about a file: where, which setting, what was
 // found and what is allowed (an error), or what is risky and why (a
@@ -45,7 +45,7 @@ func (d Diagnostic) String() string {
 }
 
 // Error is the error of a file that does not load: every error
-// Diagnostic, in line order. It Is ErrInvalid. It is immutable once
+// Diagnostic, in line order. It Is ErrInvalidConfig. It is immutable once
 // returned.
 type Error struct {
 	Diagnostics []Diagnostic
@@ -60,8 +60,8 @@ func (e *Error) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-// Is reports whether target is ErrInvalid.
-func (e *Error) Is(target error) bool { return target == ErrInvalid }
+// Is reports whether target is ErrInvalidConfig.
+func (e *Error) Is(target error) bool { return target == ErrInvalidConfig }
 
 func sortDiags(ds []Diagnostic) {
 	sort.SliceStable(ds, func(i, j int) bool {

@@ -375,8 +375,8 @@ func TestHedgeFollowsReload(t *testing.T) {
 
 	// An invalid hedge is rejected as a whole: the settings in force stay.
 	bad := strings.Replace(hedgeFile, "hedge: {delay: 20ms}\n    throttle", "hedge: {delay: 20ms, window: 3}\n    throttle", 1)
-	if err := reg.ReloadBytes([]byte(bad)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "dependencies.ledger.hedge.window: is 3") {
-		t.Errorf("a reload with window 3: %v; want ErrInvalid naming dependencies.ledger.hedge.window", err)
+	if err := reg.ReloadBytes([]byte(bad)); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "dependencies.ledger.hedge.window: is 3") {
+		t.Errorf("a reload with window 3: %v; want ErrInvalidConfig naming dependencies.ledger.hedge.window", err)
 	}
 	if np := ledger.Current(); np.Hedge != nil {
 		t.Errorf("a rejected reload changed ledger's hedge to %+v", np.Hedge)

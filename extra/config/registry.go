@@ -105,7 +105,7 @@ type Registry struct {
 }
 
 // Load reads the policy file at path and builds its values. It returns an
-// *Error that Is ErrInvalid, listing every error of the file with its line,
+// *Error that Is ErrInvalidConfig, listing every error of the file with its line,
 // when the file does not check.
 func Load(path string, opts Options) (*Registry, error) {
 	data, mod, size, err := readFile(path)

@@ -344,7 +344,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 	logMu.Unlock()
 	resMu.Lock()
-	if len(results) != applied+rejected || !errors.Is(results[4].Err, ErrInvalid) {
+	if len(results) != applied+rejected || !errors.Is(results[4].Err, ErrInvalidConfig) {
 		t.Errorf("OnReload heard %d reloads, the 5th with %v; want %d, the 5th invalid", len(results), results[4].Err, applied+rejected)
 	}
 	resMu.Unlock()
@@ -622,8 +622,8 @@ func TestReloadReportsOutcomeToObserver(t *testing.T) {
 	}
 
 	invalid := strings.Replace(testFile, "max_attempts: 1", "max_attempts: -1", 1)
-	if err := reg.ReloadBytes([]byte(invalid)); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("ReloadBytes(invalid) = %v; want ErrInvalid", err)
+	if err := reg.ReloadBytes([]byte(invalid)); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("ReloadBytes(invalid) = %v; want ErrInvalidConfig", err)
 	}
 	ok, failed, last := obs.get()
 	if ok != 0 || failed != 1 {

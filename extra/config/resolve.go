@@ -127,7 +127,7 @@ type ResolvedServer struct {
 
 // Parse reads a policy file, checks it and resolves its settings. name is
 // used in diagnostics (the file's path, or "policy.yaml"). The error is
-// an *Error that Is ErrInvalid when the file holds an error; warnings do
+// an *Error that Is ErrInvalidConfig when the file holds an error; warnings do
 // not make an error. The Checked is returned in either case, for its
 // diagnostics.
 func Parse(name string, data []byte) (*Checked, error) {

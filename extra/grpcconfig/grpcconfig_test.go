@@ -175,7 +175,7 @@ func TestFileRefusesWhatNewClientRefuses(t *testing.T) {
 			continue // guardgrpc accepts it: nothing to cover
 		}
 		file := strings.Replace(testFile, tc.old, tc.new, 1)
-		if _, err := config.Parse("policy.yaml", []byte(file)); !errors.Is(err, config.ErrInvalid) {
+		if _, err := config.Parse("policy.yaml", []byte(file)); !errors.Is(err, config.ErrInvalidConfig) {
 			t.Errorf("guardgrpc refuses %+v, but the file with %q checks", tc.cfg, tc.new)
 		}
 	}

@@ -404,8 +404,8 @@ func TestHedgeRunsEachCopyThroughTheAttemptSeam(t *testing.T) {
 
 func TestNewClientRejectsInvalidHedge(t *testing.T) {
 	_, err := guardgrpc.NewClient(guardgrpc.ClientConfig{Hedge: &guardrail.HedgeConfig{Delay: -time.Second}})
-	if !errors.Is(err, guardgrpc.ErrInvalidConfig) || !errors.Is(err, guardrail.ErrInvalidPolicy) {
-		t.Fatalf("err = %v, want ErrInvalidConfig wrapping ErrInvalidPolicy", err)
+	if !errors.Is(err, guardgrpc.ErrInvalidConfig) || !errors.Is(err, guardrail.ErrInvalidConfig) {
+		t.Fatalf("err = %v, want ErrInvalidConfig wrapping ErrInvalidConfig", err)
 	}
 	if !strings.Contains(err.Error(), "ClientConfig.Hedge") || !strings.Contains(err.Error(), "Delay") {
 		t.Fatalf("err = %q, want it to name ClientConfig.Hedge and Delay", err)

@@ -59,7 +59,7 @@ const (
 
 // ErrInvalidConfig is the error every invalid Config field Is. The error
 // New returns names the field, what it held and what is allowed.
-var ErrInvalidConfig = errors.New("otel: invalid Config")
+var ErrInvalidConfig = errors.New("otel: invalid config")
 
 // Config configures an Observer. The zero Config is valid: it uses the
 // global providers (otel.GetTracerProvider, otel.GetMeterProvider) and the

@@ -28,7 +28,7 @@ const DefaultMaxLabelValues = series.DefaultMaxValues
 
 // ErrInvalidConfig is the error every invalid Config field Is. The error
 // New returns names the field, what it held and what is allowed.
-var ErrInvalidConfig = errors.New("prom: invalid Config")
+var ErrInvalidConfig = errors.New("prom: invalid config")
 
 // Config configures a Collector. The zero Config is valid. A Config is a
 // plain value: New reads it once and keeps its own copy of what it needs,

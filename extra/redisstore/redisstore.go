@@ -169,7 +169,7 @@ func (s *Store) run(ctx context.Context, script *redis.Script, key string, wrote
 func isOne(reply any) bool { n, ok := reply.(int64); return ok && n == 1 }
 
 // ErrInvalidConfig is the sentinel of New's errors.
-var ErrInvalidConfig = errors.New("redisstore: invalid configuration")
+var ErrInvalidConfig = errors.New("redisstore: invalid config")
 
 // The value of a key is a tag byte, the 32-byte fingerprint, then the lock
 // token ('L', in flight) or the encoded response ('C', completed).
