@@ -532,7 +532,7 @@ func TestAcquireByRacingRelease(t *testing.T) {
 }
 
 func TestGroupKeepsOneCompartmentPerKeyAndDropsIdleOnes(t *testing.T) {
-	g, err := bulkhead.NewGroup(bulkhead.Config{MaxConcurrent: 1}, 2)
+	g, err := bulkhead.NewGroup(bulkhead.GroupConfig{Config: bulkhead.Config{MaxConcurrent: 1}, MaxKeys: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -559,10 +559,15 @@ func TestGroupKeepsOneCompartmentPerKeyAndDropsIdleOnes(t *testing.T) {
 }
 
 func TestNewGroupValidates(t *testing.T) {
-	if _, err := bulkhead.NewGroup(bulkhead.Config{MaxConcurrent: -1}, 0); !errors.Is(err, bulkhead.ErrInvalidConfig) {
+	if _, err := bulkhead.NewGroup(bulkhead.GroupConfig{Config: bulkhead.Config{MaxConcurrent: -1}}); !errors.Is(err, bulkhead.ErrInvalidConfig) {
 		t.Errorf("bad Config: err = %v, want ErrInvalidConfig", err)
 	}
-	if _, err := bulkhead.NewGroup(bulkhead.Config{}, -1); !errors.Is(err, bulkhead.ErrInvalidConfig) || !strings.Contains(err.Error(), "maxKeys is -1") {
-		t.Errorf("negative maxKeys: err = %v, want ErrInvalidConfig naming maxKeys", err)
+	if _, err := bulkhead.NewGroup(bulkhead.GroupConfig{Config: bulkhead.Config{}, MaxKeys: -1}); !errors.Is(err, bulkhead.ErrInvalidConfig) || !strings.Contains(err.Error(), "MaxKeys is -1") {
+		t.Errorf("negative MaxKeys: err = %v, want ErrInvalidConfig naming MaxKeys", err)
+	}
+	// Every invalid field is named, not only the first.
+	_, err := bulkhead.NewGroup(bulkhead.GroupConfig{Config: bulkhead.Config{MaxConcurrent: -1}, MaxKeys: -1})
+	if err == nil || !strings.Contains(err.Error(), "MaxConcurrent is -1") || !strings.Contains(err.Error(), "MaxKeys is -1") {
+		t.Errorf("two invalid fields: err = %v, want both named", err)
 	}
 }

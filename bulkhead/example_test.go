@@ -56,7 +56,7 @@ func Example_deadline() {
 
 // One compartment per host: a slow host fills its own, not the others'.
 func ExampleGroup() {
-	g, err := bulkhead.NewGroup(bulkhead.Config{MaxConcurrent: 1}, 0)
+	g, err := bulkhead.NewGroup(bulkhead.GroupConfig{Config: bulkhead.Config{MaxConcurrent: 1}})
 	if err != nil {
 		panic(err)
 	}

@@ -1,6 +1,7 @@
 package bulkhead
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 )
@@ -26,21 +27,36 @@ type Group struct {
 	m  map[string]*Bulkhead
 }
 
-// NewGroup returns a Group whose compartments are configured by cfg, or
-// the error New would give for cfg. maxKeys bounds the compartments kept
-// before idle ones are dropped; zero means DefaultMaxKeys, and a negative
-// value is invalid.
-func NewGroup(cfg Config, maxKeys int) (*Group, error) {
-	if _, err := New(cfg); err != nil {
-		return nil, err
+// GroupConfig configures a Group, as breaker.GroupConfig does a group of
+// breakers. Its zero value is valid: unbounded compartments, at most
+// DefaultMaxKeys of them kept.
+type GroupConfig struct {
+	// Config is the configuration of every compartment in the group.
+	// NewGroup validates it as New does.
+	Config Config
+	// MaxKeys bounds the compartments kept before idle ones are dropped.
+	// Zero means DefaultMaxKeys (1000); a negative value is invalid.
+	MaxKeys int
+}
+
+// NewGroup returns a Group configured by cfg, or an error wrapping
+// ErrInvalidConfig that names every invalid field.
+func NewGroup(cfg GroupConfig) (*Group, error) {
+	var errs []error
+	if _, err := New(cfg.Config); err != nil {
+		errs = append(errs, err)
 	}
+	maxKeys := cfg.MaxKeys
 	switch {
 	case maxKeys == 0:
 		maxKeys = DefaultMaxKeys
 	case maxKeys < 0:
-		return nil, fmt.Errorf("%w: NewGroup's maxKeys is %d; want 0 (the default, %d) or more", ErrInvalidConfig, maxKeys, DefaultMaxKeys)
+		errs = append(errs, fmt.Errorf("%w: GroupConfig.MaxKeys is %d; want 0 (the default, %d) or more", ErrInvalidConfig, maxKeys, DefaultMaxKeys))
 	}
-	return &Group{cfg: cfg, maxKeys: maxKeys, m: make(map[string]*Bulkhead)}, nil
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return &Group{cfg: cfg.Config, maxKeys: maxKeys, m: make(map[string]*Bulkhead)}, nil
 }
 
 // Get returns key's compartment, creating it if needed.

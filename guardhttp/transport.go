@@ -146,7 +146,7 @@ func NewTransport(base http.RoundTripper, cfg Config) (*Transport, error) {
 		t.breakers, _ = breaker.NewGroup(gc) // validated with cfg
 	}
 	if cfg.Bulkhead != nil {
-		t.bulkheads, _ = bulkhead.NewGroup(*cfg.Bulkhead, 0) // Config.validate checked cfg.Bulkhead
+		t.bulkheads, _ = bulkhead.NewGroup(bulkhead.GroupConfig{Config: *cfg.Bulkhead}) // Config.validate checked cfg.Bulkhead
 	}
 	return t, nil
 }

@@ -358,7 +358,7 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 			}
 			var bhs *bulkhead.Group
 			if d.Bulkhead != nil {
-				bhs, err = reuse(r.pool, next, keyOfConfig("grpc bulkheads", d.Name, *d.Bulkhead), func() (*bulkhead.Group, error) { return bulkhead.NewGroup(*d.Bulkhead, 0) })
+				bhs, err = reuse(r.pool, next, keyOfConfig("grpc bulkheads", d.Name, *d.Bulkhead), func() (*bulkhead.Group, error) { return bulkhead.NewGroup(bulkhead.GroupConfig{Config: *d.Bulkhead}) })
 				if err != nil {
 					return nil, err
 				}

@@ -28,7 +28,7 @@ func TestSharedBulkheadsCountEveryClientsCalls(t *testing.T) {
 		return serving, nil
 	}}
 	addr := serve(t, h)
-	group, err := bulkhead.NewGroup(bulkheadCfg, 0)
+	group, err := bulkhead.NewGroup(bulkhead.GroupConfig{Config: bulkheadCfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestSharedBulkheadsCountEveryClientsCalls(t *testing.T) {
 }
 
 func TestNewClientRejectsBulkheadAndBulkheads(t *testing.T) {
-	group, err := bulkhead.NewGroup(bulkheadCfg, 0)
+	group, err := bulkhead.NewGroup(bulkhead.GroupConfig{Config: bulkheadCfg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -373,7 +373,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		if _, err := bulkhead.New(*cfg.Bulkhead); err != nil {
 			return nil, &configError{msg: "guardgrpc: ClientConfig.Bulkhead: " + err.Error(), err: err}
 		}
-		c.bulkheads, _ = bulkhead.NewGroup(*cfg.Bulkhead, 0) // NewClient checked cfg.Bulkhead
+		c.bulkheads, _ = bulkhead.NewGroup(bulkhead.GroupConfig{Config: *cfg.Bulkhead}) // NewClient checked cfg.Bulkhead
 	}
 	c.pool.New = func() any { return new(unaryCall) }
 	return c, nil
