@@ -107,7 +107,7 @@ type Config struct {
 	// this Transport alone, ratio 0.1 and 10 tokens.
 	Budget *budget.Budget
 
-	// Observer receives the events of every request; EventTimeout names the
+	// Observer receives the events of every request; an event.Timeout names the
 	// phase that expired. Nil costs nothing.
 	Observer event.Observer
 
