@@ -29,7 +29,7 @@ type Group struct {
 
 // GroupConfig configures a Group, as breaker.GroupConfig does a group of
 // breakers. Its zero value is valid: unbounded compartments, at most
-// DefaultMaxKeys of them kept.
+// DefaultMaxKeys of them kept. It is a plain value that NewGroup copies.
 type GroupConfig struct {
 	// Config is the configuration of every compartment in the group.
 	// NewGroup validates it as New does.
