@@ -99,7 +99,7 @@ func BenchmarkDoNearDeadline(b *testing.B) {
 // BenchmarkDoDeadlineAttemptTimeout: a far deadline and an attempt timeout
 // that comes first, so the attempt has a timer of its own.
 func BenchmarkDoDeadlineAttemptTimeout(b *testing.B) {
-	p := &guardrail.Policy{AttemptTimeout: 500 * time.Millisecond}
+	p := &guardrail.Policy{Retry: guardrail.Retry{AttemptTimeout: 500 * time.Millisecond}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	b.ReportAllocs()
@@ -125,7 +125,7 @@ func BenchmarkWithTimeoutBaseline(b *testing.B) {
 }
 
 func BenchmarkDoAttemptTimeout(b *testing.B) {
-	p := &guardrail.Policy{AttemptTimeout: time.Second}
+	p := &guardrail.Policy{Retry: guardrail.Retry{AttemptTimeout: time.Second}}
 	ctx := context.Background()
 	b.ReportAllocs()
 	cpu := startCPU()
@@ -138,7 +138,7 @@ func BenchmarkDoAttemptTimeout(b *testing.B) {
 // BenchmarkDoAttemptTimeoutParentSooner: the caller's deadline is sooner
 // than the attempt timeout, so no timer is needed.
 func BenchmarkDoAttemptTimeoutParentSooner(b *testing.B) {
-	p := &guardrail.Policy{AttemptTimeout: time.Hour}
+	p := &guardrail.Policy{Retry: guardrail.Retry{AttemptTimeout: time.Hour}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	b.ReportAllocs()
@@ -256,8 +256,11 @@ func BenchmarkDoFailedAttempt(b *testing.B) {
 		c    guardrail.Classifier
 	}{{"default", nil}, {"trivial", trivialClassify}} {
 		b.Run("classify="+tc.name, func(b *testing.B) {
-			p := &guardrail.Policy{MaxAttempts: 1, Classify: tc.c,
-				Breaker: newBreaker(breaker.Config{Mode: breaker.Disabled})}
+			p := &guardrail.Policy{Retry: guardrail.Retry{
+				MaxAttempts: 1,
+			},
+				Classify: tc.c,
+				Breaker:  newBreaker(breaker.Config{Mode: breaker.Disabled})}
 			ctx := context.Background()
 			b.ReportAllocs()
 			cpu := startCPU()
@@ -272,8 +275,11 @@ func BenchmarkDoFailedAttempt(b *testing.B) {
 // BenchmarkDoFailedAttemptDeadline is BenchmarkDoFailedAttempt with the
 // trivial classifier and a deadline on the caller's context.
 func BenchmarkDoFailedAttemptDeadline(b *testing.B) {
-	p := &guardrail.Policy{MaxAttempts: 1, Classify: trivialClassify,
-		Breaker: newBreaker(breaker.Config{Mode: breaker.Disabled})}
+	p := &guardrail.Policy{Retry: guardrail.Retry{
+		MaxAttempts: 1,
+	},
+		Classify: trivialClassify,
+		Breaker:  newBreaker(breaker.Config{Mode: breaker.Disabled})}
 	b.Run("deadline=1h", func(b *testing.B) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
@@ -301,8 +307,11 @@ func BenchmarkDoFailedAttemptDeadline(b *testing.B) {
 // time window but never opens, so that every call makes its three
 // attempts: the failure path of an outage, per call.
 func BenchmarkDoRetries(b *testing.B) {
-	p := &guardrail.Policy{Idempotent: true, Classify: trivialClassify, Backoff: backoff.None(),
-		Budget: budget.Unlimited(), Breaker: newBreaker(breaker.Config{Mode: breaker.MetricsOnly})}
+	p := &guardrail.Policy{Idempotent: true, Classify: trivialClassify, Retry: guardrail.Retry{
+		Backoff: backoff.None(),
+		Budget:  budget.Unlimited(),
+	},
+		Breaker: newBreaker(breaker.Config{Mode: breaker.MetricsOnly})}
 	run := func(b *testing.B, ctx func() context.Context) {
 		b.ReportAllocs()
 		cpu := startCPU()

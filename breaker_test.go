@@ -26,7 +26,7 @@ import (
 // dependency.
 func TestZeroPolicyHasADefaultBreaker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &guardrail.Policy{Name: "pricing", MaxAttempts: 1}
+		p := &guardrail.Policy{Name: "pricing", Retry: guardrail.Retry{MaxAttempts: 1}}
 		dep := &counter{errs: []error{errBoom}}
 		for range 20 {
 			if _, err := guardrail.Do(context.Background(), p, dep.op); !errors.Is(err, errBoom) {
@@ -58,7 +58,7 @@ func TestZeroPolicyHasADefaultBreaker(t *testing.T) {
 func TestOutageAnsweredByFallback(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		br := newBreaker(breaker.Config{MinRequests: 4})
-		p := &guardrail.Policy{Name: "pricing", MaxAttempts: 1, Breaker: br}
+		p := &guardrail.Policy{Name: "pricing", Retry: guardrail.Retry{MaxAttempts: 1}, Breaker: br}
 		cache, err := fallback.NewCache[string, int](fallback.CacheConfig{TTL: time.Hour})
 		if err != nil {
 			t.Fatal(err)
@@ -85,7 +85,7 @@ func TestOutageAnsweredByFallback(t *testing.T) {
 // timeout (1.2 s), from the fallback, not at some default 10 s.
 func TestHangingDependencyAnsweredAtAttemptTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &guardrail.Policy{Name: "pricing", MaxAttempts: 1, AttemptTimeout: 1200 * time.Millisecond, Idempotent: true}
+		p := &guardrail.Policy{Name: "pricing", Retry: guardrail.Retry{MaxAttempts: 1, AttemptTimeout: 1200 * time.Millisecond}, Idempotent: true}
 		cache, err := fallback.NewCache[string, int](fallback.CacheConfig{TTL: time.Hour})
 		if err != nil {
 			t.Fatal(err)
@@ -109,7 +109,7 @@ func TestHangingDependencyAnsweredAtAttemptTimeout(t *testing.T) {
 func TestBreakerOpeningMidRetryStopsRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		br := newBreaker(breaker.Config{MinRequests: 2, FailureRate: 0.5})
-		p := &guardrail.Policy{Idempotent: true, MaxAttempts: 5, Budget: budget.Unlimited(), Backoff: backoff.Constant(time.Second), Breaker: br}
+		p := &guardrail.Policy{Idempotent: true, Retry: guardrail.Retry{MaxAttempts: 5, Budget: budget.Unlimited(), Backoff: backoff.Constant(time.Second)}, Breaker: br}
 		dep := &counter{errs: []error{errBoom}}
 		start := time.Now()
 		_, err := guardrail.Do(context.Background(), p, dep.op)
@@ -125,7 +125,7 @@ func TestBreakerOpeningMidRetryStopsRetries(t *testing.T) {
 func TestHalfOpenProbeThroughDo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		br := newBreaker(breaker.Config{MinRequests: 1, OpenFor: time.Second, OpenJitter: -1})
-		p := &guardrail.Policy{MaxAttempts: 1, Breaker: br}
+		p := &guardrail.Policy{Retry: guardrail.Retry{MaxAttempts: 1}, Breaker: br}
 		_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) { return 0, errBoom })
 		if br.State() != breaker.Open {
 			t.Fatalf("state %v, want open", br.State())
@@ -166,7 +166,9 @@ func TestHalfOpenProbeThroughDo(t *testing.T) {
 func TestBreakerTransitionsReachTheObserver(t *testing.T) {
 	var got []event.Event
 	var mu sync.Mutex
-	p := &guardrail.Policy{Name: "pricing", MaxAttempts: 1,
+	p := &guardrail.Policy{Name: "pricing", Retry: guardrail.Retry{
+		MaxAttempts: 1,
+	},
 		Observer: event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
 			if e.Kind == event.BreakerTransition || e.Kind == event.BreakerReject {
 				mu.Lock()
@@ -196,7 +198,7 @@ func TestBreakerTransitionsReachTheObserver(t *testing.T) {
 func TestBulkheadFullFailsFast(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		bh := newBulkhead(bulkhead.Config{MaxConcurrent: 1})
-		p := &guardrail.Policy{MaxAttempts: 1, Bulkhead: bh, Breaker: noBreaker()}
+		p := &guardrail.Policy{Retry: guardrail.Retry{MaxAttempts: 1}, Bulkhead: bh, Breaker: noBreaker()}
 		gate := make(chan struct{})
 		go func() {
 			_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) { <-gate; return 1, nil })
@@ -220,7 +222,7 @@ func TestBulkheadFullFailsFast(t *testing.T) {
 func TestBulkheadWaitStopsBeforeTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		bh := newBulkhead(bulkhead.Config{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Minute})
-		p := &guardrail.Policy{MaxAttempts: 1, Bulkhead: bh, MinAttemptTime: 200 * time.Millisecond, Breaker: noBreaker()}
+		p := &guardrail.Policy{Retry: guardrail.Retry{MaxAttempts: 1, MinAttemptTime: 200 * time.Millisecond}, Bulkhead: bh, Breaker: noBreaker()}
 		gate := make(chan struct{})
 		go func() {
 			_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) { <-gate; return 1, nil })
@@ -243,11 +245,11 @@ func TestBulkheadRejectionFreesTheProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		br := newBreaker(breaker.Config{MinRequests: 1, OpenFor: time.Second, OpenJitter: -1})
 		bh := newBulkhead(bulkhead.Config{MaxConcurrent: 1})
-		p := &guardrail.Policy{MaxAttempts: 1, Breaker: br}
+		p := &guardrail.Policy{Retry: guardrail.Retry{MaxAttempts: 1}, Breaker: br}
 		_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) { return 0, errBoom })
 		time.Sleep(time.Second)
 		release, _ := bh.Acquire(context.Background())
-		p2 := &guardrail.Policy{MaxAttempts: 1, Breaker: br, Bulkhead: bh}
+		p2 := &guardrail.Policy{Retry: guardrail.Retry{MaxAttempts: 1}, Breaker: br, Bulkhead: bh}
 		if _, err := guardrail.Do(context.Background(), p2, func(context.Context) (int, error) { return 1, nil }); !errors.Is(err, guardrail.ErrBulkheadFull) {
 			t.Fatalf("err = %v", err)
 		}
@@ -263,7 +265,7 @@ func TestBulkheadRejectionFreesTheProbe(t *testing.T) {
 
 func TestPanicReleasesTheBulkheadSlot(t *testing.T) {
 	bh := newBulkhead(bulkhead.Config{MaxConcurrent: 1})
-	p := &guardrail.Policy{MaxAttempts: 1, Bulkhead: bh}
+	p := &guardrail.Policy{Retry: guardrail.Retry{MaxAttempts: 1}, Bulkhead: bh}
 	func() {
 		defer func() { _ = recover() }()
 		_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) { panic("x") })
@@ -325,7 +327,11 @@ func TestDeadlineDuringBulkheadWaitIsErrDeadline(t *testing.T) {
 		held, _ := bh.Acquire(context.Background())
 		defer held.Release()
 		var outcome string
-		p := &guardrail.Policy{MaxAttempts: 1, Bulkhead: bh, MinAttemptTime: -1, Breaker: noBreaker(),
+		p := &guardrail.Policy{Retry: guardrail.Retry{
+			MaxAttempts:    1,
+			MinAttemptTime: -1,
+		},
+			Bulkhead: bh, Breaker: noBreaker(),
 			Observer: event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
 				if e.Kind == event.CallEnd {
 					outcome = e.Outcome

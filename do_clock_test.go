@@ -73,8 +73,14 @@ func TestClockReadsPerAttempt(t *testing.T) {
 		for i, oc := range outcomes {
 			t.Run(su.name+"/"+oc.name, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					p := &Policy{MaxAttempts: oc.attempts, AttemptTimeout: su.timeout, Idempotent: true,
-						Budget: budget.Unlimited(), Backoff: backoff.Constant(10 * time.Millisecond)}
+					p := &Policy{Retry: Retry{
+						MaxAttempts:    oc.attempts,
+						AttemptTimeout: su.timeout,
+						Budget:         budget.Unlimited(),
+						Backoff:        backoff.Constant(10 * time.Millisecond),
+					},
+						Idempotent: true,
+					}
 					if su.observed {
 						p.Observer = event.ObserverFunc(func(ctx context.Context, _ event.Event) context.Context { return ctx })
 					}
@@ -126,8 +132,13 @@ func TestClockReadsPerAttempt(t *testing.T) {
 // time really left (in a bubble, where timers are exact).
 func TestRetryStartsWhenItsWaitEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &Policy{Idempotent: true, Budget: budget.Unlimited(), Backoff: backoff.Constant(100 * time.Millisecond),
-			MaxAttempts: 5, MinAttemptTime: 50 * time.Millisecond}
+		p := &Policy{Idempotent: true, Retry: Retry{
+			Budget:         budget.Unlimited(),
+			Backoff:        backoff.Constant(100 * time.Millisecond),
+			MaxAttempts:    5,
+			MinAttemptTime: 50 * time.Millisecond,
+		},
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		var left []time.Duration

@@ -52,7 +52,7 @@ func (c *counter) op(ctx context.Context) (int, error) {
 }
 
 func unlimited() *guardrail.Policy {
-	return &guardrail.Policy{Idempotent: true, Budget: budget.Unlimited(), Backoff: backoff.None(), Breaker: noBreaker()}
+	return &guardrail.Policy{Idempotent: true, Retry: guardrail.Retry{Budget: budget.Unlimited(), Backoff: backoff.None()}, Breaker: noBreaker()}
 }
 
 func noBreaker() *breaker.Breaker { return newBreaker(breaker.Config{Mode: breaker.Disabled}) }
@@ -137,7 +137,7 @@ func TestSucceedsAfterTransientFailures(t *testing.T) {
 }
 
 func TestNotIdempotentRetriesOnlyUnsent(t *testing.T) {
-	p := &guardrail.Policy{Budget: budget.Unlimited(), Backoff: backoff.None()} // Idempotent false
+	p := &guardrail.Policy{Retry: guardrail.Retry{Budget: budget.Unlimited(), Backoff: backoff.None()}} // Idempotent false
 	dep := &counter{errs: []error{errBoom}}
 	if _, err := guardrail.Do(context.Background(), p, dep.op); !errors.Is(err, errBoom) || dep.calls != 1 {
 		t.Fatalf("plain failure of a non-idempotent op: %d calls (err %v), want 1", dep.calls, err)
@@ -150,7 +150,7 @@ func TestNotIdempotentRetriesOnlyUnsent(t *testing.T) {
 
 func TestTimeoutOfNonIdempotentIsOutcomeUnknown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &guardrail.Policy{AttemptTimeout: time.Second, Budget: budget.Unlimited()}
+		p := &guardrail.Policy{Retry: guardrail.Retry{AttemptTimeout: time.Second, Budget: budget.Unlimited()}}
 		calls := 0
 		_, err := guardrail.Do(context.Background(), p, func(ctx context.Context) (int, error) {
 			calls++
@@ -289,7 +289,7 @@ func TestRetryAfterBeyondCapOrDeadlineEndsAtOnce(t *testing.T) {
 // make 3000 attempts without a budget and about 1110 with a 10 % budget.
 func TestBudgetCapsAmplification(t *testing.T) {
 	run := func(b *budget.Budget) (attempts int, exhausted int) {
-		p := &guardrail.Policy{Idempotent: true, Budget: b, Backoff: backoff.None(), Breaker: noBreaker()}
+		p := &guardrail.Policy{Idempotent: true, Retry: guardrail.Retry{Budget: b, Backoff: backoff.None()}, Breaker: noBreaker()}
 		dep := &counter{errs: []error{errBoom}}
 		for range 1000 {
 			_, err := guardrail.Do(context.Background(), p, dep.op)
@@ -391,11 +391,11 @@ func TestInvalidPolicyIsRejected(t *testing.T) {
 		p    *guardrail.Policy
 		want string
 	}{
-		{&guardrail.Policy{Name: "a", MaxAttempts: -1},
+		{&guardrail.Policy{Name: "a", Retry: guardrail.Retry{MaxAttempts: -1}},
 			`guardrail: invalid config "a": Policy.MaxAttempts is -1; want 1 or more, or zero for the default`},
-		{&guardrail.Policy{Name: "b", AttemptTimeout: -time.Second},
+		{&guardrail.Policy{Name: "b", Retry: guardrail.Retry{AttemptTimeout: -time.Second}},
 			`guardrail: invalid config "b": Policy.AttemptTimeout is -1s; want a positive duration, or zero for none`},
-		{&guardrail.Policy{Name: "c", MaxAttempts: -2, AttemptTimeout: -time.Millisecond},
+		{&guardrail.Policy{Name: "c", Retry: guardrail.Retry{MaxAttempts: -2, AttemptTimeout: -time.Millisecond}},
 			`guardrail: invalid config "c": Policy.MaxAttempts is -2; want 1 or more, or zero for the default` + "\n" +
 				`guardrail: invalid config "c": Policy.AttemptTimeout is -1ms; want a positive duration, or zero for none`},
 	} {
@@ -408,7 +408,7 @@ func TestInvalidPolicyIsRejected(t *testing.T) {
 		}
 	}
 	// The limits whose comments say negative means no limit are valid.
-	p := &guardrail.Policy{MinAttemptTime: -1, MaxRetryAfter: -1}
+	p := &guardrail.Policy{Retry: guardrail.Retry{MinAttemptTime: -1, MaxRetryAfter: -1}}
 	if _, err := guardrail.Do(context.Background(), p, okOp); err != nil {
 		t.Fatalf("negative MinAttemptTime and MaxRetryAfter: %v", err)
 	}
@@ -432,7 +432,7 @@ func TestNilPolicyUsesDefaults(t *testing.T) {
 // wait exactly half the exponential window.
 func TestBackoffUsesThePolicysDraws(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &guardrail.Policy{Idempotent: true, Budget: budget.Unlimited(), MaxAttempts: 4, Rand: func() float64 { return 0.5 }}
+		p := &guardrail.Policy{Idempotent: true, Retry: guardrail.Retry{Budget: budget.Unlimited(), MaxAttempts: 4}, Rand: func() float64 { return 0.5 }}
 		dep := &counter{errs: []error{errBoom}}
 		_, _ = guardrail.Do(context.Background(), p, dep.op)
 		want := []time.Duration{0, 50 * time.Millisecond, 150 * time.Millisecond, 350 * time.Millisecond}
@@ -512,7 +512,7 @@ func TestErrorMessage(t *testing.T) {
 }
 
 func TestDoCallDecidesIdempotencyPerCall(t *testing.T) {
-	p := &guardrail.Policy{Name: "api", Idempotent: false, Budget: budget.Unlimited(), Backoff: backoff.None()}
+	p := &guardrail.Policy{Name: "api", Idempotent: false, Retry: guardrail.Retry{Budget: budget.Unlimited(), Backoff: backoff.None()}}
 	var deps []string
 	p.Observer = event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
 		if e.Kind == event.CallStart {
@@ -540,7 +540,7 @@ func TestDoCallDecidesIdempotencyPerCall(t *testing.T) {
 
 func TestErrorTimeoutAndBudgetRetryIn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &guardrail.Policy{AttemptTimeout: time.Second, Breaker: noBreaker()}
+		p := &guardrail.Policy{Retry: guardrail.Retry{AttemptTimeout: time.Second}, Breaker: noBreaker()}
 		_, err := guardrail.Do(context.Background(), p, func(ctx context.Context) (int, error) { <-ctx.Done(); return 0, ctx.Err() })
 		var te interface{ Timeout() bool }
 		if !errors.As(err, &te) || !te.Timeout() {
@@ -549,7 +549,7 @@ func TestErrorTimeoutAndBudgetRetryIn(t *testing.T) {
 	})
 	b := newBudget(budget.Config{Max: 1})
 	b.TryRetry()
-	p := &guardrail.Policy{Idempotent: true, Budget: b, Backoff: backoff.Constant(300 * time.Millisecond), Breaker: noBreaker()}
+	p := &guardrail.Policy{Idempotent: true, Retry: guardrail.Retry{Budget: b, Backoff: backoff.Constant(300 * time.Millisecond)}, Breaker: noBreaker()}
 	_, err := guardrail.Do(context.Background(), p, func(context.Context) (int, error) { return 0, errBoom })
 	var ge *guardrail.Error
 	if !errors.As(err, &ge) || ge.Kind != guardrail.ErrBudgetExhausted || ge.RetryIn != 300*time.Millisecond || ge.Timeout() {
@@ -629,7 +629,7 @@ func TestCancelledCallOutcomeIsCanceled(t *testing.T) {
 
 		// A nested call's *Error, returned by op of a call nobody cancelled, is
 		// that call's outcome, not this one's: this call failed with an error.
-		_, _ = guardrail.Do(context.Background(), &guardrail.Policy{MaxAttempts: 1, Breaker: noBreaker(), Observer: obs},
+		_, _ = guardrail.Do(context.Background(), &guardrail.Policy{Retry: guardrail.Retry{MaxAttempts: 1}, Breaker: noBreaker(), Observer: obs},
 			func(context.Context) (int, error) { return 0, guardrail.Permanent(sibling) })
 
 		want := []string{event.OutcomeCanceled, event.OutcomeCanceled, event.OutcomeError}

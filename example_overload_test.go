@@ -18,8 +18,10 @@ func ExampleHedgeConfig() {
 	p := &guardrail.Policy{
 		Name:       "catalog",
 		Idempotent: true, // only idempotent calls are hedged
-		Budget:     budget.Unlimited(),
-		Hedge:      &guardrail.HedgeConfig{Delay: 20 * time.Millisecond},
+		Retry: guardrail.Retry{
+			Budget: budget.Unlimited(),
+		},
+		Hedge: &guardrail.HedgeConfig{Delay: 20 * time.Millisecond},
 	}
 	var calls atomic.Int64
 	v, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{}, func(ctx context.Context) (string, error) {
@@ -44,11 +46,13 @@ func ExampleThrottler() {
 	}
 	draws := 0.0
 	p := &guardrail.Policy{
-		Name:        "search",
-		MaxAttempts: 1,
-		Throttler:   th,
-		Breaker:     noBreaker(),                                                          // only the throttle acts here
-		Rand:        func() float64 { draws += 0.37; return draws - float64(int(draws)) }, // reproducible
+		Name: "search",
+		Retry: guardrail.Retry{
+			MaxAttempts: 1,
+		},
+		Throttler: th,
+		Breaker:   noBreaker(),                                                          // only the throttle acts here
+		Rand:      func() float64 { draws += 0.37; return draws - float64(int(draws)) }, // reproducible
 	}
 	sent, throttled := 0, 0
 	for range 100 {

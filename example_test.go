@@ -14,10 +14,12 @@ import (
 
 func Example() {
 	p := &guardrail.Policy{
-		Name:           "pricing",
-		AttemptTimeout: 1200 * time.Millisecond,
-		Idempotent:     true, // a read: safe to repeat
-		Backoff:        backoff.None(),
+		Name: "pricing",
+		Retry: guardrail.Retry{
+			AttemptTimeout: 1200 * time.Millisecond,
+			Backoff:        backoff.None(),
+		},
+		Idempotent: true, // a read: safe to repeat
 	}
 	calls := 0
 	price, err := guardrail.Do(context.Background(), p, func(ctx context.Context) (int, error) {
@@ -34,7 +36,7 @@ func Example() {
 // A timed-out payment must not be retried without an idempotency key: the
 // charge may have gone through.
 func Example_outcomeUnknown() {
-	p := &guardrail.Policy{Name: "payments", AttemptTimeout: 10 * time.Millisecond}
+	p := &guardrail.Policy{Name: "payments", Retry: guardrail.Retry{AttemptTimeout: 10 * time.Millisecond}}
 	_, err := guardrail.Do(context.Background(), p, func(ctx context.Context) (string, error) {
 		<-ctx.Done() // the provider took the request and went quiet
 		return "", ctx.Err()
@@ -46,7 +48,7 @@ func Example_outcomeUnknown() {
 // An HTTP-like caller decides idempotence per request: the zero Call
 // follows the Policy, Idempotent and NotIdempotent override it.
 func ExampleDoCall() {
-	p := &guardrail.Policy{Name: "orders", Backoff: backoff.None()} // not idempotent by default
+	p := &guardrail.Policy{Name: "orders", Retry: guardrail.Retry{Backoff: backoff.None()}} // not idempotent by default
 	attempts := 0
 	failOnce := func(ctx context.Context) (string, error) {
 		if attempts++; attempts == 1 {
@@ -98,7 +100,7 @@ func ExamplePolicy_sharedBreaker() {
 // An invalid Policy is reported by the first call, every invalid field by
 // name, without running the operation.
 func ExamplePolicy_invalid() {
-	p := &guardrail.Policy{Name: "pricing", MaxAttempts: -1}
+	p := &guardrail.Policy{Name: "pricing", Retry: guardrail.Retry{MaxAttempts: -1}}
 	_, err := guardrail.Do(context.Background(), p, func(context.Context) (int, error) { return 1, nil })
 	fmt.Println(errors.Is(err, guardrail.ErrInvalidConfig))
 	fmt.Println(err)

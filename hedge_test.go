@@ -172,7 +172,7 @@ func TestHedgeAdaptiveDelayWaitsForSamples(t *testing.T) {
 		// Unlimited budget: in the bubble's exact time a call as slow as the
 		// p95 ties with the hedge timer and is hedged too, which a real clock
 		// almost never does; that spends more than a default budget holds.
-		p := &guardrail.Policy{Idempotent: true, Budget: budget.Unlimited(), Hedge: &guardrail.HedgeConfig{Window: 100}, Observer: rec}
+		p := &guardrail.Policy{Idempotent: true, Retry: guardrail.Retry{Budget: budget.Unlimited()}, Hedge: &guardrail.HedgeConfig{Window: 100}, Observer: rec}
 		var calls atomic.Int64
 		op := func(ctx context.Context) (int, error) {
 			n := calls.Add(1)
@@ -218,8 +218,11 @@ func TestHedgeAdaptiveDelayWaitsForSamples(t *testing.T) {
 func TestHedgeStopsUnderOverload(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
-		p := &guardrail.Policy{Idempotent: true, MaxAttempts: 1, Observer: rec,
-			Hedge: &guardrail.HedgeConfig{Delay: 10 * time.Millisecond, OverloadPause: time.Second}}
+		p := &guardrail.Policy{Idempotent: true, Retry: guardrail.Retry{
+			MaxAttempts: 1,
+		},
+			Observer: rec,
+			Hedge:    &guardrail.HedgeConfig{Delay: 10 * time.Millisecond, OverloadPause: time.Second}}
 		var calls atomic.Int64
 		// One overload answer...
 		_, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{}, func(ctx context.Context) (int, error) {
@@ -268,7 +271,7 @@ func TestHedgeRefusedWhenBudgetLowOrBreakerNotClosed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
 		b, _ := budget.New(budget.Config{Ratio: 0.1, Max: 2})
-		p := &guardrail.Policy{Idempotent: true, Budget: b, Observer: rec, Hedge: &guardrail.HedgeConfig{Delay: 10 * time.Millisecond}}
+		p := &guardrail.Policy{Idempotent: true, Retry: guardrail.Retry{Budget: b}, Observer: rec, Hedge: &guardrail.HedgeConfig{Delay: 10 * time.Millisecond}}
 		var calls atomic.Int64
 		slow := func(ctx context.Context) (int, error) {
 			calls.Add(1)
@@ -293,7 +296,7 @@ func TestHedgeRefusedWhenBudgetLowOrBreakerNotClosed(t *testing.T) {
 		}
 		br, _ := breaker.New(breaker.Config{})
 		br.ForceOpen()
-		p2 := &guardrail.Policy{Idempotent: true, Budget: budget.Unlimited(), Breaker: br, Hedge: &guardrail.HedgeConfig{Delay: time.Millisecond}}
+		p2 := &guardrail.Policy{Idempotent: true, Retry: guardrail.Retry{Budget: budget.Unlimited()}, Breaker: br, Hedge: &guardrail.HedgeConfig{Delay: time.Millisecond}}
 		_, err := guardrail.DoHedged(context.Background(), p2, guardrail.Call{}, slow)
 		if !errors.Is(err, guardrail.ErrCircuitOpen) {
 			t.Errorf("err %v; want ErrCircuitOpen", err)
@@ -303,7 +306,7 @@ func TestHedgeRefusedWhenBudgetLowOrBreakerNotClosed(t *testing.T) {
 
 func TestHedgeWaitsForHedgeAfterCallerAttemptFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &guardrail.Policy{Idempotent: true, MaxAttempts: 1, Budget: budget.Unlimited(), Hedge: &guardrail.HedgeConfig{Delay: 10 * time.Millisecond}}
+		p := &guardrail.Policy{Idempotent: true, Retry: guardrail.Retry{MaxAttempts: 1, Budget: budget.Unlimited()}, Hedge: &guardrail.HedgeConfig{Delay: 10 * time.Millisecond}}
 		var calls atomic.Int64
 		v, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{}, func(ctx context.Context) (int, error) {
 			if calls.Add(1) == 1 {

@@ -52,35 +52,9 @@ type Policy struct {
 	// "pricing"). It becomes a metric label: keep it from a small fixed set.
 	Name string
 
-	// MaxAttempts bounds the attempts of one call, counting the first.
-	// Zero means DefaultMaxAttempts (3); 1 never retries; a negative value
-	// is rejected with ErrInvalidConfig.
-	MaxAttempts int
-
-	// AttemptTimeout bounds each attempt; the effective bound is
-	// min(AttemptTimeout, time left on the context). Zero means no bound of
-	// its own: the attempt runs under the caller's context alone, which then
-	// is the context op receives. A negative value is rejected.
-	AttemptTimeout time.Duration
-
-	// MinAttemptTime is the least time worth starting an attempt with: with
-	// less left on the context's deadline Do stops with ErrDeadline instead
-	// of starting an attempt that cannot finish, and a retry whose delay
-	// plus MinAttemptTime does not fit is not attempted. Zero means
-	// DefaultMinAttemptTime (50 ms, about the least a network round trip
-	// with some work behind it needs); negative means no limit: any time
-	// left is worth an attempt.
-	MinAttemptTime time.Duration
-
-	// Backoff computes the delay before each retry. Nil means full jitter,
-	// base 100 ms, cap 10 s.
-	Backoff backoff.Strategy
-
-	// MaxRetryAfter caps how long a server may ask Do to wait (Retry-After):
-	// a longer request ends the call at once rather than retrying sooner than
-	// asked. Zero means DefaultMaxRetryAfter (30 s); negative turns the hints
-	// off: server hints are ignored and the backoff applies.
-	MaxRetryAfter time.Duration
+	// Retry is how the calls retry: attempts, their timeout, backoff,
+	// server hints and the retry budget.
+	Retry
 
 	// Classify decides what a failed attempt means. Nil means
 	// DefaultClassify.
@@ -92,12 +66,6 @@ type Policy struct {
 	// timed-out attempt ends with ErrOutcomeUnknown: the operation may have
 	// taken effect. Call.Idempotent overrides it for one call.
 	Idempotent bool
-
-	// Budget caps retries at a fraction of calls. Nil means a budget owned by
-	// this Policy with budget.DefaultRatio and budget.DefaultMax, created on
-	// first use. Share one Budget between policies to budget them together;
-	// use budget.Unlimited() to bound retries only by attempts and deadline.
-	Budget *budget.Budget
 
 	// Breaker stops calls to a dependency that is failing, so callers fail
 	// fast instead of waiting on it. Nil means a breaker owned by this
@@ -145,6 +113,49 @@ type Policy struct {
 
 	// resolved holds the validated settings, computed on first use.
 	resolved atomic.Pointer[settings]
+}
+
+// Retry is how a guarded call retries: the settings that Policy,
+// guardhttp.Config and guardgrpc.ClientConfig share, declared once here
+// and embedded in each. The zero value is the defaults each field states.
+// A Retry is a plain value; the Budget it points to is safe for concurrent
+// use.
+type Retry struct {
+	// MaxAttempts bounds the attempts of one call, counting the first.
+	// Zero means DefaultMaxAttempts (3); 1 never retries; a negative value
+	// is rejected with ErrInvalidConfig.
+	MaxAttempts int
+
+	// AttemptTimeout bounds each attempt; the effective bound is
+	// min(AttemptTimeout, time left on the context). Zero means no bound of
+	// its own: the attempt runs under the caller's context alone, which then
+	// is the context op receives. A negative value is rejected.
+	AttemptTimeout time.Duration
+
+	// MinAttemptTime is the least time worth starting an attempt with: with
+	// less left on the context's deadline Do stops with ErrDeadline instead
+	// of starting an attempt that cannot finish, and a retry whose delay
+	// plus MinAttemptTime does not fit is not attempted. Zero means
+	// DefaultMinAttemptTime (50 ms, about the least a network round trip
+	// with some work behind it needs); negative means no limit: any time
+	// left is worth an attempt.
+	MinAttemptTime time.Duration
+
+	// Backoff computes the delay before each retry. Nil means full jitter,
+	// base 100 ms, cap 10 s.
+	Backoff backoff.Strategy
+
+	// MaxRetryAfter caps how long a server may ask Do to wait (Retry-After):
+	// a longer request ends the call at once rather than retrying sooner than
+	// asked. Zero means DefaultMaxRetryAfter (30 s); negative turns the hints
+	// off: server hints are ignored and the backoff applies.
+	MaxRetryAfter time.Duration
+
+	// Budget caps retries at a fraction of calls. Nil means a budget owned by
+	// this Policy with budget.DefaultRatio and budget.DefaultMax, created on
+	// first use. Share one Budget between policies to budget them together;
+	// use budget.Unlimited() to bound retries only by attempts and deadline.
+	Budget *budget.Budget
 }
 
 // settings are a Policy's fields with defaults applied.

@@ -37,7 +37,7 @@ func lockedRand(seed uint64) func() float64 {
 func TestThrottleHealthyDependencyNeverRejected(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		th := newThrottler(t, guardrail.ThrottleConfig{})
-		p := &guardrail.Policy{Throttler: th, MaxAttempts: 1, Rand: lockedRand(1)}
+		p := &guardrail.Policy{Throttler: th, Retry: guardrail.Retry{MaxAttempts: 1}, Rand: lockedRand(1)}
 		sent := 0
 		for range 1000 {
 			_, err := guardrail.Do(context.Background(), p, func(context.Context) (int, error) { sent++; return 1, nil })
@@ -55,7 +55,7 @@ func TestThrottleRejectsWhenOverloaded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
 		th := newThrottler(t, guardrail.ThrottleConfig{})
-		p := &guardrail.Policy{Throttler: th, MaxAttempts: 1, Rand: lockedRand(2), Observer: rec, Breaker: noBreaker()}
+		p := &guardrail.Policy{Throttler: th, Retry: guardrail.Retry{MaxAttempts: 1}, Rand: lockedRand(2), Observer: rec, Breaker: noBreaker()}
 		sent, throttled := 0, 0
 		const n = 2000
 		for range n {
@@ -87,7 +87,7 @@ func TestThrottleRejectsWhenOverloaded(t *testing.T) {
 func TestThrottleConvergesToKTimesAccepts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		th := newThrottler(t, guardrail.ThrottleConfig{Window: time.Minute})
-		p := &guardrail.Policy{Throttler: th, MaxAttempts: 1, Rand: lockedRand(3), Breaker: noBreaker()}
+		p := &guardrail.Policy{Throttler: th, Retry: guardrail.Retry{MaxAttempts: 1}, Rand: lockedRand(3), Breaker: noBreaker()}
 		// The dependency accepts one request per 4 ms and refuses the rest
 		// with 429, while the client offers one per millisecond: the
 		// throttle lets through about K·accepts, so the dependency sees
@@ -122,7 +122,7 @@ func TestThrottleConvergesToKTimesAccepts(t *testing.T) {
 func TestThrottleForgetsAfterWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		th := newThrottler(t, guardrail.ThrottleConfig{Window: 10 * time.Second})
-		p := &guardrail.Policy{Throttler: th, MaxAttempts: 1, Rand: lockedRand(4)}
+		p := &guardrail.Policy{Throttler: th, Retry: guardrail.Retry{MaxAttempts: 1}, Rand: lockedRand(4)}
 		for range 100 {
 			_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) {
 				return 0, context.DeadlineExceeded // timeouts are not accepts
@@ -140,7 +140,7 @@ func TestThrottleForgetsAfterWindow(t *testing.T) {
 
 func TestThrottleOrdinaryErrorsAreAccepts(t *testing.T) {
 	th := newThrottler(t, guardrail.ThrottleConfig{})
-	p := &guardrail.Policy{Throttler: th, MaxAttempts: 1}
+	p := &guardrail.Policy{Throttler: th, Retry: guardrail.Retry{MaxAttempts: 1}}
 	for range 100 {
 		_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) {
 			return 0, guardrail.Permanent(errors.New("404"))
@@ -177,7 +177,7 @@ func BenchmarkDoThrottled(b *testing.B) {
 func TestThrottleInFlightRequestsAreNotRefusals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		th := newThrottler(t, guardrail.ThrottleConfig{K: 1.1})
-		p := &guardrail.Policy{Throttler: th, MaxAttempts: 1, Rand: lockedRand(5)}
+		p := &guardrail.Policy{Throttler: th, Retry: guardrail.Retry{MaxAttempts: 1}, Rand: lockedRand(5)}
 		var mu sync.Mutex
 		throttled := 0
 		var wg sync.WaitGroup

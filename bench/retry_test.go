@@ -58,8 +58,10 @@ func BenchmarkRetry(b *testing.B) {
 		// of every retry policy; the peers here have none). The breaker is
 		// switched off: it has rows of its own below.
 		p := &guardrail.Policy{
-			MaxAttempts: maxAttempts,
-			Breaker:     must(breaker.New(breaker.Config{Mode: breaker.Disabled})),
+			Retry: guardrail.Retry{
+				MaxAttempts: maxAttempts,
+			},
+			Breaker: must(breaker.New(breaker.Config{Mode: breaker.Disabled})),
 		}
 		loop(b, func() { sinkInt, sinkErr = guardrail.Do(ctx, p, okCtx) })
 	})
@@ -114,13 +116,13 @@ func BenchmarkComposed(b *testing.B) {
 		})
 	})
 	b.Run("timeout=1s/impl=guardrail-do", func(b *testing.B) {
-		p := &guardrail.Policy{AttemptTimeout: attemptTimeout}
+		p := &guardrail.Policy{Retry: guardrail.Retry{AttemptTimeout: attemptTimeout}}
 		modes(b, func() { sinkInt, sinkErr = guardrail.Do(ctx, p, okCtx) })
 	})
 	b.Run("timeout=1s/impl=guardrail-do-parent-sooner", func(b *testing.B) {
 		// The caller's deadline (1 min away) comes before the attempt
 		// timeout (1 h): Do needs no timer, only a context it can cancel.
-		p := &guardrail.Policy{AttemptTimeout: time.Hour}
+		p := &guardrail.Policy{Retry: guardrail.Retry{AttemptTimeout: time.Hour}}
 		pctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		modes(b, func() { sinkInt, sinkErr = guardrail.Do(pctx, p, okCtx) })

@@ -36,7 +36,7 @@ func TestBreakerPerHost(t *testing.T) {
 		_, _ = io.WriteString(w, "ok")
 	})
 	rec := &recorder{}
-	c := newClient(t, guardhttp.Config{MaxAttempts: 1, Observer: rec})
+	c := newClient(t, guardhttp.Config{Retry: guardrail.Retry{MaxAttempts: 1}, Observer: rec})
 	// The default breakers trip at 20 calls, half of them failed.
 	for i := 0; i < 20; i++ {
 		resp, err := get(t, context.Background(), c, bad.URL)
@@ -117,9 +117,11 @@ func TestBreakerKeyedByRoute(t *testing.T) {
 	})
 	group := breakers()
 	c := newClient(t, guardhttp.Config{
-		MaxAttempts: 1,
-		Breakers:    group,
-		Key:         func(r *http.Request) string { return r.URL.Host + r.URL.Path },
+		Retry: guardrail.Retry{
+			MaxAttempts: 1,
+		},
+		Breakers: group,
+		Key:      func(r *http.Request) string { return r.URL.Host + r.URL.Path },
 	})
 	for i := 0; i < 5; i++ {
 		resp, err := get(t, context.Background(), c, srv.URL+"/reports")
@@ -150,7 +152,7 @@ func TestBreakerOpeningStopsRetries(t *testing.T) {
 		http.Error(w, "down", http.StatusServiceUnavailable)
 	})
 	group := must(breaker.NewGroup(breaker.GroupConfig{Config: breaker.Config{MinRequests: 2, OpenFor: time.Minute}}))
-	c := newClient(t, unlimited(guardhttp.Config{MaxAttempts: 5, Breakers: group}))
+	c := newClient(t, unlimited(guardhttp.Config{Retry: guardrail.Retry{MaxAttempts: 5}, Breakers: group}))
 	resp, err := get(t, context.Background(), c, srv.URL)
 	if err != nil {
 		t.Fatalf("err = %v, want the last 503", err)
@@ -209,7 +211,9 @@ func TestBulkheadHoldsTheSlotUntilTheBodyIsClosed(t *testing.T) {
 func TestBulkheadWaitsNoLongerThanTheTimeLeft(t *testing.T) {
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
 	c := newClient(t, guardhttp.Config{
-		Backoff:  backoff.None(),
+		Retry: guardrail.Retry{
+			Backoff: backoff.None(),
+		},
 		Bulkhead: &bulkhead.Config{MaxConcurrent: 1, MaxQueue: 10, MaxWait: time.Minute},
 	})
 	first, err := get(t, context.Background(), c, srv.URL)

@@ -10,9 +10,7 @@ import (
 	"github.com/guardrail-go/guardrail/event"
 
 	"github.com/guardrail-go/guardrail"
-	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
-	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/bulkhead"
 )
 
@@ -73,39 +71,11 @@ type Config struct {
 	// metric label: keep it to a small fixed set.
 	Name string
 
-	// MaxAttempts bounds the attempts of one request, counting the first.
-	// Zero means guardrail.DefaultMaxAttempts (3); 1 never retries; a
-	// negative value is invalid.
-	MaxAttempts int
-
-	// AttemptTimeout bounds each attempt as a whole, from the start of the
-	// attempt until its response body is read or closed, on top of the
-	// phase timeouts. The effective bound is min(AttemptTimeout, time left on
-	// the request's context). Zero means none (each phase is still
-	// bounded); a negative value is invalid, as in guardrail.Policy.
-	AttemptTimeout time.Duration
-
-	// MinAttemptTime is the least time left on the request's context worth
-	// starting an attempt with: with less, the request ends with
-	// guardrail.ErrDeadline instead of sending an attempt that cannot
-	// finish, and a retry whose delay plus MinAttemptTime does not fit is
-	// not made. Zero means guardrail.DefaultMinAttemptTime (50 ms); negative
-	// means no limit (no minimum).
-	MinAttemptTime time.Duration
-
-	// Backoff computes the delay before a retry that the server gave no
-	// Retry-After for. Nil means full jitter from 100 ms, capped at 10 s.
-	Backoff backoff.Strategy
-
-	// MaxRetryAfter caps the Retry-After the client honours: a longer one
-	// ends the request with the response rather than retrying sooner than
-	// asked. Zero means guardrail.DefaultMaxRetryAfter (30 s); negative means
-	// server hints are ignored.
-	MaxRetryAfter time.Duration
-
-	// Budget caps retries at a fraction of requests. Nil means a budget of
-	// this Transport alone, ratio 0.1 and 10 tokens.
-	Budget *budget.Budget
+	// Retry is how requests retry, as in guardrail.Policy. For a request,
+	// an attempt lasts from its start until its response body is read or
+	// closed, and AttemptTimeout bounds all of it, on top of the phase
+	// timeouts; a nil Budget means a budget of this Transport alone.
+	guardrail.Retry
 
 	// Observer receives the events of every request; an event.Timeout names the
 	// phase that expired. Nil costs nothing.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/event"
 
 	"github.com/guardrail-go/guardrail/guardhttp"
@@ -34,7 +35,7 @@ func TestResponseHeaderTimeoutOnAReusedConnectionIsNotSentAgain(t *testing.T) {
 		_, _ = io.WriteString(w, "ok")
 	})
 	const limit = 150 * time.Millisecond
-	c := newClient(t, guardhttp.Config{ResponseHeaderTimeout: limit, MaxAttempts: 1})
+	c := newClient(t, guardhttp.Config{ResponseHeaderTimeout: limit, Retry: guardrail.Retry{MaxAttempts: 1}})
 	resp, err := get(t, context.Background(), c, srv.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +75,7 @@ func TestResponseHeaderTimeoutCoversHeadersThatStall(t *testing.T) {
 				_, _ = io.WriteString(w, sent)
 				<-stop
 			})
-			c := newClient(t, guardhttp.Config{ResponseHeaderTimeout: limit, MaxAttempts: 1})
+			c := newClient(t, guardhttp.Config{ResponseHeaderTimeout: limit, Retry: guardrail.Retry{MaxAttempts: 1}})
 			start := time.Now()
 			resp, err := get(t, context.Background(), c, "http://"+ln.addr)
 			elapsed := time.Since(start)
@@ -111,7 +112,7 @@ func TestInterimResponsesDoNotEndTheHeaderPhase(t *testing.T) {
 				}
 				_, _ = io.WriteString(w, "final")
 			})
-			c := newClient(t, guardhttp.Config{ResponseHeaderTimeout: limit, MaxAttempts: 1})
+			c := newClient(t, guardhttp.Config{ResponseHeaderTimeout: limit, Retry: guardrail.Retry{MaxAttempts: 1}})
 			start := time.Now()
 			resp, err := get(t, context.Background(), c, srv.URL)
 			elapsed := time.Since(start)
@@ -148,7 +149,7 @@ func TestExpectContinue(t *testing.T) {
 		got.Store(string(b))
 		_, _ = io.WriteString(w, "stored")
 	})
-	c := newClient(t, guardhttp.Config{WriteTimeout: limit, ResponseHeaderTimeout: limit, MaxAttempts: 1})
+	c := newClient(t, guardhttp.Config{WriteTimeout: limit, ResponseHeaderTimeout: limit, Retry: guardrail.Retry{MaxAttempts: 1}})
 	body := strings.Repeat("x", 1<<10)
 	req, err := http.NewRequest(http.MethodPut, srv.URL, strings.NewReader(body))
 	if err != nil {
@@ -237,7 +238,7 @@ func TestTimeoutsUnderConcurrency(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, "ok")
 	})
-	c := newClient(t, guardhttp.Config{ResponseHeaderTimeout: limit, MaxAttempts: 1})
+	c := newClient(t, guardhttp.Config{ResponseHeaderTimeout: limit, Retry: guardrail.Retry{MaxAttempts: 1}})
 	type result struct {
 		slow bool
 		err  error

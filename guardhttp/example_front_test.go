@@ -69,7 +69,7 @@ func ExampleWriteError() {
 // again later. For an intent that may be sent again after this process is
 // gone, derive the key from a business ID instead.
 func ExampleIdempotencyKeyError() {
-	client, _ := guardhttp.NewClient(guardhttp.Config{IdempotencyKeys: true, MaxAttempts: 1})
+	client, _ := guardhttp.NewClient(guardhttp.Config{IdempotencyKeys: true, Retry: guardrail.Retry{MaxAttempts: 1}})
 	_, err := client.Post("http://127.0.0.1:1/orders", "application/json", nil) // nothing listens
 	var ke *guardhttp.IdempotencyKeyError
 	if errors.As(err, &ke) {

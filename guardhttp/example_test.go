@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/guardhttp"
 )
@@ -29,8 +30,11 @@ func Example() {
 	defer srv.Close()
 
 	client, err := guardhttp.NewClient(guardhttp.Config{
-		Name:    "greeter",
-		Backoff: backoff.None(), // for the example; keep the default jitter in production
+		Name: "greeter",
+		Retry: guardrail.Retry{
+			Backoff: backoff.None(),
+		},
+		// for the example; keep the default jitter in production
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -65,7 +69,7 @@ func Example_idempotencyKeys() {
 	}))
 	defer srv.Close()
 
-	client, err := guardhttp.NewClient(guardhttp.Config{IdempotencyKeys: true, Backoff: backoff.None()})
+	client, err := guardhttp.NewClient(guardhttp.Config{IdempotencyKeys: true, Retry: guardrail.Retry{Backoff: backoff.None()}})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -100,10 +104,12 @@ func ExampleTimeoutError() {
 	defer close(stop)
 
 	client, err := guardhttp.NewClient(guardhttp.Config{
-		Name:                  "slow",
-		MaxAttempts:           2,
+		Name: "slow",
+		Retry: guardrail.Retry{
+			MaxAttempts: 2,
+			Backoff:     backoff.None(),
+		},
 		ResponseHeaderTimeout: 50 * time.Millisecond,
-		Backoff:               backoff.None(),
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -121,7 +127,7 @@ func ExampleTimeoutError() {
 
 // A Config is checked when the client is built.
 func ExampleNewClient_invalid() {
-	_, err := guardhttp.NewClient(guardhttp.Config{MaxAttempts: -1})
+	_, err := guardhttp.NewClient(guardhttp.Config{Retry: guardrail.Retry{MaxAttempts: -1}})
 	fmt.Println(err)
 	fmt.Println(errors.Is(err, guardhttp.ErrInvalidConfig))
 	// Output:

@@ -37,8 +37,11 @@ func TestConfigBreakerTunesAndReports(t *testing.T) {
 	})
 	rec := &recorder{}
 	var own atomic.Int64
-	c := newClient(t, guardhttp.Config{Name: "pricing", MaxAttempts: 1, Observer: rec,
-		Breaker: breaker.Config{MinRequests: 2, OpenFor: time.Minute, OnTransition: func(breaker.Transition) { own.Add(1) }}})
+	c := newClient(t, guardhttp.Config{Name: "pricing", Retry: guardrail.Retry{
+		MaxAttempts: 1,
+	},
+		Observer: rec,
+		Breaker:  breaker.Config{MinRequests: 2, OpenFor: time.Minute, OnTransition: func(breaker.Transition) { own.Add(1) }}})
 	for i := range 2 {
 		resp, err := get(t, context.Background(), c, srv.URL)
 		if err != nil {
@@ -85,7 +88,7 @@ func TestConfigBreakerInvalid(t *testing.T) {
 func TestNewGivesTypedAccess(t *testing.T) {
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	b := must(budget.New(budget.Config{Ratio: 0.2}))
-	c, err := guardhttp.New(guardhttp.Config{Budget: b})
+	c, err := guardhttp.New(guardhttp.Config{Retry: guardrail.Retry{Budget: b}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +136,7 @@ func post(t *testing.T, c *http.Client, url string) (*http.Response, error) {
 // which key the attempts carried, so it can send the same intent again.
 func TestGeneratedKeyOnError(t *testing.T) {
 	srv, keys := committing(t)
-	c := newClient(t, guardhttp.Config{IdempotencyKeys: true, MaxAttempts: 3, Backoff: backoff.None(), Budget: budget.Unlimited()})
+	c := newClient(t, guardhttp.Config{IdempotencyKeys: true, Retry: guardrail.Retry{MaxAttempts: 3, Backoff: backoff.None(), Budget: budget.Unlimited()}})
 	_, err := post(t, c, srv.URL)
 	if !errors.Is(err, guardrail.ErrOutcomeUnknown) {
 		t.Errorf("err = %v, want ErrOutcomeUnknown: the order may have been committed", err)
@@ -161,7 +164,7 @@ func TestGeneratedKeyOnError(t *testing.T) {
 // than handing over the bare reset.
 func TestPostResetAfterSendIsOutcomeUnknown(t *testing.T) {
 	srv, keys := committing(t)
-	c := newClient(t, guardhttp.Config{MaxAttempts: 3, Backoff: backoff.None()})
+	c := newClient(t, guardhttp.Config{Retry: guardrail.Retry{MaxAttempts: 3, Backoff: backoff.None()}})
 	_, err := post(t, c, srv.URL)
 	if !errors.Is(err, guardrail.ErrOutcomeUnknown) {
 		t.Errorf("err = %v, want ErrOutcomeUnknown", err)
@@ -174,7 +177,7 @@ func TestPostResetAfterSendIsOutcomeUnknown(t *testing.T) {
 		t.Errorf("server saw %d attempts, want 1 (a POST is not retried)", got)
 	}
 	// The same for a GET is an ordinary failure: it is idempotent.
-	_, err = get(t, context.Background(), newClient(t, guardhttp.Config{MaxAttempts: 1}), srv.URL)
+	_, err = get(t, context.Background(), newClient(t, guardhttp.Config{Retry: guardrail.Retry{MaxAttempts: 1}}), srv.URL)
 	if err == nil || errors.Is(err, guardrail.ErrOutcomeUnknown) {
 		t.Errorf("GET: err = %v, want the cause alone", err)
 	}
@@ -190,7 +193,7 @@ func TestPostNeverSentIsNotOutcomeUnknown(t *testing.T) {
 	}
 	addr := "http://" + ln.Addr().String()
 	ln.Close()
-	c := newClient(t, guardhttp.Config{IdempotencyKeys: true, MaxAttempts: 2, Backoff: backoff.None(), Budget: budget.Unlimited()})
+	c := newClient(t, guardhttp.Config{IdempotencyKeys: true, Retry: guardrail.Retry{MaxAttempts: 2, Backoff: backoff.None(), Budget: budget.Unlimited()}})
 	_, err = post(t, c, addr)
 	if err == nil || errors.Is(err, guardrail.ErrOutcomeUnknown) {
 		t.Errorf("err = %v, want a refused connection, not an unknown outcome", err)
@@ -209,7 +212,7 @@ func TestGeneratedKeyOnResponse(t *testing.T) {
 		seen.Store(r.Header.Get(guardhttp.HeaderIdempotencyKey))
 		http.Error(w, "busy", http.StatusServiceUnavailable)
 	})
-	c := newClient(t, guardhttp.Config{IdempotencyKeys: true, MaxAttempts: 2, Backoff: backoff.None(), Budget: budget.Unlimited()})
+	c := newClient(t, guardhttp.Config{IdempotencyKeys: true, Retry: guardrail.Retry{MaxAttempts: 2, Backoff: backoff.None(), Budget: budget.Unlimited()}})
 	resp, err := post(t, c, srv.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -293,7 +296,7 @@ func TestWriteError(t *testing.T) {
 // answers 503 with Retry-After the time to the next probe.
 func TestWriteErrorOpenBreaker(t *testing.T) {
 	down := newServer(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "down", http.StatusServiceUnavailable) })
-	c := newClient(t, guardhttp.Config{MaxAttempts: 1, Breaker: breaker.Config{MinRequests: 1, OpenFor: 40 * time.Second, OpenJitter: -1}})
+	c := newClient(t, guardhttp.Config{Retry: guardrail.Retry{MaxAttempts: 1}, Breaker: breaker.Config{MinRequests: 1, OpenFor: 40 * time.Second, OpenJitter: -1}})
 	resp, err := get(t, context.Background(), c, down.URL)
 	if err != nil {
 		t.Fatal(err)

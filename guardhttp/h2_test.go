@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/event"
 
 	"github.com/guardrail-go/guardrail/guardhttp"
@@ -47,7 +48,7 @@ func TestHTTP2TimeoutCancelsTheStreamNotTheConnection(t *testing.T) {
 
 	base := srv.Client().Transport.(*http.Transport)
 	t.Cleanup(base.CloseIdleConnections)
-	rt := newTransport(t, base, guardhttp.Config{ResponseHeaderTimeout: 100 * time.Millisecond, MaxAttempts: 1})
+	rt := newTransport(t, base, guardhttp.Config{ResponseHeaderTimeout: 100 * time.Millisecond, Retry: guardrail.Retry{MaxAttempts: 1}})
 	c := &http.Client{Transport: rt}
 
 	_, err := get(t, context.Background(), c, srv.URL)

@@ -28,7 +28,7 @@ func TestHedgeSecondAttemptWinsAndTheFirstIsCancelled(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, "fast")
 	})
-	tr, err := guardhttp.NewTransport(nil, guardhttp.Config{Budget: budget.Unlimited(), Hedge: &guardrail.HedgeConfig{Delay: 20 * time.Millisecond}})
+	tr, err := guardhttp.NewTransport(nil, guardhttp.Config{Retry: guardrail.Retry{Budget: budget.Unlimited()}, Hedge: &guardrail.HedgeConfig{Delay: 20 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestHedgeNotForPost(t *testing.T) {
 		calls.Add(1)
 		time.Sleep(100 * time.Millisecond)
 	})
-	tr, _ := guardhttp.NewTransport(nil, guardhttp.Config{Budget: budget.Unlimited(), Hedge: &guardrail.HedgeConfig{Delay: 5 * time.Millisecond}})
+	tr, _ := guardhttp.NewTransport(nil, guardhttp.Config{Retry: guardrail.Retry{Budget: budget.Unlimited()}, Hedge: &guardrail.HedgeConfig{Delay: 5 * time.Millisecond}})
 	defer tr.CloseIdleConnections()
 	resp, err := (&http.Client{Transport: tr}).Post(s.URL, "text/plain", nil)
 	if err != nil {
@@ -84,8 +84,12 @@ func TestHedgePausedByOverloadAnswer(t *testing.T) {
 		}
 		time.Sleep(60 * time.Millisecond)
 	})
-	tr, _ := guardhttp.NewTransport(nil, guardhttp.Config{MaxAttempts: 1, Budget: budget.Unlimited(), Breakers: noBreakers(t),
-		Hedge: &guardrail.HedgeConfig{Delay: 30 * time.Millisecond, OverloadPause: time.Minute}})
+	tr, _ := guardhttp.NewTransport(nil, guardhttp.Config{Retry: guardrail.Retry{
+		MaxAttempts: 1,
+		Budget:      budget.Unlimited(),
+	},
+		Breakers: noBreakers(t),
+		Hedge:    &guardrail.HedgeConfig{Delay: 30 * time.Millisecond, OverloadPause: time.Minute}})
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr}
 	resp, err := c.Get(s.URL)
@@ -119,7 +123,7 @@ func TestThrottlerRejectsLocallyOnOverload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, _ := guardhttp.NewTransport(nil, guardhttp.Config{MaxAttempts: 1, Breakers: noBreakers(t), Throttler: th})
+	tr, _ := guardhttp.NewTransport(nil, guardhttp.Config{Retry: guardrail.Retry{MaxAttempts: 1}, Breakers: noBreakers(t), Throttler: th})
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr}
 	throttled := 0

@@ -23,7 +23,7 @@ import (
 // retried even for a POST.
 func TestNewClientConnectTimeout(t *testing.T) {
 	const limit = 50 * time.Millisecond
-	c, err := NewClient(Config{ConnectTimeout: limit, MaxAttempts: 2, Backoff: backoff.None()})
+	c, err := NewClient(Config{ConnectTimeout: limit, Retry: guardrail.Retry{MaxAttempts: 2, Backoff: backoff.None()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestBaseGivingUpAsTheConnectLimitRunsOut(t *testing.T) {
 	tr, err := NewTransport(roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		time.Sleep(limit + 10*time.Millisecond) // the timer may or may not have fired
 		return nil, errors.New("some error of the base transport")
-	}), Config{ConnectTimeout: limit, MaxAttempts: 1})
+	}), Config{ConnectTimeout: limit, Retry: guardrail.Retry{MaxAttempts: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

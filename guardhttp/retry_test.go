@@ -80,7 +80,7 @@ func TestRetryAfterSecondsIsHonoured(t *testing.T) {
 		}
 	}}
 	srv := newServer(t, sc.handler)
-	c := newClient(t, unlimited(guardhttp.Config{Backoff: backoff.Constant(time.Millisecond)}))
+	c := newClient(t, unlimited(guardhttp.Config{Retry: guardrail.Retry{Backoff: backoff.Constant(time.Millisecond)}}))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -453,7 +453,7 @@ func TestDeadlineAndRetryHeaders(t *testing.T) {
 func TestAttemptTimeoutIsAnnouncedWhenItComesFirst(t *testing.T) {
 	sc := &script{statuses: []int{200}}
 	srv := newServer(t, sc.handler)
-	c := newClient(t, guardhttp.Config{AttemptTimeout: 300 * time.Millisecond, DeadlineReserve: -1})
+	c := newClient(t, guardhttp.Config{Retry: guardrail.Retry{AttemptTimeout: 300 * time.Millisecond}, DeadlineReserve: -1})
 	resp, err := get(t, context.Background(), c, srv.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -480,10 +480,13 @@ func TestBudgetExhaustedAfterA503ReturnsThe503(t *testing.T) {
 	srv := newServer(t, sc.handler)
 	rec := &recorder{}
 	c := newClient(t, guardhttp.Config{
-		MaxAttempts: 5,
-		Backoff:     backoff.None(),
-		Budget:      must(budget.New(budget.Config{Max: 1})), // one retry in the bucket
-		Observer:    rec,
+		Retry: guardrail.Retry{
+			MaxAttempts: 5,
+			Backoff:     backoff.None(),
+			Budget:      must(budget.New(budget.Config{Max: 1})),
+		},
+		// one retry in the bucket
+		Observer: rec,
 	})
 	resp, err := get(t, context.Background(), c, srv.URL)
 	if err != nil {
@@ -504,8 +507,10 @@ func TestBudgetExhaustedWithoutAResponseIsAnError(t *testing.T) {
 	ln := newDeafListener(t)
 	c := newClient(t, guardhttp.Config{
 		ResponseHeaderTimeout: 20 * time.Millisecond,
-		Backoff:               backoff.None(),
-		Budget:                must(budget.New(budget.Config{Max: 1})),
+		Retry: guardrail.Retry{
+			Backoff: backoff.None(),
+			Budget:  must(budget.New(budget.Config{Max: 1})),
+		},
 	})
 	_, err := get(t, context.Background(), c, "http://"+ln.Addr().String())
 	if !errors.Is(err, guardrail.ErrBudgetExhausted) {
@@ -575,11 +580,11 @@ func TestCustomClassifier(t *testing.T) {
 // An invalid Config is refused when the client is built, with an error
 // that names the field; what negative means no limit is accepted.
 func TestInvalidConfigIsRefusedAtConstruction(t *testing.T) {
-	_, err := guardhttp.NewClient(guardhttp.Config{MaxAttempts: -1})
+	_, err := guardhttp.NewClient(guardhttp.Config{Retry: guardrail.Retry{MaxAttempts: -1}})
 	if !errors.Is(err, guardhttp.ErrInvalidConfig) || !strings.Contains(err.Error(), "Config.MaxAttempts is -1") {
 		t.Errorf("NewClient: err = %v, want one naming Config.MaxAttempts", err)
 	}
-	if _, err := guardhttp.NewTransport(nil, guardhttp.Config{MaxAttempts: -2}); !errors.Is(err, guardhttp.ErrInvalidConfig) {
+	if _, err := guardhttp.NewTransport(nil, guardhttp.Config{Retry: guardrail.Retry{MaxAttempts: -2}}); !errors.Is(err, guardhttp.ErrInvalidConfig) {
 		t.Errorf("NewTransport: err = %v, want ErrInvalidConfig", err)
 	}
 	_, err = guardhttp.NewClient(guardhttp.Config{Bulkhead: &bulkhead.Config{MaxConcurrent: -1}})
@@ -590,7 +595,7 @@ func TestInvalidConfigIsRefusedAtConstruction(t *testing.T) {
 		cfg   guardhttp.Config
 		field string
 	}{
-		{guardhttp.Config{AttemptTimeout: -1}, "Config.AttemptTimeout is -1ns"},
+		{guardhttp.Config{Retry: guardrail.Retry{AttemptTimeout: -1}}, "Config.AttemptTimeout is -1ns"},
 		{guardhttp.Config{MaxBufferedBody: -1}, "Config.MaxBufferedBody is -1"},
 	} {
 		if _, err := guardhttp.NewClient(bad.cfg); !errors.Is(err, guardhttp.ErrInvalidConfig) || !strings.Contains(err.Error(), bad.field) {
@@ -598,10 +603,13 @@ func TestInvalidConfigIsRefusedAtConstruction(t *testing.T) {
 		}
 	}
 	noLimits := guardhttp.Config{
-		MinAttemptTime: -1, ConnectTimeout: -1, TLSHandshakeTimeout: -1,
+		Retry: guardrail.Retry{
+			MinAttemptTime: -1,
+			MaxRetryAfter:  -1,
+		},
+		ConnectTimeout: -1, TLSHandshakeTimeout: -1,
 		WriteTimeout: -1, ResponseHeaderTimeout: -1, BodyIdleTimeout: -1,
-		DeadlineReserve: -1, MaxRetryAfter: -1,
-	}
+		DeadlineReserve: -1}
 	c := newClient(t, noLimits)
 	sc := &script{statuses: []int{200}}
 	srv := newServer(t, sc.handler)

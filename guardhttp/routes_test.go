@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/guardhttp"
 )
@@ -184,7 +185,7 @@ func TestEveryPhaseTimesOutTheSameOnEveryRoute(t *testing.T) {
 					}
 					tg.hang(req)
 				})
-				rt := newTransport(t, tg.base, guardhttp.Config{ResponseHeaderTimeout: limit, MaxAttempts: 1})
+				rt := newTransport(t, tg.base, guardhttp.Config{ResponseHeaderTimeout: limit, Retry: guardrail.Retry{MaxAttempts: 1}})
 				start := time.Now()
 				resp, err := get(t, context.Background(), &http.Client{Transport: rt}, tg.url)
 				wantTimeout(t, resp, err, event.PhaseResponseHeader, limit)
@@ -200,7 +201,7 @@ func TestEveryPhaseTimesOutTheSameOnEveryRoute(t *testing.T) {
 					_ = http.NewResponseController(w).Flush()
 					tg.hang(req)
 				})
-				rt := newTransport(t, tg.base, guardhttp.Config{BodyIdleTimeout: limit, MaxAttempts: 1})
+				rt := newTransport(t, tg.base, guardhttp.Config{BodyIdleTimeout: limit, Retry: guardrail.Retry{MaxAttempts: 1}})
 				resp, err := get(t, context.Background(), &http.Client{Transport: rt}, tg.url)
 				if err != nil {
 					t.Fatal(err)
@@ -221,7 +222,7 @@ func TestEveryPhaseTimesOutTheSameOnEveryRoute(t *testing.T) {
 				tg = r.start(t, func(w http.ResponseWriter, req *http.Request) {
 					tg.hang(req) // never reads the endless body
 				})
-				rt := newTransport(t, tg.base, guardhttp.Config{WriteTimeout: limit, ResponseHeaderTimeout: long, MaxAttempts: 1})
+				rt := newTransport(t, tg.base, guardhttp.Config{WriteTimeout: limit, ResponseHeaderTimeout: long, Retry: guardrail.Retry{MaxAttempts: 1}})
 				req, err := http.NewRequest(http.MethodPut, tg.url, endless{})
 				if err != nil {
 					t.Fatal(err)
@@ -245,7 +246,7 @@ func TestEveryPhaseTimesOutTheSameOnEveryRoute(t *testing.T) {
 						return nil, errors.New("test over")
 					}
 				}
-				rt := newTransport(t, tg.base, guardhttp.Config{ConnectTimeout: limit, MaxAttempts: 1})
+				rt := newTransport(t, tg.base, guardhttp.Config{ConnectTimeout: limit, Retry: guardrail.Retry{MaxAttempts: 1}})
 				start := time.Now()
 				resp, err := get(t, context.Background(), &http.Client{Transport: rt}, tg.url)
 				wantTimeout(t, resp, err, event.PhaseConnect, limit)
@@ -257,7 +258,7 @@ func TestEveryPhaseTimesOutTheSameOnEveryRoute(t *testing.T) {
 					deaf := newDeafListener(t) // accepts, never answers the handshake
 					u, _ := url.Parse(tg.url)
 					u.Host = deaf.Addr().String()
-					rt := newTransport(t, tg.base, guardhttp.Config{TLSHandshakeTimeout: limit, MaxAttempts: 1})
+					rt := newTransport(t, tg.base, guardhttp.Config{TLSHandshakeTimeout: limit, Retry: guardrail.Retry{MaxAttempts: 1}})
 					start := time.Now()
 					resp, err := get(t, context.Background(), &http.Client{Transport: rt}, u.String())
 					wantTimeout(t, resp, err, event.PhaseTLS, limit)
@@ -282,7 +283,7 @@ func TestEveryRouteRecoversAfterATimeout(t *testing.T) {
 				}
 				_, _ = io.WriteString(w, "ok")
 			})
-			rt := newTransport(t, tg.base, guardhttp.Config{ResponseHeaderTimeout: limit, MaxAttempts: 1})
+			rt := newTransport(t, tg.base, guardhttp.Config{ResponseHeaderTimeout: limit, Retry: guardrail.Retry{MaxAttempts: 1}})
 			c := &http.Client{Transport: rt}
 			resp, err := get(t, context.Background(), c, tg.url+"/hang")
 			wantTimeout(t, resp, err, event.PhaseResponseHeader, limit)

@@ -36,9 +36,11 @@ func TestResponseHeaderTimeoutClosesTheConnection(t *testing.T) {
 	const limit = 100 * time.Millisecond
 	c := newClient(t, guardhttp.Config{
 		ResponseHeaderTimeout: limit,
-		MaxAttempts:           2,
-		Backoff:               backoff.None(),
-		Observer:              rec,
+		Retry: guardrail.Retry{
+			MaxAttempts: 2,
+			Backoff:     backoff.None(),
+		},
+		Observer: rec,
 	})
 	start := time.Now()
 	resp, err := get(t, context.Background(), c, srv.URL)
@@ -137,9 +139,11 @@ func TestTLSHandshakeTimeoutIsRetriedEvenForAPost(t *testing.T) {
 	rec := &recorder{}
 	c := newClient(t, guardhttp.Config{
 		TLSHandshakeTimeout: limit,
-		MaxAttempts:         2,
-		Backoff:             backoff.None(),
-		Observer:            rec,
+		Retry: guardrail.Retry{
+			MaxAttempts: 2,
+			Backoff:     backoff.None(),
+		},
+		Observer: rec,
 	})
 	start := time.Now()
 	resp, err := c.Post("https://"+ln.Addr().String(), "text/plain", strings.NewReader("x"))
@@ -180,7 +184,7 @@ func TestConnectTimeout(t *testing.T) {
 	}
 	t.Cleanup(func() { close(release); base.CloseIdleConnections() })
 	const limit = 100 * time.Millisecond
-	rt := newTransport(t, base, guardhttp.Config{ConnectTimeout: limit, MaxAttempts: 2, Backoff: backoff.None()})
+	rt := newTransport(t, base, guardhttp.Config{ConnectTimeout: limit, Retry: guardrail.Retry{MaxAttempts: 2, Backoff: backoff.None()}})
 	req, err := http.NewRequest(http.MethodPost, "http://192.0.2.1/pay", strings.NewReader("x"))
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +214,7 @@ func TestConnectionRefusedIsRetriedForAPostAndCountsAsFailure(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
 	rec := &recorder{}
-	c := newClient(t, guardhttp.Config{Backoff: backoff.None(), Budget: budget.Unlimited(), Observer: rec})
+	c := newClient(t, guardhttp.Config{Retry: guardrail.Retry{Backoff: backoff.None(), Budget: budget.Unlimited()}, Observer: rec})
 	resp, err := c.Post("http://"+addr, "application/json", strings.NewReader(`{"amount":10}`))
 	if resp != nil {
 		resp.Body.Close()
@@ -299,7 +303,7 @@ func TestAttemptTimeoutCoversTheBody(t *testing.T) {
 		srv.hang(r)
 	})
 	const limit = 200 * time.Millisecond
-	c := newClient(t, guardhttp.Config{AttemptTimeout: limit})
+	c := newClient(t, guardhttp.Config{Retry: guardrail.Retry{AttemptTimeout: limit}})
 	start := time.Now()
 	resp, err := get(t, context.Background(), c, srv.URL)
 	if err != nil {
@@ -404,7 +408,7 @@ func TestWriteTimeoutCountsASlowBody(t *testing.T) {
 		_, _ = io.Copy(io.Discard, r.Body)
 	})
 	const limit = 50 * time.Millisecond
-	c := newClient(t, guardhttp.Config{WriteTimeout: limit, MaxAttempts: 1})
+	c := newClient(t, guardhttp.Config{WriteTimeout: limit, Retry: guardrail.Retry{MaxAttempts: 1}})
 	body := io.MultiReader(slowReader{3 * limit}, strings.NewReader("data"))
 	req, err := http.NewRequest(http.MethodPut, srv.URL, body)
 	if err != nil {

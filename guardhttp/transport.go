@@ -113,16 +113,18 @@ func NewTransport(base http.RoundTripper, cfg Config) (*Transport, error) {
 	t := &Transport{base: base, s: cfg.settings(), observer: cfg.Observer}
 	t.http, _ = base.(*http.Transport)
 	t.policy = guardrail.Policy{
-		Name:        cfg.Name,
-		MaxAttempts: cfg.MaxAttempts,
+		Name: cfg.Name,
+		Retry: guardrail.Retry{
+			MaxAttempts:    cfg.MaxAttempts,
+			MinAttemptTime: cfg.MinAttemptTime,
+			Backoff:        cfg.Backoff,
+			MaxRetryAfter:  cfg.MaxRetryAfter,
+			Budget:         cfg.Budget,
+		},
 		// The Transport bounds attempts itself: the engine's attempt context
 		// ends when the attempt returns, before the body is read.
-		MinAttemptTime: cfg.MinAttemptTime,
-		Backoff:        cfg.Backoff,
-		MaxRetryAfter:  cfg.MaxRetryAfter,
-		Budget:         cfg.Budget,
-		Hedge:          cfg.Hedge,
-		Throttler:      cfg.Throttler,
+		Hedge:     cfg.Hedge,
+		Throttler: cfg.Throttler,
 	}
 	t.hedges = cfg.Hedge != nil
 	if cfg.Observer != nil {

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/extra/guardgrpc"
 	"github.com/guardrail-go/guardrail/extra/pgstore"
 	"github.com/guardrail-go/guardrail/extra/redisstore"
@@ -83,7 +84,7 @@ func guarded(t *testing.T, store idempotency.Store, svc healthpb.HealthServer, o
 	go func() { defer close(done); _ = gs.Serve(lis) }()
 	t.Cleanup(func() { gs.Stop(); <-done })
 
-	cl, err := guardgrpc.NewClient(guardgrpc.ClientConfig{MaxRetryAfter: -1})
+	cl, err := guardgrpc.NewClient(guardgrpc.ClientConfig{Retry: guardrail.Retry{MaxRetryAfter: -1}})
 	if err != nil {
 		t.Fatal(err)
 	}

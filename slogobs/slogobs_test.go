@@ -178,7 +178,7 @@ func TestDebugRecords(t *testing.T) {
 			rec := &recorder{level: level}
 			o := newObserver(t, slogobs.Config{Logger: slog.New(rec)})
 			defer o.Close()
-			p := &guardrail.Policy{Name: "search", Idempotent: true, MaxAttempts: 2, Backoff: backoff.Constant(time.Millisecond), Observer: o}
+			p := &guardrail.Policy{Name: "search", Idempotent: true, Retry: guardrail.Retry{MaxAttempts: 2, Backoff: backoff.Constant(time.Millisecond)}, Observer: o}
 			_, _ = guardrail.Do(event.WithOperation(context.Background(), "Find"), p, func(context.Context) (int, error) {
 				return 0, guardrail.Transient(errors.New("503"))
 			})
@@ -239,8 +239,11 @@ func TestPolicyBreakerTrip(t *testing.T) {
 		rec := &recorder{level: slog.LevelInfo}
 		o := newObserver(t, slogobs.Config{Logger: slog.New(rec)})
 		p := &guardrail.Policy{
-			Name: "ledger", MaxAttempts: 1, Observer: o,
-			Breaker: must(breaker.New(breaker.Config{Name: "ledger", MinRequests: 4, OpenFor: 5 * time.Second, OpenJitter: -1, Observer: o})),
+			Name: "ledger", Retry: guardrail.Retry{
+				MaxAttempts: 1,
+			},
+			Observer: o,
+			Breaker:  must(breaker.New(breaker.Config{Name: "ledger", MinRequests: 4, OpenFor: 5 * time.Second, OpenJitter: -1, Observer: o})),
 		}
 		for range 10 {
 			_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) {

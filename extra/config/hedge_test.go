@@ -217,7 +217,7 @@ func TestHTTPHedgeEqualsHandBuilt(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _, _ := reg.HTTPConfig("slow")
-	hand := guardhttp.Config{Name: "slow", Backoff: got.Backoff, Hedge: &guardrail.HedgeConfig{Delay: 20 * time.Millisecond}}
+	hand := guardhttp.Config{Name: "slow", Retry: guardrail.Retry{Backoff: got.Backoff}, Hedge: &guardrail.HedgeConfig{Delay: 20 * time.Millisecond}}
 	if !reflect.DeepEqual(got.Hedge, hand.Hedge) || got.Throttler != nil {
 		t.Errorf("the file's Hedge %+v, Throttler %v; want %+v and none", got.Hedge, got.Throttler, hand.Hedge)
 	}
@@ -271,7 +271,7 @@ func TestPolicyHedgeEqualsHandBuilt(t *testing.T) {
 			t.Fatalf("the file's Hedge %+v, Throttler %v; want %+v and one", p.Hedge, p.Throttler, wantHedge)
 		}
 		th, _ := guardrail.NewThrottler(guardrail.ThrottleConfig{})
-		hand := &guardrail.Policy{Name: "ledger", Idempotent: true, Backoff: p.Backoff, Hedge: &guardrail.HedgeConfig{Delay: 20 * time.Millisecond}, Throttler: th}
+		hand := &guardrail.Policy{Name: "ledger", Idempotent: true, Retry: guardrail.Retry{Backoff: p.Backoff}, Hedge: &guardrail.HedgeConfig{Delay: 20 * time.Millisecond}, Throttler: th}
 
 		// op hangs in its first attempt of each call, and answers at once
 		// in the others.

@@ -412,9 +412,15 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 			if h != nil && h.cur.Load().key == key {
 				continue
 			}
-			p := &guardrail.Policy{Name: pf.Name, MaxAttempts: pf.MaxAttempts, AttemptTimeout: pf.AttemptTimeout,
-				MinAttemptTime: pf.MinAttemptTime, Backoff: pf.Backoff, MaxRetryAfter: pf.MaxRetryAfter,
-				Idempotent: pf.Idempotent, Budget: b, Breaker: br, Bulkhead: bh, Observer: obs,
+			p := &guardrail.Policy{Name: pf.Name, Retry: guardrail.Retry{
+				MaxAttempts:    pf.MaxAttempts,
+				AttemptTimeout: pf.AttemptTimeout,
+				MinAttemptTime: pf.MinAttemptTime,
+				Backoff:        pf.Backoff,
+				MaxRetryAfter:  pf.MaxRetryAfter,
+				Budget:         b,
+			},
+				Idempotent: pf.Idempotent, Breaker: br, Bulkhead: bh, Observer: obs,
 				Hedge: cloneHedge(d.Hedge), Throttler: th}
 			v := &policyValue{p: p, deadline: d.Deadline, throttle: d.Throttle, key: key}
 			changed = append(changed, d.Name)

@@ -105,11 +105,13 @@ func TestHTTPClientEqualsHandBuilt(t *testing.T) {
 		t.Fatal(err)
 	}
 	hand := guardhttp.Config{
-		Name:                  "svc",
-		MaxAttempts:           3,
-		AttemptTimeout:        2 * time.Second,
+		Name: "svc",
+		Retry: guardrail.Retry{
+			MaxAttempts:    3,
+			AttemptTimeout: 2 * time.Second,
+			Backoff:        backoff.None(),
+		},
 		ResponseHeaderTimeout: time.Second,
-		Backoff:               backoff.None(),
 		Bulkhead:              &bulkhead.Config{MaxConcurrent: 200},
 	}
 	if dl != 0 {
@@ -182,8 +184,14 @@ func TestPolicyEqualsHandBuilt(t *testing.T) {
 	}
 	hb, _ := budget.New(budget.Config{Ratio: 0.5, Max: 100})
 	hbk, _ := bulkhead.New(bulkhead.Config{MaxConcurrent: 3})
-	hand := &guardrail.Policy{Name: "ledger", MaxAttempts: 3, AttemptTimeout: time.Second, Idempotent: true,
-		Backoff: backoff.None(), Budget: hb, Breaker: handBreaker, Bulkhead: hbk}
+	hand := &guardrail.Policy{Name: "ledger", Retry: guardrail.Retry{
+		MaxAttempts:    3,
+		AttemptTimeout: time.Second,
+		Backoff:        backoff.None(),
+		Budget:         hb,
+	},
+		Idempotent: true,
+		Breaker:    handBreaker, Bulkhead: hbk}
 	fail := errors.New("down")
 	for _, run := range []func(op func(context.Context) (int, error)) error{
 		func(op func(context.Context) (int, error)) error {

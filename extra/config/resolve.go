@@ -530,8 +530,13 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 		return append(diags, c.buildGRPC(r, strategy)...)
 	}
 	r.HTTP = guardhttp.Config{
-		Name: name, MaxAttempts: val(s.MaxAttempts), AttemptTimeout: val(s.AttemptTimeout),
-		MinAttemptTime: val(s.MinAttemptTime), Backoff: strategy, MaxRetryAfter: val(s.MaxRetryAfter),
+		Name: name, Retry: guardrail.Retry{
+			MaxAttempts:    val(s.MaxAttempts),
+			AttemptTimeout: val(s.AttemptTimeout),
+			MinAttemptTime: val(s.MinAttemptTime),
+			Backoff:        strategy,
+			MaxRetryAfter:  val(s.MaxRetryAfter),
+		},
 		ConnectTimeout: val(s.ConnectTimeout), TLSHandshakeTimeout: val(s.TLSHandshakeTimeout),
 		WriteTimeout: val(s.WriteTimeout), ResponseHeaderTimeout: val(s.ResponseHeaderTimeout),
 		BodyIdleTimeout: val(s.BodyIdleTimeout), MaxBufferedBody: val(s.MaxBufferedBody),
@@ -636,9 +641,15 @@ func (b *Breaker) idleTTL() *time.Duration {
 // first use; one call of a throwaway copy, with nothing shared, hears them
 // now.
 func (c *Checked) checkPolicy(pf PolicyFields) []Diagnostic {
-	p := &guardrail.Policy{Name: pf.Name, MaxAttempts: pf.MaxAttempts, AttemptTimeout: pf.AttemptTimeout,
-		MinAttemptTime: pf.MinAttemptTime, MaxRetryAfter: pf.MaxRetryAfter, Backoff: pf.Backoff,
-		Budget: budget.Unlimited(), Breaker: disabledBreaker()}
+	p := &guardrail.Policy{Name: pf.Name, Retry: guardrail.Retry{
+		MaxAttempts:    pf.MaxAttempts,
+		AttemptTimeout: pf.AttemptTimeout,
+		MinAttemptTime: pf.MinAttemptTime,
+		MaxRetryAfter:  pf.MaxRetryAfter,
+		Backoff:        pf.Backoff,
+		Budget:         budget.Unlimited(),
+	},
+		Breaker: disabledBreaker()}
 	_, err := guardrail.Do(context.Background(), p, func(context.Context) (struct{}, error) { return struct{}{}, nil })
 	return c.policyErrors(err, pf.Name)
 }

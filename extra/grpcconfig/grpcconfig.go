@@ -53,13 +53,15 @@ type Options struct {
 // its own.
 func ClientConfig(s *config.GRPCSettings, opts Options) guardgrpc.ClientConfig {
 	cfg := guardgrpc.ClientConfig{
-		Name:                s.Name,
-		MaxAttempts:         s.MaxAttempts,
-		AttemptTimeout:      s.AttemptTimeout,
-		MinAttemptTime:      s.MinAttemptTime,
-		Backoff:             s.Backoff,
-		MaxRetryAfter:       s.MaxRetryAfter,
-		Budget:              s.Budget,
+		Name: s.Name,
+		Retry: guardrail.Retry{
+			MaxAttempts:    s.MaxAttempts,
+			AttemptTimeout: s.AttemptTimeout,
+			MinAttemptTime: s.MinAttemptTime,
+			Backoff:        s.Backoff,
+			MaxRetryAfter:  s.MaxRetryAfter,
+			Budget:         s.Budget,
+		},
 		Observer:            s.Observer,
 		IdempotentMethods:   slices.Clone(s.IdempotentMethods),
 		Breakers:            s.Breakers,

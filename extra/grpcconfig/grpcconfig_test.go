@@ -63,10 +63,12 @@ func TestClientEqualsHandBuilt(t *testing.T) {
 		t.Errorf("deadline %v; want none", dl)
 	}
 	hand := guardgrpc.ClientConfig{
-		Name:                "health",
-		MaxAttempts:         3,
-		AttemptTimeout:      2 * time.Second,
-		Backoff:             backoff.None(),
+		Name: "health",
+		Retry: guardrail.Retry{
+			MaxAttempts:    3,
+			AttemptTimeout: 2 * time.Second,
+			Backoff:        backoff.None(),
+		},
 		IdempotentMethods:   []string{checkMethod},
 		MaxBufferedMessages: 8,
 		Key:                 guardgrpc.ByMethod,
@@ -160,8 +162,8 @@ func TestFileRefusesWhatNewClientRefuses(t *testing.T) {
 		old, new string
 		cfg      guardgrpc.ClientConfig
 	}{
-		{"attempt_timeout: 2s", "max_attempts: -1", guardgrpc.ClientConfig{MaxAttempts: -1}},
-		{"attempt_timeout: 2s", "attempt_timeout: -1s", guardgrpc.ClientConfig{AttemptTimeout: -time.Second}},
+		{"attempt_timeout: 2s", "max_attempts: -1", guardgrpc.ClientConfig{Retry: guardrail.Retry{MaxAttempts: -1}}},
+		{"attempt_timeout: 2s", "attempt_timeout: -1s", guardgrpc.ClientConfig{Retry: guardrail.Retry{AttemptTimeout: -time.Second}}},
 		{"[/grpc.health.v1.Health/Check]", "[Check]", guardgrpc.ClientConfig{IdempotentMethods: []string{"Check"}}},
 		{"bulkhead: {max_concurrent: 20}", "bulkhead: {max_concurrent: -1}", guardgrpc.ClientConfig{Bulkhead: &bulkhead.Config{MaxConcurrent: -1}}},
 		{"bulkhead: {max_concurrent: 20}", "bulkhead: {max_concurrent: 2, max_wait: -1s}", guardgrpc.ClientConfig{Bulkhead: &bulkhead.Config{MaxConcurrent: 2, MaxWait: -time.Second}}},

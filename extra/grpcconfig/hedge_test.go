@@ -75,8 +75,11 @@ func TestHedgeEqualsHandBuilt(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := fromFile.Config()
-	hand := guardgrpc.ClientConfig{Name: "health", Backoff: backoff.None(), IdempotentMethods: []string{checkMethod},
-		Hedge: &guardrail.HedgeConfig{Delay: 20 * time.Millisecond}}
+	hand := guardgrpc.ClientConfig{Name: "health", Retry: guardrail.Retry{
+		Backoff: backoff.None(),
+	},
+		IdempotentMethods: []string{checkMethod},
+		Hedge:             &guardrail.HedgeConfig{Delay: 20 * time.Millisecond}}
 	plain := got
 	plain.Budget, plain.Breakers = nil, nil
 	if !reflect.DeepEqual(plain, hand) {

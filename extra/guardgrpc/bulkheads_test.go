@@ -33,7 +33,7 @@ func TestSharedBulkheadsCountEveryClientsCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := newClient(t, guardgrpc.ClientConfig{Bulkheads: group})
-	second := newClient(t, guardgrpc.ClientConfig{Bulkheads: group, MaxAttempts: 1})
+	second := newClient(t, guardgrpc.ClientConfig{Bulkheads: group, Retry: guardrail.Retry{MaxAttempts: 1}})
 	if first.Bulkheads() != group || second.Bulkheads() != group {
 		t.Fatal("Bulkheads() is not the group the Clients were given")
 	}

@@ -5,14 +5,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
 	"github.com/guardrail-go/guardrail"
-	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/bulkhead"
@@ -42,40 +40,14 @@ type ClientConfig struct {
 	// becomes a metric label: keep it to a small fixed set.
 	Name string
 
-	// MaxAttempts bounds the attempts of one call, counting the first.
-	// Zero means guardrail.DefaultMaxAttempts (3); 1 never retries; a
-	// negative value is invalid.
-	MaxAttempts int
-
-	// AttemptTimeout bounds each attempt of a unary call on top of the
-	// caller's deadline: the effective bound is min(AttemptTimeout, time
-	// left), and grpc-go sends it to the server as grpc-timeout. A stream
-	// is bounded by the caller's context alone: it may rightly live long.
-	// Zero means no bound of its own; a negative value is invalid.
-	AttemptTimeout time.Duration
-
-	// MinAttemptTime is the least time left on the caller's deadline worth
-	// starting an attempt with: with less, the call fails at once with
-	// DEADLINE_EXCEEDED (an *Error that Is guardrail.ErrDeadline), and a
-	// retry whose delay plus MinAttemptTime does not fit is not made. Zero
-	// means guardrail.DefaultMinAttemptTime (50 ms); negative means no minimum.
-	MinAttemptTime time.Duration
-
-	// Backoff computes the delay before a retry the server sent no
-	// pushback for. Nil means full jitter from 100 ms, capped at 10 s.
-	Backoff backoff.Strategy
-
-	// MaxRetryAfter caps the pushback the client honours: a longer one
-	// ends the call with the server's error rather than retrying sooner
-	// than asked. Zero means guardrail.DefaultMaxRetryAfter (30 s);
-	// negative means pushback is ignored and the backoff applies (a
-	// negative pushback still forbids the retry).
-	MaxRetryAfter time.Duration
-
-	// Budget caps retries at a fraction of calls. Nil means a budget of
-	// this Client alone, ratio 0.1 and 10 tokens. Share one with a
-	// guardhttp.Transport to budget both protocols together.
-	Budget *budget.Budget
+	// Retry is how calls retry, as in guardrail.Policy. AttemptTimeout
+	// bounds each attempt of a unary call, and grpc-go sends it to the
+	// server as grpc-timeout; a stream is bounded by the caller's context
+	// alone: it may rightly live long. The server's pushback is the
+	// Retry-After that MaxRetryAfter caps (a negative pushback forbids the
+	// retry). A nil Budget means a budget of this Client alone: share one
+	// with a guardhttp.Transport to budget both protocols together.
+	guardrail.Retry
 
 	// Observer receives the events of every call, with the full method
 	// name as the operation (unless the caller set one with
@@ -310,36 +282,53 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	// one breaker for every target.
 	off, _ := breaker.New(breaker.Config{Mode: breaker.Disabled}) // a valid Config
 	c.policy = guardrail.Policy{
-		Name:           cfg.Name,
-		MaxAttempts:    cfg.MaxAttempts,
-		AttemptTimeout: cfg.AttemptTimeout,
-		MinAttemptTime: cfg.MinAttemptTime,
-		Backoff:        cfg.Backoff,
-		MaxRetryAfter:  cfg.MaxRetryAfter,
-		Classify:       classifyMarked,
-		Budget:         bud,
-		Breaker:        off,
-		Observer:       cfg.Observer,
-		Hedge:          cfg.Hedge,
-		Throttler:      cfg.Throttler,
-		Rand:           cfg.Rand,
+		Name: cfg.Name,
+		Retry: guardrail.Retry{
+			MaxAttempts:    cfg.MaxAttempts,
+			AttemptTimeout: cfg.AttemptTimeout,
+			MinAttemptTime: cfg.MinAttemptTime,
+			Backoff:        cfg.Backoff,
+			MaxRetryAfter:  cfg.MaxRetryAfter,
+			Budget:         bud,
+		},
+		Classify:  classifyMarked,
+		Breaker:   off,
+		Observer:  cfg.Observer,
+		Hedge:     cfg.Hedge,
+		Throttler: cfg.Throttler,
+		Rand:      cfg.Rand,
 	}
 	c.hedges = cfg.Hedge != nil
 	// Only c.policy hedges: the others run calls grpc-go retries itself,
 	// and streams, which are neither hedged nor throttled.
 	c.once = guardrail.Policy{
-		Name: cfg.Name, MaxAttempts: 1, AttemptTimeout: cfg.AttemptTimeout, MinAttemptTime: cfg.MinAttemptTime,
-		Classify: classifyMarked, Budget: bud, Breaker: off, Observer: cfg.Observer,
+		Name: cfg.Name, Retry: guardrail.Retry{
+			MaxAttempts:    1,
+			AttemptTimeout: cfg.AttemptTimeout,
+			MinAttemptTime: cfg.MinAttemptTime,
+			Budget:         bud,
+		},
+		Classify: classifyMarked, Breaker: off, Observer: cfg.Observer,
 		Throttler: cfg.Throttler, Rand: cfg.Rand,
 	}
 	c.streamPolicy = guardrail.Policy{
-		Name: cfg.Name, MaxAttempts: cfg.MaxAttempts, MinAttemptTime: cfg.MinAttemptTime, Backoff: cfg.Backoff,
-		MaxRetryAfter: cfg.MaxRetryAfter, Classify: classifyMarked, Budget: bud, Breaker: off,
+		Name: cfg.Name, Retry: guardrail.Retry{
+			MaxAttempts:    cfg.MaxAttempts,
+			MinAttemptTime: cfg.MinAttemptTime,
+			Backoff:        cfg.Backoff,
+			MaxRetryAfter:  cfg.MaxRetryAfter,
+			Budget:         bud,
+		},
+		Classify: classifyMarked, Breaker: off,
 		Observer: cfg.Observer, Rand: cfg.Rand,
 	}
 	c.streamOnce = guardrail.Policy{
-		Name: cfg.Name, MaxAttempts: 1, MinAttemptTime: cfg.MinAttemptTime,
-		Classify: classifyMarked, Budget: bud, Breaker: off, Observer: cfg.Observer,
+		Name: cfg.Name, Retry: guardrail.Retry{
+			MaxAttempts:    1,
+			MinAttemptTime: cfg.MinAttemptTime,
+			Budget:         bud,
+		},
+		Classify: classifyMarked, Breaker: off, Observer: cfg.Observer,
 	}
 	// A resumed stream's engine call is not a new call: its start and end
 	// are not reported again.
@@ -350,8 +339,14 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	c.resume = make([]*guardrail.Policy, c.maxAttempt+1)
 	for k := 2; k <= c.maxAttempt; k++ {
 		c.resume[k] = &guardrail.Policy{
-			Name: cfg.Name, MaxAttempts: k, MinAttemptTime: cfg.MinAttemptTime, Backoff: cfg.Backoff,
-			MaxRetryAfter: cfg.MaxRetryAfter, Classify: classifyMarked, Budget: bud, Breaker: off,
+			Name: cfg.Name, Retry: guardrail.Retry{
+				MaxAttempts:    k,
+				MinAttemptTime: cfg.MinAttemptTime,
+				Backoff:        cfg.Backoff,
+				MaxRetryAfter:  cfg.MaxRetryAfter,
+				Budget:         bud,
+			},
+			Classify: classifyMarked, Breaker: off,
 			Observer: resumeObs, Rand: cfg.Rand,
 		}
 	}

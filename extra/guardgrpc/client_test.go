@@ -135,7 +135,7 @@ func TestUnsentRetriedForNonIdempotentMethod(t *testing.T) {
 	addr := lis.Addr().String()
 	lis.Close()
 	obs := &countAttempts{}
-	cl := dial(t, addr, newClient(t, guardgrpc.ClientConfig{Observer: obs, Budget: budget.Unlimited()}))
+	cl := dial(t, addr, newClient(t, guardgrpc.ClientConfig{Observer: obs, Retry: guardrail.Retry{Budget: budget.Unlimited()}}))
 	_, err = cl.Check(ctxTimeout(t, 5*time.Second), &healthpb.HealthCheckRequest{})
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("err = %v, want UNAVAILABLE", err)
@@ -155,7 +155,7 @@ func TestDeadlineOfNotIdempotentCallIsOutcomeUnknown(t *testing.T) {
 		}
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}}
-	cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{AttemptTimeout: 100 * time.Millisecond}))
+	cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{Retry: guardrail.Retry{AttemptTimeout: 100 * time.Millisecond}}))
 	_, err := cl.Check(ctxTimeout(t, 10*time.Second), &healthpb.HealthCheckRequest{})
 	if !errors.Is(err, guardrail.ErrOutcomeUnknown) || status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("err = %v (code %v), want ErrOutcomeUnknown with DEADLINE_EXCEEDED", err, status.Code(err))
@@ -174,7 +174,7 @@ func TestAttemptDeadlineRetriedForIdempotentMethod(t *testing.T) {
 		}
 		return serving, nil
 	}
-	cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{AttemptTimeout: 100 * time.Millisecond, IdempotentMethods: []string{"/grpc.health.v1.Health/"}}))
+	cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{Retry: guardrail.Retry{AttemptTimeout: 100 * time.Millisecond}, IdempotentMethods: []string{"/grpc.health.v1.Health/"}}))
 	if _, err := cl.Check(ctxTimeout(t, 10*time.Second), &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatalf("Check: %v", err)
 	}
@@ -185,7 +185,7 @@ func TestAttemptDeadlineRetriedForIdempotentMethod(t *testing.T) {
 
 func TestTooLittleTimeLeftFailsAtOnce(t *testing.T) {
 	h := &health{}
-	cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{MinAttemptTime: time.Second}))
+	cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{Retry: guardrail.Retry{MinAttemptTime: time.Second}}))
 	start := time.Now()
 	_, err := cl.Check(ctxTimeout(t, 500*time.Millisecond), &healthpb.HealthCheckRequest{})
 	if !errors.Is(err, guardrail.ErrDeadline) || status.Code(err) != codes.DeadlineExceeded {
@@ -218,7 +218,7 @@ func TestDeadlinePropagatedAsGRPCTimeout(t *testing.T) {
 		t.Fatalf("server saw %v left, want the caller's 3 s less the trip", d)
 	}
 	// The attempt timeout is on top: the server sees the shorter bound.
-	cl = dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{AttemptTimeout: 800 * time.Millisecond}))
+	cl = dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{Retry: guardrail.Retry{AttemptTimeout: 800 * time.Millisecond}}))
 	if _, err := cl.Check(ctxTimeout(t, 3*time.Second), &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestPushbackRefusals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &health{check: pushbackAfter(1, tc.code, tc.pb)}
-			cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{IdempotentMethods: []string{checkMethod}, MaxRetryAfter: 5 * time.Second}))
+			cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{IdempotentMethods: []string{checkMethod}, Retry: guardrail.Retry{MaxRetryAfter: 5 * time.Second}}))
 			start := time.Now()
 			cl.Check(ctxTimeout(t, 10*time.Second), &healthpb.HealthCheckRequest{})
 			if got := h.calls.Load(); got != tc.calls {
@@ -313,7 +313,7 @@ func TestPushbackRefusals(t *testing.T) {
 func TestSustainedUnavailableOpensBreaker(t *testing.T) {
 	h := &health{check: failFirst(1<<40, codes.Unavailable)}
 	group := newGroup(t, breaker.Config{MinRequests: 10, OpenFor: time.Minute})
-	c := newClient(t, guardgrpc.ClientConfig{Breakers: group, MaxAttempts: 1})
+	c := newClient(t, guardgrpc.ClientConfig{Breakers: group, Retry: guardrail.Retry{MaxAttempts: 1}})
 	cl := dial(t, serve(t, h), c)
 	ctx := ctxTimeout(t, 10*time.Second)
 	for range 10 {
@@ -354,7 +354,7 @@ func TestHalfOpenAdmitsExactlyTheProbes(t *testing.T) {
 	const openFor = 200 * time.Millisecond
 	group := newGroup(t, breaker.Config{
 		MinRequests: 5, OpenFor: openFor, OpenJitter: -1, HalfOpenProbes: probes})
-	cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{Breakers: group, MaxAttempts: 1}))
+	cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{Breakers: group, Retry: guardrail.Retry{MaxAttempts: 1}}))
 	ctx := ctxTimeout(t, 20*time.Second)
 	for range 5 {
 		cl.Check(ctx, &healthpb.HealthCheckRequest{})
@@ -532,8 +532,8 @@ func TestBulkheadRefusesOverflow(t *testing.T) {
 
 func TestNewClientRejectsInvalidConfig(t *testing.T) {
 	for _, cfg := range []guardgrpc.ClientConfig{
-		{MaxAttempts: -1},
-		{AttemptTimeout: -time.Second},
+		{Retry: guardrail.Retry{MaxAttempts: -1}},
+		{Retry: guardrail.Retry{AttemptTimeout: -time.Second}},
 		{IdempotentMethods: []string{"Check"}},
 		{Bulkhead: &bulkhead.Config{MaxConcurrent: -1}},
 	} {
@@ -609,8 +609,11 @@ func TestRetryBudgetBoundsRetries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newClient(t, guardgrpc.ClientConfig{Budget: b, IdempotentMethods: []string{checkMethod},
-		Breakers: newGroup(t, breaker.Config{Mode: breaker.Disabled})})
+	c := newClient(t, guardgrpc.ClientConfig{Retry: guardrail.Retry{
+		Budget: b,
+	},
+		IdempotentMethods: []string{checkMethod},
+		Breakers:          newGroup(t, breaker.Config{Mode: breaker.Disabled})})
 	cl := dial(t, serve(t, h), c)
 	const calls = 50
 	exhausted := 0

@@ -14,6 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/extra/guardgrpc"
 	"github.com/guardrail-go/guardrail/shed"
 )
@@ -54,7 +55,9 @@ func Example() {
 	// Client: Check is safe to repeat, so its UNAVAILABLE is retried.
 	client, err := guardgrpc.NewClient(guardgrpc.ClientConfig{
 		IdempotentMethods: []string{"/grpc.health.v1.Health/Check"},
-		AttemptTimeout:    time.Second,
+		Retry: guardrail.Retry{
+			AttemptTimeout: time.Second,
+		},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -84,7 +84,10 @@ func TestHedgeCutsTheSlowAttempt(t *testing.T) {
 	h := &health{check: slowFirst(ended)}
 	obs := &events{}
 	c := newClient(t, guardgrpc.ClientConfig{IdempotentMethods: []string{checkMethod}, Hedge: hedgeCfg,
-		MaxAttempts: 1, Observer: obs})
+		Retry: guardrail.Retry{
+			MaxAttempts: 1,
+		},
+		Observer: obs})
 	cl := dial(t, serve(t, h), c)
 	var header, trailer metadata.MD
 	var p peer.Peer
@@ -140,7 +143,11 @@ func TestHedgeNeverForNotIdempotentCalls(t *testing.T) {
 			h := &health{check: slowFirst(make(chan error, 1))}
 			obs := &events{}
 			cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{IdempotentMethods: tc.listed, Hedge: hedgeCfg,
-				MaxAttempts: 1, AttemptTimeout: 300 * time.Millisecond, Observer: obs}))
+				Retry: guardrail.Retry{
+					MaxAttempts:    1,
+					AttemptTimeout: 300 * time.Millisecond,
+				},
+				Observer: obs}))
 			ctx := ctxTimeout(t, 60*time.Second)
 			if tc.key {
 				ctx = metadata.AppendToOutgoingContext(ctx, guardgrpc.MDIdempotencyKey, "k1")
@@ -231,7 +238,11 @@ func TestHedgePausedByOverloadAnswers(t *testing.T) {
 			}, &slow)}
 			obs := &events{}
 			cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{IdempotentMethods: []string{checkMethod}, Hedge: hedgeCfg,
-				MaxAttempts: 1, AttemptTimeout: 300 * time.Millisecond, Observer: obs}))
+				Retry: guardrail.Retry{
+					MaxAttempts:    1,
+					AttemptTimeout: 300 * time.Millisecond,
+				},
+				Observer: obs}))
 			ctx := ctxTimeout(t, 60*time.Second)
 			if _, err := cl.Check(ctx, &healthpb.HealthCheckRequest{Service: "scripted"}); status.Code(err) != tc.code {
 				t.Fatalf("first call: %v, want %v", err, tc.code)
@@ -273,7 +284,11 @@ func TestHedgeOverloadAnswerToTheHedgeItself(t *testing.T) {
 	}}
 	obs := &events{}
 	cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{IdempotentMethods: []string{checkMethod}, Hedge: hedgeCfg,
-		MaxAttempts: 1, AttemptTimeout: 300 * time.Millisecond, Observer: obs}))
+		Retry: guardrail.Retry{
+			MaxAttempts:    1,
+			AttemptTimeout: 300 * time.Millisecond,
+		},
+		Observer: obs}))
 	ctx := ctxTimeout(t, 60*time.Second)
 	for range 2 {
 		if _, err := cl.Check(ctx, &healthpb.HealthCheckRequest{}); status.Code(err) != codes.DeadlineExceeded {
@@ -296,7 +311,11 @@ func TestHedgeNotWhileBreakerIsNotClosed(t *testing.T) {
 	group := newGroup(t, breaker.Config{ConsecutiveFailures: 1, OpenFor: time.Nanosecond, OpenJitter: -1})
 	obs := &events{}
 	cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{IdempotentMethods: []string{checkMethod}, Hedge: hedgeCfg,
-		MaxAttempts: 1, AttemptTimeout: 300 * time.Millisecond, Breakers: group, Observer: obs}))
+		Retry: guardrail.Retry{
+			MaxAttempts:    1,
+			AttemptTimeout: 300 * time.Millisecond,
+		},
+		Breakers: group, Observer: obs}))
 	ctx := ctxTimeout(t, 60*time.Second)
 	if _, err := cl.Check(ctx, &healthpb.HealthCheckRequest{Service: "scripted"}); status.Code(err) != codes.Internal {
 		t.Fatalf("first call: %v, want INTERNAL", err)
@@ -337,7 +356,12 @@ func TestHedgeNotWhenBudgetIsLow(t *testing.T) {
 	}
 	obs := &events{}
 	cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{IdempotentMethods: []string{checkMethod}, Hedge: hedgeCfg,
-		MaxAttempts: 1, AttemptTimeout: 300 * time.Millisecond, Budget: b, Observer: obs}))
+		Retry: guardrail.Retry{
+			MaxAttempts:    1,
+			AttemptTimeout: 300 * time.Millisecond,
+			Budget:         b,
+		},
+		Observer: obs}))
 	if _, err := cl.Check(ctxTimeout(t, 60*time.Second), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("Check: %v, want DEADLINE_EXCEEDED: its only attempt hangs", err)
 	}
@@ -362,7 +386,11 @@ func TestHedgeWinnerCopiedWhileFirstAnswerIsDiscarded(t *testing.T) {
 		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 	}}
 	cl := dial(t, serve(t, h), newClient(t, guardgrpc.ClientConfig{IdempotentMethods: []string{checkMethod}, Hedge: hedgeCfg,
-		MaxAttempts: 1, Budget: budget.Unlimited()}))
+		Retry: guardrail.Retry{
+			MaxAttempts: 1,
+			Budget:      budget.Unlimited(),
+		},
+	}))
 	ctx := ctxTimeout(t, 60*time.Second)
 	var wg sync.WaitGroup
 	for range 20 {
@@ -379,7 +407,9 @@ func TestHedgeWinnerCopiedWhileFirstAnswerIsDiscarded(t *testing.T) {
 func TestHedgeRunsEachCopyThroughTheAttemptSeam(t *testing.T) {
 	h := &health{check: slowFirst(make(chan error, 1))}
 	var seen atomic.Int64
-	c := newClient(t, guardgrpc.ClientConfig{IdempotentMethods: []string{checkMethod}, Hedge: hedgeCfg, MaxAttempts: 1,
+	c := newClient(t, guardgrpc.ClientConfig{IdempotentMethods: []string{checkMethod}, Hedge: hedgeCfg, Retry: guardrail.Retry{
+		MaxAttempts: 1,
+	},
 		Attempt: func(ctx context.Context, a *guardgrpc.Attempt) error {
 			seen.Add(1)
 			for _, o := range a.CallerOpts {

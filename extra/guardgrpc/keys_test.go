@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/extra/guardgrpc"
 	"github.com/guardrail-go/guardrail/idempotency"
 	"github.com/guardrail-go/guardrail/idempotency/memstore"
@@ -57,7 +58,7 @@ func keyServerCfg(t testing.TB, kc guardgrpc.KeyConfig, h *health, extra ...grpc
 	}
 	srv := newServer(t, guardgrpc.ServerConfig{Keys: &kc})
 	chain := append(extra, srv.UnaryServerInterceptor())
-	return dial(t, serve(t, h, grpc.ChainUnaryInterceptor(chain...)), newClient(t, guardgrpc.ClientConfig{MaxRetryAfter: -1}))
+	return dial(t, serve(t, h, grpc.ChainUnaryInterceptor(chain...)), newClient(t, guardgrpc.ClientConfig{Retry: guardrail.Retry{MaxRetryAfter: -1}}))
 }
 
 func withKey(t testing.TB, key string) context.Context {

@@ -46,7 +46,10 @@ func newThrottler(t *testing.T) *guardrail.Throttler {
 // = 2), no retries and no breaker, so that only the throttle decides
 // what is sent.
 func throttledClient(t *testing.T, th *guardrail.Throttler, obs event.Observer) guardgrpc.ClientConfig {
-	return guardgrpc.ClientConfig{Throttler: th, MaxAttempts: 1, Rand: seeded(), Observer: obs,
+	return guardgrpc.ClientConfig{Throttler: th, Retry: guardrail.Retry{
+		MaxAttempts: 1,
+	},
+		Rand: seeded(), Observer: obs,
 		Breakers: newGroup(t, breaker.Config{Mode: breaker.Disabled})}
 }
 

@@ -26,7 +26,7 @@ func Example() {
 	}
 	defer obs.Close()
 
-	p := &guardrail.Policy{Name: "pricing", Idempotent: true, Backoff: backoff.None(), Observer: obs}
+	p := &guardrail.Policy{Name: "pricing", Idempotent: true, Retry: guardrail.Retry{Backoff: backoff.None()}, Observer: obs}
 	calls := 0
 	_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) {
 		calls++

@@ -95,7 +95,9 @@ func TestCallRetriedTwice(t *testing.T) {
 		f := newFixture(t, 0)
 		p := &guardrail.Policy{
 			Name: "pricing", Idempotent: true, Observer: f.obs,
-			Backoff: backoff.Exponential(100*time.Millisecond, time.Second),
+			Retry: guardrail.Retry{
+				Backoff: backoff.Exponential(100*time.Millisecond, time.Second),
+			},
 		}
 		n := 0
 		ctx := event.WithOperation(context.Background(), "GetPrice")
@@ -174,8 +176,11 @@ func TestAttemptTimeoutPhase(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, 0)
 		p := &guardrail.Policy{
-			Name: "search", Idempotent: true, AttemptTimeout: 50 * time.Millisecond,
-			Backoff: backoff.Constant(10 * time.Millisecond), Observer: f.obs,
+			Name: "search", Idempotent: true, Retry: guardrail.Retry{
+				AttemptTimeout: 50 * time.Millisecond,
+				Backoff:        backoff.Constant(10 * time.Millisecond),
+			},
+			Observer: f.obs,
 		}
 		n := 0
 		_, err := guardrail.Do(context.Background(), p, func(ctx context.Context) (int, error) {
@@ -222,7 +227,7 @@ func TestRefusedRetryAndBreakerEvents(t *testing.T) {
 	})
 	b := must(budget.New(budget.Config{Max: 1}))
 	b.TryRetry() // empty it
-	p := &guardrail.Policy{Name: "ledger", Idempotent: true, Budget: b, Observer: event.Join(f.obs, breakerTransition)}
+	p := &guardrail.Policy{Name: "ledger", Idempotent: true, Retry: guardrail.Retry{Budget: b}, Observer: event.Join(f.obs, breakerTransition)}
 	_, err := guardrail.Do(context.Background(), p, func(context.Context) (int, error) {
 		return 0, guardrail.Transient(errors.New("503"))
 	})
@@ -262,7 +267,7 @@ func TestTransportPropagatesAttemptSpan(t *testing.T) {
 		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
 	})
 	client := &http.Client{Transport: gotel.Transport(next, propagation.TraceContext{})}
-	p := &guardrail.Policy{Name: "api", Idempotent: true, Backoff: backoff.None(), Observer: f.obs}
+	p := &guardrail.Policy{Name: "api", Idempotent: true, Retry: guardrail.Retry{Backoff: backoff.None()}, Observer: f.obs}
 	var sent []*http.Request
 	_, err := guardrail.Do(context.Background(), p, func(ctx context.Context) (int, error) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://api.internal/x", nil)
@@ -329,7 +334,7 @@ func TestMiddlewareJoinsCallerTrace(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, 0)
-		p := &guardrail.Policy{Name: "pricing", Idempotent: true, Backoff: backoff.None(), Budget: budget.Unlimited(), Observer: f.obs}
+		p := &guardrail.Policy{Name: "pricing", Idempotent: true, Retry: guardrail.Retry{Backoff: backoff.None(), Budget: budget.Unlimited()}, Observer: f.obs}
 		f.obs.WatchPolicy(p)
 		f.obs.WatchBreaker("pricing", p.BreakerInUse()) // watched through the policy already: counted once
 		ctx, cancel := context.WithTimeout(event.WithOperation(context.Background(), "Get"), time.Second)
@@ -455,8 +460,11 @@ func TestPolicyBreakerTransitionSpan(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, 0)
 		p := &guardrail.Policy{
-			Name: "ledger", MaxAttempts: 1, Observer: f.obs,
-			Breaker: must(breaker.New(breaker.Config{Name: "ledger", MinRequests: 2, OpenFor: 5 * time.Second, OpenJitter: -1, Observer: f.obs})),
+			Name: "ledger", Retry: guardrail.Retry{
+				MaxAttempts: 1,
+			},
+			Observer: f.obs,
+			Breaker:  must(breaker.New(breaker.Config{Name: "ledger", MinRequests: 2, OpenFor: 5 * time.Second, OpenJitter: -1, Observer: f.obs})),
 		}
 		for range 3 {
 			_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) {

@@ -25,7 +25,7 @@ func Example() {
 	reg := prometheus.NewRegistry() // or prometheus.DefaultRegisterer
 	reg.MustRegister(metrics)
 
-	p := &guardrail.Policy{Name: "pricing", Idempotent: true, Backoff: backoff.None(), Observer: metrics}
+	p := &guardrail.Policy{Name: "pricing", Idempotent: true, Retry: guardrail.Retry{Backoff: backoff.None()}, Observer: metrics}
 	metrics.WatchPolicy(p) // export its breaker and retry budget from the first scrape
 
 	ctx := event.WithOperation(context.Background(), "GetPrice")

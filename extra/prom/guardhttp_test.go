@@ -31,7 +31,7 @@ func TestCardinalityThroughGuardHTTP(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	c := newCollector(t, prom.Config{})
 	reg.MustRegister(c)
-	tr, err := guardhttp.NewTransport(srv.Client().Transport, guardhttp.Config{Name: "users", Observer: c, MaxAttempts: 2, Backoff: backoff.None()})
+	tr, err := guardhttp.NewTransport(srv.Client().Transport, guardhttp.Config{Name: "users", Observer: c, Retry: guardrail.Retry{MaxAttempts: 2, Backoff: backoff.None()}})
 	if err != nil {
 		t.Fatal(err)
 	}

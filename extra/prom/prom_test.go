@@ -103,15 +103,20 @@ func TestWorkload(t *testing.T) {
 		reg.MustRegister(c)
 
 		inventory := &guardrail.Policy{
-			Name: "inventory", Idempotent: true, Backoff: backoff.Constant(100 * time.Millisecond),
-			Budget:   must(budget.New(budget.Config{Ratio: 0.1, Max: 2})),
+			Name: "inventory", Idempotent: true, Retry: guardrail.Retry{
+				Backoff: backoff.Constant(100 * time.Millisecond),
+				Budget:  must(budget.New(budget.Config{Ratio: 0.1, Max: 2})),
+			},
 			Observer: c,
 		}
 		search := &guardrail.Policy{
-			Name: "search", Idempotent: true, Backoff: backoff.None(),
-			Budget: budget.Unlimited(), Observer: c,
+			Name: "search", Idempotent: true, Retry: guardrail.Retry{
+				Backoff: backoff.None(),
+				Budget:  budget.Unlimited(),
+			},
+			Observer: c,
 		}
-		payments := &guardrail.Policy{Name: "payments", AttemptTimeout: 200 * time.Millisecond, Observer: c}
+		payments := &guardrail.Policy{Name: "payments", Retry: guardrail.Retry{AttemptTimeout: 200 * time.Millisecond}, Observer: c}
 		c.WatchPolicy(inventory)
 
 		// The budget gauge is there before any call.
@@ -244,8 +249,11 @@ func TestBreakerTrip(t *testing.T) {
 		c := newCollector(t, prom.Config{})
 		reg.MustRegister(c)
 		p := &guardrail.Policy{
-			Name: "payments", MaxAttempts: 1, Observer: c,
-			Breaker: must(breaker.New(breaker.Config{Name: "payments", MinRequests: 4, OpenFor: 10 * time.Second, OpenJitter: -1, Observer: c})),
+			Name: "payments", Retry: guardrail.Retry{
+				MaxAttempts: 1,
+			},
+			Observer: c,
+			Breaker:  must(breaker.New(breaker.Config{Name: "payments", MinRequests: 4, OpenFor: 10 * time.Second, OpenJitter: -1, Observer: c})),
 		}
 		c.WatchPolicy(p)
 		state := func(closed, open, halfOpen float64) map[string]float64 {

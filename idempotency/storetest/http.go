@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/event"
 
 	"github.com/guardrail-go/guardrail/backoff"
@@ -155,7 +156,11 @@ func testResponseLost(t *testing.T, s Subject) {
 	// The client is guardhttp: it retries the POST because it carries a
 	// key, and sends the same key on every attempt.
 	grt, err := guardhttp.NewTransport(client.Transport, guardhttp.Config{
-		Name: "payments", MaxAttempts: 3, Backoff: backoff.None()})
+		Name: "payments", Retry: guardrail.Retry{
+			MaxAttempts: 3,
+			Backoff:     backoff.None(),
+		},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

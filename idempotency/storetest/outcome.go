@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/fault"
 	"github.com/guardrail-go/guardrail/guardhttp"
@@ -98,7 +99,11 @@ func testPanicAfterCharge(t *testing.T, s Subject) {
 	base := srv.Client()
 	defer base.CloseIdleConnections()
 	grt, err := guardhttp.NewTransport(base.Transport, guardhttp.Config{
-		Name: "payments", MaxAttempts: 3, Backoff: backoff.None(), IdempotencyKeys: true})
+		Name: "payments", Retry: guardrail.Retry{
+			MaxAttempts: 3,
+			Backoff:     backoff.None(),
+		},
+		IdempotencyKeys: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
@@ -179,11 +180,13 @@ func (p ampParams) scenario(ctx context.Context, allTiers bool, ratio float64, u
 	// Build from the DB up: tier 0 is the data-service, nearest the DB.
 	for i := 0; i < p.tiers; i++ {
 		cfg := guardhttp.Config{
-			Name:           fmt.Sprintf("tier%d", i),
-			MaxAttempts:    1,
-			MinAttemptTime: -1,
-			Backoff:        backoff.FullJitter(p.base, 100*p.base),
-			Budget:         budget.Unlimited(),
+			Name: fmt.Sprintf("tier%d", i),
+			Retry: guardrail.Retry{
+				MaxAttempts:    1,
+				MinAttemptTime: -1,
+				Backoff:        backoff.FullJitter(p.base, 100*p.base),
+				Budget:         budget.Unlimited(),
+			},
 			// The rows measure retries alone: breakers off unless the row
 			// asks for guardrail's default one.
 			Breakers: noBreakers(),

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/fallback"
 	"github.com/guardrail-go/guardrail/fault"
@@ -111,7 +112,7 @@ func newShop(p *pricing, cfg breaker.Config, attemptTimeout time.Duration) (*sho
 	}
 	s := &shop{
 		pricing: p,
-		client:  guarded(true, guardhttp.Config{Name: "pricing", MaxAttempts: 1, AttemptTimeout: attemptTimeout, Breakers: group}),
+		client:  guarded(true, guardhttp.Config{Name: "pricing", Retry: guardrail.Retry{MaxAttempts: 1, AttemptTimeout: attemptTimeout}, Breakers: group}),
 		cache:   cache,
 	}
 	// guardhttp keys breakers by host: this is the one pricing's calls use.

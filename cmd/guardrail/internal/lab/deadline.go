@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/deadline"
 	"github.com/guardrail-go/guardrail/fallback"
 	"github.com/guardrail-go/guardrail/guardhttp"
@@ -104,8 +105,8 @@ func (p deadlineParams) run(ctx context.Context, env *Env) (*Result, error) {
 	}
 	// guardhttp gives each call min(per-call budget, time left) and sends
 	// what is left in X-Request-Timeout and X-Request-Deadline.
-	clientA := guarded(true, guardhttp.Config{Name: "A", MaxAttempts: 1, AttemptTimeout: p.perA})
-	clientBC := guarded(true, guardhttp.Config{Name: "B-C", MaxAttempts: 1, AttemptTimeout: p.perBC})
+	clientA := guarded(true, guardhttp.Config{Name: "A", Retry: guardrail.Retry{MaxAttempts: 1, AttemptTimeout: p.perA}})
+	clientBC := guarded(true, guardhttp.Config{Name: "B-C", Retry: guardrail.Retry{MaxAttempts: 1, AttemptTimeout: p.perBC}})
 	call := func(c *http.Client, url string) func(context.Context) (string, error) {
 		return func(ctx context.Context) (string, error) {
 			if _, err := get(ctx, c, url); err != nil {

@@ -151,7 +151,7 @@ func (p hedgingParams) runRow(ctx context.Context, seed uint64, hedge, overloade
 		return hedgingRow{}, err
 	}
 	defer s.Close()
-	cfg := guardhttp.Config{Name: "hedging", MaxAttempts: 1, Breakers: noBreakers()}
+	cfg := guardhttp.Config{Name: "hedging", Retry: guardrail.Retry{MaxAttempts: 1}, Breakers: noBreakers()}
 	if hedge {
 		cfg.Hedge = &guardrail.HedgeConfig{Percentile: p.percentile, Delay: p.minDelay}
 	}

@@ -207,12 +207,21 @@ func (p idemParams) row(ctx context.Context, env *Env, store idempotency.Store, 
 
 	// Row 1 is a blind retry helper: any error, any method, retry.
 	naive := newHTTPClient(true)
-	naivePol := &guardrail.Policy{Name: "payments", MaxAttempts: attempts, Idempotent: true, Budget: budget.Unlimited(),
-		Backoff: backoff.FullJitter(time.Millisecond, 20*time.Millisecond), Breaker: disabledBreaker()}
+	naivePol := &guardrail.Policy{Name: "payments", Retry: guardrail.Retry{
+		MaxAttempts: attempts,
+		Budget:      budget.Unlimited(),
+		Backoff:     backoff.FullJitter(time.Millisecond, 20*time.Millisecond),
+	},
+		Idempotent: true, Breaker: disabledBreaker()}
 	// Rows 2 and 3 are guardhttp, which retries a POST only with a key; in
 	// row 3 it attaches one per payment (the same on every attempt).
-	client := guarded(true, guardhttp.Config{Name: "payments", MaxAttempts: attempts, IdempotencyKeys: withKey,
-		Budget: budget.Unlimited(), Backoff: backoff.FullJitter(time.Millisecond, 20*time.Millisecond), Breakers: noBreakers()})
+	client := guarded(true, guardhttp.Config{Name: "payments", Retry: guardrail.Retry{
+		MaxAttempts: attempts,
+		Budget:      budget.Unlimited(),
+		Backoff:     backoff.FullJitter(time.Millisecond, 20*time.Millisecond),
+	},
+		IdempotencyKeys: withKey,
+		Breakers:        noBreakers()})
 	var unknown int
 	send := func(ctx context.Context, c *http.Client, body []byte) (bool, error) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/payments", bytes.NewReader(body))

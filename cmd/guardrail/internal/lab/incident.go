@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
@@ -1029,7 +1030,7 @@ func (p incParams) build(runCtx context.Context, guarded bool, start time.Time, 
 			return fail(err)
 		}
 		tierClient = func(tier int) (caller, error) {
-			cfg := guardhttp.Config{Name: fmt.Sprintf("tier%d", tier), MaxAttempts: 1, Breakers: noBreakers(), Budget: budget.Unlimited()}
+			cfg := guardhttp.Config{Name: fmt.Sprintf("tier%d", tier), Retry: guardrail.Retry{MaxAttempts: 1, Budget: budget.Unlimited()}, Breakers: noBreakers()}
 			if tier == 0 { // data, nearest the DB
 				cfg.MaxAttempts, cfg.AttemptTimeout, cfg.Breakers, cfg.Budget = p.attempts, p.attemptTimeout, brk, bud
 				cfg.Backoff = backoff.FullJitter(backoff.DefaultBase, 100*backoff.DefaultBase)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/guardhttp"
@@ -117,8 +118,11 @@ func (p retryAfterParams) run(ctx context.Context, env *Env) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		client := guarded(true, guardhttp.Config{Name: "retry-after", MaxAttempts: p.maxAttempt, Budget: budget.Unlimited(),
-			Backoff: backoff.Constant(time.Millisecond),
+		client := guarded(true, guardhttp.Config{Name: "retry-after", Retry: guardrail.Retry{
+			MaxAttempts: p.maxAttempt,
+			Budget:      budget.Unlimited(),
+			Backoff:     backoff.Constant(time.Millisecond),
+		},
 			// 429s count against a breaker (they signal overload); this
 			// experiment isolates Retry-After, so the breaker is off.
 			Breakers: noBreakers()})

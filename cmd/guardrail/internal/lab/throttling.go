@@ -174,7 +174,7 @@ func (p throttlingParams) runMode(ctx context.Context, mode string) ([2]phaseCou
 	if err != nil {
 		return out, err
 	}
-	cfg := guardhttp.Config{Name: "throttling", MaxAttempts: 1, Breakers: group}
+	cfg := guardhttp.Config{Name: "throttling", Retry: guardrail.Retry{MaxAttempts: 1}, Breakers: group}
 	if mode == "throttling" {
 		th, err := guardrail.NewThrottler(guardrail.ThrottleConfig{K: p.k, Window: p.window})
 		if err != nil {
