@@ -3,6 +3,7 @@ package guardrail
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"syscall"
@@ -30,6 +31,11 @@ type Verdict struct {
 	// reached the dependency. For an operation that is not idempotent the
 	// outcome is unknown and Do ends with ErrOutcomeUnknown.
 	Timeout bool
+	// Unanswered reports that the attempt got no answer after the request
+	// may have reached the dependency (a connection reset, a lost
+	// response), without a timeout: as for Timeout, the outcome of an
+	// operation that is not idempotent is unknown.
+	Unanswered bool
 	// RetryAfter is the server's hint of when to retry (Retry-After), or 0.
 	// When set it replaces the backoff delay; it is never shortened.
 	RetryAfter time.Duration
@@ -106,7 +112,8 @@ func WithVerdict(err error, v Verdict) error {
 //     retryable, unsent;
 //   - timeouts (context.DeadlineExceeded, os.ErrDeadlineExceeded, a net.Error
 //     whose Timeout is true): failure, retryable, timeout;
-//   - connection reset, broken pipe, unexpected EOF: failure, retryable;
+//   - connection reset, broken pipe, unexpected EOF: failure, retryable,
+//     unanswered;
 //   - anything else: failure, retryable. Whether it is retried still
 //     depends on Policy.Idempotent, which is false unless set.
 //
@@ -167,10 +174,8 @@ func classifyPlain(err error) Verdict {
 	if opErr, ok := as[*net.OpError](err); ok && opErr.Op == "dial" {
 		return Verdict{Outcome: breaker.Failure, Retryable: true, Unsent: true, Timeout: opErr.Timeout()}
 	}
-	if isTimeout(err) {
-		return Verdict{Outcome: breaker.Failure, Retryable: true, Timeout: true}
-	}
-	return Verdict{Outcome: breaker.Failure, Retryable: true}
+	timeout, lost := failureOf(err)
+	return Verdict{Outcome: breaker.Failure, Retryable: true, Timeout: timeout, Unanswered: lost}
 }
 
 func isTimeout(err error) bool {
@@ -179,4 +184,46 @@ func isTimeout(err error) bool {
 	}
 	ne, ok := as[net.Error](err)
 	return ok && ne.Timeout()
+}
+
+// failureOf walks err's tree once and reports whether it holds a timeout
+// (context.DeadlineExceeded, os.ErrDeadlineExceeded, a net.Error whose
+// Timeout is true) and whether it holds a connection that failed under a
+// request that may have been received (a reset, a broken pipe, an
+// unexpected EOF). Where errors.Is and errors.As would walk it once per
+// target; a subtree with an Is or As method of its own is left to them.
+func failureOf(err error) (timeout, lost bool) {
+	for err != nil {
+		switch err {
+		case context.DeadlineExceeded, os.ErrDeadlineExceeded:
+			return true, false
+		case syscall.ECONNRESET, syscall.EPIPE, io.ErrUnexpectedEOF:
+			return false, true
+		}
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			return true, false
+		}
+		_, is := err.(interface{ Is(error) bool })
+		_, as := err.(interface{ As(any) bool })
+		if is || as {
+			if isTimeout(err) {
+				return true, false
+			}
+			return false, errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF)
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if t, l := failureOf(e); t || l {
+					return t, l
+				}
+			}
+			return false, false
+		default:
+			return false, false
+		}
+	}
+	return false, false
 }

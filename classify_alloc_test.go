@@ -66,7 +66,7 @@ func TestDefaultClassifyDoesNotAllocate(t *testing.T) {
 func TestDefaultClassifyVerdicts(t *testing.T) {
 	f, r, ru, ig := breaker.Failure, true, true, breaker.Ignored
 	want := map[string]guardrail.Verdict{
-		"plain":         {Outcome: f, Retryable: r},
+		"plain":         {Outcome: f, Retryable: r, Unanswered: true},
 		"wrapped":       {Outcome: f, Retryable: r},
 		"joined":        {Outcome: f, Retryable: r, Timeout: true},
 		"marked":        {Outcome: ig},

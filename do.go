@@ -3,13 +3,14 @@ package guardrail
 import (
 	"context"
 	"errors"
-	"math"
+	"fmt"
 	"time"
 
 	"github.com/guardrail-go/guardrail/event"
 
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/bulkhead"
+	"github.com/guardrail-go/guardrail/throttle"
 )
 
 // Do runs op under p and returns its result. p may be nil (see Policy).
@@ -30,9 +31,11 @@ import (
 // Do returns exactly one of:
 //
 //   - op's value and a nil error, on success;
-//   - the zero T and the last attempt's error as op returned it, for a
-//     failure that is not retried (permanent, or the operation is not
-//     idempotent) or when attempts are exhausted;
+//   - the zero T and the last attempt's error as op returned it (without
+//     the verdict Permanent, Transient, Unsent, RetryAfterError or
+//     WithVerdict put on it, which was for Do), for a failure that is not
+//     retried (permanent, or the operation is not idempotent) or when
+//     attempts are exhausted;
 //   - the zero T and an *Error that Is ErrDeadline, ErrBudgetExhausted,
 //     ErrOutcomeUnknown, ErrCircuitOpen or ErrBulkheadFull and wraps the
 //     last attempt's error (or, when no attempt ran, the context's, the
@@ -69,13 +72,21 @@ const (
 	// Policy says (a POST without an idempotency key through a policy for
 	// reads).
 	NotIdempotent
+	// IdempotentWithKey marks a call that has effects but carries an
+	// idempotency key the dependency deduplicates by (a POST with an
+	// Idempotency-Key): it is retried as an idempotent call, and when its
+	// last attempt got no answer after it may have reached the dependency,
+	// the call ends with ErrOutcomeUnknown around whatever else ended it,
+	// as a call that is not idempotent does: the caller must learn the
+	// outcome, by sending again with the same key.
+	IdempotentWithKey
 )
 
 // Call refines a Policy for one call, for callers such as an HTTP transport
 // that decide per request what Do otherwise reads from the Policy. The zero
 // Call changes nothing: every field's zero value means "as the Policy
-// says". A Call is a plain value that DoCall copies; the Breaker and
-// Bulkhead it points to are safe for concurrent use.
+// says". A Call is a plain value that DoCall copies; the values it points
+// to must be safe for concurrent use.
 type Call struct {
 	// Idempotent, when not IdempotenceOfPolicy, replaces
 	// Policy.Idempotent for this call.
@@ -83,25 +94,44 @@ type Call struct {
 	// Dependency, when not empty, replaces Policy.Name in this call's events
 	// (an HTTP transport reports the host).
 	Dependency string
+	// MaxAttempts, when positive, replaces Policy.MaxAttempts for this call
+	// (1: a request whose body cannot be sent twice). A negative value is
+	// invalid.
+	MaxAttempts int
+	// AttemptTimeout, when positive, replaces Policy.AttemptTimeout for
+	// this call; negative means no bound of its own (a stream that may
+	// rightly live long).
+	AttemptTimeout time.Duration
 	// Breaker, when not nil, replaces the Policy's breaker for this call
 	// (one breaker per host, route or shard, from a breaker.Group).
 	Breaker *breaker.Breaker
-	// Bulkhead, when not nil, replaces Policy.Bulkhead for this call. Do
-	// frees the slot when op returns, so work that outlives op (an HTTP
-	// response body read later) is not covered: hold a slot yourself for it.
+	// Bulkhead, when not nil, replaces Policy.Bulkhead for this call.
 	Bulkhead *bulkhead.Bulkhead
 	// Throttler, when not nil, replaces Policy.Throttler for this call (one
-	// throttle per host).
-	Throttler *Throttler
+	// throttle per host); NoThrottle turns the Policy's off for it.
+	Throttler  *throttle.Throttler
+	NoThrottle bool
+	// Observer, when not nil, replaces Policy.Observer for this call's
+	// events.
+	Observer event.Observer
 	// NoHedge, when true, keeps this call from being hedged though the
 	// Policy hedges (a request whose body cannot be sent twice).
 	NoHedge bool
-	// Discard, when not nil, is given each value of T that an attempt of a
-	// hedged call returned with a nil error but that lost the race to
-	// another attempt, so that what it holds is released (an HTTP
-	// response's body closed). It may run on another goroutine than the
+	// Discard, when not nil, is given what an attempt produced that the
+	// call throws away, so that what it holds is released (an HTTP
+	// response's body drained and closed): the error of a failed attempt
+	// that is retried, and the value of a hedged attempt that lost the race
+	// to another. For a loser it may run on another goroutine than the
 	// caller's, after Do returned.
 	Discard func(v any)
+	// Hold, when not nil, is given the bulkhead slot of the attempt whose
+	// result the call returns (its value, or its error when it failed),
+	// instead of Do freeing the slot when op returns: work that outlives
+	// op (an HTTP response body read later) stays bounded by the bulkhead.
+	// Hold must Release the slot when that work is done. Slots of attempts
+	// whose results are thrown away are freed by Do. A held slot costs an
+	// allocation per attempt.
+	Hold func(result any, slot *bulkhead.Slot)
 }
 
 // DoCall is Do with per-call settings c. p may be nil (see Policy). Like
@@ -130,10 +160,50 @@ func DoHedged[T any](ctx context.Context, p *Policy, c Call, op func(context.Con
 		return zero, err
 	}
 	if cl.s.hedge != nil && cl.idempotent && !c.NoHedge {
-		cl.hedged = true
 		return runHedged(&cl, op)
 	}
 	return run(&cl, op)
+}
+
+// call is the state of one Do: the settings it runs under, then what its
+// attempts did. It lives on Do's stack.
+type call struct {
+	// Settings of the call, fixed by init.
+	ctx            context.Context
+	s              *settings
+	obs            event.Observer
+	dependency     string
+	operation      string // event.Operation(ctx); set only when observed
+	idempotent     bool   // a failed attempt may be repeated
+	effects        bool   // a lost answer makes the outcome unknown
+	maxAttempts    int
+	attemptTimeout time.Duration // 0: none
+	breaker        *breaker.Breaker
+	bulkhead       *bulkhead.Bulkhead
+	throttle       *throttle.Throttler
+	discard        func(any)
+	hold           func(any, *bulkhead.Slot)
+	deadline       time.Time
+	hasDeadline    bool
+	timed          bool // attempt durations are needed (an observer, a breaker that times)
+
+	// State of the attempts.
+	ref      time.Time // what clock measures from; zero before its first read
+	start    time.Time // the call's start; set only when observed
+	attempts int       // attempts started, hedges included
+	hedges   int       // hedges sent
+	retries  int       // retries granted
+	delay    time.Duration
+	permit   breaker.Permit  // the current attempt's
+	slot     bulkhead.Slot   // the current attempt's, freed when op returns
+	held     *bulkhead.Slot  // the current attempt's instead, kept for Call.Hold
+	actx     context.Context // the current attempt's context, as the observer returned it
+	astart   time.Time       // the current attempt's start, when timed
+	endAt    time.Time       // the current attempt's end, once read
+	lastErr  error           // the last attempt's error, unmarked
+	lost     bool            // the last attempt got no answer after it may have been received
+	timer    *time.Timer
+	outcome  string // the CallEnd outcome of a call that fails; "" means event.OutcomeError
 }
 
 // init resolves the call's settings into cl, a zero call: the Policy's,
@@ -146,17 +216,35 @@ func (cl *call) init(ctx context.Context, p *Policy, c Call) error {
 	if s.err != nil {
 		return s.err
 	}
+	if c.MaxAttempts < 0 {
+		return fmt.Errorf("%w: Call.MaxAttempts is %d; want 1 or more, or zero for the Policy's", ErrInvalidConfig, c.MaxAttempts)
+	}
 	// Field by field into the zero call the caller declared: a composite
-	// literal would be built aside and then copied in, with write barriers,
-	// which cost more than the rest of a failed attempt.
-	cl.ctx, cl.p, cl.s, cl.obs = ctx, p, s, p.Observer
-	cl.idempotent, cl.dependency, cl.discard = p.Idempotent, c.Dependency, c.Discard
+	// literal would be built aside and then copied in, with write barriers.
+	cl.ctx, cl.s, cl.obs = ctx, s, p.Observer
+	cl.dependency, cl.discard, cl.hold = c.Dependency, c.Discard, c.Hold
+	cl.idempotent, cl.effects = p.Idempotent, !p.Idempotent
+	cl.maxAttempts, cl.attemptTimeout = s.maxAttempts, s.attemptTimeout
 	cl.breaker, cl.bulkhead, cl.throttle = s.breaker, p.Bulkhead, p.Throttler
+	if cl.dependency == "" {
+		cl.dependency = p.Name
+	}
 	switch c.Idempotent {
 	case Idempotent:
-		cl.idempotent = true
+		cl.idempotent, cl.effects = true, false
 	case NotIdempotent:
-		cl.idempotent = false
+		cl.idempotent, cl.effects = false, true
+	case IdempotentWithKey:
+		cl.idempotent, cl.effects = true, true
+	}
+	if c.MaxAttempts > 0 {
+		cl.maxAttempts = c.MaxAttempts
+	}
+	switch {
+	case c.AttemptTimeout > 0:
+		cl.attemptTimeout = c.AttemptTimeout
+	case c.AttemptTimeout < 0:
+		cl.attemptTimeout = 0
 	}
 	if c.Breaker != nil {
 		cl.breaker = c.Breaker
@@ -167,6 +255,12 @@ func (cl *call) init(ctx context.Context, p *Policy, c Call) error {
 	if c.Throttler != nil {
 		cl.throttle = c.Throttler
 	}
+	if c.NoThrottle {
+		cl.throttle = nil
+	}
+	if c.Observer != nil {
+		cl.obs = c.Observer
+	}
 	return nil
 }
 
@@ -174,9 +268,6 @@ func (cl *call) init(ctx context.Context, p *Policy, c Call) error {
 // anything that keeps it, or op escapes to the heap for every call.
 func run[T any](c *call, op func(context.Context) (T, error)) (T, error) {
 	var zero T
-	if c.dependency == "" {
-		c.dependency = c.p.Name
-	}
 	c.begin()
 	defer c.cleanup()
 	for {
@@ -187,6 +278,9 @@ func run[T any](c *call, op func(context.Context) (T, error)) (T, error) {
 		v, err, timedOut := attempt(c, op, actx, cancel)
 		if err == nil {
 			c.succeeded()
+			if c.held != nil {
+				c.handOver(v) // converted to any only here: no allocation otherwise
+			}
 			return v, nil
 		}
 		if err := c.failed(err, timedOut); err != nil {
@@ -198,9 +292,6 @@ func run[T any](c *call, op func(context.Context) (T, error)) (T, error) {
 // runHedged is run with hedged attempts.
 func runHedged[T any](c *call, op func(context.Context) (T, error)) (T, error) {
 	var zero T
-	if c.dependency == "" {
-		c.dependency = c.p.Name
-	}
 	c.begin()
 	defer c.cleanup()
 	for {
@@ -211,6 +302,9 @@ func runHedged[T any](c *call, op func(context.Context) (T, error)) (T, error) {
 		v, err, timedOut := hedgedAttempt(c, op, actx, cancel)
 		if err == nil {
 			c.succeeded()
+			if c.held != nil {
+				c.handOver(v) // converted to any only here: no allocation otherwise
+			}
 			return v, nil
 		}
 		if err := c.failed(err, timedOut); err != nil {
@@ -220,8 +314,8 @@ func runHedged[T any](c *call, op func(context.Context) (T, error)) (T, error) {
 }
 
 // attempt runs op once. The deferred function cancels the attempt's context,
-// frees the bulkhead slot and, if op panicked, records the failed attempt
-// before the panic goes on.
+// frees the bulkhead slot unless the call holds it for Call.Hold and, if
+// op panicked, records the failed attempt before the panic goes on.
 func attempt[T any](c *call, op func(context.Context) (T, error), actx context.Context, cancel context.CancelFunc) (v T, err error, timedOut bool) {
 	done := false
 	defer func() {
@@ -230,16 +324,12 @@ func attempt[T any](c *call, op func(context.Context) (T, error), actx context.C
 		}
 		c.slot.Release() // a no-op without a bulkhead
 		if !done {
+			c.releaseSlot()
 			c.panicked()
 		}
 	}()
 	v, err = op(actx)
 	done = true
-	if c.bounded {
-		// Before cancel: a context still live bounds how long the attempt
-		// took (see beforeAttempt).
-		c.live = actx.Err() == nil
-	}
 	if err != nil && cancel != nil {
 		// Before cancel: was it our attempt timeout that ended the attempt?
 		timedOut = errors.Is(actx.Err(), context.DeadlineExceeded) && c.ctx.Err() == nil
@@ -247,56 +337,16 @@ func attempt[T any](c *call, op func(context.Context) (T, error), actx context.C
 	return v, err, timedOut
 }
 
-// call is the state of one Do. It lives on Do's stack.
-type call struct {
-	ctx         context.Context
-	p           *Policy
-	s           *settings
-	obs         event.Observer
-	idempotent  bool
-	dependency  string
-	breaker     *breaker.Breaker   // nil: none
-	bulkhead    *bulkhead.Bulkhead // nil: none
-	throttle    *Throttler         // nil: none
-	discard     func(any)          // Call.Discard
-	hedged      bool               // attempts are hedged
-	hedges      int                // hedges sent (counted in attempts too)
-	permit      breaker.Permit     // the current attempt's
-	slot        bulkhead.Slot      // the current attempt's; zero without a bulkhead
-	actx        context.Context    // the current attempt's context, as the observer returned it
-	operation   string             // event.Operation(ctx); set only when observed
-	deadline    time.Time          // ctx's deadline
-	hasDeadline bool
-	timed       bool          // attempt durations are needed
-	attempts    int           // attempts started
-	retries     int           // retries granted so far
-	delay       time.Duration // delay waited before the current attempt
-	lastErr     error
-	timer       *time.Timer
-	start       time.Time // call start; set only when observed
-	astart      time.Time // attempt start; set only when timed
-	remain      time.Duration
-	outcome     string // the CallEnd outcome of a call that fails; "" means event.OutcomeError
-
-	// The clock, read at most once per attempt (see beforeAttempt).
-	ref          time.Time // what later reads measure from with the monotonic clock alone (see clock); zero before the first
-	monoDeadline bool      // the deadline has a monotonic reading: it is ref
-	now          time.Time // the current attempt's start, read or derived; zero when nothing needed it
-	fresh        bool      // now was read by this attempt's beforeAttempt
-	endAt        time.Time // the current attempt's end, once read
-	bounded      bool      // the attempt's context ends within one bucket of the windows its result goes into
-	live         bool      // bounded, and the attempt's context was not done when op returned
-}
-
 func (c *call) begin() {
 	c.s.budget.Deposit()
 	c.timed = c.obs != nil || (c.breaker != nil && c.breaker.Timed())
-	// Read once per call, not once per attempt or event: the context chain
-	// only grows (an observer's span) and neither value changes within a
-	// call.
+	// Read once per call: the context chain only grows (an observer's
+	// span) and neither value changes within a call.
 	c.deadline, c.hasDeadline = c.ctx.Deadline()
 	if c.hasDeadline && c.deadline != c.deadline.Round(0) { // Round(0) strips the monotonic reading
-		c.ref, c.monoDeadline = c.deadline, true
+		// The deadline has a monotonic reading (context.WithTimeout's
+		// does): the clock can measure from it alone.
+		c.ref = c.deadline
 	}
 	if c.obs == nil {
 		return
@@ -306,32 +356,13 @@ func (c *call) begin() {
 	c.ctx = c.obs.Observe(c.ctx, c.event(event.CallStart, c.start))
 }
 
-// clockReads, when not nil, is called at every clock read Do makes and at
-// every Done that leaves the breaker to read the clock, so that a test can
-// count them. (A breaker that is not closed reads the clock in Allow and
-// Refusal too; those are not counted.) It is nil outside tests: the cost
-// is a load and a branch where it is checked.
-var clockReads func()
-
-// mayRead counts a read the breaker may make, for clockReads.
-func mayRead() {
-	if clockReads != nil {
-		clockReads()
-	}
-}
-
 // clock reads the clock. The first read of a call is time.Now, unless the
-// context's deadline carries a monotonic reading (time.Now().Add does, as
-// in context.WithTimeout; time.Unix does not); every other one measures
-// from that first reading or from the deadline with the monotonic clock
-// alone, t.Add(time.Since(t)), which costs about four fifths of time.Now
-// (time.Since alone, without the Add, three fifths). The result has both
-// readings, so it compares with the deadline, the breaker's epoch and
-// other readings exactly as time.Now's would.
+// deadline has a monotonic reading; every later one measures from that
+// first reading, or from the deadline, with the monotonic clock alone,
+// t.Add(time.Since(t)), which costs less than time.Now and compares with
+// the deadline, the breaker's epoch and other readings exactly as
+// time.Now's would.
 func (c *call) clock() time.Time {
-	if clockReads != nil {
-		clockReads()
-	}
 	if c.ref.IsZero() {
 		c.ref = time.Now()
 		return c.ref
@@ -339,19 +370,8 @@ func (c *call) clock() time.Time {
 	return c.ref.Add(time.Since(c.ref))
 }
 
-// left reads the time left before the deadline, for an attempt that may
-// need no time.Time at all; the attempt's start, if asked for later, is
-// then the deadline minus it. It is for a deadline with a monotonic
-// reading (c.ref is the deadline).
-func (c *call) left() time.Duration {
-	if clockReads != nil {
-		clockReads()
-	}
-	return time.Until(c.deadline)
-}
-
-// ended returns the time the current attempt ended, reading the clock the
-// first time it is asked for: every use after op returned (the breaker,
+// ended returns the current attempt's end, reading the clock the first
+// time it is asked for, so that every use after op returned (the breaker,
 // the throttle, the retry decision, the events) shares one read.
 func (c *call) ended() time.Time {
 	if c.endAt.IsZero() {
@@ -360,61 +380,6 @@ func (c *call) ended() time.Time {
 	return c.endAt
 }
 
-// resultAt returns the time to record the attempt's result at in the
-// breaker's and the throttle's windows: its end if that has been read,
-// else its start when the attempt is known to have ended less than one of
-// their buckets after it (see beforeAttempt), else its end.
-func (c *call) resultAt() time.Time {
-	if c.endAt.IsZero() && c.live {
-		return c.now
-	}
-	return c.ended()
-}
-
-// done records an untimed attempt's outcome in the breaker.
-func (c *call) done(o breaker.Outcome) {
-	switch {
-	case o == breaker.Ignored || c.breaker == nil || c.breaker == c.s.breaker && c.s.breakerBucket == noWindow:
-		c.permit.Done(o, 0) // reads no clock
-	case !c.endAt.IsZero():
-		c.permit.DoneAt(o, 0, c.endAt)
-	case c.live:
-		c.permit.DoneAt(o, 0, c.now)
-	default:
-		// The breaker reads the clock only if its window needs it, with the
-		// monotonic clock alone.
-		mayRead()
-		c.permit.Done(o, 0)
-	}
-}
-
-// recordLimit is how much later than its attempt's start a result may be
-// recorded at that start: one bucket of the narrowest window it goes into,
-// which is within the granularity of that window. A breaker other than the
-// Policy's (a Call's, from a breaker.Group) has a window Do does not know
-// without a cost: its results are recorded at their end.
-// It is -1 when nothing records the result at a time (no breaker, or one
-// without a time window, and no throttle): then no time is worth taking.
-func (c *call) recordLimit() time.Duration {
-	limit := noWindow
-	if c.breaker != nil {
-		if c.breaker != c.s.breaker {
-			return -1
-		}
-		limit = c.s.breakerBucket
-	}
-	if c.throttle != nil {
-		limit = min(limit, time.Duration(c.throttle.width))
-	}
-	if limit == noWindow {
-		return -1
-	}
-	return limit
-}
-
-// noWindow is the bucket width of a breaker that records no time.
-const noWindow = time.Duration(math.MaxInt64)
-
 func (c *call) cleanup() {
 	if c.timer != nil {
 		c.timer.Stop()
@@ -422,70 +387,27 @@ func (c *call) cleanup() {
 }
 
 // beforeAttempt checks what must hold before an attempt starts (time left,
-// breaker, bulkhead, in that order: the cheapest refusal first, and no slot
-// taken for an attempt the breaker refuses), then builds the attempt's
-// context.
-//
-// It reads the clock at most once, and only when something needs the time:
-// the deadline check, the throttle, or an attempt duration. A retry of an
-// untimed call does not read it at all: it starts when its wait ends, at
-// the previous attempt's end (read for the retry decision) plus the delay.
-// That is exact but for the timer waking up late, which the retry
-// decision has allowed for: it granted the retry because delay plus
-// MinAttemptTime fit in the time left. A deadline that passed meanwhile
-// still ends the call with ErrDeadline, without an attempt.
+// throttle, breaker, bulkhead, in that order: the cheapest refusal first,
+// and no slot taken for an attempt the breaker refuses), then builds the
+// attempt's context. It reads the clock once, and only if something
+// needs the time: the deadline, the throttle, or an attempt's duration.
 func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
+	c.endAt = time.Time{}
 	var now time.Time
-	// fromLeft: now is not read yet but is the deadline minus c.remain, read
-	// here; fresh: now (or fromLeft) was read here, and no bulkhead wait
-	// came since.
-	fromLeft, fresh := false, false
 	switch {
-	case c.attempts == 0:
-		now = c.start // read by begin when observed; zero otherwise
-	case !c.timed && !c.hedged && !c.endAt.IsZero():
-		now = c.endAt.Add(c.delay)
+	case c.attempts == 0 && !c.start.IsZero():
+		now = c.start // read by begin for the observer
+	case c.hasDeadline || c.throttle != nil || c.timed:
+		now = c.clock()
 	}
-	c.endAt, c.bounded, c.live = time.Time{}, false, false
-	c.remain = -1
-	if c.hasDeadline {
-		switch {
-		case !now.IsZero():
-			if c.attempts > 0 {
-				if err := c.ctx.Err(); err != nil && errors.Is(err, context.DeadlineExceeded) {
-					return nil, nil, c.giveUp(ErrDeadline, 0)
-				}
-			}
-			c.remain = c.deadline.Sub(now)
-		case c.monoDeadline:
-			// The time left is all that the checks below may need: read it
-			// alone, and derive now from it if they need that too.
-			c.remain, fromLeft, fresh = c.left(), true, true
-		default:
-			now, fresh = c.clock(), true
-			c.remain = c.deadline.Sub(now)
-		}
-		if c.remain < c.s.minAttempt {
-			return nil, nil, c.giveUp(ErrDeadline, 0)
-		}
+	if c.hasDeadline && c.deadline.Sub(now) < c.s.minAttempt {
+		return nil, nil, c.giveUp(ErrDeadline, 0)
 	}
-	if c.throttle != nil {
-		switch {
-		case !now.IsZero():
-		case fromLeft:
-			now = c.fromLeft()
-		default:
-			now, fresh = c.clock(), true
-		}
-		if !c.throttle.admit(now, c.s.rand()) {
-			return nil, nil, c.throttled()
-		}
+	if c.throttle != nil && !c.throttle.Admit(now, c.s.rand()) {
+		return nil, nil, c.throttled()
 	}
 	if c.breaker != nil {
 		var err error
-		if now.IsZero() && fromLeft && c.breaker.State() != breaker.Closed {
-			now = c.fromLeft()
-		}
 		if now.IsZero() {
 			c.permit, err = c.breaker.Allow() // reads the clock only when not closed
 		} else {
@@ -504,65 +426,39 @@ func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
 			latest = c.deadline.Add(-c.s.minAttempt)
 		}
 		var err error
-		if c.slot, err = c.bulkhead.AcquireBy(c.ctx, latest); err != nil {
+		if c.hold != nil {
+			c.held = new(bulkhead.Slot)
+			*c.held, err = c.bulkhead.AcquireBy(c.ctx, latest)
+		} else {
+			c.slot, err = c.bulkhead.AcquireBy(c.ctx, latest)
+		}
+		if err != nil {
+			c.held = nil
 			c.permit.Done(breaker.Ignored, 0) // frees a probe slot
 			return nil, nil, c.bulkheadRejected(err)
 		}
-		fresh = false // a wait for a slot may have made now old
-	}
-	if fromLeft && now.IsZero() && (c.timed || fresh && c.s.attemptTimeout > 0 && c.remain > c.s.attemptTimeout) {
-		now = c.fromLeft()
+		if !now.IsZero() {
+			now = c.clock() // the wait for a slot may have made it old
+		}
 	}
 	c.attempts++
 	actx := c.ctx
 	var cancel context.CancelFunc
-	// The attempt ends by bound after start at the latest, if its context
-	// is live when op returns; bound < 0: no bound.
-	start, bound := now, c.remain
-	if at := c.s.attemptTimeout; at > 0 {
+	if at := c.attemptTimeout; at > 0 {
 		switch {
-		case c.hasDeadline && c.remain <= at:
+		case c.hasDeadline && c.deadline.Sub(now) <= at:
 			// The caller's deadline comes first: no timer needed, only the
 			// promise that op's context ends with the attempt.
 			actx, cancel = context.WithCancel(c.ctx)
-		case fresh:
+		case !now.IsZero():
 			// Arm the timer from the reading just made rather than let
 			// WithTimeout read the clock again.
 			actx, cancel = context.WithDeadline(c.ctx, now.Add(at))
-			bound = at
 		default:
 			actx, cancel = context.WithTimeout(c.ctx, at)
-			// WithTimeout read the clock: its deadline minus at is that
-			// reading, unless the caller's deadline came first.
-			if d, ok := actx.Deadline(); ok && (!c.hasDeadline || d.Before(c.deadline)) {
-				start, bound = d.Add(-at), at
-			}
 		}
 	}
-	if c.timed {
-		switch {
-		case !now.IsZero():
-		case !start.IsZero():
-			now = start
-		default:
-			now = c.clock()
-		}
-		c.astart = now
-	}
-	// A result may be recorded at the attempt's start, without reading the
-	// clock at its end, when the attempt cannot have ended later than
-	// within one bucket of the windows it is recorded in (a timed attempt
-	// reads its end anyway, a hedged one measures its latency, a half-open
-	// probe's result moves the breaker at the time it is recorded).
-	c.bounded = !c.timed && !c.hedged && bound >= 0 && bound <= c.recordLimit() && !c.permit.Probe()
-	if c.bounded && start.IsZero() {
-		if !fromLeft {
-			c.bounded = false
-		} else {
-			start = c.fromLeft()
-		}
-	}
-	c.now, c.fresh = start, fresh
+	c.astart = now
 	if c.obs != nil {
 		e := c.event(event.AttemptStart, now)
 		e.Delay = c.delay
@@ -572,32 +468,47 @@ func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
 	return actx, cancel, nil
 }
 
-// fromLeft is the time the attempt's c.remain was read at.
-func (c *call) fromLeft() time.Time { return c.deadline.Add(-c.remain) }
+// releaseSlot frees the current attempt's bulkhead slot, if it has one.
+func (c *call) releaseSlot() {
+	c.slot.Release() // a no-op on the zero Slot
+	if c.held != nil {
+		c.held.Release()
+		c.held = nil
+	}
+}
+
+// handOver gives the current attempt's held slot to Call.Hold with what
+// the call returns of the attempt.
+func (c *call) handOver(result any) {
+	if h := c.held; h != nil {
+		c.held = nil
+		c.hold(result, h)
+	}
+}
 
 func (c *call) succeeded() {
 	if c.throttle != nil {
-		c.throttle.record(c.resultAt(), true)
+		c.throttle.Record(c.ended(), true)
 	}
 	if c.obs == nil {
 		if c.timed {
 			now := c.ended()
 			c.permit.DoneAt(breaker.Success, now.Sub(c.astart), now)
 		} else {
-			c.done(breaker.Success)
+			c.permit.Done(breaker.Success, 0) // the breaker reads the clock if its window needs it
 		}
-		return
+	} else {
+		now := c.recordAttempt(breaker.Success, nil)
+		e := c.event(event.CallEnd, now)
+		e.Outcome = event.OutcomeOK
+		e.Duration = now.Sub(c.start)
+		c.obs.Observe(c.ctx, e)
 	}
-	now := c.recordAttempt(breaker.Success, nil)
-	e := c.event(event.CallEnd, now)
-	e.Outcome = event.OutcomeOK
-	e.Duration = now.Sub(c.start)
-	c.obs.Observe(c.ctx, e)
 }
 
 func (c *call) panicked() {
 	if c.throttle != nil {
-		c.throttle.record(c.resultAt(), true) // the operation's fault, not the dependency's
+		c.throttle.Record(c.ended(), true) // the operation's fault, not the dependency's
 	}
 	c.recordAttempt(breaker.Failure, errPanicked)
 	c.end(errPanicked) // the call ends here too: observers close what they opened
@@ -605,78 +516,112 @@ func (c *call) panicked() {
 
 var errPanicked = errors.New("guardrail: operation panicked")
 
+// unmarked returns err without the verdict Permanent, Transient,
+// RetryAfterError, Unsent or WithVerdict put on it: the verdict was for
+// Do, the error is for the caller.
+func unmarked(err error) error {
+	if m, ok := err.(*markedError); ok {
+		return m.err
+	}
+	return err
+}
+
 // failed handles a failed attempt: classify, record, decide, wait. It
 // returns nil when another attempt should run, else the error Do returns.
 func (c *call) failed(err error, timedOut bool) error {
-	c.lastErr = err
+	c.lastErr = unmarked(err)
 	if perr := c.ctx.Err(); perr != nil {
-		if errors.Is(perr, context.Canceled) {
-			// The caller gave up: not the dependency's fault, not retried.
-			if c.throttle != nil {
-				c.throttle.record(c.resultAt(), true) // nor evidence against it
-			}
-			c.recordAttempt(breaker.Ignored, err)
-			c.outcome = event.OutcomeCanceled
-			return err
-		}
-		// The caller's deadline passed during the attempt: the dependency did
-		// not answer in time.
-		if c.throttle != nil {
-			c.throttle.record(c.resultAt(), false)
-		}
-		c.recordAttempt(breaker.Failure, err)
-		c.timeout()
-		if !c.idempotent && !c.s.classify(err).Unsent {
-			return c.giveUp(ErrOutcomeUnknown, 0)
-		}
-		return c.giveUp(ErrDeadline, 0)
+		return c.callerDone(err, perr)
 	}
-
 	v := c.s.classify(err)
 	if timedOut {
 		v.Outcome, v.Retryable, v.Timeout = breaker.Failure, true, true
 	}
-	if c.throttle != nil && !c.live || c.hasDeadline && v.Retryable && (c.idempotent || v.Unsent) &&
-		c.attempts-c.hedges < c.s.maxAttempts && !(v.RetryAfter > c.s.maxRetryAfter && c.s.maxRetryAfter >= 0) {
-		// The throttle, or the retry decision below (the time left), needs
-		// the attempt's end: read it now, so that the breaker records the
-		// attempt at it too.
-		c.ended()
+	c.lost = (v.Timeout || v.Unanswered) && !v.Unsent
+	if c.hasDeadline || c.throttle != nil {
+		c.ended() // the retry decision and the throttle need the attempt's end
 	}
 	c.recordAttempt(v.Outcome, err)
 	if c.throttle != nil {
 		// An answer, if not a good one, is one the dependency took; an
 		// overload answer or a timeout is not.
-		c.throttle.record(c.resultAt(), !v.Timeout && !isOverload(err, v))
+		c.throttle.Record(c.ended(), !v.Timeout && !isOverload(err, v))
 	}
 	if v.Timeout {
 		c.timeout()
-		if !c.idempotent && !v.Unsent {
-			return c.giveUp(ErrOutcomeUnknown, 0)
-		}
 	}
+	if c.lost && !c.idempotent {
+		return c.giveUp(ErrOutcomeUnknown, 0)
+	}
+	delay, reason, stop := c.retryDelay(v)
+	if stop != nil {
+		return stop
+	}
+	if err := c.grant(delay, reason); err != nil {
+		return err
+	}
+	if c.discard != nil {
+		c.discard(c.lastErr)
+	}
+	c.releaseSlot()
+	c.retries++
+	c.delay = delay
+	return c.wait(delay)
+}
+
+// callerDone ends a call whose context ended during the attempt.
+func (c *call) callerDone(err, perr error) error {
+	if errors.Is(perr, context.Canceled) {
+		// The caller gave up: not the dependency's fault, not retried.
+		if c.throttle != nil {
+			c.throttle.Record(c.ended(), true) // nor evidence against it
+		}
+		c.recordAttempt(breaker.Ignored, err)
+		c.outcome = event.OutcomeCanceled
+		return c.lastErr
+	}
+	// The caller's deadline passed during the attempt: the dependency did
+	// not answer in time.
+	if c.throttle != nil {
+		c.throttle.Record(c.ended(), false)
+	}
+	c.recordAttempt(breaker.Failure, err)
+	c.timeout()
+	c.lost = !c.s.classify(err).Unsent
+	if c.lost && !c.idempotent {
+		return c.giveUp(ErrOutcomeUnknown, 0)
+	}
+	return c.giveUp(ErrDeadline, 0)
+}
+
+// retryDelay decides whether the failure v may be retried at all, and
+// after what delay: it returns the error that ends the call when not.
+func (c *call) retryDelay(v Verdict) (time.Duration, string, error) {
 	switch {
 	case !v.Retryable:
-		return err
+		return 0, "", c.lastErr
 	case !c.idempotent && !v.Unsent:
 		c.refuse(event.ReasonNotIdempotent)
-		return err
-	case c.attempts-c.hedges >= c.s.maxAttempts:
+		return 0, "", c.lastErr
+	case c.attempts-c.hedges >= c.maxAttempts:
 		c.refuse(event.ReasonAttempts)
-		return err
+		return 0, "", c.lastErr
 	}
-
-	delay, reason := time.Duration(0), event.ReasonBackoff
 	if v.RetryAfter > 0 && c.s.maxRetryAfter >= 0 {
 		if v.RetryAfter > c.s.maxRetryAfter {
 			// Retrying sooner than the server asked would defeat its request.
 			c.refuse(event.ReasonRetryAfter)
-			return err
+			return 0, "", c.lastErr
 		}
-		delay, reason = v.RetryAfter, event.ReasonRetryAfter
-	} else {
-		delay = c.s.backoff.Delay(c.retries, c.delay, c.s.rand())
+		return v.RetryAfter, event.ReasonRetryAfter, nil
 	}
+	return c.s.backoff.Delay(c.retries, c.delay, c.s.rand()), event.ReasonBackoff, nil
+}
+
+// grant asks the deadline, the breaker and the budget for a retry after
+// delay, in that order, and returns the error that ends the call when one
+// refuses.
+func (c *call) grant(delay time.Duration, reason string) error {
 	if c.hasDeadline {
 		if left := c.deadline.Sub(c.ended()); delay+c.s.minAttempt > left {
 			// No sleeping toward a deadline the retry would miss.
@@ -706,12 +651,10 @@ func (c *call) failed(err error, timedOut bool) error {
 	}
 	if c.obs != nil {
 		e := c.event(event.Retry, time.Time{})
-		e.Delay, e.Reason, e.Err = delay, reason, err
+		e.Delay, e.Reason, e.Err = delay, reason, c.lastErr
 		c.obs.Observe(c.ctx, e)
 	}
-	c.retries++
-	c.delay = delay
-	return c.wait(delay)
+	return nil
 }
 
 // wait sleeps for d or until the caller's context ends.
@@ -741,7 +684,12 @@ func (c *call) wait(d time.Duration) error {
 // observer. It returns the attempt's end, if it read it.
 func (c *call) recordAttempt(o breaker.Outcome, err error) time.Time {
 	if !c.timed {
-		c.done(o)
+		if c.endAt.IsZero() {
+			c.permit.Done(o, 0) // the breaker reads the clock if its window needs it
+		} else {
+			c.permit.DoneAt(o, 0, c.endAt)
+		}
+		c.permit = breaker.Permit{}
 		return time.Time{}
 	}
 	now := c.ended()
@@ -752,7 +700,7 @@ func (c *call) recordAttempt(o breaker.Outcome, err error) time.Time {
 		e := c.event(event.AttemptEnd, now)
 		e.Outcome = o.String()
 		e.Duration = d
-		e.Err = err
+		e.Err = unmarked(err)
 		c.obs.Observe(c.actx, e)
 	}
 	return now
@@ -770,12 +718,17 @@ func (c *call) rejected(err error) error {
 		e.Delay, e.Err = retryIn, err
 		c.obs.Observe(c.ctx, e)
 	}
-	cause := c.lastErr
-	if cause == nil {
-		cause = err
-	}
 	c.outcome = event.OutcomeCircuitOpen
-	return &Error{Kind: ErrCircuitOpen, Attempts: c.attempts, RetryIn: retryIn, Err: cause}
+	return &Error{Kind: ErrCircuitOpen, Attempts: c.attempts, RetryIn: retryIn, Err: c.cause(err)}
+}
+
+// cause is the error a typed error of the call wraps: the last attempt's,
+// else def.
+func (c *call) cause(def error) error {
+	if c.lastErr != nil {
+		return c.lastErr
+	}
+	return def
 }
 
 // throttled turns the throttle's local rejection into ErrThrottled.
@@ -787,11 +740,7 @@ func (c *call) throttled() error {
 		c.obs.Observe(c.ctx, e)
 	}
 	c.outcome = event.OutcomeThrottled
-	cause := c.lastErr
-	if cause == nil {
-		cause = ErrThrottled
-	}
-	return &Error{Kind: ErrThrottled, Attempts: c.attempts, Err: cause}
+	return &Error{Kind: ErrThrottled, Attempts: c.attempts, Err: c.cause(ErrThrottled)}
 }
 
 // bulkheadRejected turns a bulkhead's refusal into ErrBulkheadFull, the
@@ -816,12 +765,8 @@ func (c *call) bulkheadRejected(err error) error {
 		e.InFlight, e.Limit = c.bulkhead.InFlight(), c.bulkhead.Limit()
 		c.obs.Observe(c.ctx, e)
 	}
-	cause := c.lastErr
-	if cause == nil {
-		cause = err
-	}
 	c.outcome = event.OutcomeBulkheadFull
-	return &Error{Kind: ErrBulkheadFull, Attempts: c.attempts, Err: cause}
+	return &Error{Kind: ErrBulkheadFull, Attempts: c.attempts, Err: c.cause(err)}
 }
 
 func (c *call) timeout() {
@@ -846,10 +791,6 @@ func (c *call) refuse(reason string) {
 // giveUp builds the typed error for kind, wrapping the last error (or the
 // context's, when no attempt failed yet), and records the call's outcome.
 func (c *call) giveUp(kind error, retryIn time.Duration) error {
-	cause := c.lastErr
-	if cause == nil {
-		cause = c.ctx.Err()
-	}
 	switch kind {
 	case ErrDeadline:
 		c.outcome = event.OutcomeDeadline
@@ -858,11 +799,22 @@ func (c *call) giveUp(kind error, retryIn time.Duration) error {
 	case ErrOutcomeUnknown:
 		c.outcome = event.OutcomeUnknown
 	}
-	return &Error{Kind: kind, Attempts: c.attempts, RetryIn: retryIn, Err: cause}
+	return &Error{Kind: kind, Attempts: c.attempts, RetryIn: retryIn, Err: c.cause(c.ctx.Err())}
 }
 
-// end reports the call's end to the observer and returns err.
+// end hands the last attempt's slot over, makes the outcome unknown when
+// the last attempt of a call with effects got no answer, reports the
+// call's end to the observer, and returns err.
 func (c *call) end(err error) error {
+	if c.held != nil {
+		c.handOver(c.lastErr)
+	}
+	if c.effects && c.lost && !errors.Is(err, ErrOutcomeUnknown) && !errors.Is(err, context.Canceled) {
+		// A call retried under an idempotency key: whatever ended it, its
+		// last attempt may have taken effect.
+		err = &Error{Kind: ErrOutcomeUnknown, Attempts: c.attempts, Err: err}
+		c.outcome = event.OutcomeUnknown
+	}
 	if c.obs == nil {
 		return err
 	}

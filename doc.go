@@ -55,6 +55,13 @@
 // Events. Every package reports through one event.Observer, in the
 // vocabulary of package event. A nil Observer costs nothing.
 //
+// Time. Whatever reads the clock has a twin that takes the time as a
+// parameter (breaker.AllowAt, throttle.Throttler.Admit), as
+// x/time/rate's AllowN(t, n) does, so tests are exact without sleeping and
+// Do reads the clock once where one reading serves several checks.
+//
 // Concurrency. Every exported type says whether it is safe for concurrent
-// use. Nothing in guardrail starts a goroutine per call.
+// use. Nothing in guardrail starts a goroutine per call, with one
+// exception that asks for it: a hedged call (DoHedged) runs each extra
+// attempt on a goroutine of its own.
 package guardrail

@@ -19,10 +19,14 @@ var (
 	ErrDeadline = errors.New("guardrail: deadline too close for another attempt")
 	// ErrBulkheadFull: the bulkhead had no free slot within the allowed wait.
 	ErrBulkheadFull = errors.New("guardrail: bulkhead full")
-	// ErrOutcomeUnknown: an attempt of an operation that is not idempotent
-	// timed out after it may have reached the dependency; it may or may not
-	// have taken effect, so it was not retried. Query the state before trying
-	// again, or make the operation idempotent (an idempotency key).
+	// ErrOutcomeUnknown: the last attempt of an operation that is not
+	// idempotent timed out or lost its connection after it may have reached
+	// the dependency; it may or may not have taken effect, so it was not
+	// retried. Query the state before trying again, or make the operation
+	// idempotent (an idempotency key). A call made IdempotentWithKey is
+	// retried instead, and ends with ErrOutcomeUnknown around whatever else
+	// ended it when its last attempt was lost so: send it again with the
+	// same key to learn the outcome.
 	ErrOutcomeUnknown = errors.New("guardrail: outcome unknown")
 )
 

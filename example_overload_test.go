@@ -9,6 +9,7 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/budget"
+	"github.com/guardrail-go/guardrail/throttle"
 )
 
 // A read whose first attempt is stuck in the dependency's slow tail: after
@@ -40,7 +41,7 @@ func ExampleHedgeConfig() {
 // ErrThrottled, and the dependency sees only the few it lets through to
 // find out whether it recovered.
 func ExampleThrottler() {
-	th, err := guardrail.NewThrottler(guardrail.ThrottleConfig{}) // 2 minutes, K = 2
+	th, err := throttle.New(throttle.Config{}) // 2 minutes, K = 2
 	if err != nil {
 		panic(err)
 	}

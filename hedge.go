@@ -14,6 +14,7 @@ import (
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/event"
+	"github.com/guardrail-go/guardrail/throttle"
 )
 
 // Defaults of a zero HedgeConfig. The 95th percentile hedges about one call
@@ -38,7 +39,8 @@ var ErrHedgeLost = errors.New("guardrail: another attempt of the hedged call won
 const hedgeMinSamples = 20
 
 // HedgeConfig turns on hedging for a Policy: when an attempt of an
-// idempotent call has not answered after a delay, Do sends one more, at
+// idempotent call made with DoHedged has not answered after a delay,
+// DoHedged sends one more, at
 // most MaxHedges, and returns the first success; the other attempts are
 // cancelled. Hedging cuts tail latency at the price of load, so it stops
 // by itself when load would hurt: a hedge spends a retry budget token and
@@ -52,9 +54,10 @@ const hedgeMinSamples = 20
 // with itself and must honour its context: the call returns only once the
 // caller's attempt has returned. Calls that are not idempotent are never
 // hedged, and neither are calls of a Policy whose Hedge is nil: those start
-// no goroutine. (Since the operation may be handed to another goroutine,
-// a closure passed to Do is allocated on the heap whether the call is
-// hedged or not.)
+// no goroutine. Do and DoCall never hedge. (Since the operation may be
+// handed to another goroutine, a closure passed to DoHedged is allocated on
+// the heap whether the call is hedged or not; one passed to Do or DoCall
+// stays on the caller's stack.)
 //
 // The zero value is valid: hedge after the 95th percentile of the last
 // DefaultHedgeWindow successful attempts' latencies, once 20 are known, at
@@ -266,21 +269,24 @@ func (r *latencyRing) add(d time.Duration) {
 // change during the call, copied so that the call itself stays on Do's
 // stack and no goroutine reads what the caller writes.
 type hedgeCall struct {
-	ctx        context.Context
-	s          *settings
-	obs        event.Observer
-	breaker    *breaker.Breaker
-	bulkhead   *bulkhead.Bulkhead
-	throttle   *Throttler
-	discard    func(any)
-	dependency string
-	operation  string
+	ctx            context.Context
+	s              *settings
+	obs            event.Observer
+	breaker        *breaker.Breaker
+	bulkhead       *bulkhead.Bulkhead
+	throttle       *throttle.Throttler
+	discard        func(any)
+	hold           bool // the winner's slot goes to Call.Hold
+	attemptTimeout time.Duration
+	dependency     string
+	operation      string
 }
 
 // hedgeResult is what one hedge attempt produced.
 type hedgeResult[T any] struct {
 	v       T
 	permit  breaker.Permit
+	slot    *bulkhead.Slot // held for Call.Hold; nil: none
 	start   time.Time
 	end     time.Time
 	actx    context.Context
@@ -311,14 +317,11 @@ type round[T any] struct {
 // failure once every hedge in flight has failed too.
 func hedgedAttempt[T any](c *call, op func(context.Context) (T, error), actx context.Context, cancel context.CancelFunc) (T, error, bool) {
 	h := c.s.hedge
-	// The attempt's latency is measured from the reading beforeAttempt
-	// made, if it made one, and to the one the call records the attempt at.
-	start := c.now
-	switch {
-	case !c.fresh:
+	// The attempt's latency is measured from its start, read by
+	// beforeAttempt if it needed the time, and to its end.
+	start := c.astart
+	if start.IsZero() {
 		start = c.clock()
-	case start.IsZero():
-		start = c.fromLeft()
 	}
 	d, ok := h.delay(start)
 	if !ok {
@@ -336,7 +339,8 @@ func hedgedAttempt[T any](c *call, op func(context.Context) (T, error), actx con
 		cancel = func() { cancelCause(nil) }
 	}
 	r := &round[T]{c: hedgeCall{ctx: c.ctx, s: c.s, obs: c.obs, breaker: c.breaker, bulkhead: c.bulkhead, throttle: c.throttle,
-		discard: c.discard, dependency: c.dependency, operation: c.operation}, op: op, delay: d, base: c.attempts, wake: make(chan struct{}, 1)}
+		discard: c.discard, hold: c.hold != nil, attemptTimeout: c.attemptTimeout, dependency: c.dependency, operation: c.operation},
+		op: op, delay: d, base: c.attempts, wake: make(chan struct{}, 1)}
 	r.cancels = append(make([]context.CancelCauseFunc, 0, h.maxHedges+1), cancelCause)
 	r.mu.Lock()
 	r.timer = time.AfterFunc(d, r.launch)
@@ -391,13 +395,15 @@ func hedgedAttempt[T any](c *call, op func(context.Context) (T, error), actx con
 	if err == nil && c.discard != nil {
 		c.discard(v)
 	}
+	c.releaseSlot()
 	c.permit.Done(breaker.Ignored, 0)
 	if c.throttle != nil {
-		c.throttle.record(end, true) // cancelled by us: says nothing against the dependency
+		c.throttle.Record(end, true) // cancelled by us: says nothing against the dependency
 	}
 	// The winner's attempt is the call's: it is recorded with its own
-	// start and end.
+	// start and end, and its slot is the one the call holds.
 	c.permit, c.astart, c.endAt = w.permit, w.start, w.end
+	c.held = w.slot
 	if c.obs != nil {
 		c.actx = w.actx
 	}
@@ -441,7 +447,7 @@ func (r *round[T]) launch() {
 	}
 	now := time.Now()
 	n := r.base + r.sent + 1
-	reason, permit, release := r.gate(now)
+	reason, permit, slot := r.gate(now)
 	if reason != "" {
 		r.over = true // gates stay shut for this attempt
 		r.mu.Unlock()
@@ -455,7 +461,7 @@ func (r *round[T]) launch() {
 	r.sent++
 	r.running++
 	actx, cancel := context.WithCancelCause(c.ctx)
-	if at := c.s.attemptTimeout; at > 0 {
+	if at := c.attemptTimeout; at > 0 {
 		var stop context.CancelFunc
 		actx, stop = context.WithTimeout(actx, at)
 		context.AfterFunc(actx, stop) // frees the timer when the attempt ends
@@ -473,69 +479,79 @@ func (r *round[T]) launch() {
 		e = r.event(event.AttemptStart, n)
 		actx = c.obs.Observe(actx, e)
 	}
-	r.run(actx, cancel, permit, release, n, now)
+	r.run(actx, cancel, permit, slot, n, now)
 }
 
 // gate decides whether a hedge may be sent; the caller holds mu. It
 // returns the reason it may not, or the breaker permit and the bulkhead
-// slot's release for the hedge.
-func (r *round[T]) gate(now time.Time) (string, breaker.Permit, func()) {
+// slot (the zero Slot without a bulkhead) for the hedge.
+func (r *round[T]) gate(now time.Time) (string, breaker.Permit, *bulkhead.Slot) {
 	c, h := &r.c, r.c.s.hedge
+	var none *bulkhead.Slot
 	if h.paused(now) {
-		return event.ReasonOverload, breaker.Permit{}, nil
+		return event.ReasonOverload, breaker.Permit{}, none
 	}
 	if dl, ok := c.ctx.Deadline(); ok && dl.Sub(now) < c.s.minAttempt {
-		return event.ReasonDeadline, breaker.Permit{}, nil
+		return event.ReasonDeadline, breaker.Permit{}, none
 	}
 	if b := c.s.budget; b.Tokens() < b.Max()/2 {
-		return event.ReasonBudget, breaker.Permit{}, nil
+		return event.ReasonBudget, breaker.Permit{}, none
 	}
 	var permit breaker.Permit
 	if c.breaker != nil {
 		if c.breaker.State() != breaker.Closed {
-			return event.ReasonBreakerOpen, breaker.Permit{}, nil
+			return event.ReasonBreakerOpen, breaker.Permit{}, none
 		}
 		var err error
 		if permit, err = c.breaker.AllowAt(now); err != nil {
-			return event.ReasonBreakerOpen, breaker.Permit{}, nil
+			return event.ReasonBreakerOpen, breaker.Permit{}, none
 		}
 	}
-	release := func() {}
+	var slot *bulkhead.Slot
 	if c.bulkhead != nil {
 		// A hedge never queues: a full bulkhead is load enough.
-		slot, err := c.bulkhead.AcquireBy(c.ctx, now.Add(-1))
-		if err != nil {
+		slot = new(bulkhead.Slot)
+		var err error
+		if *slot, err = c.bulkhead.AcquireBy(c.ctx, now.Add(-1)); err != nil {
 			permit.Done(breaker.Ignored, 0)
-			return event.ReasonBulkheadFull, breaker.Permit{}, nil
+			return event.ReasonBulkheadFull, breaker.Permit{}, none
 		}
-		release = slot.Release
 	}
-	if c.throttle != nil && !c.throttle.admit(now, c.s.rand()) {
-		release()
+	if c.throttle != nil && !c.throttle.Admit(now, c.s.rand()) {
+		release(slot)
 		permit.Done(breaker.Ignored, 0)
-		return event.ReasonThrottled, breaker.Permit{}, nil
+		return event.ReasonThrottled, breaker.Permit{}, none
 	}
 	if !c.s.budget.TryRetry() {
-		release()
+		release(slot)
 		permit.Done(breaker.Ignored, 0)
-		return event.ReasonBudget, breaker.Permit{}, nil
+		return event.ReasonBudget, breaker.Permit{}, none
 	}
-	return "", permit, release
+	return "", permit, slot
+}
+
+// release frees a hedge's slot, if it has one.
+func release(slot *bulkhead.Slot) {
+	if slot != nil {
+		slot.Release()
+	}
 }
 
 // run runs hedge n and hands its result to the round: a success that
 // comes first wins, anything else is recorded here.
-func (r *round[T]) run(actx context.Context, cancel context.CancelCauseFunc, permit breaker.Permit, release func(), n int, start time.Time) {
+func (r *round[T]) run(actx context.Context, cancel context.CancelCauseFunc, permit breaker.Permit, slot *bulkhead.Slot, n int, start time.Time) {
 	c := &r.c
-	done := false
+	done, kept := false, false
 	defer func() {
-		release()
+		if !kept {
+			release(slot)
+		}
 		if !done {
 			// The panic goes on up this goroutine's stack, which ends the
 			// program as any goroutine's panic does; record it first.
 			permit.Done(breaker.Failure, time.Since(start))
 			if c.throttle != nil {
-				c.throttle.record(time.Now(), true)
+				c.throttle.Record(time.Now(), true)
 			}
 			cancel(nil)
 			r.mu.Lock()
@@ -554,6 +570,9 @@ func (r *round[T]) run(actx context.Context, cancel context.CancelCauseFunc, per
 	win := err == nil && r.won == nil && !(r.over && r.primary)
 	if win {
 		r.won = &hedgeResult[T]{v: v, permit: permit, start: start, end: now, actx: actx, attempt: n}
+		if c.hold {
+			r.won.slot, kept = slot, true
+		}
 		r.over = true
 		r.timer.Stop()
 		cancel(nil) // this attempt has ended, and won: not a loser's cause
@@ -574,13 +593,13 @@ func (r *round[T]) run(actx context.Context, cancel context.CancelCauseFunc, per
 			c.discard(v)
 		}
 		if c.throttle != nil {
-			c.throttle.record(now, true)
+			c.throttle.Record(now, true)
 		}
 	case errors.Is(context.Cause(actx), ErrHedgeLost) || c.ctx.Err() != nil:
 		// Cancelled because another attempt won, or the caller gave up.
 		o, outcome = breaker.Ignored, event.AttemptIgnored
 		if c.throttle != nil {
-			c.throttle.record(now, true)
+			c.throttle.Record(now, true)
 		}
 	default:
 		v := c.s.classify(err)
@@ -591,7 +610,7 @@ func (r *round[T]) run(actx context.Context, cancel context.CancelCauseFunc, per
 			c.s.hedge.overloaded(now, v.RetryAfter)
 		}
 		if c.throttle != nil {
-			c.throttle.record(now, !over && !v.Timeout)
+			c.throttle.Record(now, !over && !v.Timeout)
 		}
 	}
 	permit.DoneAt(o, d, now)

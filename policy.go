@@ -13,6 +13,7 @@ import (
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/bulkhead"
+	"github.com/guardrail-go/guardrail/throttle"
 )
 
 // Defaults used for zero Policy fields. Three attempts ride out a blip
@@ -103,7 +104,7 @@ type Policy struct {
 	// Throttler): a client that backs off before the dependency must shed.
 	// Nil means no throttling. Share one Throttler between the policies
 	// that call one dependency.
-	Throttler *Throttler
+	Throttler *throttle.Throttler
 
 	// Rand returns uniform draws in [0, 1) for backoff jitter and the
 	// throttle's rejections. Nil means
@@ -169,7 +170,6 @@ type settings struct {
 	classify       Classifier
 	budget         *budget.Budget
 	breaker        *breaker.Breaker // nil: none
-	breakerBucket  time.Duration    // the breaker's window's bucket width; noWindow if it records no time
 	rand           func() float64
 	hedge          *hedger // nil: no hedging
 }
@@ -240,22 +240,8 @@ func (p *Policy) resolve() *settings {
 		// The Policy owns this breaker, so it, and only it, observes it.
 		s.breaker = must(breaker.New(breaker.Config{Name: p.Name, Observer: p.Observer}))
 	}
-	if s.breaker != nil {
-		s.breakerBucket = bucketWidth(s.breaker)
-	}
 	s.err = errors.Join(errs...)
 	return s
-}
-
-// bucketWidth returns the width of the buckets of b's time window, or
-// noWindow if b records nothing in a time window (a count window, or
-// disabled): then it needs no time to record a result at.
-func bucketWidth(b *breaker.Breaker) time.Duration {
-	cfg := b.Config()
-	if cfg.CountWindow > 0 || cfg.Mode == breaker.Disabled {
-		return noWindow
-	}
-	return cfg.Window / time.Duration(cfg.Buckets)
 }
 
 // must returns v, for constructors given a Config known to be valid.

@@ -12,11 +12,12 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/event"
+	"github.com/guardrail-go/guardrail/throttle"
 )
 
-func newThrottler(t testing.TB, cfg guardrail.ThrottleConfig) *guardrail.Throttler {
+func newThrottler(t testing.TB, cfg throttle.Config) *throttle.Throttler {
 	t.Helper()
-	th, err := guardrail.NewThrottler(cfg)
+	th, err := throttle.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +37,7 @@ func lockedRand(seed uint64) func() float64 {
 
 func TestThrottleHealthyDependencyNeverRejected(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		th := newThrottler(t, guardrail.ThrottleConfig{})
+		th := newThrottler(t, throttle.Config{})
 		p := &guardrail.Policy{Throttler: th, Retry: guardrail.Retry{MaxAttempts: 1}, Rand: lockedRand(1)}
 		sent := 0
 		for range 1000 {
@@ -54,7 +55,7 @@ func TestThrottleHealthyDependencyNeverRejected(t *testing.T) {
 func TestThrottleRejectsWhenOverloaded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
-		th := newThrottler(t, guardrail.ThrottleConfig{})
+		th := newThrottler(t, throttle.Config{})
 		p := &guardrail.Policy{Throttler: th, Retry: guardrail.Retry{MaxAttempts: 1}, Rand: lockedRand(2), Observer: rec, Breaker: noBreaker()}
 		sent, throttled := 0, 0
 		const n = 2000
@@ -86,7 +87,7 @@ func TestThrottleRejectsWhenOverloaded(t *testing.T) {
 
 func TestThrottleConvergesToKTimesAccepts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		th := newThrottler(t, guardrail.ThrottleConfig{Window: time.Minute})
+		th := newThrottler(t, throttle.Config{Window: time.Minute})
 		p := &guardrail.Policy{Throttler: th, Retry: guardrail.Retry{MaxAttempts: 1}, Rand: lockedRand(3), Breaker: noBreaker()}
 		// The dependency accepts one request per 4 ms and refuses the rest
 		// with 429, while the client offers one per millisecond: the
@@ -110,7 +111,7 @@ func TestThrottleConvergesToKTimesAccepts(t *testing.T) {
 		// The dependency accepts the first request at least 4 ms after the
 		// last accept: fewer than one in four offered, so the throttle's
 		// equilibrium is sent = K·accepted, which is what is checked.
-		if ratio := float64(sent) / float64(accepted); math.Abs(ratio-guardrail.DefaultThrottleK) > 0.2 {
+		if ratio := float64(sent) / float64(accepted); math.Abs(ratio-throttle.DefaultK) > 0.2 {
 			t.Errorf("sent %d for %d accepted of %d offered: %.2f per accept; want about K = 2", sent, accepted, n, ratio)
 		}
 		if sent > n/2 {
@@ -121,7 +122,7 @@ func TestThrottleConvergesToKTimesAccepts(t *testing.T) {
 
 func TestThrottleForgetsAfterWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		th := newThrottler(t, guardrail.ThrottleConfig{Window: 10 * time.Second})
+		th := newThrottler(t, throttle.Config{Window: 10 * time.Second})
 		p := &guardrail.Policy{Throttler: th, Retry: guardrail.Retry{MaxAttempts: 1}, Rand: lockedRand(4)}
 		for range 100 {
 			_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) {
@@ -139,7 +140,7 @@ func TestThrottleForgetsAfterWindow(t *testing.T) {
 }
 
 func TestThrottleOrdinaryErrorsAreAccepts(t *testing.T) {
-	th := newThrottler(t, guardrail.ThrottleConfig{})
+	th := newThrottler(t, throttle.Config{})
 	p := &guardrail.Policy{Throttler: th, Retry: guardrail.Retry{MaxAttempts: 1}}
 	for range 100 {
 		_, _ = guardrail.Do(context.Background(), p, func(context.Context) (int, error) {
@@ -151,16 +152,8 @@ func TestThrottleOrdinaryErrorsAreAccepts(t *testing.T) {
 	}
 }
 
-func TestThrottleConfigInvalid(t *testing.T) {
-	for _, c := range []guardrail.ThrottleConfig{{Window: -1}, {K: 0.5}, {K: -2}, {K: math.NaN()}} {
-		if _, err := guardrail.NewThrottler(c); !errors.Is(err, guardrail.ErrInvalidConfig) {
-			t.Errorf("%+v: err %v; want ErrInvalidConfig", c, err)
-		}
-	}
-}
-
 func BenchmarkDoThrottled(b *testing.B) {
-	th := newThrottler(b, guardrail.ThrottleConfig{})
+	th := newThrottler(b, throttle.Config{})
 	p := &guardrail.Policy{Throttler: th}
 	ctx := context.Background()
 	op := func(context.Context) (int, error) { return 1, nil }
@@ -176,7 +169,7 @@ func BenchmarkDoThrottled(b *testing.B) {
 // refused and the burst throttled itself.)
 func TestThrottleInFlightRequestsAreNotRefusals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		th := newThrottler(t, guardrail.ThrottleConfig{K: 1.1})
+		th := newThrottler(t, throttle.Config{K: 1.1})
 		p := &guardrail.Policy{Throttler: th, Retry: guardrail.Retry{MaxAttempts: 1}, Rand: lockedRand(5)}
 		var mu sync.Mutex
 		throttled := 0

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail/event"
+	"github.com/guardrail-go/guardrail/throttle"
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/breaker"
@@ -191,10 +192,10 @@ type Config struct {
 	// Throttler, when not nil, rejects attempts locally with an error that
 	// Is guardrail.ErrThrottled when the dependency has lately accepted too
 	// few (429 and 503 answers and timeouts are not accepts): see
-	// guardrail.Throttler. It is one throttle for every key of the
+	// throttle.Throttler. It is one throttle for every key of the
 	// Transport: give each dependency a Transport of its own, or a
 	// Throttler of its own. Nil means no throttling.
-	Throttler *guardrail.Throttler
+	Throttler *throttle.Throttler
 }
 
 // settings are a Config with defaults applied.

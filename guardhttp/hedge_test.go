@@ -12,6 +12,7 @@ import (
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/guardhttp"
+	"github.com/guardrail-go/guardrail/throttle"
 )
 
 func TestHedgeSecondAttemptWinsAndTheFirstIsCancelled(t *testing.T) {
@@ -119,7 +120,7 @@ func TestThrottlerRejectsLocallyOnOverload(t *testing.T) {
 		calls.Add(1)
 		w.WriteHeader(http.StatusTooManyRequests)
 	})
-	th, err := guardrail.NewThrottler(guardrail.ThrottleConfig{})
+	th, err := throttle.New(throttle.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,7 +120,7 @@ func TestCheckBrokenCopies(t *testing.T) {
 		{"http key on grpc", "    max_buffered_messages: 16\n", "    max_buffered_messages: 16\n    idempotency_keys: false\n", "idempotency_keys: false", "dependencies.inventory.idempotency_keys: applies to http dependencies only; this one is kind grpc"},
 		{"grpc method name", "[/inventory.v1.Stock/]", "[Stock]", "[Stock]", `dependencies.inventory.idempotent_methods[0]: is "Stock"; want a full method name`},
 		{"hedge percentile", "percentile: 0.95 ", "percentile: 1.5 ", "percentile: 1.5", "dependencies.pricing.hedge.percentile: is 1.5; want a value in (0, 1), or zero (guardrail: HedgeConfig.Percentile)"},
-		{"throttle k", "      k: 2 ", "      k: 0.5 ", "k: 0.5", "dependencies.pricing.throttle.k: is 0.5; want 1 or more, or zero for the default (2) (guardrail: ThrottleConfig.K)"},
+		{"throttle k", "      k: 2 ", "      k: 0.5 ", "k: 0.5", "dependencies.pricing.throttle.k: is 0.5; want 1 or more, or zero for the default (2) (throttle: Config.K)"},
 		{"grpc hedge window", "hedge: {delay: 150ms}", "hedge: {delay: 150ms, window: 5}", "hedge: {delay: 150ms, window", "dependencies.inventory.hedge.window: is 5; want 20 to 1048576, or zero for the default (1000) (guardrail: HedgeConfig.Window)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
+	"github.com/guardrail-go/guardrail/throttle"
 )
 
 // AdminConfig configures the admin endpoint.
@@ -162,10 +163,10 @@ type Status struct {
 	Shedders   []ShedderStatus   `json:"shedders"`
 }
 
-func throttlerStatus(dep string, t *guardrail.Throttler, cfg guardrail.ThrottleConfig) ThrottlerStatus {
+func throttlerStatus(dep string, t *throttle.Throttler, cfg throttle.Config) ThrottlerStatus {
 	req, acc := t.Counts()
 	return ThrottlerStatus{Dependency: dep, Requests: req, Accepts: acc, RejectProbability: t.RejectProbability(),
-		Settings: map[string]any{"window": cmp.Or(cfg.Window, guardrail.DefaultThrottleWindow).String(), "k": cmp.Or(cfg.K, guardrail.DefaultThrottleK)}}
+		Settings: map[string]any{"window": cmp.Or(cfg.Window, throttle.DefaultWindow).String(), "k": cmp.Or(cfg.K, throttle.DefaultK)}}
 }
 
 func hedgeStatus(dep string, h *guardrail.HedgeConfig) HedgeStatus {
@@ -206,7 +207,7 @@ func (r *Registry) Status() Status {
 		Bulkheads: []BulkheadStatus{}, Throttlers: []ThrottlerStatus{}, Hedges: []HedgeStatus{}, Shedders: []ShedderStatus{}}
 	checked := r.checked.Load()
 	// hedgeAndThrottle lists the throttler and hedging of a dependency.
-	hedgeAndThrottle := func(name string, h *guardrail.HedgeConfig, t *guardrail.Throttler, cfg *guardrail.ThrottleConfig) {
+	hedgeAndThrottle := func(name string, h *guardrail.HedgeConfig, t *throttle.Throttler, cfg *throttle.Config) {
 		if t != nil && cfg != nil {
 			st.Throttlers = append(st.Throttlers, throttlerStatus(name, t, *cfg))
 		}

@@ -142,13 +142,13 @@ var brokenCopies = []struct {
 	{"hedge error inherited from the defaults", "  deadline_reserve: 5ms\n", "  deadline_reserve: 5ms\n  hedge: {window: 5}\n", "hedge: {window: 5}",
 		"defaults.hedge.window: is 5; want 20 to 1048576"},
 	{"throttle k below 1", "      k: 2 ", "      k: 0.99 ", "k: 0.99",
-		"dependencies.pricing.throttle.k: is 0.99; want 1 or more, or zero for the default (2) (guardrail: ThrottleConfig.K)"},
+		"dependencies.pricing.throttle.k: is 0.99; want 1 or more, or zero for the default (2) (throttle: Config.K)"},
 	{"throttle k negative", "      k: 2 ", "      k: -2 ", "k: -2",
 		"dependencies.pricing.throttle.k: is -2; want 1 or more"},
 	{"throttle k infinite", "      k: 2 ", "      k: .inf ", "k: .inf",
 		`dependencies.pricing.throttle.k: is ".inf"; want a number such as 0.5`},
 	{"throttle window negative", "      window: 2m\n", "      window: -2m\n", "window: -2m",
-		"dependencies.pricing.throttle.window: is -2m0s; want a positive duration, or zero for the default (2m0s) (guardrail: ThrottleConfig.Window)"},
+		"dependencies.pricing.throttle.window: is -2m0s; want a positive duration, or zero for the default (2m0s) (throttle: Config.Window)"},
 	{"throttle window without unit", "      window: 2m\n", "      window: 120\n", "window: 120",
 		`dependencies.pricing.throttle.window: "120" has no unit; write 120s`},
 	{"throttle unknown key", "      k: 2 ", "      K: 2 ", "K: 2",
@@ -164,7 +164,7 @@ var brokenCopies = []struct {
 	{"grpc hedges too many", "hedge: {delay: 150ms}", "hedge: {max_hedges: 100}", "hedge: {max",
 		"dependencies.inventory.hedge.max_hedges: is 100; want at most 16"},
 	{"grpc throttle k", "    max_buffered_messages: 16\n", "    max_buffered_messages: 16\n    throttle: {k: 0.5}\n", "throttle: {k",
-		"dependencies.inventory.throttle.k: is 0.5; want 1 or more, or zero for the default (2) (guardrail: ThrottleConfig.K)"},
+		"dependencies.inventory.throttle.k: is 0.5; want 1 or more, or zero for the default (2) (throttle: Config.K)"},
 }
 
 func TestBrokenCopiesNameTheirLine(t *testing.T) {

@@ -190,7 +190,7 @@ type Hedge struct {
 	Disabled      *bool          `yaml:"disabled"`
 }
 
-// Throttle is a guardrail.ThrottleConfig; Disabled removes one the
+// Throttle is a throttle.Config; Disabled removes one the
 // defaults set.
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.

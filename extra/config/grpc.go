@@ -13,6 +13,7 @@ import (
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/event"
+	"github.com/guardrail-go/guardrail/throttle"
 )
 
 // Failure domains of a gRPC dependency: what gets a breaker and a
@@ -62,7 +63,7 @@ type GRPCSettings struct {
 	// guardgrpc.ClientConfig.Hedge. Nil means no hedging.
 	Hedge *guardrail.HedgeConfig
 	// Throttle configures Throttler; nil means no throttling.
-	Throttle *guardrail.ThrottleConfig
+	Throttle *throttle.Config
 
 	// The values the Registry keeps across reloads; nil in a Checked.
 
@@ -76,7 +77,7 @@ type GRPCSettings struct {
 	Bulkheads *bulkhead.Group
 	// Throttler is the dependency's adaptive throttle, shared with every
 	// client of it; nil when there is none.
-	Throttler *guardrail.Throttler
+	Throttler *throttle.Throttler
 	// Observer is Options.Observer.
 	Observer event.Observer
 }

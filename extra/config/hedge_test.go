@@ -18,6 +18,7 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/guardhttp"
+	"github.com/guardrail-go/guardrail/throttle"
 )
 
 const hedgeFile = `
@@ -270,7 +271,7 @@ func TestPolicyHedgeEqualsHandBuilt(t *testing.T) {
 		if !reflect.DeepEqual(p.Hedge, wantHedge) || p.Throttler == nil {
 			t.Fatalf("the file's Hedge %+v, Throttler %v; want %+v and one", p.Hedge, p.Throttler, wantHedge)
 		}
-		th, _ := guardrail.NewThrottler(guardrail.ThrottleConfig{})
+		th, _ := throttle.New(throttle.Config{})
 		hand := &guardrail.Policy{Name: "ledger", Idempotent: true, Retry: guardrail.Retry{Backoff: p.Backoff}, Hedge: &guardrail.HedgeConfig{Delay: 20 * time.Millisecond}, Throttler: th}
 
 		// op hangs in its first attempt of each call, and answers at once

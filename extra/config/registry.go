@@ -26,6 +26,7 @@ import (
 	"github.com/guardrail-go/guardrail/guardhttp"
 	"github.com/guardrail-go/guardrail/idempotency"
 	"github.com/guardrail-go/guardrail/shed"
+	"github.com/guardrail-go/guardrail/throttle"
 )
 
 // ErrUnknown is the sentinel of a lookup by a name the file does not hold.
@@ -268,7 +269,7 @@ type httpValue struct {
 	t        *guardhttp.Transport
 	deadline time.Duration
 	cfg      guardhttp.Config
-	throttle *guardrail.ThrottleConfig // cfg.Throttler's settings
+	throttle *throttle.Config // cfg.Throttler's settings
 	key      string
 }
 
@@ -295,12 +296,12 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 				return nil, err
 			}
 		}
-		var th *guardrail.Throttler
+		var th *throttle.Throttler
 		if d.Throttle != nil {
 			// One throttler per dependency, kept while its settings are:
 			// its window is what it learnt of the dependency.
 			var err error
-			th, err = reuse(r.pool, next, keyOfConfig("throttle", d.Name, *d.Throttle), func() (*guardrail.Throttler, error) { return guardrail.NewThrottler(*d.Throttle) })
+			th, err = reuse(r.pool, next, keyOfConfig("throttle", d.Name, *d.Throttle), func() (*throttle.Throttler, error) { return throttle.New(*d.Throttle) })
 			if err != nil {
 				return nil, err
 			}
@@ -603,7 +604,7 @@ func (r *Registry) unknown(what, name string) error {
 type policyValue struct {
 	p        *guardrail.Policy
 	deadline time.Duration
-	throttle *guardrail.ThrottleConfig // p.Throttler's settings
+	throttle *throttle.Config // p.Throttler's settings
 	key      string
 }
 

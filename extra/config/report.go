@@ -16,6 +16,7 @@ import (
 	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/extra/ratelimit"
 	"github.com/guardrail-go/guardrail/guardhttp"
+	"github.com/guardrail-go/guardrail/throttle"
 )
 
 // defaultMaxBufferedMessages is guardgrpc.DefaultMaxBufferedMessages, which
@@ -340,7 +341,7 @@ func effective(d *ResolvedDependency) []Setting {
 
 // hedgeEffective lists the hedge and throttle settings in force, with the
 // core's defaults for what the file leaves out.
-func hedgeEffective(h *guardrail.HedgeConfig, t *guardrail.ThrottleConfig) []Setting {
+func hedgeEffective(h *guardrail.HedgeConfig, t *throttle.Config) []Setting {
 	var out []Setting
 	add := func(k, v string) { out = append(out, Setting{k, v}) }
 	if h == nil {
@@ -367,8 +368,8 @@ func hedgeEffective(h *guardrail.HedgeConfig, t *guardrail.ThrottleConfig) []Set
 	if t == nil {
 		add("throttle", "off")
 	} else {
-		add("throttle.window", cmp.Or(t.Window, guardrail.DefaultThrottleWindow).String())
-		add("throttle.k", fmtFloat(cmp.Or(t.K, guardrail.DefaultThrottleK)))
+		add("throttle.window", cmp.Or(t.Window, throttle.DefaultWindow).String())
+		add("throttle.k", fmtFloat(cmp.Or(t.K, throttle.DefaultK)))
 	}
 	return out
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/guardrail-go/guardrail/guardhttp"
 	"github.com/guardrail-go/guardrail/idempotency"
 	"github.com/guardrail-go/guardrail/shed"
+	"github.com/guardrail-go/guardrail/throttle"
 )
 
 // Kinds of dependency.
@@ -92,7 +93,7 @@ type ResolvedDependency struct {
 	// Throttle configures the dependency's Throttler (also in
 	// GRPC.Throttle), which the Registry builds once and shares between
 	// everything that calls the dependency; nil means none.
-	Throttle *guardrail.ThrottleConfig
+	Throttle *throttle.Config
 }
 
 // PolicyFields are the plain fields of a guardrail.Policy.
@@ -605,8 +606,8 @@ func (c *Checked) buildHedge(r *ResolvedDependency) []Diagnostic {
 		if val(t.Disabled) {
 			diags = append(diags, c.beside(r.Name, "throttle", "disabled", "throttle settings", "window", "k")...)
 		} else {
-			r.Throttle = &guardrail.ThrottleConfig{Window: val(t.Window), K: val(t.K)}
-			_, err := guardrail.NewThrottler(*r.Throttle)
+			r.Throttle = &throttle.Config{Window: val(t.Window), K: val(t.K)}
+			_, err := throttle.New(*r.Throttle)
 			diags = append(diags, c.coreErrors(err, reflect.TypeFor[Throttle](), r.Name, "throttle")...)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/throttle"
 )
 
 // LongTimeout is the timeout above which the checks warn: a caller kept
@@ -283,7 +284,7 @@ func (c *Checked) hedgeWarnings(d *ResolvedDependency) []Diagnostic {
 	}
 	if t := d.Throttle; t != nil && t.K >= 1 && t.K < minThrottleK { // below 1 is an error
 		w = append(w, c.warn(c.where(name, "throttle.k"), "is %s, below %s: the throttle rejects requests locally as soon as fewer than %.0f %% of them are accepted, so a few failures of a healthy dependency, or a quiet window that holds few requests, turn real traffic away; keep the default %s, which rejects only once fewer than half are accepted",
-			fmtFloat(t.K), fmtFloat(minThrottleK), 100/t.K, fmtFloat(guardrail.DefaultThrottleK)))
+			fmtFloat(t.K), fmtFloat(minThrottleK), 100/t.K, fmtFloat(throttle.DefaultK)))
 	}
 	return w
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/extra/config"
 	"github.com/guardrail-go/guardrail/extra/guardgrpc"
+	"github.com/guardrail-go/guardrail/throttle"
 )
 
 // Options are the parts of a guardgrpc.ClientConfig that are code rather
@@ -79,7 +80,7 @@ func ClientConfig(s *config.GRPCSettings, opts Options) guardgrpc.ClientConfig {
 	if s.Throttler == nil && s.Throttle != nil {
 		// The config package refuses a configuration NewThrottler
 		// refuses, so the error is not met; were it, no throttle.
-		cfg.Throttler, _ = guardrail.NewThrottler(*s.Throttle)
+		cfg.Throttler, _ = throttle.New(*s.Throttle)
 	}
 	if s.Bulkheads == nil && s.Bulkhead != nil {
 		// Settings not from a Registry (a Checked's) have a configuration

@@ -15,6 +15,7 @@ import (
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/event"
+	"github.com/guardrail-go/guardrail/throttle"
 )
 
 // DefaultMaxBufferedMessages is how many request messages of a stream the
@@ -153,7 +154,7 @@ type ClientConfig struct {
 
 	// Throttler, when not nil, rejects attempts of unary calls locally,
 	// without sending them, when the server has lately refused too many:
-	// see guardrail.Throttler. An attempt answered RESOURCE_EXHAUSTED, one
+	// see throttle.Throttler. An attempt answered RESOURCE_EXHAUSTED, one
 	// with a grpc-retry-pushback-ms trailer, DEADLINE_EXCEEDED and an
 	// attempt that timed out are not accepts; any other answer is one
 	// (NOT_FOUND, INVALID_ARGUMENT, INTERNAL: the server did the work),
@@ -169,7 +170,7 @@ type ClientConfig struct {
 	//
 	// It is one throttle for every key of the Client: share it only
 	// between Clients that call the same servers. Nil means no throttling.
-	Throttler *guardrail.Throttler
+	Throttler *throttle.Throttler
 
 	// Rand returns uniform draws in [0, 1) for backoff jitter and the
 	// throttle's rejections. Nil means math/rand/v2.

@@ -20,6 +20,7 @@ import (
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/extra/guardgrpc"
+	"github.com/guardrail-go/guardrail/throttle"
 )
 
 // seeded returns reproducible uniform draws, safe for concurrent use.
@@ -33,9 +34,9 @@ func seeded() func() float64 {
 	}
 }
 
-func newThrottler(t *testing.T) *guardrail.Throttler {
+func newThrottler(t *testing.T) *throttle.Throttler {
 	t.Helper()
-	th, err := guardrail.NewThrottler(guardrail.ThrottleConfig{})
+	th, err := throttle.New(throttle.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func newThrottler(t *testing.T) *guardrail.Throttler {
 // throttledClient is a client with a throttle of the defaults (2 min, K
 // = 2), no retries and no breaker, so that only the throttle decides
 // what is sent.
-func throttledClient(t *testing.T, th *guardrail.Throttler, obs event.Observer) guardgrpc.ClientConfig {
+func throttledClient(t *testing.T, th *throttle.Throttler, obs event.Observer) guardgrpc.ClientConfig {
 	return guardgrpc.ClientConfig{Throttler: th, Retry: guardrail.Retry{
 		MaxAttempts: 1,
 	},
@@ -157,7 +158,7 @@ func TestThrottleDoesNotApplyToStreams(t *testing.T) {
 	}}
 	th := newThrottler(t)
 	for range 10 {
-		th.Record(false) // a dependency that refused everything
+		th.Record(time.Now(), false) // a dependency that refused everything
 	}
 	cl := dial(t, serve(t, h), newClient(t, throttledClient(t, th, nil)))
 	ctx := ctxTimeout(t, 60*time.Second)
@@ -185,7 +186,7 @@ func TestThrottledRetryIsResourceExhausted(t *testing.T) {
 	h := &health{check: pushbackAfter(1<<40, codes.Unavailable, "1")}
 	th := newThrottler(t)
 	for range 50 {
-		th.Record(false)
+		th.Record(time.Now(), false)
 	}
 	var draws atomic.Int64
 	cfg := throttledClient(t, th, nil)

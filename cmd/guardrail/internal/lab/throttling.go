@@ -12,6 +12,7 @@ import (
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/guardhttp"
+	"github.com/guardrail-go/guardrail/throttle"
 )
 
 type throttlingParams struct {
@@ -176,7 +177,7 @@ func (p throttlingParams) runMode(ctx context.Context, mode string) ([2]phaseCou
 	}
 	cfg := guardhttp.Config{Name: "throttling", Retry: guardrail.Retry{MaxAttempts: 1}, Breakers: group}
 	if mode == "throttling" {
-		th, err := guardrail.NewThrottler(guardrail.ThrottleConfig{K: p.k, Window: p.window})
+		th, err := throttle.New(throttle.Config{K: p.k, Window: p.window})
 		if err != nil {
 			return out, err
 		}
