@@ -120,9 +120,9 @@ type Call struct {
 	// Discard, when not nil, is given what an attempt produced that the
 	// call throws away, so that what it holds is released (an HTTP
 	// response's body drained and closed): the error of a failed attempt
-	// that is retried, and the value of a hedged attempt that lost the race
-	// to another. For a loser it may run on another goroutine than the
-	// caller's, after Do returned.
+	// that is retried, and the value or error of a hedged attempt that lost
+	// the race to another or failed beside it. For a hedge it may run on
+	// another goroutine than the caller's, after Do returned.
 	Discard func(v any)
 	// Hold, when not nil, is given the bulkhead slot of the attempt whose
 	// result the call returns (its value, or its error when it failed),

@@ -392,8 +392,13 @@ func hedgedAttempt[T any](c *call, op func(context.Context) (T, error), actx con
 	}
 	// A hedge won. The caller's attempt was cancelled by the round, so the
 	// breaker does not count it; its value, if it had one, is released.
-	if err == nil && c.discard != nil {
-		c.discard(v)
+	if c.discard != nil {
+		// The caller's attempt lost: what it produced is thrown away.
+		if err == nil {
+			c.discard(v)
+		} else {
+			c.discard(unmarked(err))
+		}
 	}
 	c.releaseSlot()
 	c.permit.Done(breaker.Ignored, 0)
@@ -614,6 +619,9 @@ func (r *round[T]) run(actx context.Context, cancel context.CancelCauseFunc, per
 		}
 	}
 	permit.DoneAt(o, d, now)
+	if err != nil && c.discard != nil {
+		c.discard(unmarked(err)) // a hedge's failure is never the call's result
+	}
 	if c.obs != nil {
 		e := r.event(event.AttemptEnd, n)
 		e.Outcome, e.Duration, e.Err = outcome, d, err

@@ -159,6 +159,28 @@ type Retry struct {
 	Budget *budget.Budget
 }
 
+// Validate reports every field of r that holds an invalid value, as Do
+// would at first use of a Policy holding it, for adapters and
+// configuration that embed a Retry and want to fail at construction. The
+// error Is ErrInvalidConfig.
+func (r Retry) Validate() error {
+	var errs []error
+	r.check(func(field string, v any, want string) {
+		errs = append(errs, fmt.Errorf("%w: Retry.%s is %v; want %s", ErrInvalidConfig, field, v, want))
+	})
+	return errors.Join(errs...)
+}
+
+// check reports each invalid field of r to bad.
+func (r *Retry) check(bad func(field string, v any, want string)) {
+	if r.MaxAttempts < 0 {
+		bad("MaxAttempts", r.MaxAttempts, "1 or more, or zero for the default")
+	}
+	if r.AttemptTimeout < 0 {
+		bad("AttemptTimeout", r.AttemptTimeout, "a positive duration, or zero for none")
+	}
+}
+
 // settings are a Policy's fields with defaults applied.
 type settings struct {
 	err            error
@@ -203,12 +225,7 @@ func (p *Policy) resolve() *settings {
 	bad := func(field string, v any, want string) {
 		errs = append(errs, fmt.Errorf("%w %q: Policy.%s is %v; want %s", ErrInvalidConfig, p.Name, field, v, want))
 	}
-	if s.maxAttempts < 0 {
-		bad("MaxAttempts", s.maxAttempts, "1 or more, or zero for the default")
-	}
-	if s.attemptTimeout < 0 {
-		bad("AttemptTimeout", s.attemptTimeout, "a positive duration, or zero for none")
-	}
+	p.Retry.check(bad)
 	if p.Hedge != nil {
 		s.hedge = newHedger(*p.Hedge, bad)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/event"
 )
 
@@ -68,19 +69,18 @@ func nanotime() int64 { return int64(time.Since(epoch)) + 1 }
 //
 // Times are monotonic nanoseconds since epoch (nanotime); 0 means none.
 type attempt struct {
-	t       *Transport
-	dep     string
-	n       int  // attempt number, 1-based
-	handed  bool // the body belongs to the caller; set before it is shared
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	detach  func() bool   // stops forwarding the caller's cancellation; nil when inherited
-	release func()        // frees the bulkhead slot; nil when none
-	body    io.ReadCloser // the response body, once handed over
-	trace   httptrace.ClientTrace
-	req     http.Request // the copy of the caller's request the attempt sends
-	vals    [4]string    // values of the headers the attempt adds (see call.header)
-	digits  [40]byte     // the bytes of its deadline headers' values
+	t      *Transport
+	dep    string
+	n      int  // attempt number, 1-based
+	handed bool // the body belongs to the caller; set before it is shared
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	detach func() bool   // stops forwarding the caller's cancellation; nil when inherited
+	body   io.ReadCloser // the response body, once handed over
+	trace  httptrace.ClientTrace
+	req    http.Request // the copy of the caller's request the attempt sends
+	vals   [4]string    // values of the headers the attempt adds (see call.header)
+	digits [40]byte     // the bytes of its deadline headers' values
 
 	// reading is the time at which the current body Read began, 0 between
 	// Reads: the body-idle check reads it instead of the timer being
@@ -90,12 +90,13 @@ type attempt struct {
 	mu       sync.Mutex  // guards the fields below
 	timer    *phaseTimer // nil until armed, and again once the attempt is done
 	phase    phase
-	started  int64         // start of the current phase
-	limit    time.Duration // limit of the current phase; 0: none
-	expires  int64         // when the current limit runs out
-	deadline int64         // end of the attempt (AttemptTimeout)
-	cause    *TimeoutError // the timeout that ended the attempt
-	reached  bool          // set by failed: the request may have reached the server
+	started  int64          // start of the current phase
+	limit    time.Duration  // limit of the current phase; 0: none
+	expires  int64          // when the current limit runs out
+	deadline int64          // end of the attempt (AttemptTimeout)
+	cause    *TimeoutError  // the timeout that ended the attempt
+	reached  bool           // set by failed: the request may have reached the server
+	slot     *bulkhead.Slot // the bulkhead slot the engine left to the attempt; nil: none
 }
 
 func (t *Transport) newAttempt(c *call, actx context.Context, now time.Time) *attempt {
@@ -441,8 +442,27 @@ func (a *attempt) finish() {
 	if a.detach != nil {
 		a.detach()
 	}
-	if a.release != nil {
-		a.release()
+	a.mu.Lock()
+	slot := a.slot
+	a.slot = nil
+	a.mu.Unlock()
+	if slot != nil {
+		slot.Release()
+	}
+}
+
+// hold takes the bulkhead slot the engine leaves to the attempt: it is
+// freed when the attempt ends, at once if it has ended already (a response
+// without a body, or a protocol switch, which hands the connection over).
+func (a *attempt) hold(slot *bulkhead.Slot) {
+	a.mu.Lock()
+	if a.phase != phaseDone {
+		a.slot = slot
+		slot = nil
+	}
+	a.mu.Unlock()
+	if slot != nil {
+		slot.Release()
 	}
 }
 
@@ -474,10 +494,7 @@ func (a *attempt) handOver(resp *http.Response) {
 	case resp.StatusCode == http.StatusSwitchingProtocols:
 		// The body is the connection itself (io.ReadWriteCloser): leave it
 		// as it is, stop the timers, and leave the context to the caller's.
-		a.stopTimer()
-		if a.release != nil {
-			a.release() // the connection is the caller's now
-		}
+		a.stopTimer() // a slot the engine leaves is freed at once: the connection is the caller's now
 		return
 	}
 	a.watch(resp.Body)
@@ -533,59 +550,6 @@ func (a *attempt) Close() error {
 	err := a.body.Close()
 	a.finish()
 	return err
-}
-
-// buffer reads up to maxDrain bytes of the body of a response that may be
-// thrown away for a retry, so that its connection goes back to the pool at
-// once, and leaves resp readable in case it is the one the caller gets.
-func (a *attempt) buffer(resp *http.Response) {
-	if resp.Body == nil || resp.Body == http.NoBody {
-		a.finish()
-		return
-	}
-	a.watch(resp.Body)
-	data, err := io.ReadAll(io.LimitReader(a, maxDrain+1))
-	switch {
-	case err != nil:
-		resp.Body = &bufferedBody{data: data, err: err}
-	case len(data) <= maxDrain:
-		// a.Read saw EOF: the attempt is finished, the connection reused.
-		resp.Body = &bufferedBody{data: data}
-	default:
-		a.handed = true
-		resp.Body = &bufferedBody{data: data, rest: a}
-	}
-}
-
-// bufferedBody is a response body read ahead: data, then rest if the body
-// was longer, or then err if reading it failed.
-type bufferedBody struct {
-	data []byte
-	rest io.ReadCloser
-	err  error
-}
-
-func (b *bufferedBody) Read(p []byte) (int, error) {
-	if len(b.data) > 0 {
-		n := copy(p, b.data)
-		b.data = b.data[n:]
-		return n, nil
-	}
-	switch {
-	case b.rest != nil:
-		return b.rest.Read(p)
-	case b.err != nil:
-		return 0, b.err
-	}
-	return 0, io.EOF
-}
-
-func (b *bufferedBody) Close() error {
-	b.data = nil
-	if b.rest != nil {
-		return b.rest.Close()
-	}
-	return nil
 }
 
 // discard throws away a response that is not returned to the caller.

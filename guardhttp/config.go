@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/guardrail-go/guardrail/event"
@@ -202,7 +203,6 @@ type Config struct {
 type settings struct {
 	name           string
 	attemptTimeout time.Duration
-	minAttempt     time.Duration // time kept for the attempt after a bulkhead wait
 	connect        time.Duration // <= 0: no limit
 	tls            time.Duration
 	write          time.Duration
@@ -220,7 +220,6 @@ func (c *Config) settings() settings {
 	s := settings{
 		name:           c.Name,
 		attemptTimeout: c.AttemptTimeout,
-		minAttempt:     orDefault(c.MinAttemptTime, guardrail.DefaultMinAttemptTime),
 		connect:        orDefault(c.ConnectTimeout, DefaultConnectTimeout),
 		tls:            orDefault(c.TLSHandshakeTimeout, DefaultTLSHandshakeTimeout),
 		write:          orDefault(c.WriteTimeout, DefaultWriteTimeout),
@@ -263,38 +262,43 @@ func (e *configError) Error() string        { return e.msg }
 func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
 func (e *configError) Unwrap() error        { return e.err }
 
-// validate reports the first invalid field of c. The phase timeouts, the
+// validate reports every invalid field of c. The phase timeouts, the
 // minimum attempt time, the reserve and MaxRetryAfter cannot be invalid:
 // zero is their default, negative turns them off.
 func (c *Config) validate() error {
-	if c.MaxAttempts < 0 {
-		return &configError{msg: fmt.Sprintf("guardhttp: Config.MaxAttempts is %d; want 0 (the default, %d) or more", c.MaxAttempts, guardrail.DefaultMaxAttempts)}
+	var errs []error
+	bad := func(msg string, err error) {
+		errs = append(errs, &configError{msg: "guardhttp: Config." + msg, err: err})
 	}
-	if c.AttemptTimeout < 0 {
-		return &configError{msg: fmt.Sprintf("guardhttp: Config.AttemptTimeout is %v; want 0 (no bound of its own) or more", c.AttemptTimeout)}
+	if err := c.Retry.Validate(); err != nil {
+		// One error per field, each "guardrail: invalid config: Retry.X ...":
+		// named here as the embedded field it is, Config.X.
+		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+			bad(strings.TrimPrefix(e.Error(), guardrail.ErrInvalidConfig.Error()+": Retry."), e)
+		}
 	}
 	if c.MaxBufferedBody < 0 {
-		return &configError{msg: fmt.Sprintf("guardhttp: Config.MaxBufferedBody is %d; want 0 (the default, %d bytes) or more", c.MaxBufferedBody, DefaultMaxBufferedBody)}
+		bad(fmt.Sprintf("MaxBufferedBody is %d; want 0 (the default, %d bytes) or more", c.MaxBufferedBody, DefaultMaxBufferedBody), nil)
 	}
 	if c.Hedge != nil {
 		if err := c.Hedge.Validate(); err != nil {
-			return &configError{msg: "guardhttp: Config.Hedge: " + err.Error(), err: err}
+			bad("Hedge: "+err.Error(), err)
 		}
 	}
 	if !reflect.ValueOf(c.Breaker).IsZero() {
 		if c.Breakers != nil {
-			return &configError{msg: "guardhttp: Config.Breaker and Config.Breakers are both set; want one: a group brings its own breaker configuration"}
+			bad("Breaker and Config.Breakers are both set; want one: a group brings its own breaker configuration", nil)
 		}
 		if _, err := breaker.New(c.Breaker); err != nil {
-			return &configError{msg: "guardhttp: Config.Breaker: " + err.Error(), err: err}
+			bad("Breaker: "+err.Error(), err)
 		}
 	}
 	if c.Bulkhead != nil {
 		if _, err := bulkhead.New(*c.Bulkhead); err != nil {
-			return &configError{msg: "guardhttp: Config.Bulkhead: " + err.Error(), err: err}
+			bad("Bulkhead: "+err.Error(), err)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // orDefault maps zero to def and a negative d to 0, "no limit".

@@ -131,7 +131,7 @@ func ExampleNewClient_invalid() {
 	fmt.Println(err)
 	fmt.Println(errors.Is(err, guardhttp.ErrInvalidConfig))
 	// Output:
-	// guardhttp: Config.MaxAttempts is -1; want 0 (the default, 3) or more
+	// guardhttp: Config.MaxAttempts is -1; want 1 or more, or zero for the default
 	// true
 }
 

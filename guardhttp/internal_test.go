@@ -135,13 +135,13 @@ func TestAttemptHeaders(t *testing.T) {
 	req.Header.Set("X-Caller", "yes")
 	before := req.Header.Clone()
 	c := &call{t: tr, req: req, n: 3, idemKey: "k1"}
-	dl, need := c.headers(&attempt{})
+	dl, need := c.headers(&attempt{}, c.n)
 	if !need || !dl.Equal(func() time.Time { d, _ := ctx.Deadline(); return d }()) {
 		t.Fatalf("headers() = %v, %v: want the context's deadline, and headers needed", dl, need)
 	}
 	var vals [4]string
 	var digits [40]byte
-	h := c.header(dl, time.Now(), &vals, &digits)
+	h := c.header(dl, time.Now(), c.n, &vals, &digits)
 	for key, want := range map[string]string{"X-Caller": "yes", deadline.HeaderRetryAttempt: "2", HeaderIdempotencyKey: "k1"} {
 		if got := h[key]; len(got) != 1 || got[0] != want {
 			t.Errorf("%s = %q, want [%q]", key, got, want)

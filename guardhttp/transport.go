@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -91,6 +92,7 @@ type Transport struct {
 	bulkheads *bulkhead.Group  // nil: none
 	policy    guardrail.Policy // must not be copied: holds the budget
 	hedges    bool             // Config.Hedge is set
+	hold      func(any, *bulkhead.Slot)
 }
 
 // NewTransport returns a Transport that sends requests through base under
@@ -113,19 +115,15 @@ func NewTransport(base http.RoundTripper, cfg Config) (*Transport, error) {
 	t := &Transport{base: base, s: cfg.settings(), observer: cfg.Observer}
 	t.http, _ = base.(*http.Transport)
 	t.policy = guardrail.Policy{
-		Name: cfg.Name,
-		Retry: guardrail.Retry{
-			MaxAttempts:    cfg.MaxAttempts,
-			MinAttemptTime: cfg.MinAttemptTime,
-			Backoff:        cfg.Backoff,
-			MaxRetryAfter:  cfg.MaxRetryAfter,
-			Budget:         cfg.Budget,
-		},
-		// The Transport bounds attempts itself: the engine's attempt context
-		// ends when the attempt returns, before the body is read.
+		Name:      cfg.Name,
+		Retry:     cfg.Retry,
 		Hedge:     cfg.Hedge,
 		Throttler: cfg.Throttler,
 	}
+	// The Transport bounds attempts itself: the engine's attempt context
+	// ends when the attempt returns, before the body is read.
+	t.policy.AttemptTimeout = 0
+	t.hold = t.holdSlot
 	t.hedges = cfg.Hedge != nil
 	if cfg.Observer != nil {
 		t.policy.Observer = phaseObserver{cfg.Observer}
@@ -218,35 +216,80 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	gc := guardrail.Call{
-		Idempotent: idempotence(c.idempotent),
+		Idempotent: c.idempotence(),
 		Dependency: c.dep,
 		Breaker:    t.breakers.Get(c.key),
+		Discard:    discardResult,
 	}
-	if t.hedges {
-		if c.hedgeable() {
-			// A copy of its own: a hedged call's attempts outlive
-			// RoundTrip on the losers' goroutines, so what they use moves
-			// to the heap; c, which the unhedged path uses, stays put.
-			hc := new(call)
-			*hc = c
-			hc.hs = &hedgedCall{}
-			gc.Discard = discardLoser
-			resp, err := guardrail.DoHedged(req.Context(), &t.policy, gc, hc.hedgedAttempt)
-			return hc.endHedged(resp, err)
-		}
-		gc.NoHedge = true
+	if !c.replayable() {
+		gc.MaxAttempts, gc.NoHedge = 1, true
 	}
+	if t.bulkheads != nil {
+		// The engine takes the slot and, through hold, leaves it to the
+		// response: the attempt lasts until its body is read or closed.
+		gc.Bulkhead, gc.Hold = t.bulkheads.Get(c.key), t.hold
+	}
+	if t.hedges && c.hedgeable() {
+		// A copy of its own: a hedged call's attempts outlive RoundTrip on
+		// the losers' goroutines, so what they use moves to the heap; c,
+		// which the unhedged path uses, stays put.
+		hc := new(call)
+		*hc = c
+		hc.mu = new(sync.Mutex)
+		resp, err := guardrail.DoHedged(req.Context(), &t.policy, gc, hc.hedgedAttempt)
+		return hc.end(resp, err)
+	}
+	gc.NoHedge = true
 	resp, err := guardrail.DoCall(req.Context(), &t.policy, gc, c.attempt)
 	return c.end(resp, err)
 }
 
-// idempotence is the engine's per-call setting for a request whose
-// idempotency the Transport decided.
-func idempotence(ok bool) guardrail.Idempotence {
-	if ok {
-		return guardrail.Idempotent
+// idempotence is the engine's setting for the request: a POST or PATCH
+// with an idempotency key is retried, yet its outcome is unknown when its
+// last attempt was lost.
+func (c *call) idempotence() guardrail.Idempotence {
+	switch {
+	case !c.idempotent:
+		return guardrail.NotIdempotent
+	case c.unsafe:
+		return guardrail.IdempotentWithKey
 	}
-	return guardrail.NotIdempotent
+	return guardrail.Idempotent
+}
+
+// holdSlot leaves the bulkhead slot of the attempt whose result the engine
+// returns to the attempt's response body, which frees it when read or
+// closed; without a body, the slot is freed at once.
+func (t *Transport) holdSlot(result any, slot *bulkhead.Slot) {
+	var resp *http.Response
+	switch r := result.(type) {
+	case *http.Response:
+		resp = r
+	case *StatusError:
+		resp = r.resp
+	}
+	if resp != nil {
+		if a, ok := resp.Body.(*attempt); ok {
+			a.hold(slot)
+			return
+		}
+	}
+	slot.Release()
+}
+
+// discardResult releases what an attempt the engine threw away holds: the
+// response of a failed attempt it retries, or of a hedge that lost.
+func discardResult(v any) {
+	switch r := v.(type) {
+	case *http.Response:
+		if r != nil {
+			discard(r)
+		}
+	case *StatusError:
+		if r.resp != nil {
+			discard(r.resp)
+		}
+	}
 }
 
 // body modes of a request.
@@ -266,17 +309,11 @@ type call struct {
 	idemKey    string // generated Idempotency-Key, or ""
 	idempotent bool
 	unsafe     bool // the method is not idempotent (POST, PATCH), key or not
-	// maybeApplied: the last attempt failed without a response after its
-	// request may have reached the server.
-	maybeApplied bool
-	bodyMode     int
-	buf          []byte
-	bodySent     bool           // req.Body was handed to the base transport, which closes it
-	n            int            // attempts started
-	pending      *http.Response // the last attempt's failed response, until retried or returned
-	raw          error          // the last attempt's error, as returned to the engine
-	marked       error          // the same, marked with its verdict
-	hs           *hedgedCall    // a hedged request's shared state; nil when not hedged
+	bodyMode   int
+	buf        []byte
+	bodySent   bool        // req.Body was handed to the base transport, which closes it
+	n          int         // attempts started
+	mu         *sync.Mutex // a hedged request's: its attempts run at once; nil when not hedged
 }
 
 func (c *call) prepare() error {
@@ -398,31 +435,69 @@ type onceBody struct {
 
 // attempt is the operation the retry engine runs: one try of the request.
 func (c *call) attempt(actx context.Context) (*http.Response, error) {
-	t := c.t
 	c.n++
-	c.maybeApplied = false
-	if c.pending != nil {
-		discard(c.pending)
-		c.pending = nil
-	}
-	var release func()
-	if t.bulkheads != nil {
-		// Here rather than through the engine, which frees the slot when
-		// this function returns: the attempt lasts until its body is read.
-		var err error
-		if release, err = c.acquire(c.n); err != nil {
-			return nil, err
-		}
-	}
+	return c.send(actx, c.n)
+}
+
+// send sends attempt n and tells the engine what came of it: the response
+// on success, else an error marked with the classifier's verdict on the
+// response or the error, and whether the request may have reached the
+// server. A failed response goes to the engine in a *StatusError with its
+// body readable: the engine gives it back (Discard) when it retries, or
+// returns it.
+func (c *call) send(actx context.Context, n int) (*http.Response, error) {
+	t := c.t
 	now := time.Now()
-	a := t.newAttempt(c, actx, now)
-	a.release = release
-	body, getBody, length, same, err := c.body()
+	a, r, err := c.newRequest(actx, n, now)
 	if err != nil {
 		a.finish()
-		return nil, c.mark(err, guardrail.Verdict{Outcome: breaker.Ignored})
+		return nil, guardrail.Permanent(err)
 	}
-	dl, headers := c.headers(a)
+	var stop func() bool
+	if c.mu != nil {
+		// The engine cancels a losing attempt's context with ErrHedgeLost;
+		// the attempt's own context follows the caller's, so end it here.
+		stop = context.AfterFunc(actx, func() {
+			if cause := context.Cause(actx); errors.Is(cause, guardrail.ErrHedgeLost) {
+				a.cancel(cause)
+			}
+		})
+	}
+	resp, err := t.base.RoundTrip(r)
+	if err != nil {
+		if stop != nil {
+			stop()
+		}
+		err = a.failed(err)
+		v := t.s.classify(nil, err)
+		v.Unanswered = a.reached && !v.Unsent
+		return nil, guardrail.WithVerdict(err, v)
+	}
+	v := t.s.classify(resp, nil)
+	a.handOver(resp)
+	if v.Outcome == breaker.Success {
+		return resp, nil
+	}
+	if stop != nil {
+		stop()
+	}
+	return nil, guardrail.WithVerdict(&StatusError{StatusCode: resp.StatusCode, resp: resp}, v)
+}
+
+// newRequest builds attempt n and the request it sends, under c.mu for a
+// hedged request, whose attempts share the body and the call's count.
+func (c *call) newRequest(actx context.Context, n int, now time.Time) (*attempt, *http.Request, error) {
+	if c.mu != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+	}
+	a := c.t.newAttempt(c, actx, now)
+	a.n = n
+	body, getBody, length, same, err := c.body()
+	if err != nil {
+		return a, nil, err
+	}
+	dl, headers := c.headers(a, n)
 	// A shallow copy of the caller's request, in the attempt: WithContext's
 	// own copy does not outlive this line, so it costs no allocation.
 	a.req = *c.req.WithContext(a.ctx)
@@ -431,95 +506,27 @@ func (c *call) attempt(actx context.Context) (*http.Response, error) {
 		r.Body, r.GetBody, r.ContentLength = body, getBody, length
 	}
 	if headers {
-		r.Header = c.header(dl, now, &a.vals, &a.digits)
+		r.Header = c.header(dl, now, n, &a.vals, &a.digits)
 	}
-	resp, err := t.base.RoundTrip(r)
-	if err != nil {
-		err = a.failed(err)
-		v := t.s.classify(nil, err)
-		c.maybeApplied = a.reached && !v.Unsent
-		return nil, c.mark(err, v)
-	}
-	v := t.s.classify(resp, nil)
-	if v.Outcome == breaker.Success {
-		a.handOver(resp)
-		return resp, nil
-	}
-	if v.Retryable && (c.idempotent || v.Unsent) && c.replayable() && c.n < t.s.maxAttempts {
-		a.buffer(resp) // may be thrown away: free its connection now
-	} else {
-		a.handOver(resp) // the engine will give up: it goes to the caller as is
-	}
-	c.pending = resp
-	return nil, c.mark(&StatusError{StatusCode: resp.StatusCode, resp: resp}, v)
+	return a, r, nil
 }
 
-// acquire takes a slot in the key's bulkhead for attempt n, waiting at
-// most until the deadline minus MinAttemptTime.
-func (c *call) acquire(n int) (func(), error) {
-	b := c.t.bulkheads.Get(c.key)
-	ctx := c.req.Context()
-	var latest time.Time
-	if dl, ok := ctx.Deadline(); ok {
-		latest = dl.Add(-c.t.s.minAttempt)
-	}
-	slot, err := b.AcquireBy(ctx, latest)
-	if err == nil {
-		return slot.Release, nil
-	}
-	if !errors.Is(err, bulkhead.ErrFull) {
-		return nil, c.mark(err, guardrail.Verdict{Outcome: breaker.Ignored}) // the caller gave up
-	}
-	if obs := c.t.observer; obs != nil {
-		e := event.Event{
-			Kind:       event.BulkheadReject,
-			Dependency: c.dep,
-			Operation:  event.Operation(ctx),
-			Attempt:    n,
-			Reason:     event.ReasonBulkheadFull,
-			Err:        err,
-			Remaining:  -1,
-			InFlight:   b.InFlight(),
-			Limit:      b.Limit(),
-		}
-		if errors.Is(err, bulkhead.ErrNoTime) {
-			e.Reason = event.ReasonDeadline
-		}
-		obs.Observe(ctx, e)
-	}
-	full := &guardrail.Error{Kind: guardrail.ErrBulkheadFull, Attempts: n - 1, Err: err}
-	return nil, c.mark(full, guardrail.Verdict{Outcome: breaker.Ignored})
-}
-
-// mark attaches the verdict to err for the engine; a request whose body
-// cannot be sent again is never retried.
-func (c *call) mark(err error, v guardrail.Verdict) error {
-	if !c.replayable() {
-		v.Retryable = false
-	}
-	if c.hs != nil {
-		return c.hedgeMark(err, v, nil)
-	}
-	c.raw, c.marked = err, guardrail.WithVerdict(err, v)
-	return c.marked
-}
-
-// headers returns the deadline of attempt c.n (zero if none), and whether
+// headers returns the deadline of attempt n (zero if none), and whether
 // it needs headers the caller's request does not have.
-func (c *call) headers(a *attempt) (time.Time, bool) {
+func (c *call) headers(a *attempt, n int) (time.Time, bool) {
 	dl, hasDeadline := c.req.Context().Deadline()
 	if adl := a.deadlineTime(); !adl.IsZero() && (!hasDeadline || adl.Before(dl)) {
 		dl, hasDeadline = adl, true
 	}
-	return dl, hasDeadline || c.n > 1 || c.idemKey != ""
+	return dl, hasDeadline || n > 1 || c.idemKey != ""
 }
 
-// header returns the headers of attempt c.n, whose deadline is dl (zero:
+// header returns the headers of attempt n, whose deadline is dl (zero:
 // none), with the values it adds kept in vals and the deadline's digits in
 // digits, both parts of the attempt. now is the attempt's start.
 //
 // It allocates the map alone, whatever it adds.
-func (c *call) header(dl time.Time, now time.Time, vals *[4]string, digits *[40]byte) http.Header {
+func (c *call) header(dl time.Time, now time.Time, n int, vals *[4]string, digits *[40]byte) http.Header {
 	hasDeadline := !dl.IsZero()
 	// A shallow copy: the caller's value slices are shared, never written
 	// (a key we set gets a slice of its own), and the base transport only
@@ -529,21 +536,21 @@ func (c *call) header(dl time.Time, now time.Time, vals *[4]string, digits *[40]
 		h[k] = v
 	}
 	var keys [4]string
-	n := 0
+	k := 0
 	if hasDeadline {
 		vals[0], vals[1] = deadlineValues(now, dl.Sub(now)-c.t.s.reserve, digits)
 		keys[0], keys[1] = deadline.HeaderTimeout, deadline.HeaderDeadline
-		n = 2
+		k = 2
 	}
-	if c.n > 1 {
-		keys[n], vals[n] = deadline.HeaderRetryAttempt, strconv.Itoa(c.n-1)
-		n++
+	if n > 1 {
+		keys[k], vals[k] = deadline.HeaderRetryAttempt, strconv.Itoa(n-1)
+		k++
 	}
 	if c.idemKey != "" {
-		keys[n], vals[n] = HeaderIdempotencyKey, c.idemKey
-		n++
+		keys[k], vals[k] = HeaderIdempotencyKey, c.idemKey
+		k++
 	}
-	for i := range n {
+	for i := range k {
 		h[keys[i]] = vals[i : i+1 : i+1] // a slice of its own: appending to one spills into no other
 	}
 	return h
@@ -562,37 +569,21 @@ func deadlineValues(now time.Time, d time.Duration, buf *[40]byte) (timeout, at 
 	return s[:n], s[n:]
 }
 
-// end turns the engine's result into RoundTrip's.
+// end turns the engine's result into RoundTrip's: a failed response the
+// engine gave up on is the caller's response, as it would be without
+// guardrail; any other error is the engine's, as it returned it, with the
+// generated idempotency key around it.
 func (c *call) end(resp *http.Response, err error) (*http.Response, error) {
 	c.closeBody()
 	if err == nil {
 		return resp, nil
 	}
-	var se *StatusError
-	if errors.As(err, &se) && se.resp != nil && se.resp == c.pending {
-		c.pending = nil
+	cause := err
+	if ge, ok := err.(*guardrail.Error); ok {
+		cause = ge.Err
+	}
+	if se, ok := cause.(*StatusError); ok && se.resp != nil {
 		return se.resp, nil
-	}
-	if c.pending != nil {
-		discard(c.pending)
-		c.pending = nil
-	}
-	// The verdict was for the engine: the caller gets the error itself, so
-	// that checks such as net.Error's Timeout see it.
-	var ge *guardrail.Error
-	switch {
-	case err == c.marked:
-		err = c.raw
-	case errors.As(err, &ge) && ge.Err == c.marked:
-		ge.Err = c.raw
-	}
-	// A POST whose last attempt may have reached the server and got no
-	// answer may have taken effect, whatever ended the call: the engine
-	// says so for a timeout, and this says it for a connection reset, for
-	// a request made retryable by a generated key, and for a retry the
-	// budget or the breaker refused afterwards.
-	if c.unsafe && c.maybeApplied && !errors.Is(err, guardrail.ErrOutcomeUnknown) {
-		err = &guardrail.Error{Kind: guardrail.ErrOutcomeUnknown, Attempts: c.n, Err: err}
 	}
 	if c.idemKey != "" {
 		err = &IdempotencyKeyError{Key: c.idemKey, Err: err}

@@ -95,7 +95,7 @@ var brokenCopies = []struct {
 	{"core policy error", "    attempt_timeout: 800ms\n\n  inventory", "    attempt_timeout: -1s\n\n  inventory", "attempt_timeout: -1s",
 		"dependencies.ledger.attempt_timeout: is -1s; want a positive duration, or zero for none (guardrail: Policy.AttemptTimeout)"},
 	{"core guardhttp error beside a bulkhead", "    max_attempts: 2\n", "    max_attempts: -2\n", "max_attempts: -2",
-		"dependencies.payments.max_attempts: is -2; want 0 (the default, 3) or more (guardhttp: Config.MaxAttempts)"},
+		"dependencies.payments.max_attempts: is -2; want 1 or more, or zero for the default (guardhttp: Config.MaxAttempts)"},
 	{"breaker mode", "      min_requests: 50\n", "      min_requests: 50\n      mode: off\n", "mode: off",
 		`dependencies.payments.breaker.mode: is "off"; want normal, metrics_only or disabled`},
 	{"a list where a mapping goes", "    bulkhead:\n      max_concurrent: 64\n      max_queue: 16\n      max_wait: 100ms\n", "    bulkhead: [64]\n", "bulkhead: [64]",

@@ -174,7 +174,11 @@ func finish(err error) error {
 		return err
 	}
 	if errors.As(ge.Err, &ae) {
-		ge.Err = ae.err // ours: a fresh value per call
+		// The verdict was for the engine: the caller gets the attempt's
+		// error, in a copy, as the engine's error is never edited.
+		unmarked := *ge
+		unmarked.Err = ae.err
+		ge = &unmarked
 	}
 	if errors.Is(ge, guardrail.ErrThrottled) {
 		// Whatever an earlier attempt got: the call ends because the

@@ -2,6 +2,7 @@ package guardgrpc
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -225,38 +226,18 @@ type Client struct {
 	maxBuf     int
 	maxAttempt int
 	breakers   *breaker.Group
-	bulkheads  *bulkhead.Group // nil: none
-	policy     guardrail.Policy
-	hedges     bool // ClientConfig.Hedge is set
-	// once runs calls that grpc-go retries itself: one attempt of ours.
-	once guardrail.Policy
-	// streamPolicy opens streams: no attempt timeout, as the stream
-	// outlives the attempt; streamOnce when grpc-go retries the method.
-	streamPolicy, streamOnce guardrail.Policy
-	// resume[k] runs a stream's retries once it has opened, with k
-	// attempts left counting the one that failed.
-	resume []*guardrail.Policy
-	pool   sync.Pool // *unaryCall
+	bulkheads  *bulkhead.Group  // nil: none
+	policy     guardrail.Policy // every call's; a Call refines it per method and stream
+	hedges     bool             // ClientConfig.Hedge is set
+	resumeObs  event.Observer   // the Observer without CallStart and CallEnd; nil without one
+	pool       sync.Pool        // *unaryCall
 }
 
-// NewClient returns a Client for cfg, or an error naming the first invalid
+// NewClient returns a Client for cfg, or an error naming every invalid
 // field.
 func NewClient(cfg ClientConfig) (*Client, error) {
-	switch {
-	case cfg.MaxAttempts < 0:
-		return nil, invalid("ClientConfig.MaxAttempts is %d; want 0 (the default) or more", cfg.MaxAttempts)
-	case cfg.AttemptTimeout < 0:
-		return nil, invalid("ClientConfig.AttemptTimeout is %v; want 0 (none) or more", cfg.AttemptTimeout)
-	}
-	for _, m := range cfg.IdempotentMethods {
-		if !strings.HasPrefix(m, "/") {
-			return nil, invalid("ClientConfig.IdempotentMethods holds %q; want a full method name such as \"/pkg.Service/Method\"", m)
-		}
-	}
-	if cfg.Hedge != nil {
-		if err := cfg.Hedge.Validate(); err != nil {
-			return nil, &configError{msg: "guardgrpc: ClientConfig.Hedge: " + err.Error(), err: err}
-		}
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	c := &Client{cfg: cfg, classify: cfg.Classify, key: cfg.Key, maxBuf: cfg.MaxBufferedMessages, maxAttempt: cfg.MaxAttempts}
 	if c.classify == nil {
@@ -275,81 +256,23 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	for _, m := range cfg.IdempotentMethods {
 		c.idem[m] = true
 	}
-	bud := cfg.Budget
-	if bud == nil {
-		bud, _ = budget.New(budget.Config{}) // a valid Config
-	}
-	// Every call brings the breaker of its key; the Policy's own would be
-	// one breaker for every target.
-	off, _ := breaker.New(breaker.Config{Mode: breaker.Disabled}) // a valid Config
 	c.policy = guardrail.Policy{
-		Name: cfg.Name,
-		Retry: guardrail.Retry{
-			MaxAttempts:    cfg.MaxAttempts,
-			AttemptTimeout: cfg.AttemptTimeout,
-			MinAttemptTime: cfg.MinAttemptTime,
-			Backoff:        cfg.Backoff,
-			MaxRetryAfter:  cfg.MaxRetryAfter,
-			Budget:         bud,
-		},
+		Name:      cfg.Name,
+		Retry:     cfg.Retry,
 		Classify:  classifyMarked,
-		Breaker:   off,
 		Observer:  cfg.Observer,
 		Hedge:     cfg.Hedge,
 		Throttler: cfg.Throttler,
 		Rand:      cfg.Rand,
 	}
+	// Every call brings the breaker of its key; the Policy's own would be
+	// one breaker for every target.
+	c.policy.Breaker, _ = breaker.New(breaker.Config{Mode: breaker.Disabled}) // a valid Config
 	c.hedges = cfg.Hedge != nil
-	// Only c.policy hedges: the others run calls grpc-go retries itself,
-	// and streams, which are neither hedged nor throttled.
-	c.once = guardrail.Policy{
-		Name: cfg.Name, Retry: guardrail.Retry{
-			MaxAttempts:    1,
-			AttemptTimeout: cfg.AttemptTimeout,
-			MinAttemptTime: cfg.MinAttemptTime,
-			Budget:         bud,
-		},
-		Classify: classifyMarked, Breaker: off, Observer: cfg.Observer,
-		Throttler: cfg.Throttler, Rand: cfg.Rand,
-	}
-	c.streamPolicy = guardrail.Policy{
-		Name: cfg.Name, Retry: guardrail.Retry{
-			MaxAttempts:    cfg.MaxAttempts,
-			MinAttemptTime: cfg.MinAttemptTime,
-			Backoff:        cfg.Backoff,
-			MaxRetryAfter:  cfg.MaxRetryAfter,
-			Budget:         bud,
-		},
-		Classify: classifyMarked, Breaker: off,
-		Observer: cfg.Observer, Rand: cfg.Rand,
-	}
-	c.streamOnce = guardrail.Policy{
-		Name: cfg.Name, Retry: guardrail.Retry{
-			MaxAttempts:    1,
-			MinAttemptTime: cfg.MinAttemptTime,
-			Budget:         bud,
-		},
-		Classify: classifyMarked, Breaker: off, Observer: cfg.Observer,
-	}
 	// A resumed stream's engine call is not a new call: its start and end
 	// are not reported again.
-	var resumeObs event.Observer
 	if cfg.Observer != nil {
-		resumeObs = attemptsOnly{cfg.Observer}
-	}
-	c.resume = make([]*guardrail.Policy, c.maxAttempt+1)
-	for k := 2; k <= c.maxAttempt; k++ {
-		c.resume[k] = &guardrail.Policy{
-			Name: cfg.Name, Retry: guardrail.Retry{
-				MaxAttempts:    k,
-				MinAttemptTime: cfg.MinAttemptTime,
-				Backoff:        cfg.Backoff,
-				MaxRetryAfter:  cfg.MaxRetryAfter,
-				Budget:         bud,
-			},
-			Classify: classifyMarked, Breaker: off,
-			Observer: resumeObs, Rand: cfg.Rand,
-		}
+		c.resumeObs = attemptsOnly{cfg.Observer}
 	}
 	c.breakers = cfg.Breakers
 	if c.breakers == nil {
@@ -361,18 +284,43 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		}
 		c.breakers, _ = breaker.NewGroup(gc) // a valid GroupConfig
 	}
-	if cfg.Bulkhead != nil && cfg.Bulkheads != nil {
-		return nil, invalid("ClientConfig.Bulkhead and ClientConfig.Bulkheads are both set; want one: the configuration of the Client's own compartments, or a group of them")
-	}
 	c.bulkheads = cfg.Bulkheads
 	if cfg.Bulkhead != nil {
-		if _, err := bulkhead.New(*cfg.Bulkhead); err != nil {
-			return nil, &configError{msg: "guardgrpc: ClientConfig.Bulkhead: " + err.Error(), err: err}
-		}
-		c.bulkheads, _ = bulkhead.NewGroup(bulkhead.GroupConfig{Config: *cfg.Bulkhead}) // NewClient checked cfg.Bulkhead
+		c.bulkheads, _ = bulkhead.NewGroup(bulkhead.GroupConfig{Config: *cfg.Bulkhead}) // validate checked cfg.Bulkhead
 	}
 	c.pool.New = func() any { return new(unaryCall) }
 	return c, nil
+}
+
+// validate reports every invalid field of cfg.
+func (cfg *ClientConfig) validate() error {
+	var errs []error
+	if err := cfg.Retry.Validate(); err != nil {
+		// One error per field, each "guardrail: invalid config: Retry.X ...":
+		// named here as the embedded field it is, ClientConfig.X.
+		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+			errs = append(errs, &configError{msg: "guardgrpc: ClientConfig." + strings.TrimPrefix(e.Error(), guardrail.ErrInvalidConfig.Error()+": Retry."), err: e})
+		}
+	}
+	for _, m := range cfg.IdempotentMethods {
+		if !strings.HasPrefix(m, "/") {
+			errs = append(errs, invalid("ClientConfig.IdempotentMethods holds %q; want a full method name such as \"/pkg.Service/Method\"", m))
+		}
+	}
+	if cfg.Hedge != nil {
+		if err := cfg.Hedge.Validate(); err != nil {
+			errs = append(errs, &configError{msg: "guardgrpc: ClientConfig.Hedge: " + err.Error(), err: err})
+		}
+	}
+	if cfg.Bulkhead != nil && cfg.Bulkheads != nil {
+		errs = append(errs, invalid("ClientConfig.Bulkhead and ClientConfig.Bulkheads are both set; want one: the configuration of the Client's own compartments, or a group of them"))
+	}
+	if cfg.Bulkhead != nil {
+		if _, err := bulkhead.New(*cfg.Bulkhead); err != nil {
+			errs = append(errs, &configError{msg: "guardgrpc: ClientConfig.Bulkhead: " + err.Error(), err: err})
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // attemptsOnly drops CallStart and CallEnd.
@@ -463,13 +411,11 @@ func keyed(ctx context.Context) bool {
 	return len(metadata.ValueFromOutgoingContext(ctx, MDIdempotencyKey)) > 0
 }
 
-// policyFor returns the Policy of a call on cc: one attempt when grpc-go
-// retries the method itself.
-func (c *Client) policyFor(cc *grpc.ClientConn, method string, retriesOff bool) *guardrail.Policy {
-	if !retriesOff && cc != nil && cc.GetMethodConfig(method).RetryPolicy != nil {
-		return &c.once
-	}
-	return &c.policy
+// grpcRetries reports whether grpc-go retries method on cc itself (its
+// service config has a retry policy for it): the call then gets one
+// attempt of ours.
+func grpcRetries(cc *grpc.ClientConn, method string, retriesOff bool) bool {
+	return !retriesOff && cc != nil && cc.GetMethodConfig(method).RetryPolicy != nil
 }
 
 // call returns the per-call settings of the engine.
@@ -513,12 +459,16 @@ func (c *Client) invoke(ctx context.Context, method string, req, reply any, cc *
 		ctx = event.WithOperation(ctx, method)
 	}
 	key := c.key(cc, method)
-	p := c.policyFor(cc, method, retriesOff)
+	p := &c.policy
 	gc := c.call(cc, key, idempotent)
+	once := grpcRetries(cc, method, retriesOff)
+	if once {
+		gc.MaxAttempts = 1
+	}
 	// A call with an idempotency key is not hedged, though it is retried:
 	// two copies in flight with one key meet the server's "same key in
 	// flight" refusal (ABORTED), not a replay.
-	if c.hedges && listed && !keyed && p == &c.policy {
+	if c.hedges && listed && !keyed && !once {
 		if h := c.newHedgedCall(method, req, reply, cc, invoker, opts); h != nil {
 			return h.invoke(ctx, p, gc)
 		}

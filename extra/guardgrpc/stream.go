@@ -26,13 +26,16 @@ func (c *Client) newStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.
 	key := c.key(cc, method)
 	s := &clientStream{c: c, ctx: ctx, desc: desc, cc: cc, method: method, streamer: streamer, opts: opts}
 	s.gc = c.call(cc, key, c.idempotent(ctx, method))
-	p := &c.streamPolicy
-	if !retriesOff && cc != nil && cc.GetMethodConfig(method).RetryPolicy != nil {
-		p = &c.streamOnce // grpc-go retries this method itself
+	// A stream outlives its attempt, so no attempt timeout; streams are
+	// neither hedged nor throttled.
+	s.gc.AttemptTimeout, s.gc.NoThrottle = -1, true
+	gc := s.gc
+	if grpcRetries(cc, method, retriesOff) {
+		gc.MaxAttempts = 1 // grpc-go retries this method itself
 	} else {
 		s.retryable = s.gc.Idempotent == guardrail.Idempotent && c.maxBuf > 0 && c.maxAttempt > 1
 	}
-	st, err := guardrail.DoCall(ctx, p, s.gc, s.open)
+	st, err := guardrail.DoCall(ctx, &c.policy, gc, s.open)
 	if err != nil {
 		return nil, finish(err)
 	}
@@ -173,7 +176,8 @@ func (s *clientStream) retry(m any, failed *streamBox, err error) error {
 	first := true
 	gc := s.gc
 	gc.Bulkhead = nil // a slot held while waiting for the first message could starve the others
-	_, derr := guardrail.DoCall(s.ctx, s.c.resume[left], gc, func(ctx context.Context) (struct{}, error) {
+	gc.MaxAttempts, gc.Observer = left, s.c.resumeObs
+	_, derr := guardrail.DoCall(s.ctx, &s.c.policy, gc, func(ctx context.Context) (struct{}, error) {
 		if first {
 			first = false
 			return struct{}{}, seen
