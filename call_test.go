@@ -3,6 +3,7 @@ package guardrail_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -176,4 +177,39 @@ func TestLostAnswerOutcome(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHoldHedgedWinner: in a hedged call, the slot Hold gets is the
+// winner's; the loser's is freed by Do once the loser returns.
+func TestHoldHedgedWinner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bh, err := bulkhead.New(bulkhead.Config{MaxConcurrent: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := unlimited()
+		p.Hedge = &guardrail.HedgeConfig{Delay: 10 * time.Millisecond}
+		var held *bulkhead.Slot
+		var calls atomic.Int32
+		op := func(ctx context.Context) (int, error) {
+			if calls.Add(1) == 1 {
+				<-ctx.Done() // the first attempt stalls until the hedge wins
+				return 0, ctx.Err()
+			}
+			return 2, nil
+		}
+		c := guardrail.Call{Bulkhead: bh, Hold: func(_ any, s *bulkhead.Slot) { held = s }}
+		v, err := guardrail.DoHedged(context.Background(), p, c, op)
+		if err != nil || v != 2 {
+			t.Fatalf("DoHedged: %v, %v; want the hedge's 2", v, err)
+		}
+		synctest.Wait()
+		if held == nil || bh.InFlight() != 1 {
+			t.Fatalf("after the call: held %v, %d in flight; want the winner's slot held, the loser's freed", held, bh.InFlight())
+		}
+		held.Release()
+		if bh.InFlight() != 0 {
+			t.Errorf("after release: %d in flight; want 0", bh.InFlight())
+		}
+	})
 }
