@@ -39,9 +39,9 @@ func (d *decoder) errorf(line int, path, format string, args ...any) {
 
 // parseFile decodes data into a File. Syntax errors carry the line yaml.v3
 // reports; every other error the line of the node at fault.
-func parseFile(name string, data []byte) (*File, map[string]int, []Diagnostic) {
+func parseFile(name string, data []byte) (*policyFile, map[string]int, []Diagnostic) {
 	d := &decoder{file: name, lines: map[string]int{}}
-	f := &File{}
+	f := &policyFile{}
 	if len(data) > MaxFileSize {
 		d.errorf(1, "", "the file is %d bytes; want at most %d", len(data), MaxFileSize)
 		return f, d.lines, d.diags

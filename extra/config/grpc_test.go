@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/guardrail-go/guardrail"
 	"go/parser"
 	"go/token"
 	"io"
@@ -71,9 +72,10 @@ func TestGRPCDependencyResolves(t *testing.T) {
 		t.Fatalf("kind %q; want grpc", d.Kind)
 	}
 	want := GRPCSettings{
-		Name: "inventory", MaxAttempts: 3, AttemptTimeout: 300 * time.Millisecond, Backoff: backoff.None(),
+		Name:                "inventory",
+		Retry:               guardrail.Retry{MaxAttempts: 3, AttemptTimeout: 300 * time.Millisecond, Backoff: backoff.None()},
 		IdempotentMethods:   []string{"/inventory.v1.Stock/", "/inventory.v1.Reservations/Get"},
-		MaxBufferedMessages: 8, FailureDomain: FailureDomainMethod,
+		MaxBufferedMessages: 8, ByMethod: true,
 		Bulkhead: &bulkhead.Config{MaxConcurrent: 16}, Deadline: 2 * time.Second,
 	}
 	if !reflect.DeepEqual(d.GRPC, want) {
@@ -82,7 +84,7 @@ func TestGRPCDependencyResolves(t *testing.T) {
 	if g := d.Group; g.MaxKeys != 50 || g.Config.ConsecutiveFailures != 4 || g.Config.MinRequests != 10 {
 		t.Errorf("breaker group %+v; want max_keys 50, consecutive_failures 4, min_requests 10", g)
 	}
-	if p := c.dependency("pricing").GRPC; p.FailureDomain != FailureDomainTarget || p.MaxAttempts != 1 {
+	if p := c.dependency("pricing").GRPC; p.ByMethod || p.MaxAttempts != 1 {
 		t.Errorf("pricing %+v; want failure domain target, 1 attempt", p)
 	}
 	if len(c.Warnings) != 0 {

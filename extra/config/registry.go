@@ -406,22 +406,15 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 					return nil, err
 				}
 			}
-			pf := d.Policy
-			key := fmt.Sprintf("%p/%p/%p/%p/%+v/%s/%v", b, br, bh, th, pf, hedgeKey(d.Hedge), d.Deadline)
+			key := fmt.Sprintf("%p/%p/%p/%p/%+v/%v/%s/%v", b, br, bh, th, d.Retry, d.Idempotent, hedgeKey(d.Hedge), d.Deadline)
 			h := r.policies[d.Name]
 			if h != nil && h.cur.Load().key == key {
 				continue
 			}
-			p := &guardrail.Policy{Name: pf.Name, Retry: guardrail.Retry{
-				MaxAttempts:    pf.MaxAttempts,
-				AttemptTimeout: pf.AttemptTimeout,
-				MinAttemptTime: pf.MinAttemptTime,
-				Backoff:        pf.Backoff,
-				MaxRetryAfter:  pf.MaxRetryAfter,
-				Budget:         b,
-			},
-				Idempotent: pf.Idempotent, Breaker: br, Bulkhead: bh, Observer: obs,
-				Hedge: cloneHedge(d.Hedge), Throttler: th}
+			rt := d.Retry
+			rt.Budget = b
+			p := &guardrail.Policy{Name: d.Name, Retry: rt, Idempotent: d.Idempotent, Breaker: br, Bulkhead: bh,
+				Observer: obs, Hedge: cloneHedge(d.Hedge), Throttler: th}
 			v := &policyValue{p: p, deadline: d.Deadline, throttle: d.Throttle, key: key}
 			changed = append(changed, d.Name)
 			name := d.Name

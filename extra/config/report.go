@@ -316,7 +316,11 @@ func effective(d *ResolvedDependency) []Setting {
 		default:
 			add("max_buffered_messages", strconv.Itoa(mb))
 		}
-		add("failure_domain", g.FailureDomain)
+		fd := failureDomainTarget
+		if g.ByMethod {
+			fd = failureDomainMethod
+		}
+		add("failure_domain", fd)
 		return out
 	}
 	h := d.HTTP

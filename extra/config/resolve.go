@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail"
-	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/bulkhead"
@@ -36,7 +35,7 @@ type Checked struct {
 	// Name is the file's name as given to Parse.
 	Name string
 	// File is the file as written.
-	File *File
+	File *policyFile
 	// Dependencies are the resolved dependencies, sorted by name.
 	Dependencies []*ResolvedDependency
 	// Servers are the resolved servers, sorted by name.
@@ -54,11 +53,11 @@ type Checked struct {
 type ResolvedDependency struct {
 	Name string
 	Kind string
-	Review
+	fileReview
 	Calls []string
 	// Settings are the defaults merged with the dependency's own; a nil
 	// field is the library's default.
-	Settings Settings
+	Settings fileSettings
 	// Overrides are the dotted keys the dependency sets itself.
 	Overrides []string
 
@@ -81,9 +80,11 @@ type ResolvedDependency struct {
 	// compartment of a gRPC or HTTP one (also in HTTP.Bulkhead and
 	// GRPC.Bulkhead); nil means none.
 	Bulkhead *bulkhead.Config
-	// Policy is a policy dependency's guardrail.Policy fields, without its
-	// Budget, Breaker, Bulkhead and Observer.
-	Policy PolicyFields
+	// Retry is the dependency's retry settings (also in HTTP.Retry and
+	// GRPC.Retry), without the Budget the Registry supplies.
+	Retry guardrail.Retry
+	// Idempotent is a policy dependency's guardrail.Policy.Idempotent.
+	Idempotent bool
 	// Deadline bounds a whole call; zero means no bound of its own.
 	Deadline time.Duration
 	// Hedge configures hedging (also in HTTP.Hedge and GRPC.Hedge); nil
@@ -95,23 +96,11 @@ type ResolvedDependency struct {
 	Throttle *guardrail.ThrottleConfig
 }
 
-// PolicyFields are the plain fields of a guardrail.Policy.
-// It is a plain value, safe to read concurrently.
-type PolicyFields struct {
-	Name           string
-	MaxAttempts    int
-	AttemptTimeout time.Duration
-	MinAttemptTime time.Duration
-	MaxRetryAfter  time.Duration
-	Backoff        backoff.Strategy
-	Idempotent     bool
-}
-
 // ResolvedServer is one server's settings.
 // It is a plain value, safe to read concurrently.
 type ResolvedServer struct {
 	Name string
-	Review
+	fileReview
 	Calls []string
 	// Deadline, Shed, Idempotency and RateLimit are nil when the file has
 	// no such section for the server. RateLimit has no Key: the code
@@ -263,7 +252,7 @@ func (c *Checked) resolve() []Diagnostic {
 	if f.Version != nil && *f.Version != 1 {
 		diags = append(diags, c.diag(SeverityError, "version", "is %d; want 1, the only version of the format", *f.Version))
 	}
-	def := Settings{}
+	def := fileSettings{}
 	if f.Defaults != nil {
 		def = *f.Defaults
 	}
@@ -274,7 +263,7 @@ func (c *Checked) resolve() []Diagnostic {
 	sort.Strings(names)
 	for _, name := range names {
 		d := f.Dependencies[name]
-		r := &ResolvedDependency{Name: name, Kind: KindHTTP, Review: d.Review, Calls: d.Calls}
+		r := &ResolvedDependency{Name: name, Kind: KindHTTP, fileReview: d.fileReview, Calls: d.Calls}
 		path := "dependencies." + name
 		if d.Kind != nil {
 			switch *d.Kind {
@@ -285,7 +274,7 @@ func (c *Checked) resolve() []Diagnostic {
 			}
 		}
 		r.Settings = def
-		merge(reflect.ValueOf(&r.Settings).Elem(), reflect.ValueOf(&d.Settings).Elem(), "", &r.Overrides)
+		merge(reflect.ValueOf(&r.Settings).Elem(), reflect.ValueOf(&d.fileSettings).Elem(), "", &r.Overrides)
 		if len(r.Overrides) > 0 && (d.Reason == nil || strings.TrimSpace(*d.Reason) == "") {
 			diags = append(diags, c.diag(SeverityError, path+".reason", "is missing; %s overrides %s, and every override must say why (reason: ...), so that its review has the reason beside it",
 				name, strings.Join(r.Overrides, ", ")))
@@ -322,7 +311,7 @@ func (c *Checked) resolve() []Diagnostic {
 	sort.Strings(snames)
 	for _, name := range snames {
 		s := f.Servers[name]
-		r := &ResolvedServer{Name: name, Review: s.Review, Calls: s.Calls}
+		r := &ResolvedServer{Name: name, fileReview: s.fileReview, Calls: s.Calls}
 		diags = append(diags, c.buildServer(r, s)...)
 		c.Servers = append(c.Servers, r)
 	}
@@ -401,57 +390,6 @@ func keyOf(section reflect.Type, goPath string) (string, bool) {
 	return strings.Join(keys, "."), true
 }
 
-func breakerConfig(b *Breaker) (breaker.Config, []string) {
-	var c breaker.Config
-	var bad []string
-	if b == nil {
-		return c, nil
-	}
-	c = breaker.Config{
-		Window: val(b.Window), Buckets: val(b.Buckets), CountWindow: val(b.CountWindow),
-		MinRequests: val(b.MinRequests), FailureRate: val(b.FailureRate), SlowCall: val(b.SlowCall),
-		SlowRate: val(b.SlowRate), OpenFor: val(b.OpenFor), OpenJitter: val(b.OpenJitter),
-		OpenBackoff: val(b.OpenBackoff), MaxOpenFor: val(b.MaxOpenFor),
-		HalfOpenProbes: val(b.HalfOpenProbes), CloseAfter: val(b.CloseAfter),
-		ConsecutiveFailures: val(b.ConsecutiveFailures),
-	}
-	switch val(b.Mode) {
-	case "", "normal":
-	case "metrics_only":
-		c.Mode = breaker.MetricsOnly
-	case "disabled":
-		c.Mode = breaker.Disabled
-	default:
-		bad = append(bad, "mode")
-	}
-	return c, bad
-}
-
-func backoffStrategy(b *Backoff) (backoff.Strategy, bool) {
-	if b == nil {
-		return nil, true
-	}
-	base, cp := val(b.Base), val(b.Cap)
-	switch val(b.Strategy) {
-	case "", "full_jitter":
-		if b.Base == nil && b.Cap == nil {
-			return nil, true // the engine's default, which is full jitter from 100 ms to 10 s
-		}
-		return backoff.FullJitter(base, cp), true
-	case "equal_jitter":
-		return backoff.EqualJitter(base, cp), true
-	case "exponential":
-		return backoff.Exponential(base, cp), true
-	case "decorrelated":
-		return backoff.Decorrelated(base, cp), true
-	case "constant":
-		return backoff.Constant(base), true
-	case "none":
-		return backoff.None(), true
-	}
-	return nil, false
-}
-
 // build fills r's guardrail configurations and validates them with the
 // constructors that will use them.
 func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
@@ -478,76 +416,52 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 		diags = append(diags, c.diag(SeverityError, c.where(name, "deadline"), "is %v; want a positive duration, or leave it out for none", v))
 	}
 	r.Deadline = max(val(s.Deadline), 0)
+	r.Retry = retryOf(s, strategy)
 
 	// Retry budget.
 	if rb := s.RetryBudget; rb != nil && val(rb.Unlimited) {
 		diags = append(diags, c.beside(name, "retry_budget", "unlimited", "a budget", "ratio", "max", "min_per_second")...)
-	} else {
-		bc := budget.Config{}
-		if rb != nil {
-			bc = budget.Config{Ratio: val(rb.Ratio), Max: val(rb.Max), MinPerSecond: val(rb.MinPerSecond)}
-		}
-		r.Budget = &bc
-		_, err := budget.New(bc)
-		diags = append(diags, c.coreErrors(err, reflect.TypeFor[RetryBudget](), name, "retry_budget")...)
+	}
+	if r.Budget = budgetConfig(s.RetryBudget); r.Budget != nil {
+		_, err := budget.New(*r.Budget)
+		diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileRetryBudget](), name, "retry_budget")...)
 	}
 
 	// Breaker.
-	bc, bad := breakerConfig(s.Breaker)
-	for range bad {
+	bc, ok := breakerConfig(name, s.Breaker)
+	if !ok {
 		diags = append(diags, c.diag(SeverityError, c.where(name, "breaker.mode"), "is %q; want normal, metrics_only or disabled", val(s.Breaker.Mode)))
 	}
-	bc.Name = name
 
 	// Bulkhead.
-	if bh := s.Bulkhead; bh != nil && !val(bh.Disabled) {
-		r.Bulkhead = &bulkhead.Config{MaxConcurrent: val(bh.MaxConcurrent), MaxQueue: val(bh.MaxQueue), MaxWait: val(bh.MaxWait)}
+	if r.Bulkhead = bulkheadConfig(s.Bulkhead); r.Bulkhead != nil {
 		_, err := bulkhead.New(*r.Bulkhead)
-		diags = append(diags, c.coreErrors(err, reflect.TypeFor[Bulkhead](), name, "bulkhead")...)
+		diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileBulkhead](), name, "bulkhead")...)
 	}
 
 	diags = append(diags, c.buildHedge(r)...)
 
 	if r.Kind == KindPolicy {
 		r.Breaker = bc
+		r.Idempotent = val(s.Idempotent)
 		// A group checks the Config as New does, without allocating the
 		// breaker's window (a count window may hold a million calls).
 		_, err := breaker.NewGroup(breaker.GroupConfig{Config: bc})
-		diags = append(diags, c.coreErrors(err, reflect.TypeFor[Breaker](), name, "breaker")...)
-		r.Policy = PolicyFields{
-			Name: name, MaxAttempts: val(s.MaxAttempts), AttemptTimeout: val(s.AttemptTimeout),
-			MinAttemptTime: val(s.MinAttemptTime), MaxRetryAfter: val(s.MaxRetryAfter),
-			Backoff: strategy, Idempotent: val(s.Idempotent),
-		}
-		diags = append(diags, c.checkPolicy(r.Policy)...)
-		return diags
+		diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileBreaker](), name, "breaker")...)
+		return append(diags, c.checkPolicy(name, r.Retry)...)
 	}
 
-	r.Group = breaker.GroupConfig{Config: bc, MaxKeys: val(s.Breaker.maxKeys()), IdleTTL: val(s.Breaker.idleTTL())}
+	r.Group = breakerGroupConfig(s.Breaker, bc)
 	_, err := breaker.NewGroup(r.Group)
-	diags = append(diags, c.coreErrors(err, reflect.TypeFor[Breaker](), name, "breaker")...)
+	diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileBreaker](), name, "breaker")...)
 	if r.Kind == KindGRPC {
-		return append(diags, c.buildGRPC(r, strategy)...)
+		return append(diags, c.buildGRPC(r)...)
 	}
-	r.HTTP = guardhttp.Config{
-		Name: name, Retry: guardrail.Retry{
-			MaxAttempts:    val(s.MaxAttempts),
-			AttemptTimeout: val(s.AttemptTimeout),
-			MinAttemptTime: val(s.MinAttemptTime),
-			Backoff:        strategy,
-			MaxRetryAfter:  val(s.MaxRetryAfter),
-		},
-		ConnectTimeout: val(s.ConnectTimeout), TLSHandshakeTimeout: val(s.TLSHandshakeTimeout),
-		WriteTimeout: val(s.WriteTimeout), ResponseHeaderTimeout: val(s.ResponseHeaderTimeout),
-		BodyIdleTimeout: val(s.BodyIdleTimeout), MaxBufferedBody: val(s.MaxBufferedBody),
-		IdempotencyKeys: val(s.IdempotencyKeys), DeadlineReserve: val(s.DeadlineReserve),
-		Bulkhead: r.Bulkhead, Hedge: cloneHedge(r.Hedge),
-	}
+	r.HTTP = httpConfig(r)
 	plain := r.HTTP
 	plain.Bulkhead, plain.Hedge = nil, nil // their errors are reported above, by key
 	_, err = guardhttp.NewTransport(http.DefaultTransport, plain)
-	diags = append(diags, c.coreErrors(err, reflect.TypeFor[Settings](), name, "")...)
-	return diags
+	return append(diags, c.coreErrors(err, reflect.TypeFor[fileSettings](), name, "")...)
 }
 
 // beside reports a section of dependency name that says flag (unlimited,
@@ -579,79 +493,43 @@ const (
 func (c *Checked) buildHedge(r *ResolvedDependency) []Diagnostic {
 	var diags []Diagnostic
 	s := &r.Settings
-	if h := s.Hedge; h != nil {
-		if val(h.Disabled) {
-			diags = append(diags, c.beside(r.Name, "hedge", "disabled", "hedge settings", "delay", "percentile", "max_hedges", "window", "overload_pause")...)
-		} else {
-			r.Hedge = &guardrail.HedgeConfig{Delay: val(h.Delay), Percentile: val(h.Percentile), MaxHedges: val(h.MaxHedges),
-				Window: val(h.Window), OverloadPause: val(h.OverloadPause)}
-			// The core takes any count, and sizes memory by it: the
-			// window's latencies at first use (and in Validate, which
-			// builds what it checks), room for every hedge at the start
-			// of each hedged call. A slip of the keyboard must not take
-			// the service down at its next reload, nor this check.
-			check := *r.Hedge
-			if n := check.Window; n > maxHedgeWindow {
-				diags = append(diags, c.diag(SeverityError, c.where(r.Name, "hedge.window"), "is %d; want at most %d: the window keeps that many latencies in memory (16 bytes each), allocated at the first call", n, maxHedgeWindow))
-				check.Window = 0
-			}
-			if n := check.MaxHedges; n > maxHedges {
-				diags = append(diags, c.diag(SeverityError, c.where(r.Name, "hedge.max_hedges"), "is %d; want at most %d: each hedge is one more request in flight per call, and every hedged call makes room for all of them when it starts", n, maxHedges))
-			}
-			diags = append(diags, c.coreErrors(check.Validate(), reflect.TypeFor[Hedge](), r.Name, "hedge")...)
-		}
+	if h := s.Hedge; h != nil && val(h.Disabled) {
+		diags = append(diags, c.beside(r.Name, "hedge", "disabled", "hedge settings", "delay", "percentile", "max_hedges", "window", "overload_pause")...)
 	}
-	if t := s.Throttle; t != nil {
-		if val(t.Disabled) {
-			diags = append(diags, c.beside(r.Name, "throttle", "disabled", "throttle settings", "window", "k")...)
-		} else {
-			r.Throttle = &guardrail.ThrottleConfig{Window: val(t.Window), K: val(t.K)}
-			_, err := guardrail.NewThrottler(*r.Throttle)
-			diags = append(diags, c.coreErrors(err, reflect.TypeFor[Throttle](), r.Name, "throttle")...)
+	if r.Hedge = hedgeConfig(s.Hedge); r.Hedge != nil {
+		// The core takes any count, and sizes memory by it: the
+		// window's latencies at first use (and in Validate, which
+		// builds what it checks), room for every hedge at the start
+		// of each hedged call. A slip of the keyboard must not take
+		// the service down at its next reload, nor this check.
+		check := *r.Hedge
+		if n := check.Window; n > maxHedgeWindow {
+			diags = append(diags, c.diag(SeverityError, c.where(r.Name, "hedge.window"), "is %d; want at most %d: the window keeps that many latencies in memory (16 bytes each), allocated at the first call", n, maxHedgeWindow))
+			check.Window = 0
 		}
+		if n := check.MaxHedges; n > maxHedges {
+			diags = append(diags, c.diag(SeverityError, c.where(r.Name, "hedge.max_hedges"), "is %d; want at most %d: each hedge is one more request in flight per call, and every hedged call makes room for all of them when it starts", n, maxHedges))
+		}
+		diags = append(diags, c.coreErrors(check.Validate(), reflect.TypeFor[fileHedge](), r.Name, "hedge")...)
+	}
+	if t := s.Throttle; t != nil && val(t.Disabled) {
+		diags = append(diags, c.beside(r.Name, "throttle", "disabled", "throttle settings", "window", "k")...)
+	}
+	if r.Throttle = throttleConfig(s.Throttle); r.Throttle != nil {
+		_, err := guardrail.NewThrottler(*r.Throttle)
+		diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileThrottle](), r.Name, "throttle")...)
 	}
 	return diags
 }
 
-// cloneHedge returns a copy of h, so that a HedgeConfig handed out is the
-// caller's own.
-func cloneHedge(h *guardrail.HedgeConfig) *guardrail.HedgeConfig {
-	if h == nil {
-		return nil
-	}
-	c := *h
-	return &c
-}
-
-func (b *Breaker) maxKeys() *int {
-	if b == nil {
-		return nil
-	}
-	return b.MaxKeys
-}
-
-func (b *Breaker) idleTTL() *time.Duration {
-	if b == nil {
-		return nil
-	}
-	return b.IdleTTL
-}
-
-// checkPolicy reports the invalid fields of pf. A Policy reports them at
-// first use; one call of a throwaway copy, with nothing shared, hears them
-// now.
-func (c *Checked) checkPolicy(pf PolicyFields) []Diagnostic {
-	p := &guardrail.Policy{Name: pf.Name, Retry: guardrail.Retry{
-		MaxAttempts:    pf.MaxAttempts,
-		AttemptTimeout: pf.AttemptTimeout,
-		MinAttemptTime: pf.MinAttemptTime,
-		MaxRetryAfter:  pf.MaxRetryAfter,
-		Backoff:        pf.Backoff,
-		Budget:         budget.Unlimited(),
-	},
-		Breaker: disabledBreaker()}
+// checkPolicy reports the invalid fields of the retry settings rt of
+// dependency name. A Policy reports them at first use; one call of a
+// throwaway one, with nothing shared, hears them now.
+func (c *Checked) checkPolicy(name string, rt guardrail.Retry) []Diagnostic {
+	rt.Budget = budget.Unlimited()
+	p := &guardrail.Policy{Name: name, Retry: rt, Breaker: disabledBreaker()}
 	_, err := guardrail.Do(context.Background(), p, func(context.Context) (struct{}, error) { return struct{}{}, nil })
-	return c.policyErrors(err, pf.Name)
+	return c.policyErrors(err, name)
 }
 
 var policyRE = regexp.MustCompile(`Policy\.(\w+) is (.*)$`)
@@ -664,7 +542,7 @@ func (c *Checked) policyErrors(err error, dep string) []Diagnostic {
 	for _, msg := range strings.Split(err.Error(), "\n") {
 		path := "dependencies." + dep
 		if m := policyRE.FindStringSubmatch(msg); m != nil {
-			if key, ok := keyOf(reflect.TypeFor[Settings](), m[1]); ok {
+			if key, ok := keyOf(reflect.TypeFor[fileSettings](), m[1]); ok {
 				path = c.where(dep, key)
 				msg = "is " + m[2] + " (guardrail: Policy." + m[1] + ")"
 			}
@@ -683,63 +561,36 @@ func disabledBreaker() *breaker.Breaker {
 // are validated: New only checks that there is one.
 type nopStore struct{ idempotency.Store }
 
-func (c *Checked) buildServer(r *ResolvedServer, s *Server) []Diagnostic {
+func (c *Checked) buildServer(r *ResolvedServer, s *fileServer) []Diagnostic {
 	var diags []Diagnostic
 	path := "servers." + r.Name
-	if d := s.Deadline; d != nil {
-		r.Deadline = &deadline.Config{Max: val(d.Max), Reserve: val(d.Reserve)}
+	if r.Deadline = deadlineConfig(s.Deadline); r.Deadline != nil {
 		_, err := deadline.New(*r.Deadline)
-		diags = append(diags, c.coreErrors(err, reflect.TypeFor[ServerDeadline](), "", path+".deadline")...)
+		diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileDeadline](), "", path+".deadline")...)
 	}
 	if sh := s.Shed; sh != nil {
-		cfg := shed.Config{Name: r.Name, Limit: val(sh.Limit), MaxQueue: val(sh.MaxQueue), RetryRatio: val(sh.RetryRatio),
-			RetryBurst: val(sh.RetryBurst), RetryPressure: val(sh.RetryPressure), QueueInterval: val(sh.QueueInterval),
-			MaxQueueWait: val(sh.MaxQueueWait), QueueTarget: val(sh.QueueTarget), RetryAfter: val(sh.RetryAfter)}
-		if sh.MaxHeaderPriority != nil {
-			p, ok := shed.ParsePriority(*sh.MaxHeaderPriority)
-			if !ok {
+		cfg, bad := shedConfig(r.Name, sh)
+		for _, k := range bad {
+			if k == "max_header_priority" {
 				diags = append(diags, c.diag(SeverityError, path+".shed.max_header_priority", "is %q; want sheddable, low, normal, high or critical", *sh.MaxHeaderPriority))
+			} else {
+				diags = append(diags, c.diag(SeverityError, path+".shed."+k, "is not a priority; want sheddable, low, normal, high or critical"))
 			}
-			cfg.MaxHeaderPriority = p
-		}
-		if sh.Shares != nil {
-			cfg.Shares = map[shed.Priority]float64{}
-			for k, v := range sh.Shares {
-				p, ok := shed.ParsePriority(k)
-				if !ok {
-					diags = append(diags, c.diag(SeverityError, path+".shed.shares."+k, "is not a priority; want sheddable, low, normal, high or critical"))
-					continue
-				}
-				cfg.Shares[p] = v
-			}
-		}
-		if a := sh.Adaptive; a != nil {
-			cfg.Adaptive = shed.Adaptive{InitialLimit: val(a.InitialLimit), MinLimit: val(a.MinLimit), MaxLimit: val(a.MaxLimit),
-				Window: val(a.Window), Percentile: val(a.Percentile), Buffer: val(a.Buffer), MinRTTInterval: val(a.MinRTTInterval),
-				MinRTTSamples: val(a.MinRTTSamples), Smoothing: val(a.Smoothing)}
 		}
 		r.Shed = &cfg
 		_, err := shed.New(cfg)
-		diags = append(diags, c.coreErrors(err, reflect.TypeFor[Shed](), "", path+".shed")...)
+		diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileShed](), "", path+".shed")...)
 	}
-	if rl := s.RateLimit; rl != nil {
-		cfg := ratelimit.Config{Name: r.Name, Rate: val(rl.Rate), Burst: val(rl.Burst), MaxKeys: val(rl.MaxKeys)}
-		r.RateLimit = &cfg
-		_, err := ratelimit.New(cfg)
-		diags = append(diags, c.coreErrors(err, reflect.TypeFor[ServerRateLimit](), "", path+".rate_limit")...)
+	if r.RateLimit = rateLimitConfig(r.Name, s.RateLimit); r.RateLimit != nil {
+		_, err := ratelimit.New(*r.RateLimit)
+		diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileRateLimit](), "", path+".rate_limit")...)
 	}
 	if id := s.Idempotency; id != nil {
-		cfg := idempotency.Config{Name: r.Name, Methods: id.Methods, Required: val(id.Required), MaxKeyLength: val(id.MaxKeyLength),
-			MaxBodyBytes: val(id.MaxBodyBytes), MaxResponseBytes: val(id.MaxResponseBytes), TTL: val(id.TTL), Lease: val(id.Lease),
-			DisableLeaseRenewal: val(id.DisableLeaseRenewal), CancelOnLeaseLost: val(id.CancelOnLeaseLost),
-			StoreTimeout: val(id.StoreTimeout), StoredHeaders: id.StoredHeaders, RetryAfter: val(id.RetryAfter),
-			FailOpen: val(id.FailOpen), DocsURL: val(id.DocsURL)}
+		cfg := idempotencyConfig(r.Name, id)
 		check := cfg
 		switch val(id.Scope) {
-		case "single_tenant":
-			cfg.SingleTenant = true
-			check.SingleTenant = true
-		case "caller":
+		case scopeSingleTenant:
+		case scopeCaller:
 			r.IdempotencyScopeCaller = true
 			check.Scope = func(*http.Request) (string, error) { return "", nil }
 		default:
@@ -748,7 +599,7 @@ func (c *Checked) buildServer(r *ResolvedServer, s *Server) []Diagnostic {
 		r.Idempotency = &cfg
 		if id.Scope != nil {
 			_, err := idempotency.New(nopStore{}, check)
-			diags = append(diags, c.coreErrors(err, reflect.TypeFor[ServerIdempotency](), "", path+".idempotency")...)
+			diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileIdempotency](), "", path+".idempotency")...)
 		}
 	}
 	return diags

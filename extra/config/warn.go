@@ -81,13 +81,7 @@ func (d *ResolvedDependency) attempts() int {
 
 // strategy returns the backoff d uses.
 func (d *ResolvedDependency) strategy() backoff.Strategy {
-	s := d.HTTP.Backoff
-	switch d.Kind {
-	case KindPolicy:
-		s = d.Policy.Backoff
-	case KindGRPC:
-		s = d.GRPC.Backoff
-	}
+	s := d.Retry.Backoff
 	if s == nil {
 		s = backoff.Default()
 	}

@@ -53,15 +53,8 @@ type Options struct {
 // its own.
 func ClientConfig(s *config.GRPCSettings, opts Options) guardgrpc.ClientConfig {
 	cfg := guardgrpc.ClientConfig{
-		Name: s.Name,
-		Retry: guardrail.Retry{
-			MaxAttempts:    s.MaxAttempts,
-			AttemptTimeout: s.AttemptTimeout,
-			MinAttemptTime: s.MinAttemptTime,
-			Backoff:        s.Backoff,
-			MaxRetryAfter:  s.MaxRetryAfter,
-			Budget:         s.Budget,
-		},
+		Name:                s.Name,
+		Retry:               s.Retry,
 		Observer:            s.Observer,
 		IdempotentMethods:   slices.Clone(s.IdempotentMethods),
 		Breakers:            s.Breakers,
@@ -87,7 +80,7 @@ func ClientConfig(s *config.GRPCSettings, opts Options) guardgrpc.ClientConfig {
 		bc := *s.Bulkhead
 		cfg.Bulkhead = &bc
 	}
-	if s.FailureDomain == config.FailureDomainMethod {
+	if s.ByMethod {
 		cfg.Key = guardgrpc.ByMethod
 	}
 	return cfg
