@@ -344,7 +344,7 @@ func (r *Registry) breakersOf(dep, key string) ([]*breaker.Breaker, []string, bo
 		return bs, keys, true
 	}
 	if p, ok := r.policies[dep]; ok {
-		return []*breaker.Breaker{p.Current().Breaker}, []string{""}, true
+		return []*breaker.Breaker{p.Policy().Breaker}, []string{""}, true
 	}
 	return nil, nil, false
 }

@@ -37,7 +37,7 @@ func TestNewAdminRefusesOpenWrites(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("a write to a read-only endpoint: %d; want 403", resp.StatusCode)
 	}
-	if p, _ := reg.Policy("ledger"); p.Current().Breaker.State() != breaker.Closed {
+	if p, _ := reg.Policy("ledger"); p.Policy().Breaker.State() != breaker.Closed {
 		t.Error("a read-only endpoint changed a breaker")
 	}
 }
@@ -156,7 +156,7 @@ func TestAdminListsAndForcesBreakers(t *testing.T) {
 		t.Fatalf("force open ledger: %d %s", code, body)
 	}
 	ledger, _ := reg.Policy("ledger")
-	if _, err := Do(context.Background(), ledger, func(context.Context) (int, error) { return 1, nil }); !errors.Is(err, breaker.ErrOpen) {
+	if _, err := do(context.Background(), ledger, func(context.Context) (int, error) { return 1, nil }); !errors.Is(err, breaker.ErrOpen) {
 		t.Errorf("a ledger call after force-open: %v; want breaker.ErrOpen", err)
 	}
 }

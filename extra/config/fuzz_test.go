@@ -59,7 +59,7 @@ func FuzzLoad(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := DoHedged(context.Background(), p, guardrail.Call{}, func(context.Context) (int, error) { return 0, nil }); err != nil {
+			if _, err := doHedged(context.Background(), p, guardrail.Call{}, func(context.Context) (int, error) { return 0, nil }); err != nil {
 				t.Fatalf("policy %s, accepted by Parse, fails a call: %v", d.Name, err)
 			}
 		}

@@ -73,26 +73,22 @@ type grpcValue struct {
 	key string
 }
 
-// GRPC is a gRPC dependency's handle: Current returns the settings in
-// force, which a reload replaces. Package extra/grpcconfig builds a
-// guardgrpc.Client from each value, and a new one when the value changes.
-// It is safe for concurrent use.
-type GRPC struct {
-	name string
-	cur  atomic.Pointer[grpcValue]
+// GRPCHandle is a gRPC dependency's handle: Current returns the
+// settings in force, which a reload replaces. Package extra/grpcconfig
+// builds a guardgrpc.Client from each value, and a new one when the value
+// changes. It is safe for concurrent use.
+type GRPCHandle struct {
+	cur atomic.Pointer[grpcValue]
 }
-
-// Name returns the dependency's name.
-func (g *GRPC) Name() string { return g.name }
 
 // Current returns the settings in force. The pointer changes only when a
 // reload changes them, so comparing it with the last one seen tells
 // whether to rebuild what was built from it.
-func (g *GRPC) Current() *GRPCSettings { return g.cur.Load().s }
+func (g *GRPCHandle) Current() *GRPCSettings { return g.cur.Load().s }
 
 // GRPC returns the handle of the gRPC dependency name. Package
 // extra/grpcconfig's NewClient takes it from here.
-func (r *Registry) GRPC(name string) (*GRPC, error) {
+func (r *Registry) GRPC(name string) (*GRPCHandle, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h, ok := r.grpcs[name]

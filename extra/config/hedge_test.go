@@ -265,7 +265,7 @@ func TestPolicyHedgeEqualsHandBuilt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := h.Current()
+		p := h.Policy()
 		wantHedge := &guardrail.HedgeConfig{Delay: 20 * time.Millisecond}
 		if !reflect.DeepEqual(p.Hedge, wantHedge) || p.Throttler == nil {
 			t.Fatalf("the file's Hedge %+v, Throttler %v; want %+v and one", p.Hedge, p.Throttler, wantHedge)
@@ -288,7 +288,7 @@ func TestPolicyHedgeEqualsHandBuilt(t *testing.T) {
 		}
 		for name, run := range map[string]func(ctx context.Context, op func(context.Context) (string, error)) (string, error){
 			"file": func(ctx context.Context, op func(context.Context) (string, error)) (string, error) {
-				return DoHedged(ctx, h, guardrail.Call{}, op)
+				return doHedged(ctx, h, guardrail.Call{}, op)
 			},
 			"hand": func(ctx context.Context, op func(context.Context) (string, error)) (string, error) {
 				return guardrail.DoHedged(ctx, hand, guardrail.Call{}, op)
@@ -316,7 +316,7 @@ func TestPolicyHedgeEqualsHandBuilt(t *testing.T) {
 		runs.Store(0)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		if _, err := Do(ctx, h, op(new(atomic.Bool))); err == nil || runs.Load() != 1 {
+		if _, err := do(ctx, h, op(new(atomic.Bool))); err == nil || runs.Load() != 1 {
 			t.Errorf("Do: %v after %d runs; want the deadline after one", err, runs.Load())
 		}
 	})
@@ -332,7 +332,7 @@ func TestHedgeFollowsReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	ledger, _ := reg.Policy("ledger")
-	p := ledger.Current()
+	p := ledger.Policy()
 
 	// Another dependency changes: ledger and slow keep theirs, throttler
 	// and latencies included.
@@ -343,7 +343,7 @@ func TestHedgeFollowsReload(t *testing.T) {
 	if got, want := changed, []string{"api"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("changed %v; want %v", got, want)
 	}
-	if ledger.Current() != p {
+	if ledger.Policy() != p {
 		t.Error("a reload that left ledger alone replaced its policy")
 	}
 
@@ -352,7 +352,7 @@ func TestHedgeFollowsReload(t *testing.T) {
 	if err := reg.ReloadBytes([]byte(file)); err != nil {
 		t.Fatal(err)
 	}
-	np := ledger.Current()
+	np := ledger.Policy()
 	if np == p || !reflect.DeepEqual(np.Hedge, &guardrail.HedgeConfig{Delay: 30 * time.Millisecond, MaxHedges: 2}) || np.Throttler != p.Throttler {
 		t.Errorf("after a new hedge delay: hedge %+v, same throttler %v; want delay 30ms, 2 hedges, the same throttler", np.Hedge, np.Throttler == p.Throttler)
 	}
@@ -366,7 +366,7 @@ func TestHedgeFollowsReload(t *testing.T) {
 	if err := reg.ReloadBytes([]byte(file)); err != nil {
 		t.Fatal(err)
 	}
-	if np := ledger.Current(); np.Hedge != nil || np.Throttler != nil {
+	if np := ledger.Policy(); np.Hedge != nil || np.Throttler != nil {
 		t.Errorf("ledger without its sections: hedge %v, throttler %v; want neither", np.Hedge, np.Throttler)
 	}
 	if c, _, _ := reg.HTTPConfig("slow"); c.Hedge != nil {
@@ -378,7 +378,7 @@ func TestHedgeFollowsReload(t *testing.T) {
 	if err := reg.ReloadBytes([]byte(bad)); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "dependencies.ledger.hedge.window: is 3") {
 		t.Errorf("a reload with window 3: %v; want ErrInvalidConfig naming dependencies.ledger.hedge.window", err)
 	}
-	if np := ledger.Current(); np.Hedge != nil {
+	if np := ledger.Policy(); np.Hedge != nil {
 		t.Errorf("a rejected reload changed ledger's hedge to %+v", np.Hedge)
 	}
 }

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
+	"reflect"
 	"slices"
 	"sort"
 	"sync"
@@ -22,9 +22,7 @@ import (
 	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/deadline"
 	"github.com/guardrail-go/guardrail/event"
-	"github.com/guardrail-go/guardrail/extra/ratelimit"
 	"github.com/guardrail-go/guardrail/guardhttp"
-	"github.com/guardrail-go/guardrail/idempotency"
 	"github.com/guardrail-go/guardrail/shed"
 )
 
@@ -93,12 +91,12 @@ type Registry struct {
 	lastLen int64
 
 	https    map[string]*httpHandle
-	grpcs    map[string]*GRPC
-	policies map[string]*Policy
-	dls      map[string]*Deadline
-	sheds    map[string]*Shedder
-	idems    map[string][]*Idempotency
-	limits   map[string][]*RateLimiter
+	grpcs    map[string]*GRPCHandle
+	policies map[string]*PolicyHandle
+	dls      map[string]*deadlineEntry
+	sheds    map[string]*Handle[shed.Shedder]
+	idems    map[string][]*idempotencyEntry
+	limits   map[string][]*rateLimitEntry
 
 	statsMu sync.Mutex // serialises updates of stats
 	stats   atomic.Pointer[ReloadStats]
@@ -128,9 +126,9 @@ func New(name string, data []byte, opts Options) (*Registry, error) {
 		return nil, err
 	}
 	r := &Registry{path: name, opts: opts, log: opts.Logger, pool: map[string]any{},
-		https: map[string]*httpHandle{}, grpcs: map[string]*GRPC{}, policies: map[string]*Policy{}, dls: map[string]*Deadline{},
-		sheds: map[string]*Shedder{}, idems: map[string][]*Idempotency{},
-		limits: map[string][]*RateLimiter{}}
+		https: map[string]*httpHandle{}, grpcs: map[string]*GRPCHandle{}, policies: map[string]*PolicyHandle{},
+		dls: map[string]*deadlineEntry{}, sheds: map[string]*Handle[shed.Shedder]{},
+		idems: map[string][]*idempotencyEntry{}, limits: map[string][]*rateLimitEntry{}}
 	if r.log == nil {
 		r.log = slog.Default()
 	}
@@ -387,7 +385,7 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 			name := d.Name
 			swaps = append(swaps, func() {
 				if h == nil {
-					h = &GRPC{name: name}
+					h = &GRPCHandle{}
 					r.grpcs[name] = h
 				}
 				h.cur.Store(v)
@@ -420,7 +418,7 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 			name := d.Name
 			swaps = append(swaps, func() {
 				if h == nil {
-					h = &Policy{name: name}
+					h = &PolicyHandle{}
 					r.policies[name] = h
 				}
 				h.cur.Store(v)
@@ -431,9 +429,8 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 		s := s
 		if s.Deadline != nil {
 			dc := *s.Deadline
-			key := fmt.Sprintf("%+v", dc)
-			h := r.dls[s.Name]
-			if h == nil || h.key.Load() == nil || *h.key.Load() != key {
+			e := r.dls[s.Name]
+			if e == nil || !reflect.DeepEqual(e.cfg, dc) {
 				srv, err := deadline.New(dc)
 				if err != nil {
 					return nil, err
@@ -441,12 +438,12 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 				changed = append(changed, "servers."+s.Name+".deadline")
 				name := s.Name
 				swaps = append(swaps, func() {
-					if h == nil {
-						h = &Deadline{}
-						r.dls[name] = h
+					if e == nil {
+						e = &deadlineEntry{h: newHandle((*deadline.Server).Middleware)}
+						r.dls[name] = e
 					}
-					h.cur.Store(srv)
-					h.key.Store(&key)
+					e.h.cur.Store(srv)
+					e.cfg = dc
 				})
 			}
 		}
@@ -464,7 +461,7 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 				name := s.Name
 				swaps = append(swaps, func() {
 					if h == nil {
-						h = &Shedder{}
+						h = newHandle((*shed.Shedder).Middleware)
 						r.sheds[name] = h
 					}
 					h.cur.Store(sh)
@@ -474,29 +471,29 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 		// Idempotency servers are rebuilt for every handle handed out, with
 		// the store and scope it was given.
 		if s.Idempotency != nil {
-			for _, h := range r.idems[s.Name] {
-				srv, err := h.build(*s.Idempotency, s.IdempotencyScopeCaller)
+			for _, e := range r.idems[s.Name] {
+				srv, err := e.build(*s.Idempotency, s.IdempotencyScopeCaller)
 				if err != nil {
 					return nil, err
 				}
-				swaps = append(swaps, func() { h.cur.Store(srv) })
+				swaps = append(swaps, func() { e.h.cur.Store(srv) })
 			}
 		}
 		// Rate limiters are rebuilt, their buckets emptied, only when their
 		// settings change; a limiter whose section is gone keeps its last
 		// settings, as the handle's code still runs.
 		if s.RateLimit != nil {
-			key := keyOfConfig("rate_limit", s.Name, *s.RateLimit)
-			for _, h := range r.limits[s.Name] {
-				if h.key == key {
+			rc := *s.RateLimit
+			for _, e := range r.limits[s.Name] {
+				if reflect.DeepEqual(e.cfg, rc) {
 					continue
 				}
-				l, err := h.build(*s.RateLimit)
+				l, err := e.build(rc)
 				if err != nil {
 					return nil, err
 				}
 				changed = append(changed, "servers."+s.Name+".rate_limit")
-				swaps = append(swaps, func() { h.cur.Store(l); h.key = key })
+				swaps = append(swaps, func() { e.h.cur.Store(l); e.cfg = rc })
 			}
 		}
 	}
@@ -516,325 +513,6 @@ func hedgeKey(h *guardrail.HedgeConfig) string {
 		return "no hedge"
 	}
 	return fmt.Sprintf("%+v", *h)
-}
-
-// httpHandle is an HTTP dependency's RoundTripper: it sends each request
-// through the Transport of the settings in force when the request starts.
-type httpHandle struct {
-	name string
-	cur  atomic.Pointer[httpValue]
-}
-
-// RoundTrip sends req under the current settings; a dependency deadline
-// bounds the whole request, its body included.
-func (h *httpHandle) RoundTrip(req *http.Request) (*http.Response, error) {
-	v := h.cur.Load()
-	if v.deadline <= 0 {
-		return v.t.RoundTrip(req)
-	}
-	ctx, cancel := context.WithTimeout(req.Context(), v.deadline)
-	resp, err := v.t.RoundTrip(req.WithContext(ctx))
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
-	return resp, nil
-}
-
-// CloseIdleConnections closes the idle connections of the current Transport.
-func (h *httpHandle) CloseIdleConnections() { h.cur.Load().t.CloseIdleConnections() }
-
-type cancelBody struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
-}
-
-// HTTPClient returns the *http.Client of the HTTP dependency name. The
-// same client is returned on every call, and a reload changes the settings
-// its next requests run under. It has no Timeout of its own: the
-// dependency's deadline, the request's context and the phase timeouts
-// bound a request.
-func (r *Registry) HTTPClient(name string) (*http.Client, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	h, ok := r.https[name]
-	if !ok {
-		return nil, r.unknown("HTTP dependency", name)
-	}
-	return &http.Client{Transport: h}, nil
-}
-
-// HTTPConfig returns the guardhttp.Config the HTTP dependency name's
-// current Transport was built with (its Budget, Breakers and Throttler
-// are the Registry's; its Hedge is a copy), and the deadline bounding
-// each of its requests.
-func (r *Registry) HTTPConfig(name string) (guardhttp.Config, time.Duration, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	h, ok := r.https[name]
-	if !ok {
-		return guardhttp.Config{}, 0, r.unknown("HTTP dependency", name)
-	}
-	v := h.cur.Load()
-	cfg := v.cfg
-	cfg.Hedge = cloneHedge(cfg.Hedge)
-	return cfg, v.deadline, nil
-}
-
-func (r *Registry) unknown(what, name string) error {
-	return fmt.Errorf("%w: %s %q", ErrUnknown, what, name)
-}
-
-// policyValue is a policy dependency's settings in force.
-type policyValue struct {
-	p        *guardrail.Policy
-	deadline time.Duration
-	throttle *guardrail.ThrottleConfig // p.Throttler's settings
-	key      string
-}
-
-// Policy is a policy dependency's handle: Current returns the
-// guardrail.Policy in force, which a reload replaces. It is safe for
-// concurrent use.
-type Policy struct {
-	name string
-	cur  atomic.Pointer[policyValue]
-}
-
-// Current returns the policy in force now. Pass it to guardrail.Do for
-// one call; take it again for the next, to follow reloads. Its deadline is
-// not in it: use Do, or Deadline, to bound a call as the file says.
-func (p *Policy) Current() *guardrail.Policy { return p.cur.Load().p }
-
-// Deadline returns the dependency's deadline for a whole call, zero when
-// none.
-func (p *Policy) Deadline() time.Duration { return p.cur.Load().deadline }
-
-// Do runs op under the policy in force when it starts, bounded by the
-// dependency's deadline when the file sets one. It never hedges, whatever
-// the file says: DoHedged does, for operations written to be.
-func Do[T any](ctx context.Context, p *Policy, op func(context.Context) (T, error)) (T, error) {
-	v := p.cur.Load()
-	if v.deadline > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, v.deadline)
-		defer cancel()
-	}
-	return guardrail.Do(ctx, v.p, op)
-}
-
-// DoHedged is Do for an operation written to be hedged: when the file
-// gives the dependency a hedge section, an idempotent call that has not
-// answered after the hedge delay gets another attempt alongside it, as
-// guardrail.DoHedged does, so op must be safe to call concurrently with
-// itself and must honour its context. Do never hedges, as guardrail.Do
-// does not: a hedge section alone cannot make code run its operation twice
-// at once. c refines the call as guardrail.Call does (Discard releases a
-// losing attempt's value).
-func DoHedged[T any](ctx context.Context, p *Policy, c guardrail.Call, op func(context.Context) (T, error)) (T, error) {
-	v := p.cur.Load()
-	if v.deadline > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, v.deadline)
-		defer cancel()
-	}
-	return guardrail.DoHedged(ctx, v.p, c, op)
-}
-
-// Policy returns the handle of the policy dependency name.
-func (r *Registry) Policy(name string) (*Policy, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	h, ok := r.policies[name]
-	if !ok {
-		return nil, r.unknown("policy dependency", name)
-	}
-	return h, nil
-}
-
-// Deadline is a server's deadline.Server handle. It is safe for concurrent
-// use.
-type Deadline struct {
-	cur atomic.Pointer[deadline.Server]
-	key atomic.Pointer[string]
-}
-
-// Current returns the deadline.Server in force.
-func (d *Deadline) Current() *deadline.Server { return d.cur.Load() }
-
-// Middleware is deadline.Server.Middleware under the settings in force.
-func (d *Deadline) Middleware(next http.Handler) http.Handler {
-	return follow(&d.cur, (*deadline.Server).Middleware, next)
-}
-
-// Deadline returns the deadline handle of server name.
-func (r *Registry) Deadline(name string) (*Deadline, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	h, ok := r.dls[name]
-	if !ok {
-		return nil, r.unknown("server with a deadline section", name)
-	}
-	return h, nil
-}
-
-// Shedder is a server's shed.Shedder handle. It is safe for concurrent use.
-type Shedder struct {
-	cur atomic.Pointer[shed.Shedder]
-}
-
-// Current returns the shed.Shedder in force, for Acquire and Stats.
-func (s *Shedder) Current() *shed.Shedder { return s.cur.Load() }
-
-// Middleware is shed.Shedder.Middleware under the shedder in force.
-func (s *Shedder) Middleware(next http.Handler) http.Handler {
-	return follow(&s.cur, (*shed.Shedder).Middleware, next)
-}
-
-// Shedder returns the shedder handle of server name.
-func (r *Registry) Shedder(name string) (*Shedder, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	h, ok := r.sheds[name]
-	if !ok {
-		return nil, r.unknown("server with a shed section", name)
-	}
-	return h, nil
-}
-
-// Idempotency is a server's idempotency.Server handle, built with the
-// store and scope given to Registry.Idempotency. It is safe for concurrent
-// use.
-type Idempotency struct {
-	store idempotency.Store
-	scope func(*http.Request) (string, error)
-	log   *slog.Logger
-	obs   event.Observer
-	cur   atomic.Pointer[idempotency.Server]
-}
-
-func (h *Idempotency) build(cfg idempotency.Config, caller bool) (*idempotency.Server, error) {
-	if caller {
-		if h.scope == nil {
-			return nil, errors.New("config: the idempotency scope is caller, and no Scope function was given")
-		}
-		cfg.Scope = h.scope
-	} else if h.scope != nil {
-		return nil, errors.New("config: the idempotency scope is single_tenant, and a Scope function was given; pass nil")
-	}
-	cfg.Logger, cfg.Observer = h.log, h.obs
-	return idempotency.New(h.store, cfg)
-}
-
-// Current returns the idempotency.Server in force.
-func (h *Idempotency) Current() *idempotency.Server { return h.cur.Load() }
-
-// Middleware is idempotency.Server.Middleware under the settings in force.
-func (h *Idempotency) Middleware(next http.Handler) http.Handler {
-	return follow(&h.cur, (*idempotency.Server).Middleware, next)
-}
-
-// Idempotency builds the idempotency middleware of server name on store.
-// scope is the Scope function when the file's scope is caller, and must be
-// nil when it is single_tenant. A reload rebuilds it with the same store
-// and scope.
-func (r *Registry) Idempotency(name string, store idempotency.Store, scope func(*http.Request) (string, error)) (*Idempotency, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var rs *ResolvedServer
-	for _, s := range r.checked.Load().Servers {
-		if s.Name == name && s.Idempotency != nil {
-			rs = s
-		}
-	}
-	if rs == nil {
-		return nil, r.unknown("server with an idempotency section", name)
-	}
-	h := &Idempotency{store: store, scope: scope, log: r.opts.Logger, obs: r.opts.Observer}
-	srv, err := h.build(*rs.Idempotency, rs.IdempotencyScopeCaller)
-	if err != nil {
-		return nil, err
-	}
-	h.cur.Store(srv)
-	r.idems[name] = append(r.idems[name], h)
-	return h, nil
-}
-
-// RateLimiter is a server's ratelimit.Limiter handle, built with the key
-// function given to Registry.RateLimiter. It is safe for concurrent use.
-type RateLimiter struct {
-	keyFn func(*http.Request) (string, error)
-	obs   event.Observer
-	key   string // settings of cur; written under the Registry's mu
-	cur   atomic.Pointer[ratelimit.Limiter]
-}
-
-func (h *RateLimiter) build(cfg ratelimit.Config) (*ratelimit.Limiter, error) {
-	cfg.Key, cfg.Observer = h.keyFn, h.obs
-	return ratelimit.New(cfg)
-}
-
-// Current returns the ratelimit.Limiter in force, for Allow and Len.
-func (h *RateLimiter) Current() *ratelimit.Limiter { return h.cur.Load() }
-
-// Middleware is ratelimit.Limiter.Middleware under the settings in force.
-func (h *RateLimiter) Middleware(next http.Handler) http.Handler {
-	return follow(&h.cur, (*ratelimit.Limiter).Middleware, next)
-}
-
-// RateLimiter builds the per-client rate limiter of server name. key says
-// which client a request is charged to, as ratelimit.Config.Key: it cannot
-// come from a file. Nil means the peer's address (ratelimit.RemoteAddr),
-// which behind a proxy is the proxy's. A reload that changes the server's
-// rate_limit section rebuilds the limiter with the same key function, and
-// every client starts again with a full bucket; one that does not change
-// it keeps the buckets.
-func (r *Registry) RateLimiter(name string, key func(*http.Request) (string, error)) (*RateLimiter, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var rs *ResolvedServer
-	for _, s := range r.checked.Load().Servers {
-		if s.Name == name && s.RateLimit != nil {
-			rs = s
-		}
-	}
-	if rs == nil {
-		return nil, r.unknown("server with a rate_limit section", name)
-	}
-	h := &RateLimiter{keyFn: key, obs: r.opts.Observer, key: keyOfConfig("rate_limit", name, *rs.RateLimit)}
-	l, err := h.build(*rs.RateLimit)
-	if err != nil {
-		return nil, err
-	}
-	h.cur.Store(l)
-	r.limits[name] = append(r.limits[name], h)
-	return h, nil
-}
-
-// follow returns a handler that runs next through the middleware of the
-// value in force, building that middleware once per value.
-func follow[T any](cur *atomic.Pointer[T], mw func(*T, http.Handler) http.Handler, next http.Handler) http.Handler {
-	type built struct {
-		src *T
-		h   http.Handler
-	}
-	var cache atomic.Pointer[built]
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		s := cur.Load()
-		b := cache.Load()
-		if b == nil || b.src != s {
-			b = &built{s, mw(s, next)}
-			cache.Store(b)
-		}
-		b.h.ServeHTTP(w, req)
-	})
 }
 
 // WatchSignal reloads the file on every SIGHUP until ctx is done. It is

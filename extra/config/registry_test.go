@@ -171,9 +171,9 @@ func TestPolicyEqualsHandBuilt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := h.Current()
-	if p.MaxAttempts != 3 || p.AttemptTimeout != time.Second || !p.Idempotent || p.Backoff != backoff.None() || h.Deadline() != 5*time.Second {
-		t.Errorf("policy %+v, deadline %v; want 3 attempts of 1s, idempotent, no backoff, deadline 5s", p, h.Deadline())
+	p := h.Policy()
+	if p.MaxAttempts != 3 || p.AttemptTimeout != time.Second || !p.Idempotent || p.Backoff != backoff.None() || h.cur.Load().deadline != 5*time.Second {
+		t.Errorf("policy %+v, deadline %v; want 3 attempts of 1s, idempotent, no backoff, deadline 5s", p, h.cur.Load().deadline)
 	}
 	handBreaker, _ := breaker.New(breaker.Config{MinRequests: 4, OpenFor: time.Minute})
 	if g, w := comparable(p.Breaker.Config()), comparable(handBreaker.Config()); g != w {
@@ -195,7 +195,7 @@ func TestPolicyEqualsHandBuilt(t *testing.T) {
 	fail := errors.New("down")
 	for _, run := range []func(op func(context.Context) (int, error)) error{
 		func(op func(context.Context) (int, error)) error {
-			_, err := Do(context.Background(), h, op)
+			_, err := do(context.Background(), h, op)
 			return err
 		},
 		func(op func(context.Context) (int, error)) error {
@@ -265,7 +265,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	client, _ := reg.HTTPClient("svc")
 	before, _, _ := reg.HTTPConfig("svc")
 	ledger, _ := reg.Policy("ledger")
-	ledgerBreaker := ledger.Current().Breaker
+	ledgerBreaker := ledger.Policy().Breaker
 	ledgerBreaker.ForceOpen()
 
 	const callers, calls = 100, 20
@@ -339,7 +339,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	if after.AttemptTimeout != last {
 		t.Errorf("attempt timeout %v after the last reload; want %v", after.AttemptTimeout, last)
 	}
-	if ledger.Current().Breaker != ledgerBreaker || ledgerBreaker.State() != breaker.Open {
+	if ledger.Policy().Breaker != ledgerBreaker || ledgerBreaker.State() != breaker.Open {
 		t.Error("the ledger breaker, forced open, did not survive the reloads")
 	}
 	st := reg.Stats()
@@ -571,21 +571,21 @@ func TestReloadKeepsBudgetTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	ledger, _ := reg.Policy("ledger")
-	b := ledger.Current().Budget
+	b := ledger.Policy().Budget
 	for range 40 {
 		b.TryRetry()
 	}
 	if err := reg.ReloadBytes([]byte(strings.Replace(testFile, "attempt_timeout: 1s", "attempt_timeout: 2s", 1))); err != nil {
 		t.Fatal(err)
 	}
-	if got := ledger.Current(); got.AttemptTimeout != 2*time.Second || got.Budget != b || b.Tokens() != 60 {
+	if got := ledger.Policy(); got.AttemptTimeout != 2*time.Second || got.Budget != b || b.Tokens() != 60 {
 		t.Errorf("after a reload of the attempt timeout: timeout %v, same budget %v, %v tokens; want 2s, the same budget, 60 tokens",
 			got.AttemptTimeout, got.Budget == b, b.Tokens())
 	}
 	if err := reg.ReloadBytes([]byte(strings.Replace(testFile, "max: 100}", "max: 50}", 1))); err != nil {
 		t.Fatal(err)
 	}
-	if nb := ledger.Current().Budget; nb == b || nb.Tokens() != 50 {
+	if nb := ledger.Policy().Budget; nb == b || nb.Tokens() != 50 {
 		t.Errorf("after a reload of the budget: %v tokens; want a new budget, full at 50", nb.Tokens())
 	}
 }
@@ -696,25 +696,25 @@ func TestConsecutiveFailuresFromFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := p.Current().Breaker.Config().ConsecutiveFailures; n != 3 {
+	if n := p.Policy().Breaker.Config().ConsecutiveFailures; n != 3 {
 		t.Fatalf("ledger's breaker: ConsecutiveFailures %d; want 3", n)
 	}
 	calls := 0
-	_, err = Do(context.Background(), p, func(context.Context) (int, error) {
+	_, err = do(context.Background(), p, func(context.Context) (int, error) {
 		calls++
 		return 0, guardrail.Transient(errors.New("503"))
 	})
 	if err == nil || calls != 3 {
 		t.Fatalf("call: %d attempts, err %v; want 3 failed attempts", calls, err)
 	}
-	if st := p.Current().Breaker.State(); st != breaker.Open {
+	if st := p.Policy().Breaker.State(); st != breaker.Open {
 		t.Fatalf("ledger's breaker is %v after 3 failures in a row; want open (min_requests is 100)", st)
 	}
 
 	if err := reg.ReloadBytes([]byte(testFile)); err != nil {
 		t.Fatal(err)
 	}
-	if n := p.Current().Breaker.Config().ConsecutiveFailures; n != 0 {
+	if n := p.Policy().Breaker.Config().ConsecutiveFailures; n != 0 {
 		t.Errorf("after a reload without it: ConsecutiveFailures %d; want 0 (off)", n)
 	}
 }

@@ -106,7 +106,7 @@ type built struct {
 //
 // A Client is safe for concurrent use.
 type Client struct {
-	src  *config.GRPC
+	src  *config.GRPCHandle
 	opts Options
 	mu   sync.Mutex // serialises rebuilds
 	cur  atomic.Pointer[built]
