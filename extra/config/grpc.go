@@ -66,11 +66,11 @@ type GRPCSettings struct {
 	Observer event.Observer
 }
 
-// grpcValue is a gRPC dependency's settings in force, and the key that
-// tells a reload whether they changed.
+// grpcValue is a gRPC dependency's settings in force, and what they were
+// built from, which tells a reload whether they changed.
 type grpcValue struct {
-	s   *GRPCSettings
-	key string
+	s      *GRPCSettings
+	origin origin
 }
 
 // GRPCHandle is a gRPC dependency's handle: Current returns the

@@ -98,7 +98,7 @@ type policyValue struct {
 	p        *guardrail.Policy
 	deadline time.Duration
 	throttle *guardrail.ThrottleConfig // p.Throttler's settings
-	key      string
+	origin   origin
 }
 
 // PolicyHandle is a policy dependency's handle: Policy returns the

@@ -3,26 +3,16 @@ package config
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
-	"reflect"
-	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/guardrail-go/guardrail"
-	"github.com/guardrail-go/guardrail/breaker"
-	"github.com/guardrail-go/guardrail/budget"
-	"github.com/guardrail-go/guardrail/bulkhead"
-	"github.com/guardrail-go/guardrail/deadline"
 	"github.com/guardrail-go/guardrail/event"
-	"github.com/guardrail-go/guardrail/guardhttp"
 	"github.com/guardrail-go/guardrail/shed"
 )
 
@@ -86,7 +76,7 @@ type Registry struct {
 
 	mu      sync.Mutex // serialises reloads and handle creation
 	checked atomic.Pointer[Checked]
-	pool    map[string]any // reuse key -> breaker group, breaker, budget, bulkhead or shedder
+	pool    map[poolKey]pooled // the values kept across reloads
 	lastMod time.Time
 	lastLen int64
 
@@ -125,7 +115,7 @@ func New(name string, data []byte, opts Options) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Registry{path: name, opts: opts, log: opts.Logger, pool: map[string]any{},
+	r := &Registry{path: name, opts: opts, log: opts.Logger, pool: map[poolKey]pooled{},
 		https: map[string]*httpHandle{}, grpcs: map[string]*GRPCHandle{}, policies: map[string]*PolicyHandle{},
 		dls: map[string]*deadlineEntry{}, sheds: map[string]*Handle[shed.Shedder]{},
 		idems: map[string][]*idempotencyEntry{}, limits: map[string][]*rateLimitEntry{}}
@@ -237,282 +227,6 @@ func (r *Registry) rejected(err error, c *Checked) {
 		}
 		r.opts.OnReload(res)
 	}
-}
-
-// reuse returns the pooled value under key, or builds one.
-func reuse[T any](old, next map[string]any, key string, build func() (T, error)) (T, error) {
-	if v, ok := next[key]; ok {
-		return v.(T), nil
-	}
-	if v, ok := old[key]; ok {
-		next[key] = v
-		return v.(T), nil
-	}
-	v, err := build()
-	if err == nil {
-		next[key] = v
-	}
-	return v, err
-}
-
-// keyOfConfig renders a configuration without its callbacks, as the key
-// under which the values it builds are reused.
-func keyOfConfig(kind, name string, cfg any) string {
-	return fmt.Sprintf("%s\x00%s\x00%+v", kind, name, cfg)
-}
-
-// values are one dependency's or server's built values.
-type httpValue struct {
-	t        *guardhttp.Transport
-	deadline time.Duration
-	cfg      guardhttp.Config
-	throttle *guardrail.ThrottleConfig // cfg.Throttler's settings
-	key      string
-}
-
-// apply builds the values c configures, reusing the pooled ones whose
-// settings did not change, then swaps every handle to them.
-func (r *Registry) apply(c *Checked) ([]string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	next := map[string]any{}
-	obs := r.opts.Observer
-	type swap func()
-	var swaps []swap
-	var changed []string
-
-	for _, d := range c.Dependencies {
-		d := d
-		var b *budget.Budget
-		if d.Budget == nil {
-			b = budget.Unlimited()
-		} else {
-			var err error
-			b, err = reuse(r.pool, next, keyOfConfig("budget", d.Name, *d.Budget), func() (*budget.Budget, error) { return budget.New(*d.Budget) })
-			if err != nil {
-				return nil, err
-			}
-		}
-		var th *guardrail.Throttler
-		if d.Throttle != nil {
-			// One throttler per dependency, kept while its settings are:
-			// its window is what it learnt of the dependency.
-			var err error
-			th, err = reuse(r.pool, next, keyOfConfig("throttle", d.Name, *d.Throttle), func() (*guardrail.Throttler, error) { return guardrail.NewThrottler(*d.Throttle) })
-			if err != nil {
-				return nil, err
-			}
-		}
-		// breakers is the dependency's breaker group, kept while its
-		// settings are; kind keeps an http and a grpc group apart.
-		breakers := func(kind string) (*breaker.Group, error) {
-			gc := d.Group
-			return reuse(r.pool, next, keyOfConfig(kind, d.Name, gc), func() (*breaker.Group, error) {
-				if obs != nil {
-					name := d.Name
-					gc.Config.OnTransition = func(tr breaker.Transition) { obs.Observe(context.Background(), tr.Event(name)) }
-				}
-				return breaker.NewGroup(gc)
-			})
-		}
-		switch d.Kind {
-		case KindHTTP:
-			g, err := breakers("breakers")
-			if err != nil {
-				return nil, err
-			}
-			cfg := d.HTTP
-			cfg.Budget, cfg.Breakers, cfg.Throttler, cfg.Observer = b, g, th, obs
-			cfg.Hedge = cloneHedge(d.Hedge)
-			plain := d.HTTP
-			plain.Bulkhead, plain.Hedge = nil, nil // pointers: their settings are in the key below
-			key := fmt.Sprintf("%p/%p/%p/%+v/%+v/%s/%v", b, g, th, plain, d.Bulkhead, hedgeKey(d.Hedge), d.Deadline)
-			h := r.https[d.Name]
-			if h != nil {
-				if cur := h.cur.Load(); cur.key == key {
-					continue
-				}
-			}
-			cl, err := guardhttp.NewClient(cfg)
-			if err != nil {
-				return nil, err
-			}
-			v := &httpValue{t: cl.Transport.(*guardhttp.Transport), deadline: d.Deadline, cfg: cfg, throttle: d.Throttle, key: key}
-			changed = append(changed, d.Name)
-			name := d.Name
-			swaps = append(swaps, func() {
-				if h == nil {
-					h = &httpHandle{name: name}
-					r.https[name] = h
-				}
-				if old := h.cur.Swap(v); old != nil {
-					old.t.CloseIdleConnections()
-				}
-			})
-		case KindGRPC:
-			g, err := breakers("grpc breakers")
-			if err != nil {
-				return nil, err
-			}
-			var bhs *bulkhead.Group
-			if d.Bulkhead != nil {
-				bhs, err = reuse(r.pool, next, keyOfConfig("grpc bulkheads", d.Name, *d.Bulkhead), func() (*bulkhead.Group, error) { return bulkhead.NewGroup(bulkhead.GroupConfig{Config: *d.Bulkhead}) })
-				if err != nil {
-					return nil, err
-				}
-			}
-			plain := d.GRPC
-			plain.Bulkhead, plain.Hedge, plain.Throttle = nil, nil, nil // pointers: their settings are bhs's, hedgeKey's and th's
-			key := fmt.Sprintf("%p/%p/%p/%p/%+v/%s", b, g, bhs, th, plain, hedgeKey(d.Hedge))
-			h := r.grpcs[d.Name]
-			if h != nil && h.cur.Load().key == key {
-				continue
-			}
-			gs := d.GRPC
-			gs.IdempotentMethods = slices.Clone(gs.IdempotentMethods)
-			if gs.Bulkhead != nil {
-				bc := *gs.Bulkhead
-				gs.Bulkhead = &bc
-			}
-			gs.Hedge = cloneHedge(gs.Hedge)
-			if gs.Throttle != nil {
-				tc := *gs.Throttle
-				gs.Throttle = &tc
-			}
-			gs.Budget, gs.Breakers, gs.Bulkheads, gs.Throttler, gs.Observer = b, g, bhs, th, obs
-			v := &grpcValue{s: &gs, key: key}
-			changed = append(changed, d.Name)
-			name := d.Name
-			swaps = append(swaps, func() {
-				if h == nil {
-					h = &GRPCHandle{}
-					r.grpcs[name] = h
-				}
-				h.cur.Store(v)
-			})
-		case KindPolicy:
-			bc := d.Breaker
-			bc.Observer = obs
-			br, err := reuse(r.pool, next, keyOfConfig("breaker", d.Name, d.Breaker), func() (*breaker.Breaker, error) { return breaker.New(bc) })
-			if err != nil {
-				return nil, err
-			}
-			var bh *bulkhead.Bulkhead
-			if d.Bulkhead != nil {
-				bh, err = reuse(r.pool, next, keyOfConfig("bulkhead", d.Name, *d.Bulkhead), func() (*bulkhead.Bulkhead, error) { return bulkhead.New(*d.Bulkhead) })
-				if err != nil {
-					return nil, err
-				}
-			}
-			key := fmt.Sprintf("%p/%p/%p/%p/%+v/%v/%s/%v", b, br, bh, th, d.Retry, d.Idempotent, hedgeKey(d.Hedge), d.Deadline)
-			h := r.policies[d.Name]
-			if h != nil && h.cur.Load().key == key {
-				continue
-			}
-			rt := d.Retry
-			rt.Budget = b
-			p := &guardrail.Policy{Name: d.Name, Retry: rt, Idempotent: d.Idempotent, Breaker: br, Bulkhead: bh,
-				Observer: obs, Hedge: cloneHedge(d.Hedge), Throttler: th}
-			v := &policyValue{p: p, deadline: d.Deadline, throttle: d.Throttle, key: key}
-			changed = append(changed, d.Name)
-			name := d.Name
-			swaps = append(swaps, func() {
-				if h == nil {
-					h = &PolicyHandle{}
-					r.policies[name] = h
-				}
-				h.cur.Store(v)
-			})
-		}
-	}
-	for _, s := range c.Servers {
-		s := s
-		if s.Deadline != nil {
-			dc := *s.Deadline
-			e := r.dls[s.Name]
-			if e == nil || !reflect.DeepEqual(e.cfg, dc) {
-				srv, err := deadline.New(dc)
-				if err != nil {
-					return nil, err
-				}
-				changed = append(changed, "servers."+s.Name+".deadline")
-				name := s.Name
-				swaps = append(swaps, func() {
-					if e == nil {
-						e = &deadlineEntry{h: newHandle((*deadline.Server).Middleware)}
-						r.dls[name] = e
-					}
-					e.h.cur.Store(srv)
-					e.cfg = dc
-				})
-			}
-		}
-		if s.Shed != nil {
-			sc := *s.Shed
-			sc.Observer = obs
-			key := keyOfConfig("shed", s.Name, *s.Shed)
-			sh, err := reuse(r.pool, next, key, func() (*shed.Shedder, error) { return shed.New(sc) })
-			if err != nil {
-				return nil, err
-			}
-			h := r.sheds[s.Name]
-			if h == nil || h.cur.Load() != sh {
-				changed = append(changed, "servers."+s.Name+".shed")
-				name := s.Name
-				swaps = append(swaps, func() {
-					if h == nil {
-						h = newHandle((*shed.Shedder).Middleware)
-						r.sheds[name] = h
-					}
-					h.cur.Store(sh)
-				})
-			}
-		}
-		// Idempotency servers are rebuilt for every handle handed out, with
-		// the store and scope it was given.
-		if s.Idempotency != nil {
-			for _, e := range r.idems[s.Name] {
-				srv, err := e.build(*s.Idempotency, s.IdempotencyScopeCaller)
-				if err != nil {
-					return nil, err
-				}
-				swaps = append(swaps, func() { e.h.cur.Store(srv) })
-			}
-		}
-		// Rate limiters are rebuilt, their buckets emptied, only when their
-		// settings change; a limiter whose section is gone keeps its last
-		// settings, as the handle's code still runs.
-		if s.RateLimit != nil {
-			rc := *s.RateLimit
-			for _, e := range r.limits[s.Name] {
-				if reflect.DeepEqual(e.cfg, rc) {
-					continue
-				}
-				l, err := e.build(rc)
-				if err != nil {
-					return nil, err
-				}
-				changed = append(changed, "servers."+s.Name+".rate_limit")
-				swaps = append(swaps, func() { e.h.cur.Store(l); e.cfg = rc })
-			}
-		}
-	}
-	for _, sw := range swaps {
-		sw()
-	}
-	r.pool = next
-	r.checked.Store(c)
-	sort.Strings(changed)
-	return changed, nil
-}
-
-// hedgeKey renders a hedge configuration for a reuse key: its value, not
-// its address, which is new on every parse.
-func hedgeKey(h *guardrail.HedgeConfig) string {
-	if h == nil {
-		return "no hedge"
-	}
-	return fmt.Sprintf("%+v", *h)
 }
 
 // WatchSignal reloads the file on every SIGHUP until ctx is done. It is

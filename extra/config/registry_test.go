@@ -816,3 +816,58 @@ func TestReportShowsRateLimit(t *testing.T) {
 		}
 	}
 }
+
+// A reload of the same file changes nothing, whatever the file holds:
+// settings are compared by value, so an unlimited budget, a hedge, a
+// bulkhead, idempotent methods or shed shares, which are new values at
+// every parse, keep what was built from them.
+func TestReloadOfTheSameFileChangesNothing(t *testing.T) {
+	const file = `
+dependencies:
+  web:
+    reason: "tests"
+    retry_budget: {unlimited: true}
+    bulkhead: {max_concurrent: 4}
+    hedge: {delay: 10ms}
+    throttle: {k: 2}
+  stock:
+    kind: grpc
+    reason: "tests"
+    idempotent_methods: [/inventory.v1.Stock/]
+    retry_budget: {unlimited: true}
+    bulkhead: {max_concurrent: 4}
+    hedge: {}
+    throttle: {}
+  ledger:
+    kind: policy
+    reason: "tests"
+    idempotent: true
+    retry_budget: {unlimited: true}
+    bulkhead: {max_concurrent: 4}
+    deadline: 1s
+servers:
+  api:
+    deadline: {max: 5s}
+    shed: {limit: 10, shares: {high: 0.5}}
+    rate_limit: {rate: 10}
+`
+	var results []ReloadResult
+	reg, err := New("policy.yaml", []byte(file), Options{Logger: quiet(), OnReload: func(r ReloadResult) { results = append(results, r) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.RateLimiter("api", nil); err != nil {
+		t.Fatal(err)
+	}
+	ledger, _ := reg.Policy("ledger")
+	p := ledger.Policy()
+	if err := reg.ReloadBytes([]byte(file)); err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 1 || len(results[0].Changed) != 0 {
+		t.Errorf("a reload of the same file: %+v; want one result, nothing changed", results)
+	}
+	if ledger.Policy() != p {
+		t.Error("a reload of the same file replaced the policy")
+	}
+}

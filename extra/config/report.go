@@ -195,18 +195,38 @@ func durOr(d, def time.Duration, negative string) string {
 	return d.String()
 }
 
+// settingList lists effective settings, in order.
+type settingList []Setting
+
+func (l *settingList) add(k, v string) { *l = append(*l, Setting{k, v}) }
+
 // effective lists every setting d runs under, with the library's defaults
-// for what the file leaves out; the breaker's come from a breaker built
-// with its configuration.
+// for what the file leaves out.
 func effective(d *ResolvedDependency) []Setting {
+	var out settingList
+	retryEffective(&out, d)
+	breakerEffective(&out, d)
+	bulkheadEffective(&out, d.Bulkhead)
+	out = append(out, hedgeEffective(d.Hedge, d.Throttle)...)
+	switch d.Kind {
+	case KindPolicy:
+		out.add("idempotent", strconv.FormatBool(d.Idempotent))
+	case KindGRPC:
+		grpcEffective(&out, &d.GRPC)
+	default:
+		httpEffective(&out, &d.HTTP)
+	}
+	return out
+}
+
+// retryEffective lists d's retry settings, its deadline and its budget.
+func retryEffective(out *settingList, d *ResolvedDependency) {
 	s := &d.Settings
-	var out []Setting
-	add := func(k, v string) { out = append(out, Setting{k, v}) }
-	add("max_attempts", strconv.Itoa(d.attempts()))
-	add("attempt_timeout", durOr(val(s.AttemptTimeout), 0, "none"))
-	add("min_attempt_time", durOr(val(s.MinAttemptTime), guardrail.DefaultMinAttemptTime, "none"))
-	add("max_retry_after", durOr(val(s.MaxRetryAfter), guardrail.DefaultMaxRetryAfter, "server hints ignored"))
-	add("deadline", durOr(d.Deadline, 0, "none"))
+	out.add("max_attempts", strconv.Itoa(d.attempts()))
+	out.add("attempt_timeout", durOr(val(s.AttemptTimeout), 0, "none"))
+	out.add("min_attempt_time", durOr(val(s.MinAttemptTime), guardrail.DefaultMinAttemptTime, "none"))
+	out.add("max_retry_after", durOr(val(s.MaxRetryAfter), guardrail.DefaultMaxRetryAfter, "server hints ignored"))
+	out.add("deadline", durOr(d.Deadline, 0, "none"))
 	strategy, base, cp := "full_jitter", backoff.DefaultBase, backoff.DefaultCap
 	if b := s.Backoff; b != nil {
 		if b.Strategy != nil {
@@ -219,20 +239,25 @@ func effective(d *ResolvedDependency) []Setting {
 			cp = v
 		}
 	}
-	add("backoff.strategy", strategy)
+	out.add("backoff.strategy", strategy)
 	if strategy != "none" {
-		add("backoff.base", base.String())
+		out.add("backoff.base", base.String())
 	}
 	if strategy != "none" && strategy != "constant" {
-		add("backoff.cap", cp.String())
+		out.add("backoff.cap", cp.String())
 	}
 	if d.Budget == nil {
-		add("retry_budget", "unlimited")
+		out.add("retry_budget", "unlimited")
 	} else {
-		add("retry_budget.ratio", fmtFloat(orF(d.Budget.Ratio, budget.DefaultRatio)))
-		add("retry_budget.max", fmtFloat(orF(d.Budget.Max, budget.DefaultMax)))
-		add("retry_budget.min_per_second", fmtFloat(d.Budget.MinPerSecond))
+		out.add("retry_budget.ratio", fmtFloat(orF(d.Budget.Ratio, budget.DefaultRatio)))
+		out.add("retry_budget.max", fmtFloat(orF(d.Budget.Max, budget.DefaultMax)))
+		out.add("retry_budget.min_per_second", fmtFloat(d.Budget.MinPerSecond))
 	}
+}
+
+// breakerEffective lists d's breaker settings, which come from a breaker
+// built with its configuration.
+func breakerEffective(out *settingList, d *ResolvedDependency) {
 	bc := d.Breaker
 	if d.Kind != KindPolicy {
 		bc = d.Group.Config
@@ -244,102 +269,96 @@ func effective(d *ResolvedDependency) []Setting {
 	if big > 4096 && bc.MinRequests <= 4096 {
 		bc.CountWindow = 4096
 	}
-	if b, err := breaker.New(bc); err == nil {
-		e := b.Config()
-		if big > e.CountWindow {
-			e.CountWindow = big
-		}
-		add("breaker.mode", e.Mode.String())
-		if e.CountWindow > 0 {
-			add("breaker.count_window", strconv.Itoa(e.CountWindow))
-		} else {
-			add("breaker.window", e.Window.String())
-			add("breaker.buckets", strconv.Itoa(e.Buckets))
-		}
-		add("breaker.min_requests", strconv.Itoa(e.MinRequests))
-		add("breaker.failure_rate", fmtFloat(e.FailureRate))
-		if e.ConsecutiveFailures > 0 {
-			add("breaker.consecutive_failures", strconv.Itoa(e.ConsecutiveFailures))
-		}
-		if e.SlowCall > 0 {
-			add("breaker.slow_call", e.SlowCall.String())
-			add("breaker.slow_rate", fmtFloat(e.SlowRate))
-		}
-		add("breaker.open_for", e.OpenFor.String())
-		add("breaker.open_jitter", fmtFloat(e.OpenJitter))
-		if e.OpenBackoff > 1 {
-			add("breaker.open_backoff", fmtFloat(e.OpenBackoff))
-			add("breaker.max_open_for", e.MaxOpenFor.String())
-		}
-		add("breaker.half_open_probes", strconv.Itoa(e.HalfOpenProbes))
-		add("breaker.close_after", strconv.Itoa(e.CloseAfter))
-		if d.Kind != KindPolicy {
-			mk := d.Group.MaxKeys
-			if mk == 0 {
-				mk = breaker.DefaultMaxKeys
-			}
-			add("breaker.max_keys", strconv.Itoa(mk))
-			add("breaker.idle_ttl", durOr(d.Group.IdleTTL, breaker.DefaultIdleTTL, "none"))
-		}
+	b, err := breaker.New(bc)
+	if err != nil {
+		return
 	}
-	if d.Bulkhead == nil {
-		add("bulkhead", "none")
+	e := b.Config()
+	if big > e.CountWindow {
+		e.CountWindow = big
+	}
+	out.add("breaker.mode", e.Mode.String())
+	if e.CountWindow > 0 {
+		out.add("breaker.count_window", strconv.Itoa(e.CountWindow))
 	} else {
-		b := d.Bulkhead
-		mc := b.MaxConcurrent
-		if mc == 0 {
-			mc = bulkhead.DefaultMaxConcurrent
-		}
-		add("bulkhead.max_concurrent", strconv.Itoa(mc))
-		add("bulkhead.max_queue", strconv.Itoa(b.MaxQueue))
-		if b.MaxQueue > 0 {
-			add("bulkhead.max_wait", durOr(b.MaxWait, bulkhead.DefaultMaxWait, "none"))
-		}
+		out.add("breaker.window", e.Window.String())
+		out.add("breaker.buckets", strconv.Itoa(e.Buckets))
 	}
-	out = append(out, hedgeEffective(d.Hedge, d.Throttle)...)
-	switch d.Kind {
-	case KindPolicy:
-		add("idempotent", strconv.FormatBool(val(s.Idempotent)))
-		return out
-	case KindGRPC:
-		g := d.GRPC
-		methods := "none"
-		if len(g.IdempotentMethods) > 0 {
-			methods = strings.Join(g.IdempotentMethods, ", ")
-		}
-		add("idempotent_methods", methods)
-		switch mb := g.MaxBufferedMessages; {
-		case mb == 0:
-			add("max_buffered_messages", strconv.Itoa(defaultMaxBufferedMessages))
-		case mb < 0:
-			add("max_buffered_messages", "none kept")
-		default:
-			add("max_buffered_messages", strconv.Itoa(mb))
-		}
-		fd := failureDomainTarget
-		if g.ByMethod {
-			fd = failureDomainMethod
-		}
-		add("failure_domain", fd)
-		return out
+	out.add("breaker.min_requests", strconv.Itoa(e.MinRequests))
+	out.add("breaker.failure_rate", fmtFloat(e.FailureRate))
+	if e.ConsecutiveFailures > 0 {
+		out.add("breaker.consecutive_failures", strconv.Itoa(e.ConsecutiveFailures))
 	}
-	h := d.HTTP
-	add("connect_timeout", durOr(h.ConnectTimeout, guardhttp.DefaultConnectTimeout, "none"))
-	add("tls_handshake_timeout", durOr(h.TLSHandshakeTimeout, guardhttp.DefaultTLSHandshakeTimeout, "none"))
-	add("write_timeout", durOr(h.WriteTimeout, guardhttp.DefaultWriteTimeout, "none"))
-	add("response_header_timeout", durOr(h.ResponseHeaderTimeout, guardhttp.DefaultResponseHeaderTimeout, "none"))
-	add("body_idle_timeout", durOr(h.BodyIdleTimeout, guardhttp.DefaultBodyIdleTimeout, "none"))
+	if e.SlowCall > 0 {
+		out.add("breaker.slow_call", e.SlowCall.String())
+		out.add("breaker.slow_rate", fmtFloat(e.SlowRate))
+	}
+	out.add("breaker.open_for", e.OpenFor.String())
+	out.add("breaker.open_jitter", fmtFloat(e.OpenJitter))
+	if e.OpenBackoff > 1 {
+		out.add("breaker.open_backoff", fmtFloat(e.OpenBackoff))
+		out.add("breaker.max_open_for", e.MaxOpenFor.String())
+	}
+	out.add("breaker.half_open_probes", strconv.Itoa(e.HalfOpenProbes))
+	out.add("breaker.close_after", strconv.Itoa(e.CloseAfter))
+	if d.Kind != KindPolicy {
+		out.add("breaker.max_keys", strconv.Itoa(cmp.Or(d.Group.MaxKeys, breaker.DefaultMaxKeys)))
+		out.add("breaker.idle_ttl", durOr(d.Group.IdleTTL, breaker.DefaultIdleTTL, "none"))
+	}
+}
+
+// bulkheadEffective lists the bulkhead b configures.
+func bulkheadEffective(out *settingList, b *bulkhead.Config) {
+	if b == nil {
+		out.add("bulkhead", "none")
+		return
+	}
+	out.add("bulkhead.max_concurrent", strconv.Itoa(cmp.Or(b.MaxConcurrent, bulkhead.DefaultMaxConcurrent)))
+	out.add("bulkhead.max_queue", strconv.Itoa(b.MaxQueue))
+	if b.MaxQueue > 0 {
+		out.add("bulkhead.max_wait", durOr(b.MaxWait, bulkhead.DefaultMaxWait, "none"))
+	}
+}
+
+// grpcEffective lists the settings of a gRPC dependency alone.
+func grpcEffective(out *settingList, g *GRPCSettings) {
+	methods := "none"
+	if len(g.IdempotentMethods) > 0 {
+		methods = strings.Join(g.IdempotentMethods, ", ")
+	}
+	out.add("idempotent_methods", methods)
+	switch mb := g.MaxBufferedMessages; {
+	case mb == 0:
+		out.add("max_buffered_messages", strconv.Itoa(defaultMaxBufferedMessages))
+	case mb < 0:
+		out.add("max_buffered_messages", "none kept")
+	default:
+		out.add("max_buffered_messages", strconv.Itoa(mb))
+	}
+	fd := failureDomainTarget
+	if g.ByMethod {
+		fd = failureDomainMethod
+	}
+	out.add("failure_domain", fd)
+}
+
+// httpEffective lists the settings of an HTTP dependency alone.
+func httpEffective(out *settingList, h *guardhttp.Config) {
+	out.add("connect_timeout", durOr(h.ConnectTimeout, guardhttp.DefaultConnectTimeout, "none"))
+	out.add("tls_handshake_timeout", durOr(h.TLSHandshakeTimeout, guardhttp.DefaultTLSHandshakeTimeout, "none"))
+	out.add("write_timeout", durOr(h.WriteTimeout, guardhttp.DefaultWriteTimeout, "none"))
+	out.add("response_header_timeout", durOr(h.ResponseHeaderTimeout, guardhttp.DefaultResponseHeaderTimeout, "none"))
+	out.add("body_idle_timeout", durOr(h.BodyIdleTimeout, guardhttp.DefaultBodyIdleTimeout, "none"))
 	switch mb := h.MaxBufferedBody; {
 	case mb == 0:
-		add("max_buffered_body", strconv.Itoa(guardhttp.DefaultMaxBufferedBody))
+		out.add("max_buffered_body", strconv.Itoa(guardhttp.DefaultMaxBufferedBody))
 	case mb < 0:
-		add("max_buffered_body", "never buffer")
+		out.add("max_buffered_body", "never buffer")
 	default:
-		add("max_buffered_body", strconv.FormatInt(mb, 10))
+		out.add("max_buffered_body", strconv.FormatInt(mb, 10))
 	}
-	add("idempotency_keys", strconv.FormatBool(h.IdempotencyKeys))
-	add("deadline_reserve", durOr(h.DeadlineReserve, guardhttp.DefaultDeadlineReserve, "none"))
-	return out
+	out.add("idempotency_keys", strconv.FormatBool(h.IdempotencyKeys))
+	out.add("deadline_reserve", durOr(h.DeadlineReserve, guardhttp.DefaultDeadlineReserve, "none"))
 }
 
 // hedgeEffective lists the hedge and throttle settings in force, with the
