@@ -21,8 +21,8 @@ func TestNewAdminRefusesOpenWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewAdmin(reg, AdminConfig{}); !errors.Is(err, ErrNoAuthorize) {
-		t.Errorf("NewAdmin without Authorize: %v; want ErrNoAuthorize", err)
+	if _, err := NewAdmin(reg, AdminConfig{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("NewAdmin without Authorize: %v; want ErrInvalidConfig", err)
 	}
 	a, err := NewAdmin(reg, AdminConfig{ReadOnly: true})
 	if err != nil {
@@ -113,7 +113,7 @@ func TestAdminListsAndForcesBreakers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st Status
+	var st listing
 	err = json.NewDecoder(resp.Body).Decode(&st)
 	resp.Body.Close()
 	if err != nil {

@@ -95,7 +95,7 @@ type applying struct {
 // apply builds the values c configures, reusing the pooled ones whose
 // settings did not change, then swaps every handle to them. Nothing is
 // swapped unless everything built.
-func (r *Registry) apply(c *Checked) ([]string, error) {
+func (r *Registry) apply(c *checkedFile) ([]string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	a := &applying{r: r, obs: r.opts.Observer, next: map[poolKey]pooled{}}
@@ -119,7 +119,7 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 }
 
 // dependency builds the value of d's handle, unless it is unchanged.
-func (a *applying) dependency(d *ResolvedDependency) error {
+func (a *applying) dependency(d *resolvedDep) error {
 	var l live
 	var err error
 	l.budget, err = reuse(a, "budget", d.Name, d.Budget, func() (*budget.Budget, error) {
@@ -140,9 +140,9 @@ func (a *applying) dependency(d *ResolvedDependency) error {
 		}
 	}
 	switch d.Kind {
-	case KindHTTP:
+	case kindHTTP:
 		return a.http(d, l)
-	case KindGRPC:
+	case kindGRPC:
 		return a.grpc(d, l)
 	}
 	return a.policy(d, l)
@@ -150,7 +150,7 @@ func (a *applying) dependency(d *ResolvedDependency) error {
 
 // breakers returns d's breaker group, kept while its settings are; kind
 // keeps an HTTP and a gRPC group apart.
-func (a *applying) breakers(kind string, d *ResolvedDependency) (*breaker.Group, error) {
+func (a *applying) breakers(kind string, d *resolvedDep) (*breaker.Group, error) {
 	return reuse(a, kind, d.Name, d.Group, func() (*breaker.Group, error) {
 		gc := d.Group
 		if obs := a.obs; obs != nil {
@@ -178,7 +178,7 @@ type httpValue struct {
 	origin   origin
 }
 
-func (a *applying) http(d *ResolvedDependency, l live) error {
+func (a *applying) http(d *resolvedDep, l live) error {
 	var err error
 	if l.breakers, err = a.breakers("breakers", d); err != nil {
 		return err
@@ -210,7 +210,7 @@ func (a *applying) http(d *ResolvedDependency, l live) error {
 	return nil
 }
 
-func (a *applying) grpc(d *ResolvedDependency, l live) error {
+func (a *applying) grpc(d *resolvedDep, l live) error {
 	var err error
 	if l.breakers, err = a.breakers("grpc breakers", d); err != nil {
 		return err
@@ -262,7 +262,7 @@ type policySettings struct {
 	deadline   time.Duration
 }
 
-func (a *applying) policy(d *ResolvedDependency, l live) error {
+func (a *applying) policy(d *resolvedDep, l live) error {
 	bc := d.Breaker
 	bc.Observer = a.obs
 	var err error
@@ -299,7 +299,7 @@ func (a *applying) policy(d *ResolvedDependency, l live) error {
 }
 
 // server builds the values of s's handles that changed.
-func (a *applying) server(s *ResolvedServer) error {
+func (a *applying) server(s *resolvedServer) error {
 	if err := a.deadline(s); err != nil {
 		return err
 	}
@@ -320,7 +320,7 @@ func (a *applying) server(s *ResolvedServer) error {
 	return a.rateLimit(s)
 }
 
-func (a *applying) deadline(s *ResolvedServer) error {
+func (a *applying) deadline(s *resolvedServer) error {
 	if s.Deadline == nil {
 		return nil
 	}
@@ -346,7 +346,7 @@ func (a *applying) deadline(s *ResolvedServer) error {
 	return nil
 }
 
-func (a *applying) shed(s *ResolvedServer) error {
+func (a *applying) shed(s *resolvedServer) error {
 	if s.Shed == nil {
 		return nil
 	}
@@ -375,7 +375,7 @@ func (a *applying) shed(s *ResolvedServer) error {
 // rateLimit rebuilds the rate limiters of s, their buckets emptied, only
 // when their settings change; a limiter whose section is gone keeps its
 // last settings, as the handle's code still runs.
-func (a *applying) rateLimit(s *ResolvedServer) error {
+func (a *applying) rateLimit(s *resolvedServer) error {
 	if s.RateLimit == nil {
 		return nil
 	}

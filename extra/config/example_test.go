@@ -61,8 +61,9 @@ servers:
 	sh, _ := reg.Shedder("api")
 	_ = dl.Middleware(sh.Middleware(http.NotFoundHandler()))
 
-	// What differs from the defaults, and why.
-	for _, d := range reg.Checked().Report().Dependencies {
+	// What differs from the defaults, and why: what guardrail check prints.
+	rep, _ := config.Parse("policy.yaml", []byte(file))
+	for _, d := range rep.Dependencies {
 		for _, diff := range d.Differences {
 			fmt.Printf("%s: %s %s (default %s): %s\n", d.Name, diff.Key, diff.Value, diff.Default, d.Reason)
 		}

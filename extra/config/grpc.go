@@ -114,15 +114,15 @@ func idempotentMethod(list []string, method string) bool {
 }
 
 // buildGRPC fills r.GRPC and reports what guardgrpc.NewClient would refuse.
-func (c *Checked) buildGRPC(r *ResolvedDependency) []Diagnostic {
+func (c *checkedFile) buildGRPC(r *resolvedDep) []Diagnostic {
 	var diags []Diagnostic
 	g, ok := grpcSettings(r)
 	if !ok {
-		diags = append(diags, c.diag(SeverityError, c.where(r.Name, "failure_domain"), "is %q; want target (a breaker and a compartment per connection target, the default) or method (per method of each target)", val(r.Settings.FailureDomain)))
+		diags = append(diags, c.diag(severityError, c.where(r.Name, "failure_domain"), "is %q; want target (a breaker and a compartment per connection target, the default) or method (per method of each target)", val(r.Settings.FailureDomain)))
 	}
 	for i, m := range r.Settings.IdempotentMethods {
 		if !methodName(m, true) {
-			diags = append(diags, c.diag(SeverityError, c.where(r.Name, fmt.Sprintf("idempotent_methods[%d]", i)), "is %q; want a full method name such as /pkg.Service/Method, or /pkg.Service/ for every method of the service", m))
+			diags = append(diags, c.diag(severityError, c.where(r.Name, fmt.Sprintf("idempotent_methods[%d]", i)), "is %q; want a full method name such as /pkg.Service/Method, or /pkg.Service/ for every method of the service", m))
 		}
 	}
 	r.GRPC = g

@@ -229,7 +229,7 @@ func (e *idempotencyEntry) build(cfg idempotency.Config, caller bool) (*idempote
 func (r *Registry) Idempotency(name string, store idempotency.Store, scope func(*http.Request) (string, error)) (*Handle[idempotency.Server], error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var rs *ResolvedServer
+	var rs *resolvedServer
 	for _, s := range r.checked.Load().Servers {
 		if s.Name == name && s.Idempotency != nil {
 			rs = s
@@ -272,7 +272,7 @@ func (e *rateLimitEntry) build(cfg ratelimit.Config) (*ratelimit.Limiter, error)
 func (r *Registry) RateLimiter(name string, key func(*http.Request) (string, error)) (*Handle[ratelimit.Limiter], error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var rs *ResolvedServer
+	var rs *resolvedServer
 	for _, s := range r.checked.Load().Servers {
 		if s.Name == name && s.RateLimit != nil {
 			rs = s

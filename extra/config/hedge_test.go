@@ -161,8 +161,8 @@ func TestThrottlerSurvivesReloadUnderLoad(t *testing.T) {
 	chMu.Unlock()
 
 	// The admin listing shows the throttler's window.
-	var listed *ThrottlerStatus
-	for _, s := range reg.Status().Throttlers {
+	var listed *throttlerState
+	for _, s := range reg.status().Throttlers {
 		if s.Dependency == "api" {
 			listed = &s
 		}
@@ -401,7 +401,7 @@ func TestHTTPConfigHedgeIsACopy(t *testing.T) {
 // and a dependency that turns off the defaults' hedging shows what it
 // turns off.
 func TestReportShowsHedgeAndThrottle(t *testing.T) {
-	c, err := Parse("policy.yaml", []byte(`
+	c, err := parse("policy.yaml", []byte(`
 defaults:
   hedge: {delay: 50ms}
 dependencies:
@@ -417,7 +417,7 @@ dependencies:
 	if len(c.Warnings) != 0 {
 		t.Errorf("warnings %v; want none", c.Warnings)
 	}
-	rep := c.Report()
+	rep := c.report()
 	eff := map[string]map[string]string{}
 	diff := map[string]map[string]string{}
 	for _, d := range rep.Dependencies {
@@ -468,7 +468,7 @@ dependencies:
 // The bounds the file puts on the hedge counts, which the core sizes
 // memory by, let their limits through.
 func TestHedgeBoundsAdmitTheirLimits(t *testing.T) {
-	c, err := Parse("policy.yaml", []byte("dependencies:\n  a: {reason: r, hedge: {window: 1048576, max_hedges: 16}}\n"))
+	c, err := parse("policy.yaml", []byte("dependencies:\n  a: {reason: r, hedge: {window: 1048576, max_hedges: 16}}\n"))
 	if err != nil {
 		t.Fatalf("window 1<<20 and 16 hedges: %v; want them accepted", err)
 	}
@@ -487,7 +487,7 @@ func TestAdminListsHedgesAndThrottlers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := reg.Status()
+	st := reg.status()
 	hedges := map[string]map[string]any{}
 	for _, h := range st.Hedges {
 		hedges[h.Dependency] = h.Settings
@@ -526,7 +526,7 @@ func TestAdminListsHedgesAndThrottlers(t *testing.T) {
 func TestHugeHedgeWindowIsNotAllocated(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, err := Parse("policy.yaml", []byte("dependencies:\n  a: {reason: r, hedge: {window: 2147483647}}\n"))
+	_, err := parse("policy.yaml", []byte("dependencies:\n  a: {reason: r, hedge: {window: 2147483647}}\n"))
 	runtime.ReadMemStats(&after)
 	if err == nil || !strings.Contains(err.Error(), "dependencies.a.hedge.window: is 2147483647; want at most 1048576") {
 		t.Errorf("window 2147483647: %v; want it refused", err)

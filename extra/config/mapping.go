@@ -155,7 +155,7 @@ func cloneHedge(h *guardrail.HedgeConfig) *guardrail.HedgeConfig {
 
 // httpConfig returns the guardhttp.Config of HTTP dependency r, without
 // the Budget, Breakers, Throttler and Observer the Registry supplies.
-func httpConfig(r *ResolvedDependency) guardhttp.Config {
+func httpConfig(r *resolvedDep) guardhttp.Config {
 	s := &r.Settings
 	return guardhttp.Config{
 		Name: r.Name, Retry: r.Retry,
@@ -177,7 +177,7 @@ const (
 // grpcSettings returns the settings of gRPC dependency r, without the
 // Budget, Breakers, Bulkheads, Throttler and Observer the Registry
 // supplies; false when its failure domain has no such name.
-func grpcSettings(r *ResolvedDependency) (GRPCSettings, bool) {
+func grpcSettings(r *resolvedDep) (GRPCSettings, bool) {
 	s := &r.Settings
 	g := GRPCSettings{
 		Name: r.Name, Retry: r.Retry,

@@ -75,7 +75,7 @@ type Registry struct {
 	log  *slog.Logger
 
 	mu      sync.Mutex // serialises reloads and handle creation
-	checked atomic.Pointer[Checked]
+	checked atomic.Pointer[checkedFile]
 	pool    map[poolKey]pooled // the values kept across reloads
 	lastMod time.Time
 	lastLen int64
@@ -93,8 +93,10 @@ type Registry struct {
 }
 
 // Load reads the policy file at path and builds its values. It returns an
-// *Error that Is ErrInvalidConfig, listing every error of the file with its line,
-// when the file does not check.
+// *Error that Is ErrInvalidConfig, listing every error of the file with its
+// line, when the file does not check; a file over 1 MiB does not (a
+// policy file is a page or two, and the bound keeps a wrong path, a log or
+// a binary, from being read whole).
 func Load(path string, opts Options) (*Registry, error) {
 	data, mod, size, err := readFile(path)
 	if err != nil {
@@ -111,7 +113,7 @@ func Load(path string, opts Options) (*Registry, error) {
 // New builds a Registry from the contents of a policy file; name names it
 // in diagnostics and is the path Reload reads again.
 func New(name string, data []byte, opts Options) (*Registry, error) {
-	c, err := Parse(name, data)
+	c, err := parse(name, data)
 	if err != nil {
 		return nil, err
 	}
@@ -139,12 +141,9 @@ func readFile(path string) ([]byte, time.Time, int64, error) {
 	if err != nil {
 		return nil, time.Time{}, 0, err
 	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
 	return data, st.ModTime(), st.Size(), err
 }
-
-// Checked returns the settings in force, as resolved from the file.
-func (r *Registry) Checked() *Checked { return r.checked.Load() }
 
 // Stats returns the reload counters.
 func (r *Registry) Stats() ReloadStats { return *r.stats.Load() }
@@ -168,7 +167,7 @@ func (r *Registry) Reload() error {
 
 // ReloadBytes applies the contents of a policy file as Reload does.
 func (r *Registry) ReloadBytes(data []byte) error {
-	c, err := Parse(r.path, data)
+	c, err := parse(r.path, data)
 	if err != nil {
 		r.rejected(err, c)
 		return err
@@ -216,7 +215,7 @@ func (r *Registry) observe(err error) {
 	r.opts.Observer.Observe(context.Background(), e)
 }
 
-func (r *Registry) rejected(err error, c *Checked) {
+func (r *Registry) rejected(err error, c *checkedFile) {
 	r.count(err)
 	r.observe(err)
 	r.log.Error("config: reload rejected; the settings in force stay", "file", r.path, "error", err)

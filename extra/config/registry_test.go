@@ -780,10 +780,10 @@ func TestRateLimiterFromFile(t *testing.T) {
 	}
 
 	bad := strings.Replace(file, "burst: 2", "burst: -1", 1)
-	_, err = Parse("policy.yaml", []byte(bad))
+	_, err = parse("policy.yaml", []byte(bad))
 	var perr *Error
 	if !errors.As(err, &perr) {
-		t.Fatalf("Parse(burst: -1) = %v; want an *Error", err)
+		t.Fatalf("parse(burst: -1) = %v; want an *Error", err)
 	}
 	line := strings.Count(bad[:strings.Index(bad, "burst: -1")], "\n") + 1
 	found := false
@@ -800,12 +800,12 @@ func TestRateLimiterFromFile(t *testing.T) {
 // The report shows a rate limit's effective settings, defaults filled in.
 func TestReportShowsRateLimit(t *testing.T) {
 	file := strings.Replace(testFile, "    shed: {limit: 100}\n", "    shed: {limit: 100}\n    rate_limit: {rate: 2.5}\n", 1)
-	c, err := Parse("policy.yaml", []byte(file))
+	c, err := parse("policy.yaml", []byte(file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]string{}
-	for _, s := range c.Report().Servers {
+	for _, s := range c.report().Servers {
 		for _, e := range s.Effective {
 			got[e.Key] = e.Value
 		}

@@ -2,8 +2,6 @@ package config
 
 import (
 	"cmp"
-	"fmt"
-	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -75,8 +73,8 @@ type ServerReport struct {
 	Effective []Setting `json:"effective"`
 }
 
-// Report summarises c.
-func (c *Checked) Report() Report {
+// report summarises c.
+func (c *checkedFile) report() Report {
 	rep := Report{File: c.Name, OK: len(c.Errors) == 0, Errors: c.Errors, Warnings: c.Warnings,
 		Dependencies: []DependencyReport{}, Servers: []ServerReport{}}
 	if rep.Errors == nil {
@@ -89,11 +87,11 @@ func (c *Checked) Report() Report {
 		dr := DependencyReport{Name: d.Name, Kind: d.Kind, Reason: val(d.Reason), Owner: val(d.Owner), Decision: val(d.Decision), Differences: []Difference{}}
 		dr.Effective = effective(d)
 		// The defaults as this dependency's kind sees them.
-		base := &ResolvedDependency{Name: d.Name, Kind: d.Kind}
+		base := &resolvedDep{Name: d.Name, Kind: d.Kind}
 		if c.File.Defaults != nil {
 			base.Settings = *c.File.Defaults
 		}
-		_ = (&Checked{Name: c.Name, File: c.File, lines: map[string]int{}}).build(base)
+		_ = (&checkedFile{Name: c.Name, File: c.File, lines: map[string]int{}}).build(base)
 		baseEff := effective(base)
 		defs := map[string]string{}
 		for _, s := range baseEff {
@@ -202,16 +200,16 @@ func (l *settingList) add(k, v string) { *l = append(*l, Setting{k, v}) }
 
 // effective lists every setting d runs under, with the library's defaults
 // for what the file leaves out.
-func effective(d *ResolvedDependency) []Setting {
+func effective(d *resolvedDep) []Setting {
 	var out settingList
 	retryEffective(&out, d)
 	breakerEffective(&out, d)
 	bulkheadEffective(&out, d.Bulkhead)
 	out = append(out, hedgeEffective(d.Hedge, d.Throttle)...)
 	switch d.Kind {
-	case KindPolicy:
+	case kindPolicy:
 		out.add("idempotent", strconv.FormatBool(d.Idempotent))
-	case KindGRPC:
+	case kindGRPC:
 		grpcEffective(&out, &d.GRPC)
 	default:
 		httpEffective(&out, &d.HTTP)
@@ -220,7 +218,7 @@ func effective(d *ResolvedDependency) []Setting {
 }
 
 // retryEffective lists d's retry settings, its deadline and its budget.
-func retryEffective(out *settingList, d *ResolvedDependency) {
+func retryEffective(out *settingList, d *resolvedDep) {
 	s := &d.Settings
 	out.add("max_attempts", strconv.Itoa(d.attempts()))
 	out.add("attempt_timeout", durOr(val(s.AttemptTimeout), 0, "none"))
@@ -257,9 +255,9 @@ func retryEffective(out *settingList, d *ResolvedDependency) {
 
 // breakerEffective lists d's breaker settings, which come from a breaker
 // built with its configuration.
-func breakerEffective(out *settingList, d *ResolvedDependency) {
+func breakerEffective(out *settingList, d *resolvedDep) {
 	bc := d.Breaker
-	if d.Kind != KindPolicy {
+	if d.Kind != kindPolicy {
 		bc = d.Group.Config
 	}
 	// The window's size does not change the other settings; a small one
@@ -301,7 +299,7 @@ func breakerEffective(out *settingList, d *ResolvedDependency) {
 	}
 	out.add("breaker.half_open_probes", strconv.Itoa(e.HalfOpenProbes))
 	out.add("breaker.close_after", strconv.Itoa(e.CloseAfter))
-	if d.Kind != KindPolicy {
+	if d.Kind != kindPolicy {
 		out.add("breaker.max_keys", strconv.Itoa(cmp.Or(d.Group.MaxKeys, breaker.DefaultMaxKeys)))
 		out.add("breaker.idle_ttl", durOr(d.Group.IdleTTL, breaker.DefaultIdleTTL, "none"))
 	}
@@ -394,58 +392,4 @@ func hedgeEffective(h *guardrail.HedgeConfig, t *guardrail.ThrottleConfig) []Set
 		add("throttle.k", fmtFloat(cmp.Or(t.K, guardrail.DefaultThrottleK)))
 	}
 	return out
-}
-
-// WriteText writes the report for a terminal.
-func (rep Report) WriteText(w io.Writer) error {
-	var b strings.Builder
-	for _, d := range rep.Dependencies {
-		fmt.Fprintf(&b, "%s (%s)\n", d.Name, d.Kind)
-		if len(d.Differences) == 0 {
-			b.WriteString("  the defaults, unchanged\n")
-		} else {
-			b.WriteString("  differs from the defaults:\n")
-			for _, df := range d.Differences {
-				fmt.Fprintf(&b, "    %-28s %s (default %s; line %d)\n", df.Key, df.Value, df.Default, df.Line)
-			}
-		}
-		if d.Reason != "" {
-			fmt.Fprintf(&b, "  reason:   %s\n", d.Reason)
-		}
-		if d.Owner != "" {
-			fmt.Fprintf(&b, "  owner:    %s\n", d.Owner)
-		}
-		if d.Decision != "" {
-			fmt.Fprintf(&b, "  decision: %s\n", d.Decision)
-		}
-		b.WriteString("  effective:\n")
-		for _, s := range d.Effective {
-			fmt.Fprintf(&b, "    %-28s %s\n", s.Key, s.Value)
-		}
-	}
-	for _, s := range rep.Servers {
-		fmt.Fprintf(&b, "server %s\n", s.Name)
-		if s.Reason != "" {
-			fmt.Fprintf(&b, "  reason:   %s\n", s.Reason)
-		}
-		for _, e := range s.Effective {
-			fmt.Fprintf(&b, "    %-28s %s\n", e.Key, e.Value)
-		}
-	}
-	if len(rep.Errors) > 0 {
-		fmt.Fprintf(&b, "%d error(s):\n", len(rep.Errors))
-		for _, d := range rep.Errors {
-			fmt.Fprintf(&b, "  %s\n", d)
-		}
-	}
-	if len(rep.Warnings) > 0 {
-		fmt.Fprintf(&b, "%d warning(s):\n", len(rep.Warnings))
-		for _, d := range rep.Warnings {
-			fmt.Fprintf(&b, "  %s\n", d)
-		}
-	} else if len(rep.Errors) == 0 {
-		b.WriteString("no warnings\n")
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
 }

@@ -23,34 +23,34 @@ import (
 
 // Kinds of dependency.
 const (
-	KindHTTP   = "http"
-	KindGRPC   = "grpc"
-	KindPolicy = "policy"
+	kindHTTP   = "http"
+	kindGRPC   = "grpc"
+	kindPolicy = "policy"
 )
 
-// Checked is a parsed file with every dependency's effective settings
+// checkedFile is a parsed file with every dependency's effective settings
 // resolved: what Parse returns, what guardrail check prints and what a
 // Registry is built from. It is immutable once returned.
-type Checked struct {
+type checkedFile struct {
 	// Name is the file's name as given to Parse.
 	Name string
 	// File is the file as written.
 	File *policyFile
 	// Dependencies are the resolved dependencies, sorted by name.
-	Dependencies []*ResolvedDependency
+	Dependencies []*resolvedDep
 	// Servers are the resolved servers, sorted by name.
-	Servers []*ResolvedServer
+	Servers []*resolvedServer
 	// Errors and Warnings are the findings, in line order.
 	Errors, Warnings []Diagnostic
 
 	lines  map[string]int
-	byName map[string]*ResolvedDependency // built after resolve, by dependency
+	byName map[string]*resolvedDep // built after resolve, by dependency
 }
 
-// ResolvedDependency is one dependency's settings: the defaults overridden
+// resolvedDep is one dependency's settings: the defaults overridden
 // by what the dependency sets, and the guardrail values they configure.
 // It is a plain value, safe to read concurrently.
-type ResolvedDependency struct {
+type resolvedDep struct {
 	Name string
 	Kind string
 	fileReview
@@ -96,9 +96,9 @@ type ResolvedDependency struct {
 	Throttle *guardrail.ThrottleConfig
 }
 
-// ResolvedServer is one server's settings.
+// resolvedServer is one server's settings.
 // It is a plain value, safe to read concurrently.
-type ResolvedServer struct {
+type resolvedServer struct {
 	Name string
 	fileReview
 	Calls []string
@@ -114,14 +114,24 @@ type ResolvedServer struct {
 	IdempotencyScopeCaller bool
 }
 
-// Parse reads a policy file, checks it and resolves its settings. name is
-// used in diagnostics (the file's path, or "policy.yaml"). The error is
-// an *Error that Is ErrInvalidConfig when the file holds an error; warnings do
-// not make an error. The Checked is returned in either case, for its
-// diagnostics.
-func Parse(name string, data []byte) (*Checked, error) {
+// Parse reads a policy file and checks it as Load and Reload do, without
+// building anything, and reports it as guardrail check prints it: every
+// dependency's effective settings, what differs from the defaults and
+// why, and the file's errors and warnings. name is used in diagnostics
+// (the file's path, or "policy.yaml"). The error is an *Error that Is
+// ErrInvalidConfig when the file holds an error; warnings do not make an
+// error. The Report is returned in either case.
+func Parse(name string, data []byte) (*Report, error) {
+	c, err := parse(name, data)
+	rep := c.report()
+	return &rep, err
+}
+
+// parse reads a policy file, checks it and resolves its settings. The
+// checkedFile is returned in either case, for its diagnostics.
+func parse(name string, data []byte) (*checkedFile, error) {
 	f, lines, diags := parseFile(name, data)
-	c := &Checked{Name: name, File: f, lines: lines}
+	c := &checkedFile{Name: name, File: f, lines: lines}
 	// A key that did not decode stays unset; the rest is still checked, so
 	// that one run reports every error.
 	diags = append(diags, c.resolve()...)
@@ -133,7 +143,7 @@ func Parse(name string, data []byte) (*Checked, error) {
 }
 
 // line returns the line of path, or of its closest written ancestor.
-func (c *Checked) line(path string) int {
+func (c *checkedFile) line(path string) int {
 	for path != "" {
 		if l, ok := c.lines[path]; ok {
 			return l
@@ -147,13 +157,13 @@ func (c *Checked) line(path string) int {
 	return 1
 }
 
-func (c *Checked) diag(sev Severity, path, format string, args ...any) Diagnostic {
+func (c *checkedFile) diag(sev string, path, format string, args ...any) Diagnostic {
 	return Diagnostic{File: c.Name, Line: c.line(path), Field: path, Severity: sev, Message: fmt.Sprintf(format, args...)}
 }
 
 // where returns the path at which key (dotted, within Settings) of
 // dependency dep was written: the dependency's own, or the defaults'.
-func (c *Checked) where(dep, key string) string {
+func (c *checkedFile) where(dep, key string) string {
 	own := "dependencies." + dep + "." + key
 	if _, ok := c.lines[own]; ok {
 		return own
@@ -219,38 +229,38 @@ func val[T any](p *T) T {
 // onlyFor lists the keys that apply to some kinds only, with the kinds.
 // The defaults may set them: a dependency of another kind ignores them.
 var onlyFor = map[string][]string{
-	"connect_timeout":         {KindHTTP},
-	"tls_handshake_timeout":   {KindHTTP},
-	"write_timeout":           {KindHTTP},
-	"response_header_timeout": {KindHTTP},
-	"body_idle_timeout":       {KindHTTP},
-	"max_buffered_body":       {KindHTTP},
-	"idempotency_keys":        {KindHTTP},
-	"deadline_reserve":        {KindHTTP},
-	"breaker.max_keys":        {KindHTTP, KindGRPC},
-	"breaker.idle_ttl":        {KindHTTP, KindGRPC},
-	"idempotent_methods":      {KindGRPC},
-	"max_buffered_messages":   {KindGRPC},
-	"failure_domain":          {KindGRPC},
-	"idempotent":              {KindPolicy},
+	"connect_timeout":         {kindHTTP},
+	"tls_handshake_timeout":   {kindHTTP},
+	"write_timeout":           {kindHTTP},
+	"response_header_timeout": {kindHTTP},
+	"body_idle_timeout":       {kindHTTP},
+	"max_buffered_body":       {kindHTTP},
+	"idempotency_keys":        {kindHTTP},
+	"deadline_reserve":        {kindHTTP},
+	"breaker.max_keys":        {kindHTTP, kindGRPC},
+	"breaker.idle_ttl":        {kindHTTP, kindGRPC},
+	"idempotent_methods":      {kindGRPC},
+	"max_buffered_messages":   {kindGRPC},
+	"failure_domain":          {kindGRPC},
+	"idempotent":              {kindPolicy},
 }
 
 // elsewhere says, for a key that does not apply to a kind, what does.
 var elsewhere = map[[2]string]string{
-	{KindGRPC, "idempotent"}:            "; list the methods that are safe to repeat in idempotent_methods",
-	{KindGRPC, "idempotency_keys"}:      "; a gRPC call whose outgoing metadata carries an idempotency-key is retried as idempotent, so the code sets it",
-	{KindGRPC, "max_buffered_body"}:     "; a stream's messages kept for a retry are max_buffered_messages",
-	{KindPolicy, "idempotent_methods"}:  "; a policy is idempotent or not as a whole: idempotent",
-	{KindHTTP, "idempotent_methods"}:    "; an HTTP request's idempotence is its method's, or a key's (idempotency_keys)",
-	{KindHTTP, "idempotent"}:            "; an HTTP request's idempotence is its method's, or a key's (idempotency_keys)",
-	{KindHTTP, "max_buffered_messages"}: "; an HTTP request body kept for a retry is max_buffered_body",
+	{kindGRPC, "idempotent"}:            "; list the methods that are safe to repeat in idempotent_methods",
+	{kindGRPC, "idempotency_keys"}:      "; a gRPC call whose outgoing metadata carries an idempotency-key is retried as idempotent, so the code sets it",
+	{kindGRPC, "max_buffered_body"}:     "; a stream's messages kept for a retry are max_buffered_messages",
+	{kindPolicy, "idempotent_methods"}:  "; a policy is idempotent or not as a whole: idempotent",
+	{kindHTTP, "idempotent_methods"}:    "; an HTTP request's idempotence is its method's, or a key's (idempotency_keys)",
+	{kindHTTP, "idempotent"}:            "; an HTTP request's idempotence is its method's, or a key's (idempotency_keys)",
+	{kindHTTP, "max_buffered_messages"}: "; an HTTP request body kept for a retry is max_buffered_body",
 }
 
-func (c *Checked) resolve() []Diagnostic {
+func (c *checkedFile) resolve() []Diagnostic {
 	var diags []Diagnostic
 	f := c.File
 	if f.Version != nil && *f.Version != 1 {
-		diags = append(diags, c.diag(SeverityError, "version", "is %d; want 1, the only version of the format", *f.Version))
+		diags = append(diags, c.diag(severityError, "version", "is %d; want 1, the only version of the format", *f.Version))
 	}
 	def := fileSettings{}
 	if f.Defaults != nil {
@@ -263,44 +273,44 @@ func (c *Checked) resolve() []Diagnostic {
 	sort.Strings(names)
 	for _, name := range names {
 		d := f.Dependencies[name]
-		r := &ResolvedDependency{Name: name, Kind: KindHTTP, fileReview: d.fileReview, Calls: d.Calls}
+		r := &resolvedDep{Name: name, Kind: kindHTTP, fileReview: d.fileReview, Calls: d.Calls}
 		path := "dependencies." + name
 		if d.Kind != nil {
 			switch *d.Kind {
-			case KindHTTP, KindGRPC, KindPolicy:
+			case kindHTTP, kindGRPC, kindPolicy:
 				r.Kind = *d.Kind
 			default:
-				diags = append(diags, c.diag(SeverityError, path+".kind", "is %q; want http, grpc or policy", *d.Kind))
+				diags = append(diags, c.diag(severityError, path+".kind", "is %q; want http, grpc or policy", *d.Kind))
 			}
 		}
 		r.Settings = def
 		merge(reflect.ValueOf(&r.Settings).Elem(), reflect.ValueOf(&d.fileSettings).Elem(), "", &r.Overrides)
 		if len(r.Overrides) > 0 && (d.Reason == nil || strings.TrimSpace(*d.Reason) == "") {
-			diags = append(diags, c.diag(SeverityError, path+".reason", "is missing; %s overrides %s, and every override must say why (reason: ...), so that its review has the reason beside it",
+			diags = append(diags, c.diag(severityError, path+".reason", "is missing; %s overrides %s, and every override must say why (reason: ...), so that its review has the reason beside it",
 				name, strings.Join(r.Overrides, ", ")))
 		}
 		for _, k := range r.Overrides {
 			if kinds, ok := onlyFor[k]; ok && !contains(kinds, r.Kind) {
-				diags = append(diags, c.diag(SeverityError, path+"."+k, "applies to %s dependencies only; this one is kind %s%s", strings.Join(kinds, " and "), r.Kind, elsewhere[[2]string{r.Kind, k}]))
+				diags = append(diags, c.diag(severityError, path+"."+k, "applies to %s dependencies only; this one is kind %s%s", strings.Join(kinds, " and "), r.Kind, elsewhere[[2]string{r.Kind, k}]))
 			}
 		}
 		for i, rt := range d.Routes {
 			at := fmt.Sprintf("%s.routes[%d]", path, i)
 			switch {
-			case r.Kind == KindGRPC && (rt == nil || rt.Method == nil):
-				diags = append(diags, c.diag(SeverityError, at, "needs method, the full method name, such as {method: /pkg.Service/Method}"))
-			case r.Kind == KindGRPC && rt.Path != nil:
-				diags = append(diags, c.diag(SeverityError, at+".path", "applies to http dependencies only; a gRPC route is its full method name, in method"))
-			case r.Kind == KindGRPC && !methodName(*rt.Method, false):
-				diags = append(diags, c.diag(SeverityError, at+".method", "is %q; want a full method name such as /pkg.Service/Method", *rt.Method))
-			case r.Kind != KindGRPC && (rt == nil || rt.Method == nil || rt.Path == nil):
-				diags = append(diags, c.diag(SeverityError, at, "needs method and path, such as {method: POST, path: /charges}"))
+			case r.Kind == kindGRPC && (rt == nil || rt.Method == nil):
+				diags = append(diags, c.diag(severityError, at, "needs method, the full method name, such as {method: /pkg.Service/Method}"))
+			case r.Kind == kindGRPC && rt.Path != nil:
+				diags = append(diags, c.diag(severityError, at+".path", "applies to http dependencies only; a gRPC route is its full method name, in method"))
+			case r.Kind == kindGRPC && !methodName(*rt.Method, false):
+				diags = append(diags, c.diag(severityError, at+".method", "is %q; want a full method name such as /pkg.Service/Method", *rt.Method))
+			case r.Kind != kindGRPC && (rt == nil || rt.Method == nil || rt.Path == nil):
+				diags = append(diags, c.diag(severityError, at, "needs method and path, such as {method: POST, path: /charges}"))
 			}
 		}
 		diags = append(diags, c.build(r)...)
 		c.Dependencies = append(c.Dependencies, r)
 	}
-	c.byName = make(map[string]*ResolvedDependency, len(c.Dependencies))
+	c.byName = make(map[string]*resolvedDep, len(c.Dependencies))
 	for _, d := range c.Dependencies {
 		c.byName[d.Name] = d
 	}
@@ -311,7 +321,7 @@ func (c *Checked) resolve() []Diagnostic {
 	sort.Strings(snames)
 	for _, name := range snames {
 		s := f.Servers[name]
-		r := &ResolvedServer{Name: name, fileReview: s.fileReview, Calls: s.Calls}
+		r := &resolvedServer{Name: name, fileReview: s.fileReview, Calls: s.Calls}
 		diags = append(diags, c.buildServer(r, s)...)
 		c.Servers = append(c.Servers, r)
 	}
@@ -334,9 +344,9 @@ func contains(s []string, v string) bool {
 var coreRE = regexp.MustCompile(`^(\w+): (?:invalid \w+: )?(?:\w+\.)*?(\w*Config)\.([A-Z][\w.]*)(?:\[[^\]]*\])? (?:is|has) (.*)$`)
 
 // coreErrors turns a constructor's error into diagnostics on the keys of
-// section (a File type such as Breaker) under prefix, of dependency dep
+// section (a schema type such as fileBreaker) under prefix, of dependency dep
 // ("" for a server, whose keys are under prefix alone).
-func (c *Checked) coreErrors(err error, section reflect.Type, dep, prefix string) []Diagnostic {
+func (c *checkedFile) coreErrors(err error, section reflect.Type, dep, prefix string) []Diagnostic {
 	if err == nil {
 		return nil
 	}
@@ -362,7 +372,7 @@ func (c *Checked) coreErrors(err error, section reflect.Type, dep, prefix string
 			path = "dependencies." + dep + "." + prefix
 			path = strings.TrimSuffix(path, ".")
 		}
-		out = append(out, c.diag(SeverityError, path, "%s", msg))
+		out = append(out, c.diag(severityError, path, "%s", msg))
 	}
 	return out
 }
@@ -392,13 +402,13 @@ func keyOf(section reflect.Type, goPath string) (string, bool) {
 
 // build fills r's guardrail configurations and validates them with the
 // constructors that will use them.
-func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
+func (c *checkedFile) build(r *resolvedDep) []Diagnostic {
 	var diags []Diagnostic
 	s := &r.Settings
 	name := r.Name
 	strategy, ok := backoffStrategy(s.Backoff)
 	if !ok {
-		diags = append(diags, c.diag(SeverityError, c.where(name, "backoff.strategy"), "is %q; want full_jitter, equal_jitter, exponential, decorrelated, constant or none", val(s.Backoff.Strategy)))
+		diags = append(diags, c.diag(severityError, c.where(name, "backoff.strategy"), "is %q; want full_jitter, equal_jitter, exponential, decorrelated, constant or none", val(s.Backoff.Strategy)))
 	}
 	for _, k := range []string{"base", "cap"} {
 		if s.Backoff == nil {
@@ -409,11 +419,11 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 			p = s.Backoff.Cap
 		}
 		if p != nil && *p < 0 {
-			diags = append(diags, c.diag(SeverityError, c.where(name, "backoff."+k), "is %v; want a positive duration, or leave it out for the default", *p))
+			diags = append(diags, c.diag(severityError, c.where(name, "backoff."+k), "is %v; want a positive duration, or leave it out for the default", *p))
 		}
 	}
 	if v := val(s.Deadline); v < 0 {
-		diags = append(diags, c.diag(SeverityError, c.where(name, "deadline"), "is %v; want a positive duration, or leave it out for none", v))
+		diags = append(diags, c.diag(severityError, c.where(name, "deadline"), "is %v; want a positive duration, or leave it out for none", v))
 	}
 	r.Deadline = max(val(s.Deadline), 0)
 	r.Retry = retryOf(s, strategy)
@@ -430,7 +440,7 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 	// Breaker.
 	bc, ok := breakerConfig(name, s.Breaker)
 	if !ok {
-		diags = append(diags, c.diag(SeverityError, c.where(name, "breaker.mode"), "is %q; want normal, metrics_only or disabled", val(s.Breaker.Mode)))
+		diags = append(diags, c.diag(severityError, c.where(name, "breaker.mode"), "is %q; want normal, metrics_only or disabled", val(s.Breaker.Mode)))
 	}
 
 	// Bulkhead.
@@ -441,7 +451,7 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 
 	diags = append(diags, c.buildHedge(r)...)
 
-	if r.Kind == KindPolicy {
+	if r.Kind == kindPolicy {
 		r.Breaker = bc
 		r.Idempotent = val(s.Idempotent)
 		// A group checks the Config as New does, without allocating the
@@ -454,7 +464,7 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 	r.Group = breakerGroupConfig(s.Breaker, bc)
 	_, err := breaker.NewGroup(r.Group)
 	diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileBreaker](), name, "breaker")...)
-	if r.Kind == KindGRPC {
+	if r.Kind == kindGRPC {
 		return append(diags, c.buildGRPC(r)...)
 	}
 	r.HTTP = httpConfig(r)
@@ -467,12 +477,12 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 // beside reports a section of dependency name that says flag (unlimited,
 // disabled) with settings beside it: flag overrides a section inherited
 // from the defaults, but one section saying both is a contradiction.
-func (c *Checked) beside(name, section, flag, want string, keys ...string) []Diagnostic {
+func (c *checkedFile) beside(name, section, flag, want string, keys ...string) []Diagnostic {
 	var diags []Diagnostic
 	at := c.where(name, section+"."+flag)
 	for _, k := range keys {
 		if w := c.where(name, section+"."+k); strings.HasPrefix(w, strings.TrimSuffix(at, flag)) && c.lines[w] != 0 {
-			diags = append(diags, c.diag(SeverityError, at, "is true with %s set beside it; want either %s or %s", k, flag, want))
+			diags = append(diags, c.diag(severityError, at, "is true with %s set beside it; want either %s or %s", k, flag, want))
 		}
 	}
 	return diags
@@ -490,7 +500,7 @@ const (
 
 // buildHedge fills r.Hedge and r.Throttle and reports what the core
 // refuses of them, on the keys that set each field.
-func (c *Checked) buildHedge(r *ResolvedDependency) []Diagnostic {
+func (c *checkedFile) buildHedge(r *resolvedDep) []Diagnostic {
 	var diags []Diagnostic
 	s := &r.Settings
 	if h := s.Hedge; h != nil && val(h.Disabled) {
@@ -504,11 +514,11 @@ func (c *Checked) buildHedge(r *ResolvedDependency) []Diagnostic {
 		// the service down at its next reload, nor this check.
 		check := *r.Hedge
 		if n := check.Window; n > maxHedgeWindow {
-			diags = append(diags, c.diag(SeverityError, c.where(r.Name, "hedge.window"), "is %d; want at most %d: the window keeps that many latencies in memory (16 bytes each), allocated at the first call", n, maxHedgeWindow))
+			diags = append(diags, c.diag(severityError, c.where(r.Name, "hedge.window"), "is %d; want at most %d: the window keeps that many latencies in memory (16 bytes each), allocated at the first call", n, maxHedgeWindow))
 			check.Window = 0
 		}
 		if n := check.MaxHedges; n > maxHedges {
-			diags = append(diags, c.diag(SeverityError, c.where(r.Name, "hedge.max_hedges"), "is %d; want at most %d: each hedge is one more request in flight per call, and every hedged call makes room for all of them when it starts", n, maxHedges))
+			diags = append(diags, c.diag(severityError, c.where(r.Name, "hedge.max_hedges"), "is %d; want at most %d: each hedge is one more request in flight per call, and every hedged call makes room for all of them when it starts", n, maxHedges))
 		}
 		diags = append(diags, c.coreErrors(check.Validate(), reflect.TypeFor[fileHedge](), r.Name, "hedge")...)
 	}
@@ -525,7 +535,7 @@ func (c *Checked) buildHedge(r *ResolvedDependency) []Diagnostic {
 // checkPolicy reports the invalid fields of the retry settings rt of
 // dependency name. A Policy reports them at first use; one call of a
 // throwaway one, with nothing shared, hears them now.
-func (c *Checked) checkPolicy(name string, rt guardrail.Retry) []Diagnostic {
+func (c *checkedFile) checkPolicy(name string, rt guardrail.Retry) []Diagnostic {
 	rt.Budget = budget.Unlimited()
 	p := &guardrail.Policy{Name: name, Retry: rt, Breaker: disabledBreaker()}
 	_, err := guardrail.Do(context.Background(), p, func(context.Context) (struct{}, error) { return struct{}{}, nil })
@@ -534,7 +544,7 @@ func (c *Checked) checkPolicy(name string, rt guardrail.Retry) []Diagnostic {
 
 var policyRE = regexp.MustCompile(`Policy\.(\w+) is (.*)$`)
 
-func (c *Checked) policyErrors(err error, dep string) []Diagnostic {
+func (c *checkedFile) policyErrors(err error, dep string) []Diagnostic {
 	if err == nil {
 		return nil
 	}
@@ -547,7 +557,7 @@ func (c *Checked) policyErrors(err error, dep string) []Diagnostic {
 				msg = "is " + m[2] + " (guardrail: Policy." + m[1] + ")"
 			}
 		}
-		out = append(out, c.diag(SeverityError, path, "%s", msg))
+		out = append(out, c.diag(severityError, path, "%s", msg))
 	}
 	return out
 }
@@ -561,7 +571,7 @@ func disabledBreaker() *breaker.Breaker {
 // are validated: New only checks that there is one.
 type nopStore struct{ idempotency.Store }
 
-func (c *Checked) buildServer(r *ResolvedServer, s *fileServer) []Diagnostic {
+func (c *checkedFile) buildServer(r *resolvedServer, s *fileServer) []Diagnostic {
 	var diags []Diagnostic
 	path := "servers." + r.Name
 	if r.Deadline = deadlineConfig(s.Deadline); r.Deadline != nil {
@@ -572,9 +582,9 @@ func (c *Checked) buildServer(r *ResolvedServer, s *fileServer) []Diagnostic {
 		cfg, bad := shedConfig(r.Name, sh)
 		for _, k := range bad {
 			if k == "max_header_priority" {
-				diags = append(diags, c.diag(SeverityError, path+".shed.max_header_priority", "is %q; want sheddable, low, normal, high or critical", *sh.MaxHeaderPriority))
+				diags = append(diags, c.diag(severityError, path+".shed.max_header_priority", "is %q; want sheddable, low, normal, high or critical", *sh.MaxHeaderPriority))
 			} else {
-				diags = append(diags, c.diag(SeverityError, path+".shed."+k, "is not a priority; want sheddable, low, normal, high or critical"))
+				diags = append(diags, c.diag(severityError, path+".shed."+k, "is not a priority; want sheddable, low, normal, high or critical"))
 			}
 		}
 		r.Shed = &cfg
@@ -594,7 +604,7 @@ func (c *Checked) buildServer(r *ResolvedServer, s *fileServer) []Diagnostic {
 			r.IdempotencyScopeCaller = true
 			check.Scope = func(*http.Request) (string, error) { return "", nil }
 		default:
-			diags = append(diags, c.diag(SeverityError, path+".idempotency.scope", "is %q; want caller (keys scoped by the authenticated caller, whose Scope function the code passes) or single_tenant (one scope for every caller, when all are trusted alike)", val(id.Scope)))
+			diags = append(diags, c.diag(severityError, path+".idempotency.scope", "is %q; want caller (keys scoped by the authenticated caller, whose Scope function the code passes) or single_tenant (one scope for every caller, when all are trusted alike)", val(id.Scope)))
 		}
 		r.Idempotency = &cfg
 		if id.Scope != nil {

@@ -48,9 +48,10 @@ type Options struct {
 // ClientConfig returns the guardgrpc.ClientConfig that s and opts
 // describe: the one a hand-written client would be built with from the
 // same numbers, sharing s's Budget, Breakers, Bulkheads and Throttler.
-// Settings not from a Registry (a config.Checked's) have a throttle
+// Settings not from a Registry (built by hand) may have a throttle
 // configuration and no Throttler: each call then builds a Throttler of
-// its own.
+// its own; or a bulkhead configuration and no Bulkheads: guardgrpc then
+// builds the group.
 func ClientConfig(s *config.GRPCSettings, opts Options) guardgrpc.ClientConfig {
 	cfg := guardgrpc.ClientConfig{
 		Name:                s.Name,
@@ -75,8 +76,8 @@ func ClientConfig(s *config.GRPCSettings, opts Options) guardgrpc.ClientConfig {
 		cfg.Throttler, _ = guardrail.NewThrottler(*s.Throttle)
 	}
 	if s.Bulkheads == nil && s.Bulkhead != nil {
-		// Settings not from a Registry (a Checked's) have a configuration
-		// and no group.
+		// Settings not from a Registry may have a configuration and no
+		// group.
 		bc := *s.Bulkhead
 		cfg.Bulkhead = &bc
 	}
