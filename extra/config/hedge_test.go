@@ -252,9 +252,10 @@ func TestHTTPHedgeEqualsHandBuilt(t *testing.T) {
 }
 
 // A hedged policy from the file is the one built by hand: with an
-// operation whose first attempt of each call hangs, config.DoHedged and
-// guardrail.DoHedged run it the same number of times, and the throttler
-// is the file's. config.Do never hedges.
+// operation whose first attempt of each call hangs, guardrail.DoHedged
+// runs it the same number of times under the handle's policy (and
+// deadline) as under one built by hand, and the throttler is the file's.
+// guardrail.Do never hedges.
 func TestPolicyHedgeEqualsHandBuilt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reg, err := New("policy.yaml", []byte(hedgeFile), Options{Logger: quiet()})
