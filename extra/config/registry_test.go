@@ -871,3 +871,30 @@ servers:
 		t.Error("a reload of the same file replaced the policy")
 	}
 }
+
+// WithDeadline bounds a call by the dependency's deadline, and leaves the
+// context alone when the file sets none.
+func TestPolicyHandleWithDeadline(t *testing.T) {
+	reg := quietRegistry(t, `
+dependencies:
+  bounded: {kind: policy, reason: "tests", deadline: 2s}
+  free: {kind: policy}
+`)
+	ctx := context.Background()
+	bounded, _ := reg.Policy("bounded")
+	bctx, cancel := bounded.WithDeadline(ctx)
+	dl, ok := bctx.Deadline()
+	if !ok || time.Until(dl) > 2*time.Second {
+		t.Errorf("deadline %v, %v; want one within 2s", dl, ok)
+	}
+	cancel()
+	if bctx.Err() == nil {
+		t.Error("cancel did not release the bounded context")
+	}
+	free, _ := reg.Policy("free")
+	fctx, cancel := free.WithDeadline(ctx)
+	defer cancel()
+	if fctx != ctx {
+		t.Error("a dependency without a deadline changed the context")
+	}
+}

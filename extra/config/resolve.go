@@ -29,8 +29,9 @@ const (
 )
 
 // checkedFile is a parsed file with every dependency's effective settings
-// resolved: what Parse returns, what guardrail check prints and what a
-// Registry is built from. It is immutable once returned.
+// resolved: what parse returns, what Parse reports (and guardrail check
+// prints) and what a Registry is built from. It is immutable once
+// returned.
 type checkedFile struct {
 	// Name is the file's name as given to Parse.
 	Name string

@@ -70,7 +70,7 @@ func (c *checkedFile) checkCalls() []Diagnostic {
 
 // attempts returns the effective attempts of d.
 func (d *resolvedDep) attempts() int {
-	switch n := val(d.Settings.MaxAttempts); {
+	switch n := d.Retry.MaxAttempts; {
 	case n > 0:
 		return n
 	case n < 0:
@@ -92,7 +92,7 @@ func (d *resolvedDep) strategy() backoff.Strategy {
 // settings: every attempt to its timeout, and the longest backoff between
 // them; zero when attempts are unbounded.
 func (d *resolvedDep) worstCase() time.Duration {
-	at := val(d.Settings.AttemptTimeout)
+	at := d.Retry.AttemptTimeout
 	if at <= 0 {
 		return 0
 	}
