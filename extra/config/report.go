@@ -84,90 +84,101 @@ func (c *checkedFile) report() Report {
 		rep.Warnings = []Diagnostic{}
 	}
 	for _, d := range c.Dependencies {
-		dr := DependencyReport{Name: d.Name, Kind: d.Kind, Reason: val(d.Reason), Owner: val(d.Owner), Decision: val(d.Decision), Differences: []Difference{}}
-		dr.Effective = effective(d)
-		// The defaults as this dependency's kind sees them.
-		base := &resolvedDep{Name: d.Name, Kind: d.Kind}
-		if c.File.Defaults != nil {
-			base.Settings = *c.File.Defaults
-		}
-		_ = (&checkedFile{Name: c.Name, File: c.File, lines: map[string]int{}}).build(base)
-		baseEff := effective(base)
-		defs := map[string]string{}
-		for _, s := range baseEff {
-			defs[s.Key] = s.Value
-		}
-		for _, s := range dr.Effective {
-			def, ok := defs[s.Key]
-			switch section, _, sub := strings.Cut(s.Key, "."); {
-			case ok:
-			case !sub:
-				// A section the dependency turns off that the defaults
-				// turn on ("hedge off" against their hedge settings).
-				var on []string
-				for _, b := range baseEff {
-					if k, ok := strings.CutPrefix(b.Key, section+"."); ok {
-						on = append(on, k+" "+b.Value)
-					}
-				}
-				def = strings.Join(on, ", ")
-			default:
-				// A section the defaults leave out ("bulkhead none"), or a
-				// setting they leave off (breaker.consecutive_failures).
-				def = "off"
-				if v, ok := defs[section]; ok {
-					def = section + " " + v
-				}
-			}
-			if def != s.Value {
-				dr.Differences = append(dr.Differences, Difference{Key: s.Key, Value: s.Value, Default: def,
-					Line: c.line("dependencies." + d.Name + "." + s.Key)})
-			}
-		}
-		rep.Dependencies = append(rep.Dependencies, dr)
+		rep.Dependencies = append(rep.Dependencies, c.dependencyReport(d))
 	}
 	for _, s := range c.Servers {
-		sr := ServerReport{Name: s.Name, Reason: val(s.Reason), Owner: val(s.Owner)}
-		if d := s.Deadline; d != nil {
-			sr.Effective = append(sr.Effective, Setting{"deadline.max", durOr(d.Max, 30*time.Second, "none")}, Setting{"deadline.reserve", durOr(d.Reserve, 10*time.Millisecond, "none")})
-		}
-		if sh := s.Shed; sh != nil {
-			limit := "adaptive"
-			if sh.Limit > 0 {
-				limit = strconv.Itoa(sh.Limit)
-			}
-			sr.Effective = append(sr.Effective, Setting{"shed.limit", limit}, Setting{"shed.max_queue", strconv.Itoa(sh.MaxQueue)},
-				Setting{"shed.retry_ratio", fmtFloat(orF(sh.RetryRatio, 0.1))}, Setting{"shed.max_header_priority", sh.MaxHeaderPriority.String()})
-		}
-		if id := s.Idempotency; id != nil {
-			scope := "single_tenant"
-			if s.IdempotencyScopeCaller {
-				scope = "caller"
-			}
-			methods := "POST, PATCH"
-			if id.Methods != nil {
-				methods = strings.Join(id.Methods, ", ")
-			}
-			sr.Effective = append(sr.Effective, Setting{"idempotency.scope", scope}, Setting{"idempotency.methods", methods},
-				Setting{"idempotency.required", strconv.FormatBool(id.Required)}, Setting{"idempotency.ttl", durOr(id.TTL, 24*time.Hour, "")},
-				Setting{"idempotency.lease", durOr(id.Lease, 30*time.Second, "")})
-		}
-		if rl := s.RateLimit; rl != nil {
-			rate := orF(rl.Rate, ratelimit.DefaultRate)
-			burst := rl.Burst
-			if burst == 0 {
-				burst = int(math.Max(1, math.Ceil(rate)))
-			}
-			maxKeys := rl.MaxKeys
-			if maxKeys == 0 {
-				maxKeys = ratelimit.DefaultMaxKeys
-			}
-			sr.Effective = append(sr.Effective, Setting{"rate_limit.rate", fmtFloat(rate)},
-				Setting{"rate_limit.burst", strconv.Itoa(burst)}, Setting{"rate_limit.max_keys", strconv.Itoa(maxKeys)})
-		}
-		rep.Servers = append(rep.Servers, sr)
+		rep.Servers = append(rep.Servers, serverReport(s))
 	}
 	return rep
+}
+
+// dependencyReport reports d's effective settings, and those that differ
+// from the defaults as d's kind sees them.
+func (c *checkedFile) dependencyReport(d *resolvedDep) DependencyReport {
+	dr := DependencyReport{Name: d.Name, Kind: d.Kind, Reason: val(d.Reason), Owner: val(d.Owner), Decision: val(d.Decision), Differences: []Difference{}}
+	dr.Effective = effective(d)
+	// The defaults as this dependency's kind sees them.
+	base := &resolvedDep{Name: d.Name, Kind: d.Kind}
+	if c.File.Defaults != nil {
+		base.Settings = *c.File.Defaults
+	}
+	_ = (&checkedFile{Name: c.Name, File: c.File, lines: map[string]int{}}).build(base)
+	baseEff := effective(base)
+	defs := map[string]string{}
+	for _, s := range baseEff {
+		defs[s.Key] = s.Value
+	}
+	for _, s := range dr.Effective {
+		def, ok := defs[s.Key]
+		switch section, _, sub := strings.Cut(s.Key, "."); {
+		case ok:
+		case !sub:
+			// A section the dependency turns off that the defaults
+			// turn on ("hedge off" against their hedge settings).
+			var on []string
+			for _, b := range baseEff {
+				if k, ok := strings.CutPrefix(b.Key, section+"."); ok {
+					on = append(on, k+" "+b.Value)
+				}
+			}
+			def = strings.Join(on, ", ")
+		default:
+			// A section the defaults leave out ("bulkhead none"), or a
+			// setting they leave off (breaker.consecutive_failures).
+			def = "off"
+			if v, ok := defs[section]; ok {
+				def = section + " " + v
+			}
+		}
+		if def != s.Value {
+			dr.Differences = append(dr.Differences, Difference{Key: s.Key, Value: s.Value, Default: def,
+				Line: c.line("dependencies." + d.Name + "." + s.Key)})
+		}
+	}
+	return dr
+}
+
+// serverReport reports s's effective settings.
+func serverReport(s *resolvedServer) ServerReport {
+	sr := ServerReport{Name: s.Name, Reason: val(s.Reason), Owner: val(s.Owner)}
+	if d := s.Deadline; d != nil {
+		sr.Effective = append(sr.Effective, Setting{"deadline.max", durOr(d.Max, 30*time.Second, "none")}, Setting{"deadline.reserve", durOr(d.Reserve, 10*time.Millisecond, "none")})
+	}
+	if sh := s.Shed; sh != nil {
+		limit := "adaptive"
+		if sh.Limit > 0 {
+			limit = strconv.Itoa(sh.Limit)
+		}
+		sr.Effective = append(sr.Effective, Setting{"shed.limit", limit}, Setting{"shed.max_queue", strconv.Itoa(sh.MaxQueue)},
+			Setting{"shed.retry_ratio", fmtFloat(orF(sh.RetryRatio, 0.1))}, Setting{"shed.max_header_priority", sh.MaxHeaderPriority.String()})
+	}
+	if id := s.Idempotency; id != nil {
+		scope := "single_tenant"
+		if s.IdempotencyScopeCaller {
+			scope = "caller"
+		}
+		methods := "POST, PATCH"
+		if id.Methods != nil {
+			methods = strings.Join(id.Methods, ", ")
+		}
+		sr.Effective = append(sr.Effective, Setting{"idempotency.scope", scope}, Setting{"idempotency.methods", methods},
+			Setting{"idempotency.required", strconv.FormatBool(id.Required)}, Setting{"idempotency.ttl", durOr(id.TTL, 24*time.Hour, "")},
+			Setting{"idempotency.lease", durOr(id.Lease, 30*time.Second, "")})
+	}
+	if rl := s.RateLimit; rl != nil {
+		rate := orF(rl.Rate, ratelimit.DefaultRate)
+		burst := rl.Burst
+		if burst == 0 {
+			burst = int(math.Max(1, math.Ceil(rate)))
+		}
+		maxKeys := rl.MaxKeys
+		if maxKeys == 0 {
+			maxKeys = ratelimit.DefaultMaxKeys
+		}
+		sr.Effective = append(sr.Effective, Setting{"rate_limit.rate", fmtFloat(rate)},
+			Setting{"rate_limit.burst", strconv.Itoa(burst)}, Setting{"rate_limit.max_keys", strconv.Itoa(maxKeys)})
+	}
+	return sr
 }
 
 func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
