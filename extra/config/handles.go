@@ -150,7 +150,8 @@ func (r *Registry) Policy(name string) (*PolicyHandle, error) {
 // force, a *deadline.Server, *shed.Shedder, *idempotency.Server or
 // *ratelimit.Limiter, which a reload replaces, and Middleware runs a
 // handler through the middleware of the value in force at each request.
-// It is safe for concurrent use.
+// The Registry makes every Handle (a zero one holds no value). It is safe
+// for concurrent use.
 type Handle[T any] struct {
 	cur atomic.Pointer[T]
 	mw  func(*T, http.Handler) http.Handler
