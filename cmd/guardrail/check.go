@@ -46,15 +46,14 @@ func runCheck(_ context.Context, args []string, stdout, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	checked, _ := config.Parse(path, data)
-	rep := checked.Report()
+	rep, _ := config.Parse(path, data)
 	if *jsonOut {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
 			return err
 		}
-	} else if err := rep.WriteText(stdout); err != nil {
+	} else if err := writeReport(stdout, rep); err != nil {
 		return err
 	}
 	switch {

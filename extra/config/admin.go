@@ -3,7 +3,7 @@ package config
 import (
 	"cmp"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sort"
@@ -34,13 +34,13 @@ type AdminConfig struct {
 	Logger *slog.Logger
 }
 
-// ErrNoAuthorize is returned by NewAdmin for a Config that would leave
+// errNoAuthorize is the error of NewAdmin for a Config that would leave
 // writes open.
-var ErrNoAuthorize = errors.New("config: AdminConfig.Authorize is nil and ReadOnly is false; want an Authorize hook, or ReadOnly: true, since the admin endpoint can force breakers open")
+var errNoAuthorize = fmt.Errorf("%w: AdminConfig.Authorize is nil and ReadOnly is false; want an Authorize hook, or ReadOnly: true, since the admin endpoint can force breakers open", ErrInvalidConfig)
 
-// MaxReasonLength bounds the reason of an admin action, which goes to the
+// maxReasonLength bounds the reason of an admin action, which goes to the
 // log.
-const MaxReasonLength = 500
+const maxReasonLength = 500
 
 // Admin is the admin endpoint of a Registry, an http.Handler to mount
 // where operators reach it. It is safe for concurrent use.
@@ -56,10 +56,12 @@ type Admin struct {
 // forces a breaker open, closed or reset (POST
 // /breakers/{dependency}/{open|close|reset}?key=KEY&reason=TEXT, where KEY
 // is the host of an HTTP dependency or the failure domain of a gRPC one:
-// its target, or its target and full method name).
+// its target, or its target and full method name). A reason of at most
+// 500 bytes is required, and logged with the action. The error Is
+// ErrInvalidConfig when cfg has no Authorize and is not ReadOnly.
 func NewAdmin(reg *Registry, cfg AdminConfig) (*Admin, error) {
 	if cfg.Authorize == nil && !cfg.ReadOnly {
-		return nil, ErrNoAuthorize
+		return nil, errNoAuthorize
 	}
 	a := &Admin{reg: reg, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
 	if a.log == nil {
@@ -73,9 +75,9 @@ func NewAdmin(reg *Registry, cfg AdminConfig) (*Admin, error) {
 // ServeHTTP serves the endpoint.
 func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
 
-// BreakerStatus is one breaker in the listing.
+// breakerState is one breaker in the listing.
 // It is a plain value.
-type BreakerStatus struct {
+type breakerState struct {
 	Dependency  string         `json:"dependency"`
 	Key         string         `json:"key,omitempty"` // the host of an HTTP dependency; the target (or target and method) of a gRPC one
 	State       string         `json:"state"`
@@ -88,9 +90,9 @@ type BreakerStatus struct {
 	Settings    map[string]any `json:"settings"`
 }
 
-// BudgetStatus is one retry budget in the listing.
+// budgetState is one retry budget in the listing.
 // It is a plain value.
-type BudgetStatus struct {
+type budgetState struct {
 	Dependency string  `json:"dependency"`
 	Unlimited  bool    `json:"unlimited"`
 	Tokens     float64 `json:"tokens"`
@@ -99,20 +101,20 @@ type BudgetStatus struct {
 	Settings map[string]any `json:"settings,omitempty"`
 }
 
-// BulkheadStatus is one bulkhead in the listing.
+// bulkheadState is one bulkhead in the listing.
 // It is a plain value.
-type BulkheadStatus struct {
+type bulkheadState struct {
 	Dependency string `json:"dependency"`
 	InFlight   int    `json:"in_flight"`
 	Waiting    int    `json:"waiting"`
 	Limit      int    `json:"limit"`
 }
 
-// ThrottlerStatus is one dependency's adaptive throttle in the listing:
+// throttlerState is one dependency's adaptive throttle in the listing:
 // what its window holds now and the probability with which it rejects a
 // request locally.
 // It is a plain value.
-type ThrottlerStatus struct {
+type throttlerState struct {
 	Dependency string `json:"dependency"`
 	// Requests and Accepts are the requests attempted (rejected ones
 	// included) and those the dependency accepted, in the window now.
@@ -123,20 +125,20 @@ type ThrottlerStatus struct {
 	Settings map[string]any `json:"settings"`
 }
 
-// HedgeStatus is one dependency's hedging in the listing. The core keeps
+// hedgeState is one dependency's hedging in the listing. The core keeps
 // its state (the adaptive delay, a pause after an overload answer) to
 // itself, so the listing holds the settings alone; the events
 // event.Hedge and event.HedgeRefused say what hedging does.
 // It is a plain value.
-type HedgeStatus struct {
+type hedgeState struct {
 	Dependency string `json:"dependency"`
 	// Settings are the hedge configuration with defaults applied.
 	Settings map[string]any `json:"settings"`
 }
 
-// ShedderStatus is one shedder in the listing.
+// shedderState is one shedder in the listing.
 // It is a plain value.
-type ShedderStatus struct {
+type shedderState struct {
 	Server   string            `json:"server"`
 	InFlight int               `json:"in_flight"`
 	Limit    int               `json:"limit"`
@@ -150,36 +152,36 @@ type ShedderStatus struct {
 	Settings map[string]any `json:"settings,omitempty"`
 }
 
-// Status is the admin listing.
+// listing is the admin listing.
 // It is a plain value.
-type Status struct {
-	File       string            `json:"file"`
-	Reload     ReloadStats       `json:"reload"`
-	Breakers   []BreakerStatus   `json:"breakers"`
-	Budgets    []BudgetStatus    `json:"budgets"`
-	Bulkheads  []BulkheadStatus  `json:"bulkheads"`
-	Throttlers []ThrottlerStatus `json:"throttlers"`
-	Hedges     []HedgeStatus     `json:"hedges"`
-	Shedders   []ShedderStatus   `json:"shedders"`
+type listing struct {
+	File       string           `json:"file"`
+	Reload     ReloadStats      `json:"reload"`
+	Breakers   []breakerState   `json:"breakers"`
+	Budgets    []budgetState    `json:"budgets"`
+	Bulkheads  []bulkheadState  `json:"bulkheads"`
+	Throttlers []throttlerState `json:"throttlers"`
+	Hedges     []hedgeState     `json:"hedges"`
+	Shedders   []shedderState   `json:"shedders"`
 }
 
-func throttlerStatus(dep string, t *throttle.Throttler, cfg throttle.Config) ThrottlerStatus {
+func throttlerStatus(dep string, t *throttle.Throttler, cfg throttle.Config) throttlerState {
 	req, acc := t.Counts()
-	return ThrottlerStatus{Dependency: dep, Requests: req, Accepts: acc, RejectProbability: t.RejectProbability(),
+	return throttlerState{Dependency: dep, Requests: req, Accepts: acc, RejectProbability: t.RejectProbability(),
 		Settings: map[string]any{"window": cmp.Or(cfg.Window, throttle.DefaultWindow).String(), "k": cmp.Or(cfg.K, throttle.DefaultK)}}
 }
 
-func hedgeStatus(dep string, h *guardrail.HedgeConfig) HedgeStatus {
+func hedgeStatus(dep string, h *guardrail.HedgeConfig) hedgeState {
 	s := map[string]any{}
 	for _, e := range hedgeEffective(h, nil) {
 		if k, ok := strings.CutPrefix(e.Key, "hedge."); ok {
 			s[k] = e.Value
 		}
 	}
-	return HedgeStatus{Dependency: dep, Settings: s}
+	return hedgeState{Dependency: dep, Settings: s}
 }
 
-func breakerStatus(dep, key string, b *breaker.Breaker) BreakerStatus {
+func breakerStatus(dep, key string, b *breaker.Breaker) breakerState {
 	m := b.Metrics()
 	c := b.Config()
 	s := map[string]any{
@@ -195,16 +197,16 @@ func breakerStatus(dep, key string, b *breaker.Breaker) BreakerStatus {
 	if c.SlowCall > 0 {
 		s["slow_call"], s["slow_rate"] = c.SlowCall.String(), c.SlowRate
 	}
-	return BreakerStatus{Dependency: dep, Key: key, State: m.State.String(), Forced: m.Forced, Calls: m.Calls,
+	return breakerState{Dependency: dep, Key: key, State: m.State.String(), Forced: m.Forced, Calls: m.Calls,
 		Failures: m.Failures, FailureRate: m.FailureRate, Opens: m.Opens, OpenUntil: m.OpenUntil, Settings: s}
 }
 
-// Status returns what the admin endpoint lists.
-func (r *Registry) Status() Status {
+// status returns what the admin endpoint lists.
+func (r *Registry) status() listing {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := Status{File: r.path, Reload: r.Stats(), Breakers: []BreakerStatus{}, Budgets: []BudgetStatus{},
-		Bulkheads: []BulkheadStatus{}, Throttlers: []ThrottlerStatus{}, Hedges: []HedgeStatus{}, Shedders: []ShedderStatus{}}
+	st := listing{File: r.path, Reload: r.Stats(), Breakers: []breakerState{}, Budgets: []budgetState{},
+		Bulkheads: []bulkheadState{}, Throttlers: []throttlerState{}, Hedges: []hedgeState{}, Shedders: []shedderState{}}
 	checked := r.checked.Load()
 	// hedgeAndThrottle lists the throttler and hedging of a dependency.
 	hedgeAndThrottle := func(name string, h *guardrail.HedgeConfig, t *throttle.Throttler, cfg *throttle.Config) {
@@ -229,7 +231,7 @@ func (r *Registry) Status() Status {
 			st.Breakers = append(st.Breakers, breakerStatus(name, key, b))
 			return true
 		})
-		st.Budgets = append(st.Budgets, BudgetStatus{Dependency: name, Unlimited: isInf(v.cfg.Budget.Max()), Tokens: finite(v.cfg.Budget.Tokens()), Max: finite(v.cfg.Budget.Max()), Settings: budgetSettings(name)})
+		st.Budgets = append(st.Budgets, budgetState{Dependency: name, Unlimited: isInf(v.cfg.Budget.Max()), Tokens: finite(v.cfg.Budget.Tokens()), Max: finite(v.cfg.Budget.Max()), Settings: budgetSettings(name)})
 		hedgeAndThrottle(name, v.cfg.Hedge, v.cfg.Throttler, v.throttle)
 	}
 	for _, name := range sortedKeys(r.grpcs) {
@@ -238,16 +240,16 @@ func (r *Registry) Status() Status {
 			st.Breakers = append(st.Breakers, breakerStatus(name, key, b))
 			return true
 		})
-		st.Budgets = append(st.Budgets, BudgetStatus{Dependency: name, Unlimited: isInf(g.Budget.Max()), Tokens: finite(g.Budget.Tokens()), Max: finite(g.Budget.Max()), Settings: budgetSettings(name)})
+		st.Budgets = append(st.Budgets, budgetState{Dependency: name, Unlimited: isInf(g.Budget.Max()), Tokens: finite(g.Budget.Tokens()), Max: finite(g.Budget.Max()), Settings: budgetSettings(name)})
 		hedgeAndThrottle(name, g.Hedge, g.Throttler, g.Throttle)
 	}
 	for _, name := range sortedKeys(r.policies) {
 		pv := r.policies[name].cur.Load()
 		p := pv.p
 		st.Breakers = append(st.Breakers, breakerStatus(name, "", p.Breaker))
-		st.Budgets = append(st.Budgets, BudgetStatus{Dependency: name, Unlimited: isInf(p.Budget.Max()), Tokens: finite(p.Budget.Tokens()), Max: finite(p.Budget.Max()), Settings: budgetSettings(name)})
+		st.Budgets = append(st.Budgets, budgetState{Dependency: name, Unlimited: isInf(p.Budget.Max()), Tokens: finite(p.Budget.Tokens()), Max: finite(p.Budget.Max()), Settings: budgetSettings(name)})
 		if p.Bulkhead != nil {
-			st.Bulkheads = append(st.Bulkheads, BulkheadStatus{Dependency: name, InFlight: p.Bulkhead.InFlight(), Waiting: p.Bulkhead.Waiting(), Limit: p.Bulkhead.Limit()})
+			st.Bulkheads = append(st.Bulkheads, bulkheadState{Dependency: name, InFlight: p.Bulkhead.InFlight(), Waiting: p.Bulkhead.Waiting(), Limit: p.Bulkhead.Limit()})
 		}
 		hedgeAndThrottle(name, p.Hedge, p.Throttler, pv.throttle)
 	}
@@ -256,7 +258,7 @@ func (r *Registry) Status() Status {
 	})
 	for _, name := range sortedKeys(r.sheds) {
 		s := r.sheds[name].Current().Stats()
-		ss := ShedderStatus{Server: name, InFlight: s.InFlight, Limit: s.Limit, Queued: s.Queued, Admitted: s.Admitted, Shed: s.Shed, ByReason: s.ShedByReason}
+		ss := shedderState{Server: name, InFlight: s.InFlight, Limit: s.Limit, Queued: s.Queued, Admitted: s.Admitted, Shed: s.Shed, ByReason: s.ShedByReason}
 		if s.MinRTT > 0 {
 			ss.MinRTT = s.MinRTT.String()
 		}
@@ -311,7 +313,7 @@ func (a *Admin) list(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, a.reg.Status())
+	writeJSON(w, http.StatusOK, a.reg.status())
 }
 
 // breakersOf returns the breakers of dependency dep an action applies to:
@@ -322,7 +324,7 @@ func (r *Registry) breakersOf(dep, key string) ([]*breaker.Breaker, []string, bo
 	var g *breaker.Group
 	h, isHTTP := r.https[dep]
 	gh, isGRPC := r.grpcs[dep]
-	if d := r.checked.Load().dependency(dep); isHTTP && isGRPC && d != nil && d.Kind == KindGRPC {
+	if d := r.checked.Load().dependency(dep); isHTTP && isGRPC && d != nil && d.Kind == kindGRPC {
 		isHTTP = false // the kind changed: the handle of the kind in force
 	}
 	switch {
@@ -345,7 +347,7 @@ func (r *Registry) breakersOf(dep, key string) ([]*breaker.Breaker, []string, bo
 		return bs, keys, true
 	}
 	if p, ok := r.policies[dep]; ok {
-		return []*breaker.Breaker{p.Current().Breaker}, []string{""}, true
+		return []*breaker.Breaker{p.Policy().Breaker}, []string{""}, true
 	}
 	return nil, nil, false
 }
@@ -363,7 +365,7 @@ func (a *Admin) act(w http.ResponseWriter, r *http.Request) {
 	dep, action := r.PathValue("dependency"), r.PathValue("action")
 	reason := strings.TrimSpace(r.FormValue("reason"))
 	key := r.FormValue("key")
-	if reason == "" || len(reason) > MaxReasonLength {
+	if reason == "" || len(reason) > maxReasonLength {
 		writeError(w, http.StatusBadRequest, "reason is required (at most 500 bytes): it goes to the log with the action")
 		return
 	}
@@ -384,14 +386,14 @@ func (a *Admin) act(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no dependency "+dep)
 		return
 	}
-	var out []BreakerStatus
+	var out []breakerState
 	for i, b := range bs {
 		do(b)
 		a.log.Warn("config: admin breaker action", "action", action, "dependency", dep, "key", keys[i], "reason", reason, "remote", r.RemoteAddr)
 		out = append(out, breakerStatus(dep, keys[i], b))
 	}
 	if out == nil {
-		out = []BreakerStatus{}
+		out = []breakerState{}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

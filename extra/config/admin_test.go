@@ -21,8 +21,8 @@ func TestNewAdminRefusesOpenWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewAdmin(reg, AdminConfig{}); !errors.Is(err, ErrNoAuthorize) {
-		t.Errorf("NewAdmin without Authorize: %v; want ErrNoAuthorize", err)
+	if _, err := NewAdmin(reg, AdminConfig{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("NewAdmin without Authorize: %v; want ErrInvalidConfig", err)
 	}
 	a, err := NewAdmin(reg, AdminConfig{ReadOnly: true})
 	if err != nil {
@@ -37,7 +37,7 @@ func TestNewAdminRefusesOpenWrites(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("a write to a read-only endpoint: %d; want 403", resp.StatusCode)
 	}
-	if p, _ := reg.Policy("ledger"); p.Current().Breaker.State() != breaker.Closed {
+	if p, _ := reg.Policy("ledger"); p.Policy().Breaker.State() != breaker.Closed {
 		t.Error("a read-only endpoint changed a breaker")
 	}
 }
@@ -113,7 +113,7 @@ func TestAdminListsAndForcesBreakers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st Status
+	var st listing
 	err = json.NewDecoder(resp.Body).Decode(&st)
 	resp.Body.Close()
 	if err != nil {
@@ -156,7 +156,7 @@ func TestAdminListsAndForcesBreakers(t *testing.T) {
 		t.Fatalf("force open ledger: %d %s", code, body)
 	}
 	ledger, _ := reg.Policy("ledger")
-	if _, err := Do(context.Background(), ledger, func(context.Context) (int, error) { return 1, nil }); !errors.Is(err, breaker.ErrOpen) {
+	if _, err := do(context.Background(), ledger, func(context.Context) (int, error) { return 1, nil }); !errors.Is(err, breaker.ErrOpen) {
 		t.Errorf("a ledger call after force-open: %v; want breaker.ErrOpen", err)
 	}
 }

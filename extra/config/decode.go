@@ -16,16 +16,16 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// MaxFileSize bounds the file Parse reads: a policy file is a page or two,
+// maxFileSize bounds the file Parse reads: a policy file is a page or two,
 // and a bound keeps a wrong path (a log, a binary) from being read whole.
-const MaxFileSize = 1 << 20
+const maxFileSize = 1 << 20
 
 // maxDepth bounds the nesting decode follows; the format nests five deep.
 const maxDepth = 20
 
 var durationType = reflect.TypeFor[time.Duration]()
 
-// decoder turns a yaml.v3 node tree into a File, strictly, recording the
+// decoder turns a yaml.v3 node tree into a policyFile, strictly, recording the
 // line of every key it reads so that later checks can name it.
 type decoder struct {
 	file  string
@@ -34,16 +34,16 @@ type decoder struct {
 }
 
 func (d *decoder) errorf(line int, path, format string, args ...any) {
-	d.diags = append(d.diags, Diagnostic{File: d.file, Line: line, Field: path, Severity: SeverityError, Message: fmt.Sprintf(format, args...)})
+	d.diags = append(d.diags, Diagnostic{File: d.file, Line: line, Field: path, Severity: severityError, Message: fmt.Sprintf(format, args...)})
 }
 
-// parseFile decodes data into a File. Syntax errors carry the line yaml.v3
+// parseFile decodes data into a policyFile. Syntax errors carry the line yaml.v3
 // reports; every other error the line of the node at fault.
-func parseFile(name string, data []byte) (*File, map[string]int, []Diagnostic) {
+func parseFile(name string, data []byte) (*policyFile, map[string]int, []Diagnostic) {
 	d := &decoder{file: name, lines: map[string]int{}}
-	f := &File{}
-	if len(data) > MaxFileSize {
-		d.errorf(1, "", "the file is %d bytes; want at most %d", len(data), MaxFileSize)
+	f := &policyFile{}
+	if len(data) > maxFileSize {
+		d.errorf(1, "", "the file is %d bytes; want at most %d", len(data), maxFileSize)
 		return f, d.lines, d.diags
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -118,7 +118,7 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
-// decode fills v from n. Only the kinds the File types use are handled.
+// decode fills v from n. Only the kinds the schema types (file.go) use are handled.
 func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string, depth int) {
 	if depth > maxDepth {
 		d.errorf(n.Line, path, "nested too deep")

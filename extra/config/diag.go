@@ -7,29 +7,29 @@ import (
 	"strings"
 )
 
-// Severity says whether a Diagnostic stops the file from loading. A plain
-// value.
-type Severity string
-
-// Severities.
+// The severities of a Diagnostic: an error stops the file from loading, a
+// warning does not.
 const (
-	SeverityError   Severity = "error"
-	SeverityWarning Severity = "warning"
+	severityError   = "error"
+	severityWarning = "warning"
 )
 
-// ErrInvalidConfig is the sentinel the error of Parse, Load and Reload Is when
-// the file holds an error.
+// ErrInvalidConfig is the sentinel the error of Parse, Load and Reload Is
+// when the file holds an error, and that of NewAdmin for a configuration
+// that would leave the endpoint's writes open.
 var ErrInvalidConfig = errors.New("config: invalid config")
 
 // Diagnostic is one finding about a file: where, which setting, what was
 // found and what is allowed (an error), or what is risky and why (a
 // warning). It is a plain value.
 type Diagnostic struct {
-	File     string   `json:"file"`
-	Line     int      `json:"line"`
-	Field    string   `json:"field,omitempty"` // dotted path of the key, e.g. dependencies.payments.attempt_timeout
-	Severity Severity `json:"severity"`
-	Message  string   `json:"message"`
+	File  string `json:"file"`
+	Line  int    `json:"line"`
+	Field string `json:"field,omitempty"` // dotted path of the key, e.g. dependencies.payments.attempt_timeout
+	// Severity is "error", which stops the file from loading, or
+	// "warning", which does not.
+	Severity string `json:"severity"`
+	Message  string `json:"message"`
 }
 
 // String renders the diagnostic as file:line: field: message.
@@ -82,7 +82,7 @@ func split(ds []Diagnostic) (errs, warns []Diagnostic) {
 			continue
 		}
 		seen[d] = true
-		if d.Severity == SeverityError {
+		if d.Severity == severityError {
 			errs = append(errs, d)
 		} else {
 			warns = append(warns, d)

@@ -13,18 +13,33 @@
 //
 //	policy.yaml:14: dependencies.payments.attempt_timeout: "5" has no unit; write 5s
 //
-// Values are checked by the constructors of the guardrail packages that
-// use them, and their errors are reported on the key that set the field.
-// Parse also warns about settings that load but are risky, saying why.
+// The file's keys are those of the core's configuration types
+// (guardrail.Retry, guardhttp.Config, breaker.Config, shed.Config, ...),
+// which declare every setting; the package maps the file onto them in one
+// place, and checks the values with the constructors of the guardrail
+// packages that use them, reporting their errors on the key that set the
+// field. Parse checks a file without building anything, and reports it as
+// guardrail check prints it: effective settings, differences from the
+// defaults with their reasons, errors, and warnings about settings that
+// load but are risky, saying why.
 //
 // Load returns a Registry of ready values by name: HTTPClient, Policy,
 // GRPC, Deadline, Shedder, Idempotency, RateLimiter. They are handles:
 // Reload, WatchSignal (SIGHUP) or Watch (the file's modification time)
 // swaps their settings atomically for new calls, keeps breakers, budgets,
-// bulkheads, throttlers and shedders whose settings did not change, and rejects an
-// invalid file as a whole, keeping the settings in force. NewAdmin serves
-// their state as JSON and lets an authorised operator force a breaker
-// open, closed or reset.
+// bulkheads, throttlers and shedders whose settings did not change, and
+// rejects an invalid file as a whole, keeping the settings in force.
+// NewAdmin serves their state as JSON and lets an authorised operator
+// force a breaker open, closed or reset.
+//
+// A policy dependency's handle gives the guardrail.Policy in force to the
+// core's functions, so that a call is the core's own:
+//
+//	ledger, err := reg.Policy("ledger")
+//	...
+//	ctx, cancel := ledger.WithDeadline(ctx)
+//	defer cancel()
+//	n, err := guardrail.Do(ctx, ledger.Policy(), op)
 //
 // This package does not import gRPC, so that a program using it without
 // gRPC does not have gRPC in its module graph: a gRPC dependency's
@@ -34,6 +49,7 @@
 //
 // The values are those built by hand from the same numbers:
 // Registry.HTTPConfig returns the guardhttp.Config of a client,
-// Policy.Current the guardrail.Policy of a dependency, and GRPC.Current
-// the fields of a gRPC dependency's guardgrpc.ClientConfig.
+// PolicyHandle.Policy the guardrail.Policy of a dependency, and
+// GRPCHandle.Current the fields of a gRPC dependency's
+// guardgrpc.ClientConfig.
 package config

@@ -30,7 +30,7 @@ func docExample(t testing.TB) []byte {
 }
 
 func TestDocExampleIsValid(t *testing.T) {
-	c, err := Parse("policy.yaml", docExample(t))
+	c, err := parse("policy.yaml", docExample(t))
 	if err != nil {
 		t.Fatalf("the documented example does not load:\n%v", err)
 	}

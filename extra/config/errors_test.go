@@ -171,7 +171,7 @@ func TestBrokenCopiesNameTheirLine(t *testing.T) {
 	for _, tc := range brokenCopies {
 		t.Run(tc.name, func(t *testing.T) {
 			data, line := mutate(t, tc.old, tc.new, tc.marker)
-			c, err := Parse("policy.yaml", data)
+			c, err := parse("policy.yaml", data)
 			if err == nil {
 				t.Fatalf("Parse accepted the broken copy")
 			}
@@ -254,7 +254,7 @@ func TestRiskyCopiesWarn(t *testing.T) {
 	for _, tc := range riskyCopies {
 		t.Run(tc.name, func(t *testing.T) {
 			data, line := mutate(t, tc.old, tc.new, tc.marker)
-			c, err := Parse("policy.yaml", data)
+			c, err := parse("policy.yaml", data)
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
@@ -270,7 +270,7 @@ func TestRiskyCopiesWarn(t *testing.T) {
 
 // JSON is YAML to the parser: the same errors, on the same lines.
 func TestJSONFileNamesItsLines(t *testing.T) {
-	c, err := Parse("policy.json", []byte(`{
+	c, err := parse("policy.json", []byte(`{
   "defaults": {"max_attempts": 2},
   "dependencies": {
     "payments": {
@@ -286,7 +286,7 @@ func TestJSONFileNamesItsLines(t *testing.T) {
 	if got, want := c.Errors[0].String(), `policy.json:6: dependencies.payments.attempt_timeout: "5" has no unit; write 5s`; got != want {
 		t.Errorf("got %s; want %s", got, want)
 	}
-	ok, err := Parse("policy.json", []byte(`{"dependencies": {"a": {"reason": "r", "attempt_timeout": "500ms"}}}`))
+	ok, err := parse("policy.json", []byte(`{"dependencies": {"a": {"reason": "r", "attempt_timeout": "500ms"}}}`))
 	if err != nil || len(ok.Dependencies) != 1 || ok.Dependencies[0].HTTP.AttemptTimeout.String() != "500ms" {
 		t.Errorf("a valid JSON file: %v", err)
 	}
@@ -296,7 +296,7 @@ func TestJSONFileNamesItsLines(t *testing.T) {
 // and said once.
 func TestDefaultsErrorSaidOnce(t *testing.T) {
 	data, line := mutate(t, "  deadline_reserve: 5ms\n", "  deadline_reserve: 5ms\n  throttle: {k: 0.5}\n", "throttle: {k: 0.5}")
-	c, err := Parse("policy.yaml", data)
+	c, err := parse("policy.yaml", data)
 	if err == nil {
 		t.Fatal("Parse accepted k: 0.5")
 	}

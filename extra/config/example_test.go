@@ -51,7 +51,9 @@ servers:
 
 	// Any other call runs under a policy.
 	ledger, _ := reg.Policy("ledger")
-	n, err := config.Do(context.Background(), ledger, func(context.Context) (int, error) { return 42, nil })
+	ctx, cancel := ledger.WithDeadline(context.Background())
+	defer cancel()
+	n, err := guardrail.Do(ctx, ledger.Policy(), func(context.Context) (int, error) { return 42, nil })
 	fmt.Println(n, err)
 
 	// The server side composes as middleware.
@@ -59,8 +61,9 @@ servers:
 	sh, _ := reg.Shedder("api")
 	_ = dl.Middleware(sh.Middleware(http.NotFoundHandler()))
 
-	// What differs from the defaults, and why.
-	for _, d := range reg.Checked().Report().Dependencies {
+	// What differs from the defaults, and why: what guardrail check prints.
+	rep, _ := config.Parse("policy.yaml", []byte(file))
+	for _, d := range rep.Dependencies {
 		for _, diff := range d.Differences {
 			fmt.Printf("%s: %s %s (default %s): %s\n", d.Name, diff.Key, diff.Value, diff.Default, d.Reason)
 		}
@@ -89,9 +92,10 @@ dependencies:
 }
 
 // A policy dependency with a hedge section hedges the calls the code makes
-// with DoHedged: an attempt that has not answered after the delay gets a
-// second one alongside it, and the first answer wins.
-func ExampleDoHedged() {
+// with guardrail.DoHedged: an attempt that has not answered after the
+// delay gets a second one alongside it, and the first answer wins.
+// guardrail.Do never hedges.
+func ExamplePolicyHandle() {
 	reg, err := config.New("policy.yaml", []byte(`
 dependencies:
   search:
@@ -106,8 +110,10 @@ dependencies:
 		return
 	}
 	search, _ := reg.Policy("search")
+	ctx, cancel := search.WithDeadline(context.Background())
+	defer cancel()
 	var attempts atomic.Int32
-	v, err := config.DoHedged(context.Background(), search, guardrail.Call{}, func(ctx context.Context) (string, error) {
+	v, err := guardrail.DoHedged(ctx, search.Policy(), guardrail.Call{}, func(ctx context.Context) (string, error) {
 		if attempts.Add(1) == 1 {
 			<-ctx.Done() // the stalled replica, until the hedge wins
 			return "", ctx.Err()

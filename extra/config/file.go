@@ -2,28 +2,33 @@ package config
 
 import "time"
 
-// File is the parsed policy file, as written: every field is a pointer (or
-// a nil map or slice) when the file leaves it out, so that what a
-// dependency overrides can be told from what it inherits. docs/config.md
-// documents every key. A File is a plain value; Parse returns a new one
-// each time.
-type File struct {
+// The types of this file are the policy file's schema, unexported: they
+// mirror the file key for key (the yaml tags), and a nil pointer is a key
+// the file leaves out. They declare no setting of their own: mapping.go
+// maps each section onto the configuration type of the guardrail core
+// that declares its fields.
+
+// policyFile is the parsed policy file, as written: every field is a
+// pointer (or a nil map or slice) when the file leaves it out, so that
+// what a dependency overrides can be told from what it inherits.
+// docs/config.md documents every key. Parse makes a new one each time.
+type policyFile struct {
 	// Version is the format's version; 1 is the only one, and the default.
 	Version *int `yaml:"version"`
 	// Defaults are the settings every dependency starts from: the platform
 	// team's, reviewed once.
-	Defaults *Settings `yaml:"defaults"`
+	Defaults *fileSettings `yaml:"defaults"`
 	// Dependencies are the clients, by name: what the service calls.
-	Dependencies map[string]*Dependency `yaml:"dependencies"`
+	Dependencies map[string]*fileDependency `yaml:"dependencies"`
 	// Servers are the server-side guardrails, by name: what the service
 	// serves.
-	Servers map[string]*Server `yaml:"servers"`
+	Servers map[string]*fileServer `yaml:"servers"`
 }
 
-// Review is who stands behind a departure from the defaults, and why.
+// fileReview is who stands behind a departure from the defaults, and why.
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
-type Review struct {
+type fileReview struct {
 	// Reason says why the settings differ from the defaults. It is required
 	// as soon as a dependency sets anything the defaults set, so that every
 	// difference is reviewed with its reason beside it.
@@ -34,12 +39,12 @@ type Review struct {
 	Decision *string `yaml:"decision"`
 }
 
-// Dependency is one dependency's client settings: the defaults, overridden
+// fileDependency is one dependency's client settings: the defaults, overridden
 // field by field.
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
-type Dependency struct {
-	Review `yaml:",inline"`
+type fileDependency struct {
+	fileReview `yaml:",inline"`
 	// Kind is "http" (the default: Registry.HTTPClient), "grpc" (a
 	// guardgrpc client: Registry.GRPC, which package
 	// extra/grpcconfig installs on connections) or "policy" (a
@@ -51,16 +56,16 @@ type Dependency struct {
 	Calls []string `yaml:"calls"`
 	// Routes lists routes of the dependency whose idempotence matters to
 	// retries. Descriptive: it only feeds the warnings.
-	Routes   []*Route `yaml:"routes"`
-	Settings `yaml:",inline"`
+	Routes       []*fileRoute `yaml:"routes"`
+	fileSettings `yaml:",inline"`
 }
 
-// Route is a route of a dependency, for the warnings about retries: an
+// fileRoute is a route of a dependency, for the warnings about retries: an
 // HTTP method and path, or a gRPC dependency's full method name
 // ("/pkg.Service/Method") in Method alone.
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
-type Route struct {
+type fileRoute struct {
 	Method *string `yaml:"method"`
 	Path   *string `yaml:"path"`
 	// Idempotent says whether repeating the request is harmless. Nil means
@@ -69,12 +74,12 @@ type Route struct {
 	Idempotent *bool `yaml:"idempotent"`
 }
 
-// Settings are the client settings of a dependency, or the defaults. Each
+// fileSettings are the client settings of a dependency, or the defaults. Each
 // field is the guardhttp.Config, guardgrpc.ClientConfig or guardrail.Policy
 // field of the same name.
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
-type Settings struct {
+type fileSettings struct {
 	MaxAttempts    *int           `yaml:"max_attempts"`
 	AttemptTimeout *time.Duration `yaml:"attempt_timeout"`
 	MinAttemptTime *time.Duration `yaml:"min_attempt_time"`
@@ -82,17 +87,17 @@ type Settings struct {
 	// Deadline bounds a whole call, every attempt and backoff included: the
 	// dependency's deadline budget. Zero or absent means none but the
 	// caller's context.
-	Deadline    *time.Duration `yaml:"deadline"`
-	Backoff     *Backoff       `yaml:"backoff"`
-	RetryBudget *RetryBudget   `yaml:"retry_budget"`
-	Breaker     *Breaker       `yaml:"breaker"`
-	Bulkhead    *Bulkhead      `yaml:"bulkhead"`
+	Deadline    *time.Duration   `yaml:"deadline"`
+	Backoff     *fileBackoff     `yaml:"backoff"`
+	RetryBudget *fileRetryBudget `yaml:"retry_budget"`
+	Breaker     *fileBreaker     `yaml:"breaker"`
+	Bulkhead    *fileBulkhead    `yaml:"bulkhead"`
 	// Hedge turns on hedging: the section being there is what turns it
 	// on, so hedge: {} hedges with the library's defaults.
-	Hedge *Hedge `yaml:"hedge"`
+	Hedge *fileHedge `yaml:"hedge"`
 	// Throttle turns on client-side adaptive throttling: throttle: {}
 	// throttles with the library's defaults.
-	Throttle *Throttle `yaml:"throttle"`
+	Throttle *fileThrottle `yaml:"throttle"`
 
 	// HTTP only.
 	ConnectTimeout        *time.Duration `yaml:"connect_timeout"`
@@ -116,10 +121,10 @@ type Settings struct {
 	Idempotent *bool `yaml:"idempotent"`
 }
 
-// Backoff selects a backoff.Strategy.
+// fileBackoff selects a backoff.Strategy.
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
-type Backoff struct {
+type fileBackoff struct {
 	// Strategy is full_jitter (the default), equal_jitter, exponential,
 	// decorrelated, constant or none.
 	Strategy *string        `yaml:"strategy"`
@@ -127,10 +132,10 @@ type Backoff struct {
 	Cap      *time.Duration `yaml:"cap"`
 }
 
-// RetryBudget is a budget.Config, or an unlimited budget.
+// fileRetryBudget is a budget.Config, or an unlimited budget.
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
-type RetryBudget struct {
+type fileRetryBudget struct {
 	Ratio        *float64 `yaml:"ratio"`
 	Max          *float64 `yaml:"max"`
 	MinPerSecond *float64 `yaml:"min_per_second"`
@@ -138,11 +143,11 @@ type RetryBudget struct {
 	Unlimited *bool `yaml:"unlimited"`
 }
 
-// Breaker is a breaker.Config (and, for HTTP and gRPC, the group's
+// fileBreaker is a breaker.Config (and, for HTTP and gRPC, the group's
 // limits).
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
-type Breaker struct {
+type fileBreaker struct {
 	Window      *time.Duration `yaml:"window"`
 	Buckets     *int           `yaml:"buckets"`
 	CountWindow *int           `yaml:"count_window"`
@@ -167,21 +172,21 @@ type Breaker struct {
 	IdleTTL *time.Duration `yaml:"idle_ttl"`
 }
 
-// Bulkhead is a bulkhead.Config; Disabled removes one the defaults set.
+// fileBulkhead is a bulkhead.Config; Disabled removes one the defaults set.
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
-type Bulkhead struct {
+type fileBulkhead struct {
 	MaxConcurrent *int           `yaml:"max_concurrent"`
 	MaxQueue      *int           `yaml:"max_queue"`
 	MaxWait       *time.Duration `yaml:"max_wait"`
 	Disabled      *bool          `yaml:"disabled"`
 }
 
-// Hedge is a guardrail.HedgeConfig; Disabled removes one the defaults
+// fileHedge is a guardrail.HedgeConfig; Disabled removes one the defaults
 // set.
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
-type Hedge struct {
+type fileHedge struct {
 	Delay         *time.Duration `yaml:"delay"`
 	Percentile    *float64       `yaml:"percentile"`
 	MaxHedges     *int           `yaml:"max_hedges"`
@@ -190,52 +195,52 @@ type Hedge struct {
 	Disabled      *bool          `yaml:"disabled"`
 }
 
-// Throttle is a throttle.Config; Disabled removes one the
+// fileThrottle is a throttle.Config; Disabled removes one the
 // defaults set.
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
-type Throttle struct {
+type fileThrottle struct {
 	Window   *time.Duration `yaml:"window"`
 	K        *float64       `yaml:"k"`
 	Disabled *bool          `yaml:"disabled"`
 }
 
-// Server is the server-side guardrails of one server (or route group).
+// fileServer is the server-side guardrails of one server (or route group).
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
-type Server struct {
-	Review `yaml:",inline"`
+type fileServer struct {
+	fileReview `yaml:",inline"`
 	// Calls names the dependencies the server calls while it answers.
-	Calls       []string           `yaml:"calls"`
-	Deadline    *ServerDeadline    `yaml:"deadline"`
-	Shed        *Shed              `yaml:"shed"`
-	Idempotency *ServerIdempotency `yaml:"idempotency"`
-	RateLimit   *ServerRateLimit   `yaml:"rate_limit"`
+	Calls       []string         `yaml:"calls"`
+	Deadline    *fileDeadline    `yaml:"deadline"`
+	Shed        *fileShed        `yaml:"shed"`
+	Idempotency *fileIdempotency `yaml:"idempotency"`
+	RateLimit   *fileRateLimit   `yaml:"rate_limit"`
 }
 
-// ServerRateLimit is a ratelimit.Config without its Key function, which
+// fileRateLimit is a ratelimit.Config without its Key function, which
 // says who a request is charged to and so cannot come from a file: the
 // code passes it to Registry.RateLimiter.
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
-type ServerRateLimit struct {
+type fileRateLimit struct {
 	Rate    *float64 `yaml:"rate"`
 	Burst   *int     `yaml:"burst"`
 	MaxKeys *int     `yaml:"max_keys"`
 }
 
-// ServerDeadline is a deadline.Config.
+// fileDeadline is a deadline.Config.
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
-type ServerDeadline struct {
+type fileDeadline struct {
 	Max     *time.Duration `yaml:"max"`
 	Reserve *time.Duration `yaml:"reserve"`
 }
 
-// Shed is a shed.Config.
+// fileShed is a shed.Config.
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
-type Shed struct {
+type fileShed struct {
 	Limit         *int           `yaml:"limit"`
 	MaxQueue      *int           `yaml:"max_queue"`
 	RetryRatio    *float64       `yaml:"retry_ratio"`
@@ -249,13 +254,13 @@ type Shed struct {
 	MaxHeaderPriority *string `yaml:"max_header_priority"`
 	// Shares maps a priority name to its share of the limit.
 	Shares   map[string]float64 `yaml:"shares"`
-	Adaptive *Adaptive          `yaml:"adaptive"`
+	Adaptive *fileAdaptive      `yaml:"adaptive"`
 }
 
-// Adaptive is a shed.Adaptive.
+// fileAdaptive is a shed.fileAdaptive.
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
-type Adaptive struct {
+type fileAdaptive struct {
 	InitialLimit   *int           `yaml:"initial_limit"`
 	MinLimit       *int           `yaml:"min_limit"`
 	MaxLimit       *int           `yaml:"max_limit"`
@@ -267,10 +272,10 @@ type Adaptive struct {
 	Smoothing      *float64       `yaml:"smoothing"`
 }
 
-// ServerIdempotency is an idempotency.Config without its functions.
+// fileIdempotency is an idempotency.Config without its functions.
 // It is a plain value, safe to read concurrently and not to change while
 // it is read.
-type ServerIdempotency struct {
+type fileIdempotency struct {
 	// Scope is "single_tenant" (every caller in one key scope) or "caller"
 	// (the code passes the Scope function to Registry.Idempotency).
 	Scope               *string        `yaml:"scope"`

@@ -33,7 +33,7 @@ func FuzzLoad(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := Parse("f.yaml", data)
+		c, err := parse("f.yaml", data)
 		lines := strings.Count(string(data), "\n") + 1
 		if err != nil && len(c.Errors) == 0 {
 			t.Fatalf("an error without diagnostics: %v", err)
@@ -43,7 +43,7 @@ func FuzzLoad(f *testing.F) {
 				t.Fatalf("diagnostic %q names line %d of a %d-line file", d, d.Line, lines)
 			}
 		}
-		_ = c.Report()
+		_ = c.report()
 		if err != nil || len(data) > 4096 {
 			return // building large files is slow and tells no more
 		}
@@ -52,14 +52,14 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("Parse accepted a file New does not build: %v", err)
 		}
 		for _, d := range c.Dependencies {
-			if d.Kind != KindPolicy {
+			if d.Kind != kindPolicy {
 				continue
 			}
 			p, err := reg.Policy(d.Name)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := DoHedged(context.Background(), p, guardrail.Call{}, func(context.Context) (int, error) { return 0, nil }); err != nil {
+			if _, err := doHedged(context.Background(), p, guardrail.Call{}, func(context.Context) (int, error) { return 0, nil }); err != nil {
 				t.Fatalf("policy %s, accepted by Parse, fails a call: %v", d.Name, err)
 			}
 		}

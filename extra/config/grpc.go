@@ -8,23 +8,10 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail"
-	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
-	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/throttle"
-)
-
-// Failure domains of a gRPC dependency: what gets a breaker and a
-// bulkhead compartment of its own.
-const (
-	// FailureDomainTarget gives each connection target its own, as
-	// guardgrpc does by default.
-	FailureDomainTarget = "target"
-	// FailureDomainMethod gives each method of each target its own
-	// (guardgrpc.ByMethod), for a service whose methods fail apart.
-	FailureDomainMethod = "method"
 )
 
 // GRPCSettings are the settings of a gRPC dependency: the fields of a
@@ -40,17 +27,18 @@ const (
 // settings did not change. It is safe to read concurrently.
 type GRPCSettings struct {
 	// Name is the dependency's name: guardgrpc.ClientConfig.Name.
-	Name           string
-	MaxAttempts    int
-	AttemptTimeout time.Duration
-	MinAttemptTime time.Duration
-	MaxRetryAfter  time.Duration
-	// Backoff is nil for the library's default.
-	Backoff             backoff.Strategy
+	Name string
+	// Retry is guardgrpc.ClientConfig.Retry. Its Budget is the Registry's
+	// (budget.Unlimited() when the file says unlimited), kept across
+	// reloads while its settings are; its Backoff is nil for the
+	// library's default.
+	guardrail.Retry
 	IdempotentMethods   []string
 	MaxBufferedMessages int
-	// FailureDomain is FailureDomainTarget or FailureDomainMethod.
-	FailureDomain string
+	// ByMethod gives each method of each target a breaker and a bulkhead
+	// compartment of its own (guardgrpc.ByMethod: failure_domain: method);
+	// false gives each connection target its own, guardgrpc's default.
+	ByMethod bool
 	// Bulkhead configures each compartment of Bulkheads; nil means no
 	// bulkhead.
 	Bulkhead *bulkhead.Config
@@ -65,11 +53,8 @@ type GRPCSettings struct {
 	// Throttle configures Throttler; nil means no throttling.
 	Throttle *throttle.Config
 
-	// The values the Registry keeps across reloads; nil in a Checked.
+	// The values the Registry keeps across reloads, besides Budget.
 
-	// Budget is the retry budget (budget.Unlimited() when the file says
-	// unlimited).
-	Budget *budget.Budget
 	// Breakers holds a breaker per failure domain.
 	Breakers *breaker.Group
 	// Bulkheads holds a compartment per failure domain, nil when there is
@@ -82,33 +67,29 @@ type GRPCSettings struct {
 	Observer event.Observer
 }
 
-// grpcValue is a gRPC dependency's settings in force, and the key that
-// tells a reload whether they changed.
+// grpcValue is a gRPC dependency's settings in force, and what they were
+// built from, which tells a reload whether they changed.
 type grpcValue struct {
-	s   *GRPCSettings
-	key string
+	s      *GRPCSettings
+	origin origin
 }
 
-// GRPC is a gRPC dependency's handle: Current returns the settings in
-// force, which a reload replaces. Package extra/grpcconfig builds a
-// guardgrpc.Client from each value, and a new one when the value changes.
-// It is safe for concurrent use.
-type GRPC struct {
-	name string
-	cur  atomic.Pointer[grpcValue]
+// GRPCHandle is a gRPC dependency's handle: Current returns the
+// settings in force, which a reload replaces. Package extra/grpcconfig
+// builds a guardgrpc.Client from each value, and a new one when the value
+// changes. It is safe for concurrent use.
+type GRPCHandle struct {
+	cur atomic.Pointer[grpcValue]
 }
-
-// Name returns the dependency's name.
-func (g *GRPC) Name() string { return g.name }
 
 // Current returns the settings in force. The pointer changes only when a
 // reload changes them, so comparing it with the last one seen tells
 // whether to rebuild what was built from it.
-func (g *GRPC) Current() *GRPCSettings { return g.cur.Load().s }
+func (g *GRPCHandle) Current() *GRPCSettings { return g.cur.Load().s }
 
 // GRPC returns the handle of the gRPC dependency name. Package
 // extra/grpcconfig's NewClient takes it from here.
-func (r *Registry) GRPC(name string) (*GRPC, error) {
+func (r *Registry) GRPC(name string) (*GRPCHandle, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h, ok := r.grpcs[name]
@@ -134,33 +115,19 @@ func idempotentMethod(list []string, method string) bool {
 }
 
 // buildGRPC fills r.GRPC and reports what guardgrpc.NewClient would refuse.
-func (c *Checked) buildGRPC(r *ResolvedDependency, strategy backoff.Strategy) []Diagnostic {
+func (c *checkedFile) buildGRPC(r *resolvedDep) []Diagnostic {
 	var diags []Diagnostic
-	s := &r.Settings
-	name := r.Name
-	g := GRPCSettings{
-		Name: name, MaxAttempts: val(s.MaxAttempts), AttemptTimeout: val(s.AttemptTimeout),
-		MinAttemptTime: val(s.MinAttemptTime), MaxRetryAfter: val(s.MaxRetryAfter), Backoff: strategy,
-		IdempotentMethods: slices.Clone(s.IdempotentMethods), MaxBufferedMessages: val(s.MaxBufferedMessages),
-		FailureDomain: FailureDomainTarget, Bulkhead: r.Bulkhead, Deadline: r.Deadline,
-		Hedge: cloneHedge(r.Hedge), Throttle: r.Throttle,
+	g, ok := grpcSettings(r)
+	if !ok {
+		diags = append(diags, c.diag(severityError, c.where(r.Name, "failure_domain"), "is %q; want target (a breaker and a compartment per connection target, the default) or method (per method of each target)", val(r.Settings.FailureDomain)))
 	}
-	switch fd := val(s.FailureDomain); fd {
-	case "", FailureDomainTarget:
-	case FailureDomainMethod:
-		g.FailureDomain = fd
-	default:
-		diags = append(diags, c.diag(SeverityError, c.where(name, "failure_domain"), "is %q; want target (a breaker and a compartment per connection target, the default) or method (per method of each target)", fd))
-	}
-	for i, m := range s.IdempotentMethods {
+	for i, m := range r.Settings.IdempotentMethods {
 		if !methodName(m, true) {
-			diags = append(diags, c.diag(SeverityError, c.where(name, fmt.Sprintf("idempotent_methods[%d]", i)), "is %q; want a full method name such as /pkg.Service/Method, or /pkg.Service/ for every method of the service", m))
+			diags = append(diags, c.diag(severityError, c.where(r.Name, fmt.Sprintf("idempotent_methods[%d]", i)), "is %q; want a full method name such as /pkg.Service/Method, or /pkg.Service/ for every method of the service", m))
 		}
 	}
 	r.GRPC = g
-	// guardgrpc runs every call under a guardrail.Policy of these fields,
-	// and refuses what it refuses.
-	diags = append(diags, c.checkPolicy(PolicyFields{Name: name, MaxAttempts: g.MaxAttempts, AttemptTimeout: g.AttemptTimeout,
-		MinAttemptTime: g.MinAttemptTime, MaxRetryAfter: g.MaxRetryAfter, Backoff: strategy})...)
-	return diags
+	// guardgrpc runs every call under a guardrail.Policy of these
+	// settings, and refuses what it refuses.
+	return append(diags, c.checkPolicy(r.Name, g.Retry)...)
 }

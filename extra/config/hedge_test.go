@@ -162,8 +162,8 @@ func TestThrottlerSurvivesReloadUnderLoad(t *testing.T) {
 	chMu.Unlock()
 
 	// The admin listing shows the throttler's window.
-	var listed *ThrottlerStatus
-	for _, s := range reg.Status().Throttlers {
+	var listed *throttlerState
+	for _, s := range reg.status().Throttlers {
 		if s.Dependency == "api" {
 			listed = &s
 		}
@@ -253,9 +253,10 @@ func TestHTTPHedgeEqualsHandBuilt(t *testing.T) {
 }
 
 // A hedged policy from the file is the one built by hand: with an
-// operation whose first attempt of each call hangs, config.DoHedged and
-// guardrail.DoHedged run it the same number of times, and the throttler
-// is the file's. config.Do never hedges.
+// operation whose first attempt of each call hangs, guardrail.DoHedged
+// runs it the same number of times under the handle's policy (and
+// deadline) as under one built by hand, and the throttler is the file's.
+// guardrail.Do never hedges.
 func TestPolicyHedgeEqualsHandBuilt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reg, err := New("policy.yaml", []byte(hedgeFile), Options{Logger: quiet()})
@@ -266,7 +267,7 @@ func TestPolicyHedgeEqualsHandBuilt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := h.Current()
+		p := h.Policy()
 		wantHedge := &guardrail.HedgeConfig{Delay: 20 * time.Millisecond}
 		if !reflect.DeepEqual(p.Hedge, wantHedge) || p.Throttler == nil {
 			t.Fatalf("the file's Hedge %+v, Throttler %v; want %+v and one", p.Hedge, p.Throttler, wantHedge)
@@ -289,7 +290,7 @@ func TestPolicyHedgeEqualsHandBuilt(t *testing.T) {
 		}
 		for name, run := range map[string]func(ctx context.Context, op func(context.Context) (string, error)) (string, error){
 			"file": func(ctx context.Context, op func(context.Context) (string, error)) (string, error) {
-				return DoHedged(ctx, h, guardrail.Call{}, op)
+				return doHedged(ctx, h, guardrail.Call{}, op)
 			},
 			"hand": func(ctx context.Context, op func(context.Context) (string, error)) (string, error) {
 				return guardrail.DoHedged(ctx, hand, guardrail.Call{}, op)
@@ -317,7 +318,7 @@ func TestPolicyHedgeEqualsHandBuilt(t *testing.T) {
 		runs.Store(0)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		if _, err := Do(ctx, h, op(new(atomic.Bool))); err == nil || runs.Load() != 1 {
+		if _, err := do(ctx, h, op(new(atomic.Bool))); err == nil || runs.Load() != 1 {
 			t.Errorf("Do: %v after %d runs; want the deadline after one", err, runs.Load())
 		}
 	})
@@ -333,7 +334,7 @@ func TestHedgeFollowsReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	ledger, _ := reg.Policy("ledger")
-	p := ledger.Current()
+	p := ledger.Policy()
 
 	// Another dependency changes: ledger and slow keep theirs, throttler
 	// and latencies included.
@@ -344,7 +345,7 @@ func TestHedgeFollowsReload(t *testing.T) {
 	if got, want := changed, []string{"api"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("changed %v; want %v", got, want)
 	}
-	if ledger.Current() != p {
+	if ledger.Policy() != p {
 		t.Error("a reload that left ledger alone replaced its policy")
 	}
 
@@ -353,7 +354,7 @@ func TestHedgeFollowsReload(t *testing.T) {
 	if err := reg.ReloadBytes([]byte(file)); err != nil {
 		t.Fatal(err)
 	}
-	np := ledger.Current()
+	np := ledger.Policy()
 	if np == p || !reflect.DeepEqual(np.Hedge, &guardrail.HedgeConfig{Delay: 30 * time.Millisecond, MaxHedges: 2}) || np.Throttler != p.Throttler {
 		t.Errorf("after a new hedge delay: hedge %+v, same throttler %v; want delay 30ms, 2 hedges, the same throttler", np.Hedge, np.Throttler == p.Throttler)
 	}
@@ -367,7 +368,7 @@ func TestHedgeFollowsReload(t *testing.T) {
 	if err := reg.ReloadBytes([]byte(file)); err != nil {
 		t.Fatal(err)
 	}
-	if np := ledger.Current(); np.Hedge != nil || np.Throttler != nil {
+	if np := ledger.Policy(); np.Hedge != nil || np.Throttler != nil {
 		t.Errorf("ledger without its sections: hedge %v, throttler %v; want neither", np.Hedge, np.Throttler)
 	}
 	if c, _, _ := reg.HTTPConfig("slow"); c.Hedge != nil {
@@ -379,7 +380,7 @@ func TestHedgeFollowsReload(t *testing.T) {
 	if err := reg.ReloadBytes([]byte(bad)); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "dependencies.ledger.hedge.window: is 3") {
 		t.Errorf("a reload with window 3: %v; want ErrInvalidConfig naming dependencies.ledger.hedge.window", err)
 	}
-	if np := ledger.Current(); np.Hedge != nil {
+	if np := ledger.Policy(); np.Hedge != nil {
 		t.Errorf("a rejected reload changed ledger's hedge to %+v", np.Hedge)
 	}
 }
@@ -402,7 +403,7 @@ func TestHTTPConfigHedgeIsACopy(t *testing.T) {
 // and a dependency that turns off the defaults' hedging shows what it
 // turns off.
 func TestReportShowsHedgeAndThrottle(t *testing.T) {
-	c, err := Parse("policy.yaml", []byte(`
+	c, err := parse("policy.yaml", []byte(`
 defaults:
   hedge: {delay: 50ms}
 dependencies:
@@ -418,7 +419,7 @@ dependencies:
 	if len(c.Warnings) != 0 {
 		t.Errorf("warnings %v; want none", c.Warnings)
 	}
-	rep := c.Report()
+	rep := c.report()
 	eff := map[string]map[string]string{}
 	diff := map[string]map[string]string{}
 	for _, d := range rep.Dependencies {
@@ -469,7 +470,7 @@ dependencies:
 // The bounds the file puts on the hedge counts, which the core sizes
 // memory by, let their limits through.
 func TestHedgeBoundsAdmitTheirLimits(t *testing.T) {
-	c, err := Parse("policy.yaml", []byte("dependencies:\n  a: {reason: r, hedge: {window: 1048576, max_hedges: 16}}\n"))
+	c, err := parse("policy.yaml", []byte("dependencies:\n  a: {reason: r, hedge: {window: 1048576, max_hedges: 16}}\n"))
 	if err != nil {
 		t.Fatalf("window 1<<20 and 16 hedges: %v; want them accepted", err)
 	}
@@ -488,7 +489,7 @@ func TestAdminListsHedgesAndThrottlers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := reg.Status()
+	st := reg.status()
 	hedges := map[string]map[string]any{}
 	for _, h := range st.Hedges {
 		hedges[h.Dependency] = h.Settings
@@ -527,7 +528,7 @@ func TestAdminListsHedgesAndThrottlers(t *testing.T) {
 func TestHugeHedgeWindowIsNotAllocated(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, err := Parse("policy.yaml", []byte("dependencies:\n  a: {reason: r, hedge: {window: 2147483647}}\n"))
+	_, err := parse("policy.yaml", []byte("dependencies:\n  a: {reason: r, hedge: {window: 2147483647}}\n"))
 	runtime.ReadMemStats(&after)
 	if err == nil || !strings.Contains(err.Error(), "dependencies.a.hedge.window: is 2147483647; want at most 1048576") {
 		t.Errorf("window 2147483647: %v; want it refused", err)

@@ -3,30 +3,17 @@ package config
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
-	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/guardrail-go/guardrail"
-	"github.com/guardrail-go/guardrail/breaker"
-	"github.com/guardrail-go/guardrail/budget"
-	"github.com/guardrail-go/guardrail/bulkhead"
-	"github.com/guardrail-go/guardrail/deadline"
 	"github.com/guardrail-go/guardrail/event"
-	"github.com/guardrail-go/guardrail/extra/ratelimit"
-	"github.com/guardrail-go/guardrail/guardhttp"
-	"github.com/guardrail-go/guardrail/idempotency"
 	"github.com/guardrail-go/guardrail/shed"
-	"github.com/guardrail-go/guardrail/throttle"
 )
 
 // ErrUnknown is the sentinel of a lookup by a name the file does not hold.
@@ -88,26 +75,28 @@ type Registry struct {
 	log  *slog.Logger
 
 	mu      sync.Mutex // serialises reloads and handle creation
-	checked atomic.Pointer[Checked]
-	pool    map[string]any // reuse key -> breaker group, breaker, budget, bulkhead or shedder
+	checked atomic.Pointer[checkedFile]
+	pool    map[poolKey]pooled // the values kept across reloads
 	lastMod time.Time
 	lastLen int64
 
 	https    map[string]*httpHandle
-	grpcs    map[string]*GRPC
-	policies map[string]*Policy
-	dls      map[string]*Deadline
-	sheds    map[string]*Shedder
-	idems    map[string][]*Idempotency
-	limits   map[string][]*RateLimiter
+	grpcs    map[string]*GRPCHandle
+	policies map[string]*PolicyHandle
+	dls      map[string]*deadlineEntry
+	sheds    map[string]*Handle[shed.Shedder]
+	idems    map[string][]*idempotencyEntry
+	limits   map[string][]*rateLimitEntry
 
 	statsMu sync.Mutex // serialises updates of stats
 	stats   atomic.Pointer[ReloadStats]
 }
 
 // Load reads the policy file at path and builds its values. It returns an
-// *Error that Is ErrInvalidConfig, listing every error of the file with its line,
-// when the file does not check.
+// *Error that Is ErrInvalidConfig, listing every error of the file with its
+// line, when the file does not check; a file over 1 MiB does not (a
+// policy file is a page or two, and the bound keeps a wrong path, a log or
+// a binary, from being read whole).
 func Load(path string, opts Options) (*Registry, error) {
 	data, mod, size, err := readFile(path)
 	if err != nil {
@@ -124,14 +113,14 @@ func Load(path string, opts Options) (*Registry, error) {
 // New builds a Registry from the contents of a policy file; name names it
 // in diagnostics and is the path Reload reads again.
 func New(name string, data []byte, opts Options) (*Registry, error) {
-	c, err := Parse(name, data)
+	c, err := parse(name, data)
 	if err != nil {
 		return nil, err
 	}
-	r := &Registry{path: name, opts: opts, log: opts.Logger, pool: map[string]any{},
-		https: map[string]*httpHandle{}, grpcs: map[string]*GRPC{}, policies: map[string]*Policy{}, dls: map[string]*Deadline{},
-		sheds: map[string]*Shedder{}, idems: map[string][]*Idempotency{},
-		limits: map[string][]*RateLimiter{}}
+	r := &Registry{path: name, opts: opts, log: opts.Logger, pool: map[poolKey]pooled{},
+		https: map[string]*httpHandle{}, grpcs: map[string]*GRPCHandle{}, policies: map[string]*PolicyHandle{},
+		dls: map[string]*deadlineEntry{}, sheds: map[string]*Handle[shed.Shedder]{},
+		idems: map[string][]*idempotencyEntry{}, limits: map[string][]*rateLimitEntry{}}
 	if r.log == nil {
 		r.log = slog.Default()
 	}
@@ -152,12 +141,9 @@ func readFile(path string) ([]byte, time.Time, int64, error) {
 	if err != nil {
 		return nil, time.Time{}, 0, err
 	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
 	return data, st.ModTime(), st.Size(), err
 }
-
-// Checked returns the settings in force, as resolved from the file.
-func (r *Registry) Checked() *Checked { return r.checked.Load() }
 
 // Stats returns the reload counters.
 func (r *Registry) Stats() ReloadStats { return *r.stats.Load() }
@@ -181,7 +167,7 @@ func (r *Registry) Reload() error {
 
 // ReloadBytes applies the contents of a policy file as Reload does.
 func (r *Registry) ReloadBytes(data []byte) error {
-	c, err := Parse(r.path, data)
+	c, err := parse(r.path, data)
 	if err != nil {
 		r.rejected(err, c)
 		return err
@@ -229,7 +215,7 @@ func (r *Registry) observe(err error) {
 	r.opts.Observer.Observe(context.Background(), e)
 }
 
-func (r *Registry) rejected(err error, c *Checked) {
+func (r *Registry) rejected(err error, c *checkedFile) {
 	r.count(err)
 	r.observe(err)
 	r.log.Error("config: reload rejected; the settings in force stay", "file", r.path, "error", err)
@@ -240,609 +226,6 @@ func (r *Registry) rejected(err error, c *Checked) {
 		}
 		r.opts.OnReload(res)
 	}
-}
-
-// reuse returns the pooled value under key, or builds one.
-func reuse[T any](old, next map[string]any, key string, build func() (T, error)) (T, error) {
-	if v, ok := next[key]; ok {
-		return v.(T), nil
-	}
-	if v, ok := old[key]; ok {
-		next[key] = v
-		return v.(T), nil
-	}
-	v, err := build()
-	if err == nil {
-		next[key] = v
-	}
-	return v, err
-}
-
-// keyOfConfig renders a configuration without its callbacks, as the key
-// under which the values it builds are reused.
-func keyOfConfig(kind, name string, cfg any) string {
-	return fmt.Sprintf("%s\x00%s\x00%+v", kind, name, cfg)
-}
-
-// values are one dependency's or server's built values.
-type httpValue struct {
-	t        *guardhttp.Transport
-	deadline time.Duration
-	cfg      guardhttp.Config
-	throttle *throttle.Config // cfg.Throttler's settings
-	key      string
-}
-
-// apply builds the values c configures, reusing the pooled ones whose
-// settings did not change, then swaps every handle to them.
-func (r *Registry) apply(c *Checked) ([]string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	next := map[string]any{}
-	obs := r.opts.Observer
-	type swap func()
-	var swaps []swap
-	var changed []string
-
-	for _, d := range c.Dependencies {
-		d := d
-		var b *budget.Budget
-		if d.Budget == nil {
-			b = budget.Unlimited()
-		} else {
-			var err error
-			b, err = reuse(r.pool, next, keyOfConfig("budget", d.Name, *d.Budget), func() (*budget.Budget, error) { return budget.New(*d.Budget) })
-			if err != nil {
-				return nil, err
-			}
-		}
-		var th *throttle.Throttler
-		if d.Throttle != nil {
-			// One throttler per dependency, kept while its settings are:
-			// its window is what it learnt of the dependency.
-			var err error
-			th, err = reuse(r.pool, next, keyOfConfig("throttle", d.Name, *d.Throttle), func() (*throttle.Throttler, error) { return throttle.New(*d.Throttle) })
-			if err != nil {
-				return nil, err
-			}
-		}
-		// breakers is the dependency's breaker group, kept while its
-		// settings are; kind keeps an http and a grpc group apart.
-		breakers := func(kind string) (*breaker.Group, error) {
-			gc := d.Group
-			return reuse(r.pool, next, keyOfConfig(kind, d.Name, gc), func() (*breaker.Group, error) {
-				if obs != nil {
-					name := d.Name
-					gc.Config.OnTransition = func(tr breaker.Transition) { obs.Observe(context.Background(), tr.Event(name)) }
-				}
-				return breaker.NewGroup(gc)
-			})
-		}
-		switch d.Kind {
-		case KindHTTP:
-			g, err := breakers("breakers")
-			if err != nil {
-				return nil, err
-			}
-			cfg := d.HTTP
-			cfg.Budget, cfg.Breakers, cfg.Throttler, cfg.Observer = b, g, th, obs
-			cfg.Hedge = cloneHedge(d.Hedge)
-			plain := d.HTTP
-			plain.Bulkhead, plain.Hedge = nil, nil // pointers: their settings are in the key below
-			key := fmt.Sprintf("%p/%p/%p/%+v/%+v/%s/%v", b, g, th, plain, d.Bulkhead, hedgeKey(d.Hedge), d.Deadline)
-			h := r.https[d.Name]
-			if h != nil {
-				if cur := h.cur.Load(); cur.key == key {
-					continue
-				}
-			}
-			cl, err := guardhttp.NewClient(cfg)
-			if err != nil {
-				return nil, err
-			}
-			v := &httpValue{t: cl.Transport.(*guardhttp.Transport), deadline: d.Deadline, cfg: cfg, throttle: d.Throttle, key: key}
-			changed = append(changed, d.Name)
-			name := d.Name
-			swaps = append(swaps, func() {
-				if h == nil {
-					h = &httpHandle{name: name}
-					r.https[name] = h
-				}
-				if old := h.cur.Swap(v); old != nil {
-					old.t.CloseIdleConnections()
-				}
-			})
-		case KindGRPC:
-			g, err := breakers("grpc breakers")
-			if err != nil {
-				return nil, err
-			}
-			var bhs *bulkhead.Group
-			if d.Bulkhead != nil {
-				bhs, err = reuse(r.pool, next, keyOfConfig("grpc bulkheads", d.Name, *d.Bulkhead), func() (*bulkhead.Group, error) { return bulkhead.NewGroup(bulkhead.GroupConfig{Config: *d.Bulkhead}) })
-				if err != nil {
-					return nil, err
-				}
-			}
-			plain := d.GRPC
-			plain.Bulkhead, plain.Hedge, plain.Throttle = nil, nil, nil // pointers: their settings are bhs's, hedgeKey's and th's
-			key := fmt.Sprintf("%p/%p/%p/%p/%+v/%s", b, g, bhs, th, plain, hedgeKey(d.Hedge))
-			h := r.grpcs[d.Name]
-			if h != nil && h.cur.Load().key == key {
-				continue
-			}
-			gs := d.GRPC
-			gs.IdempotentMethods = slices.Clone(gs.IdempotentMethods)
-			if gs.Bulkhead != nil {
-				bc := *gs.Bulkhead
-				gs.Bulkhead = &bc
-			}
-			gs.Hedge = cloneHedge(gs.Hedge)
-			if gs.Throttle != nil {
-				tc := *gs.Throttle
-				gs.Throttle = &tc
-			}
-			gs.Budget, gs.Breakers, gs.Bulkheads, gs.Throttler, gs.Observer = b, g, bhs, th, obs
-			v := &grpcValue{s: &gs, key: key}
-			changed = append(changed, d.Name)
-			name := d.Name
-			swaps = append(swaps, func() {
-				if h == nil {
-					h = &GRPC{name: name}
-					r.grpcs[name] = h
-				}
-				h.cur.Store(v)
-			})
-		case KindPolicy:
-			bc := d.Breaker
-			bc.Observer = obs
-			br, err := reuse(r.pool, next, keyOfConfig("breaker", d.Name, d.Breaker), func() (*breaker.Breaker, error) { return breaker.New(bc) })
-			if err != nil {
-				return nil, err
-			}
-			var bh *bulkhead.Bulkhead
-			if d.Bulkhead != nil {
-				bh, err = reuse(r.pool, next, keyOfConfig("bulkhead", d.Name, *d.Bulkhead), func() (*bulkhead.Bulkhead, error) { return bulkhead.New(*d.Bulkhead) })
-				if err != nil {
-					return nil, err
-				}
-			}
-			pf := d.Policy
-			key := fmt.Sprintf("%p/%p/%p/%p/%+v/%s/%v", b, br, bh, th, pf, hedgeKey(d.Hedge), d.Deadline)
-			h := r.policies[d.Name]
-			if h != nil && h.cur.Load().key == key {
-				continue
-			}
-			p := &guardrail.Policy{Name: pf.Name, Retry: guardrail.Retry{
-				MaxAttempts:    pf.MaxAttempts,
-				AttemptTimeout: pf.AttemptTimeout,
-				MinAttemptTime: pf.MinAttemptTime,
-				Backoff:        pf.Backoff,
-				MaxRetryAfter:  pf.MaxRetryAfter,
-				Budget:         b,
-			},
-				Idempotent: pf.Idempotent, Breaker: br, Bulkhead: bh, Observer: obs,
-				Hedge: cloneHedge(d.Hedge), Throttler: th}
-			v := &policyValue{p: p, deadline: d.Deadline, throttle: d.Throttle, key: key}
-			changed = append(changed, d.Name)
-			name := d.Name
-			swaps = append(swaps, func() {
-				if h == nil {
-					h = &Policy{name: name}
-					r.policies[name] = h
-				}
-				h.cur.Store(v)
-			})
-		}
-	}
-	for _, s := range c.Servers {
-		s := s
-		if s.Deadline != nil {
-			dc := *s.Deadline
-			key := fmt.Sprintf("%+v", dc)
-			h := r.dls[s.Name]
-			if h == nil || h.key.Load() == nil || *h.key.Load() != key {
-				srv, err := deadline.New(dc)
-				if err != nil {
-					return nil, err
-				}
-				changed = append(changed, "servers."+s.Name+".deadline")
-				name := s.Name
-				swaps = append(swaps, func() {
-					if h == nil {
-						h = &Deadline{}
-						r.dls[name] = h
-					}
-					h.cur.Store(srv)
-					h.key.Store(&key)
-				})
-			}
-		}
-		if s.Shed != nil {
-			sc := *s.Shed
-			sc.Observer = obs
-			key := keyOfConfig("shed", s.Name, *s.Shed)
-			sh, err := reuse(r.pool, next, key, func() (*shed.Shedder, error) { return shed.New(sc) })
-			if err != nil {
-				return nil, err
-			}
-			h := r.sheds[s.Name]
-			if h == nil || h.cur.Load() != sh {
-				changed = append(changed, "servers."+s.Name+".shed")
-				name := s.Name
-				swaps = append(swaps, func() {
-					if h == nil {
-						h = &Shedder{}
-						r.sheds[name] = h
-					}
-					h.cur.Store(sh)
-				})
-			}
-		}
-		// Idempotency servers are rebuilt for every handle handed out, with
-		// the store and scope it was given.
-		if s.Idempotency != nil {
-			for _, h := range r.idems[s.Name] {
-				srv, err := h.build(*s.Idempotency, s.IdempotencyScopeCaller)
-				if err != nil {
-					return nil, err
-				}
-				swaps = append(swaps, func() { h.cur.Store(srv) })
-			}
-		}
-		// Rate limiters are rebuilt, their buckets emptied, only when their
-		// settings change; a limiter whose section is gone keeps its last
-		// settings, as the handle's code still runs.
-		if s.RateLimit != nil {
-			key := keyOfConfig("rate_limit", s.Name, *s.RateLimit)
-			for _, h := range r.limits[s.Name] {
-				if h.key == key {
-					continue
-				}
-				l, err := h.build(*s.RateLimit)
-				if err != nil {
-					return nil, err
-				}
-				changed = append(changed, "servers."+s.Name+".rate_limit")
-				swaps = append(swaps, func() { h.cur.Store(l); h.key = key })
-			}
-		}
-	}
-	for _, sw := range swaps {
-		sw()
-	}
-	r.pool = next
-	r.checked.Store(c)
-	sort.Strings(changed)
-	return changed, nil
-}
-
-// hedgeKey renders a hedge configuration for a reuse key: its value, not
-// its address, which is new on every parse.
-func hedgeKey(h *guardrail.HedgeConfig) string {
-	if h == nil {
-		return "no hedge"
-	}
-	return fmt.Sprintf("%+v", *h)
-}
-
-// httpHandle is an HTTP dependency's RoundTripper: it sends each request
-// through the Transport of the settings in force when the request starts.
-type httpHandle struct {
-	name string
-	cur  atomic.Pointer[httpValue]
-}
-
-// RoundTrip sends req under the current settings; a dependency deadline
-// bounds the whole request, its body included.
-func (h *httpHandle) RoundTrip(req *http.Request) (*http.Response, error) {
-	v := h.cur.Load()
-	if v.deadline <= 0 {
-		return v.t.RoundTrip(req)
-	}
-	ctx, cancel := context.WithTimeout(req.Context(), v.deadline)
-	resp, err := v.t.RoundTrip(req.WithContext(ctx))
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
-	return resp, nil
-}
-
-// CloseIdleConnections closes the idle connections of the current Transport.
-func (h *httpHandle) CloseIdleConnections() { h.cur.Load().t.CloseIdleConnections() }
-
-type cancelBody struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
-}
-
-// HTTPClient returns the *http.Client of the HTTP dependency name. The
-// same client is returned on every call, and a reload changes the settings
-// its next requests run under. It has no Timeout of its own: the
-// dependency's deadline, the request's context and the phase timeouts
-// bound a request.
-func (r *Registry) HTTPClient(name string) (*http.Client, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	h, ok := r.https[name]
-	if !ok {
-		return nil, r.unknown("HTTP dependency", name)
-	}
-	return &http.Client{Transport: h}, nil
-}
-
-// HTTPConfig returns the guardhttp.Config the HTTP dependency name's
-// current Transport was built with (its Budget, Breakers and Throttler
-// are the Registry's; its Hedge is a copy), and the deadline bounding
-// each of its requests.
-func (r *Registry) HTTPConfig(name string) (guardhttp.Config, time.Duration, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	h, ok := r.https[name]
-	if !ok {
-		return guardhttp.Config{}, 0, r.unknown("HTTP dependency", name)
-	}
-	v := h.cur.Load()
-	cfg := v.cfg
-	cfg.Hedge = cloneHedge(cfg.Hedge)
-	return cfg, v.deadline, nil
-}
-
-func (r *Registry) unknown(what, name string) error {
-	return fmt.Errorf("%w: %s %q", ErrUnknown, what, name)
-}
-
-// policyValue is a policy dependency's settings in force.
-type policyValue struct {
-	p        *guardrail.Policy
-	deadline time.Duration
-	throttle *throttle.Config // p.Throttler's settings
-	key      string
-}
-
-// Policy is a policy dependency's handle: Current returns the
-// guardrail.Policy in force, which a reload replaces. It is safe for
-// concurrent use.
-type Policy struct {
-	name string
-	cur  atomic.Pointer[policyValue]
-}
-
-// Current returns the policy in force now. Pass it to guardrail.Do for
-// one call; take it again for the next, to follow reloads. Its deadline is
-// not in it: use Do, or Deadline, to bound a call as the file says.
-func (p *Policy) Current() *guardrail.Policy { return p.cur.Load().p }
-
-// Deadline returns the dependency's deadline for a whole call, zero when
-// none.
-func (p *Policy) Deadline() time.Duration { return p.cur.Load().deadline }
-
-// Do runs op under the policy in force when it starts, bounded by the
-// dependency's deadline when the file sets one. It never hedges, whatever
-// the file says: DoHedged does, for operations written to be.
-func Do[T any](ctx context.Context, p *Policy, op func(context.Context) (T, error)) (T, error) {
-	v := p.cur.Load()
-	if v.deadline > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, v.deadline)
-		defer cancel()
-	}
-	return guardrail.Do(ctx, v.p, op)
-}
-
-// DoHedged is Do for an operation written to be hedged: when the file
-// gives the dependency a hedge section, an idempotent call that has not
-// answered after the hedge delay gets another attempt alongside it, as
-// guardrail.DoHedged does, so op must be safe to call concurrently with
-// itself and must honour its context. Do never hedges, as guardrail.Do
-// does not: a hedge section alone cannot make code run its operation twice
-// at once. c refines the call as guardrail.Call does (Discard releases a
-// losing attempt's value).
-func DoHedged[T any](ctx context.Context, p *Policy, c guardrail.Call, op func(context.Context) (T, error)) (T, error) {
-	v := p.cur.Load()
-	if v.deadline > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, v.deadline)
-		defer cancel()
-	}
-	return guardrail.DoHedged(ctx, v.p, c, op)
-}
-
-// Policy returns the handle of the policy dependency name.
-func (r *Registry) Policy(name string) (*Policy, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	h, ok := r.policies[name]
-	if !ok {
-		return nil, r.unknown("policy dependency", name)
-	}
-	return h, nil
-}
-
-// Deadline is a server's deadline.Server handle. It is safe for concurrent
-// use.
-type Deadline struct {
-	cur atomic.Pointer[deadline.Server]
-	key atomic.Pointer[string]
-}
-
-// Current returns the deadline.Server in force.
-func (d *Deadline) Current() *deadline.Server { return d.cur.Load() }
-
-// Middleware is deadline.Server.Middleware under the settings in force.
-func (d *Deadline) Middleware(next http.Handler) http.Handler {
-	return follow(&d.cur, (*deadline.Server).Middleware, next)
-}
-
-// Deadline returns the deadline handle of server name.
-func (r *Registry) Deadline(name string) (*Deadline, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	h, ok := r.dls[name]
-	if !ok {
-		return nil, r.unknown("server with a deadline section", name)
-	}
-	return h, nil
-}
-
-// Shedder is a server's shed.Shedder handle. It is safe for concurrent use.
-type Shedder struct {
-	cur atomic.Pointer[shed.Shedder]
-}
-
-// Current returns the shed.Shedder in force, for Acquire and Stats.
-func (s *Shedder) Current() *shed.Shedder { return s.cur.Load() }
-
-// Middleware is shed.Shedder.Middleware under the shedder in force.
-func (s *Shedder) Middleware(next http.Handler) http.Handler {
-	return follow(&s.cur, (*shed.Shedder).Middleware, next)
-}
-
-// Shedder returns the shedder handle of server name.
-func (r *Registry) Shedder(name string) (*Shedder, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	h, ok := r.sheds[name]
-	if !ok {
-		return nil, r.unknown("server with a shed section", name)
-	}
-	return h, nil
-}
-
-// Idempotency is a server's idempotency.Server handle, built with the
-// store and scope given to Registry.Idempotency. It is safe for concurrent
-// use.
-type Idempotency struct {
-	store idempotency.Store
-	scope func(*http.Request) (string, error)
-	log   *slog.Logger
-	obs   event.Observer
-	cur   atomic.Pointer[idempotency.Server]
-}
-
-func (h *Idempotency) build(cfg idempotency.Config, caller bool) (*idempotency.Server, error) {
-	if caller {
-		if h.scope == nil {
-			return nil, errors.New("config: the idempotency scope is caller, and no Scope function was given")
-		}
-		cfg.Scope = h.scope
-	} else if h.scope != nil {
-		return nil, errors.New("config: the idempotency scope is single_tenant, and a Scope function was given; pass nil")
-	}
-	cfg.Logger, cfg.Observer = h.log, h.obs
-	return idempotency.New(h.store, cfg)
-}
-
-// Current returns the idempotency.Server in force.
-func (h *Idempotency) Current() *idempotency.Server { return h.cur.Load() }
-
-// Middleware is idempotency.Server.Middleware under the settings in force.
-func (h *Idempotency) Middleware(next http.Handler) http.Handler {
-	return follow(&h.cur, (*idempotency.Server).Middleware, next)
-}
-
-// Idempotency builds the idempotency middleware of server name on store.
-// scope is the Scope function when the file's scope is caller, and must be
-// nil when it is single_tenant. A reload rebuilds it with the same store
-// and scope.
-func (r *Registry) Idempotency(name string, store idempotency.Store, scope func(*http.Request) (string, error)) (*Idempotency, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var rs *ResolvedServer
-	for _, s := range r.checked.Load().Servers {
-		if s.Name == name && s.Idempotency != nil {
-			rs = s
-		}
-	}
-	if rs == nil {
-		return nil, r.unknown("server with an idempotency section", name)
-	}
-	h := &Idempotency{store: store, scope: scope, log: r.opts.Logger, obs: r.opts.Observer}
-	srv, err := h.build(*rs.Idempotency, rs.IdempotencyScopeCaller)
-	if err != nil {
-		return nil, err
-	}
-	h.cur.Store(srv)
-	r.idems[name] = append(r.idems[name], h)
-	return h, nil
-}
-
-// RateLimiter is a server's ratelimit.Limiter handle, built with the key
-// function given to Registry.RateLimiter. It is safe for concurrent use.
-type RateLimiter struct {
-	keyFn func(*http.Request) (string, error)
-	obs   event.Observer
-	key   string // settings of cur; written under the Registry's mu
-	cur   atomic.Pointer[ratelimit.Limiter]
-}
-
-func (h *RateLimiter) build(cfg ratelimit.Config) (*ratelimit.Limiter, error) {
-	cfg.Key, cfg.Observer = h.keyFn, h.obs
-	return ratelimit.New(cfg)
-}
-
-// Current returns the ratelimit.Limiter in force, for Allow and Len.
-func (h *RateLimiter) Current() *ratelimit.Limiter { return h.cur.Load() }
-
-// Middleware is ratelimit.Limiter.Middleware under the settings in force.
-func (h *RateLimiter) Middleware(next http.Handler) http.Handler {
-	return follow(&h.cur, (*ratelimit.Limiter).Middleware, next)
-}
-
-// RateLimiter builds the per-client rate limiter of server name. key says
-// which client a request is charged to, as ratelimit.Config.Key: it cannot
-// come from a file. Nil means the peer's address (ratelimit.RemoteAddr),
-// which behind a proxy is the proxy's. A reload that changes the server's
-// rate_limit section rebuilds the limiter with the same key function, and
-// every client starts again with a full bucket; one that does not change
-// it keeps the buckets.
-func (r *Registry) RateLimiter(name string, key func(*http.Request) (string, error)) (*RateLimiter, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var rs *ResolvedServer
-	for _, s := range r.checked.Load().Servers {
-		if s.Name == name && s.RateLimit != nil {
-			rs = s
-		}
-	}
-	if rs == nil {
-		return nil, r.unknown("server with a rate_limit section", name)
-	}
-	h := &RateLimiter{keyFn: key, obs: r.opts.Observer, key: keyOfConfig("rate_limit", name, *rs.RateLimit)}
-	l, err := h.build(*rs.RateLimit)
-	if err != nil {
-		return nil, err
-	}
-	h.cur.Store(l)
-	r.limits[name] = append(r.limits[name], h)
-	return h, nil
-}
-
-// follow returns a handler that runs next through the middleware of the
-// value in force, building that middleware once per value.
-func follow[T any](cur *atomic.Pointer[T], mw func(*T, http.Handler) http.Handler, next http.Handler) http.Handler {
-	type built struct {
-		src *T
-		h   http.Handler
-	}
-	var cache atomic.Pointer[built]
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		s := cur.Load()
-		b := cache.Load()
-		if b == nil || b.src != s {
-			b = &built{s, mw(s, next)}
-			cache.Store(b)
-		}
-		b.h.ServeHTTP(w, req)
-	})
 }
 
 // WatchSignal reloads the file on every SIGHUP until ctx is done. It is

@@ -171,9 +171,9 @@ func TestPolicyEqualsHandBuilt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := h.Current()
-	if p.MaxAttempts != 3 || p.AttemptTimeout != time.Second || !p.Idempotent || p.Backoff != backoff.None() || h.Deadline() != 5*time.Second {
-		t.Errorf("policy %+v, deadline %v; want 3 attempts of 1s, idempotent, no backoff, deadline 5s", p, h.Deadline())
+	p := h.Policy()
+	if p.MaxAttempts != 3 || p.AttemptTimeout != time.Second || !p.Idempotent || p.Backoff != backoff.None() || h.cur.Load().deadline != 5*time.Second {
+		t.Errorf("policy %+v, deadline %v; want 3 attempts of 1s, idempotent, no backoff, deadline 5s", p, h.cur.Load().deadline)
 	}
 	handBreaker, _ := breaker.New(breaker.Config{MinRequests: 4, OpenFor: time.Minute})
 	if g, w := comparable(p.Breaker.Config()), comparable(handBreaker.Config()); g != w {
@@ -195,7 +195,7 @@ func TestPolicyEqualsHandBuilt(t *testing.T) {
 	fail := errors.New("down")
 	for _, run := range []func(op func(context.Context) (int, error)) error{
 		func(op func(context.Context) (int, error)) error {
-			_, err := Do(context.Background(), h, op)
+			_, err := do(context.Background(), h, op)
 			return err
 		},
 		func(op func(context.Context) (int, error)) error {
@@ -265,7 +265,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	client, _ := reg.HTTPClient("svc")
 	before, _, _ := reg.HTTPConfig("svc")
 	ledger, _ := reg.Policy("ledger")
-	ledgerBreaker := ledger.Current().Breaker
+	ledgerBreaker := ledger.Policy().Breaker
 	ledgerBreaker.ForceOpen()
 
 	const callers, calls = 100, 20
@@ -339,7 +339,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	if after.AttemptTimeout != last {
 		t.Errorf("attempt timeout %v after the last reload; want %v", after.AttemptTimeout, last)
 	}
-	if ledger.Current().Breaker != ledgerBreaker || ledgerBreaker.State() != breaker.Open {
+	if ledger.Policy().Breaker != ledgerBreaker || ledgerBreaker.State() != breaker.Open {
 		t.Error("the ledger breaker, forced open, did not survive the reloads")
 	}
 	st := reg.Stats()
@@ -571,21 +571,21 @@ func TestReloadKeepsBudgetTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	ledger, _ := reg.Policy("ledger")
-	b := ledger.Current().Budget
+	b := ledger.Policy().Budget
 	for range 40 {
 		b.TryRetry()
 	}
 	if err := reg.ReloadBytes([]byte(strings.Replace(testFile, "attempt_timeout: 1s", "attempt_timeout: 2s", 1))); err != nil {
 		t.Fatal(err)
 	}
-	if got := ledger.Current(); got.AttemptTimeout != 2*time.Second || got.Budget != b || b.Tokens() != 60 {
+	if got := ledger.Policy(); got.AttemptTimeout != 2*time.Second || got.Budget != b || b.Tokens() != 60 {
 		t.Errorf("after a reload of the attempt timeout: timeout %v, same budget %v, %v tokens; want 2s, the same budget, 60 tokens",
 			got.AttemptTimeout, got.Budget == b, b.Tokens())
 	}
 	if err := reg.ReloadBytes([]byte(strings.Replace(testFile, "max: 100}", "max: 50}", 1))); err != nil {
 		t.Fatal(err)
 	}
-	if nb := ledger.Current().Budget; nb == b || nb.Tokens() != 50 {
+	if nb := ledger.Policy().Budget; nb == b || nb.Tokens() != 50 {
 		t.Errorf("after a reload of the budget: %v tokens; want a new budget, full at 50", nb.Tokens())
 	}
 }
@@ -696,25 +696,25 @@ func TestConsecutiveFailuresFromFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := p.Current().Breaker.Config().ConsecutiveFailures; n != 3 {
+	if n := p.Policy().Breaker.Config().ConsecutiveFailures; n != 3 {
 		t.Fatalf("ledger's breaker: ConsecutiveFailures %d; want 3", n)
 	}
 	calls := 0
-	_, err = Do(context.Background(), p, func(context.Context) (int, error) {
+	_, err = do(context.Background(), p, func(context.Context) (int, error) {
 		calls++
 		return 0, guardrail.Transient(errors.New("503"))
 	})
 	if err == nil || calls != 3 {
 		t.Fatalf("call: %d attempts, err %v; want 3 failed attempts", calls, err)
 	}
-	if st := p.Current().Breaker.State(); st != breaker.Open {
+	if st := p.Policy().Breaker.State(); st != breaker.Open {
 		t.Fatalf("ledger's breaker is %v after 3 failures in a row; want open (min_requests is 100)", st)
 	}
 
 	if err := reg.ReloadBytes([]byte(testFile)); err != nil {
 		t.Fatal(err)
 	}
-	if n := p.Current().Breaker.Config().ConsecutiveFailures; n != 0 {
+	if n := p.Policy().Breaker.Config().ConsecutiveFailures; n != 0 {
 		t.Errorf("after a reload without it: ConsecutiveFailures %d; want 0 (off)", n)
 	}
 }
@@ -780,10 +780,10 @@ func TestRateLimiterFromFile(t *testing.T) {
 	}
 
 	bad := strings.Replace(file, "burst: 2", "burst: -1", 1)
-	_, err = Parse("policy.yaml", []byte(bad))
+	_, err = parse("policy.yaml", []byte(bad))
 	var perr *Error
 	if !errors.As(err, &perr) {
-		t.Fatalf("Parse(burst: -1) = %v; want an *Error", err)
+		t.Fatalf("parse(burst: -1) = %v; want an *Error", err)
 	}
 	line := strings.Count(bad[:strings.Index(bad, "burst: -1")], "\n") + 1
 	found := false
@@ -800,12 +800,12 @@ func TestRateLimiterFromFile(t *testing.T) {
 // The report shows a rate limit's effective settings, defaults filled in.
 func TestReportShowsRateLimit(t *testing.T) {
 	file := strings.Replace(testFile, "    shed: {limit: 100}\n", "    shed: {limit: 100}\n    rate_limit: {rate: 2.5}\n", 1)
-	c, err := Parse("policy.yaml", []byte(file))
+	c, err := parse("policy.yaml", []byte(file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]string{}
-	for _, s := range c.Report().Servers {
+	for _, s := range c.report().Servers {
 		for _, e := range s.Effective {
 			got[e.Key] = e.Value
 		}
@@ -814,5 +814,87 @@ func TestReportShowsRateLimit(t *testing.T) {
 		if got[k] != want {
 			t.Errorf("%s = %q; want %q", k, got[k], want)
 		}
+	}
+}
+
+// A reload of the same file changes nothing, whatever the file holds:
+// settings are compared by value, so an unlimited budget, a hedge, a
+// bulkhead, idempotent methods or shed shares, which are new values at
+// every parse, keep what was built from them.
+func TestReloadOfTheSameFileChangesNothing(t *testing.T) {
+	const file = `
+dependencies:
+  web:
+    reason: "tests"
+    retry_budget: {unlimited: true}
+    bulkhead: {max_concurrent: 4}
+    hedge: {delay: 10ms}
+    throttle: {k: 2}
+  stock:
+    kind: grpc
+    reason: "tests"
+    idempotent_methods: [/inventory.v1.Stock/]
+    retry_budget: {unlimited: true}
+    bulkhead: {max_concurrent: 4}
+    hedge: {}
+    throttle: {}
+  ledger:
+    kind: policy
+    reason: "tests"
+    idempotent: true
+    retry_budget: {unlimited: true}
+    bulkhead: {max_concurrent: 4}
+    deadline: 1s
+servers:
+  api:
+    deadline: {max: 5s}
+    shed: {limit: 10, shares: {high: 0.5}}
+    rate_limit: {rate: 10}
+`
+	var results []ReloadResult
+	reg, err := New("policy.yaml", []byte(file), Options{Logger: quiet(), OnReload: func(r ReloadResult) { results = append(results, r) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.RateLimiter("api", nil); err != nil {
+		t.Fatal(err)
+	}
+	ledger, _ := reg.Policy("ledger")
+	p := ledger.Policy()
+	if err := reg.ReloadBytes([]byte(file)); err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 1 || len(results[0].Changed) != 0 {
+		t.Errorf("a reload of the same file: %+v; want one result, nothing changed", results)
+	}
+	if ledger.Policy() != p {
+		t.Error("a reload of the same file replaced the policy")
+	}
+}
+
+// WithDeadline bounds a call by the dependency's deadline, and leaves the
+// context alone when the file sets none.
+func TestPolicyHandleWithDeadline(t *testing.T) {
+	reg := quietRegistry(t, `
+dependencies:
+  bounded: {kind: policy, reason: "tests", deadline: 2s}
+  free: {kind: policy}
+`)
+	ctx := context.Background()
+	bounded, _ := reg.Policy("bounded")
+	bctx, cancel := bounded.WithDeadline(ctx)
+	dl, ok := bctx.Deadline()
+	if !ok || time.Until(dl) > 2*time.Second {
+		t.Errorf("deadline %v, %v; want one within 2s", dl, ok)
+	}
+	cancel()
+	if bctx.Err() == nil {
+		t.Error("cancel did not release the bounded context")
+	}
+	free, _ := reg.Policy("free")
+	fctx, cancel := free.WithDeadline(ctx)
+	defer cancel()
+	if fctx != ctx {
+		t.Error("a dependency without a deadline changed the context")
 	}
 }

@@ -2,8 +2,6 @@ package config
 
 import (
 	"cmp"
-	"fmt"
-	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -76,8 +74,8 @@ type ServerReport struct {
 	Effective []Setting `json:"effective"`
 }
 
-// Report summarises c.
-func (c *Checked) Report() Report {
+// report summarises c.
+func (c *checkedFile) report() Report {
 	rep := Report{File: c.Name, OK: len(c.Errors) == 0, Errors: c.Errors, Warnings: c.Warnings,
 		Dependencies: []DependencyReport{}, Servers: []ServerReport{}}
 	if rep.Errors == nil {
@@ -87,90 +85,101 @@ func (c *Checked) Report() Report {
 		rep.Warnings = []Diagnostic{}
 	}
 	for _, d := range c.Dependencies {
-		dr := DependencyReport{Name: d.Name, Kind: d.Kind, Reason: val(d.Reason), Owner: val(d.Owner), Decision: val(d.Decision), Differences: []Difference{}}
-		dr.Effective = effective(d)
-		// The defaults as this dependency's kind sees them.
-		base := &ResolvedDependency{Name: d.Name, Kind: d.Kind}
-		if c.File.Defaults != nil {
-			base.Settings = *c.File.Defaults
-		}
-		_ = (&Checked{Name: c.Name, File: c.File, lines: map[string]int{}}).build(base)
-		baseEff := effective(base)
-		defs := map[string]string{}
-		for _, s := range baseEff {
-			defs[s.Key] = s.Value
-		}
-		for _, s := range dr.Effective {
-			def, ok := defs[s.Key]
-			switch section, _, sub := strings.Cut(s.Key, "."); {
-			case ok:
-			case !sub:
-				// A section the dependency turns off that the defaults
-				// turn on ("hedge off" against their hedge settings).
-				var on []string
-				for _, b := range baseEff {
-					if k, ok := strings.CutPrefix(b.Key, section+"."); ok {
-						on = append(on, k+" "+b.Value)
-					}
-				}
-				def = strings.Join(on, ", ")
-			default:
-				// A section the defaults leave out ("bulkhead none"), or a
-				// setting they leave off (breaker.consecutive_failures).
-				def = "off"
-				if v, ok := defs[section]; ok {
-					def = section + " " + v
-				}
-			}
-			if def != s.Value {
-				dr.Differences = append(dr.Differences, Difference{Key: s.Key, Value: s.Value, Default: def,
-					Line: c.line("dependencies." + d.Name + "." + s.Key)})
-			}
-		}
-		rep.Dependencies = append(rep.Dependencies, dr)
+		rep.Dependencies = append(rep.Dependencies, c.dependencyReport(d))
 	}
 	for _, s := range c.Servers {
-		sr := ServerReport{Name: s.Name, Reason: val(s.Reason), Owner: val(s.Owner)}
-		if d := s.Deadline; d != nil {
-			sr.Effective = append(sr.Effective, Setting{"deadline.max", durOr(d.Max, 30*time.Second, "none")}, Setting{"deadline.reserve", durOr(d.Reserve, 10*time.Millisecond, "none")})
-		}
-		if sh := s.Shed; sh != nil {
-			limit := "adaptive"
-			if sh.Limit > 0 {
-				limit = strconv.Itoa(sh.Limit)
-			}
-			sr.Effective = append(sr.Effective, Setting{"shed.limit", limit}, Setting{"shed.max_queue", strconv.Itoa(sh.MaxQueue)},
-				Setting{"shed.retry_ratio", fmtFloat(orF(sh.RetryRatio, 0.1))}, Setting{"shed.max_header_priority", sh.MaxHeaderPriority.String()})
-		}
-		if id := s.Idempotency; id != nil {
-			scope := "single_tenant"
-			if s.IdempotencyScopeCaller {
-				scope = "caller"
-			}
-			methods := "POST, PATCH"
-			if id.Methods != nil {
-				methods = strings.Join(id.Methods, ", ")
-			}
-			sr.Effective = append(sr.Effective, Setting{"idempotency.scope", scope}, Setting{"idempotency.methods", methods},
-				Setting{"idempotency.required", strconv.FormatBool(id.Required)}, Setting{"idempotency.ttl", durOr(id.TTL, 24*time.Hour, "")},
-				Setting{"idempotency.lease", durOr(id.Lease, 30*time.Second, "")})
-		}
-		if rl := s.RateLimit; rl != nil {
-			rate := orF(rl.Rate, ratelimit.DefaultRate)
-			burst := rl.Burst
-			if burst == 0 {
-				burst = int(math.Max(1, math.Ceil(rate)))
-			}
-			maxKeys := rl.MaxKeys
-			if maxKeys == 0 {
-				maxKeys = ratelimit.DefaultMaxKeys
-			}
-			sr.Effective = append(sr.Effective, Setting{"rate_limit.rate", fmtFloat(rate)},
-				Setting{"rate_limit.burst", strconv.Itoa(burst)}, Setting{"rate_limit.max_keys", strconv.Itoa(maxKeys)})
-		}
-		rep.Servers = append(rep.Servers, sr)
+		rep.Servers = append(rep.Servers, serverReport(s))
 	}
 	return rep
+}
+
+// dependencyReport reports d's effective settings, and those that differ
+// from the defaults as d's kind sees them.
+func (c *checkedFile) dependencyReport(d *resolvedDep) DependencyReport {
+	dr := DependencyReport{Name: d.Name, Kind: d.Kind, Reason: val(d.Reason), Owner: val(d.Owner), Decision: val(d.Decision), Differences: []Difference{}}
+	dr.Effective = effective(d)
+	// The defaults as this dependency's kind sees them.
+	base := &resolvedDep{Name: d.Name, Kind: d.Kind}
+	if c.File.Defaults != nil {
+		base.Settings = *c.File.Defaults
+	}
+	_ = (&checkedFile{Name: c.Name, File: c.File, lines: map[string]int{}}).build(base)
+	baseEff := effective(base)
+	defs := map[string]string{}
+	for _, s := range baseEff {
+		defs[s.Key] = s.Value
+	}
+	for _, s := range dr.Effective {
+		def, ok := defs[s.Key]
+		switch section, _, sub := strings.Cut(s.Key, "."); {
+		case ok:
+		case !sub:
+			// A section the dependency turns off that the defaults
+			// turn on ("hedge off" against their hedge settings).
+			var on []string
+			for _, b := range baseEff {
+				if k, ok := strings.CutPrefix(b.Key, section+"."); ok {
+					on = append(on, k+" "+b.Value)
+				}
+			}
+			def = strings.Join(on, ", ")
+		default:
+			// A section the defaults leave out ("bulkhead none"), or a
+			// setting they leave off (breaker.consecutive_failures).
+			def = "off"
+			if v, ok := defs[section]; ok {
+				def = section + " " + v
+			}
+		}
+		if def != s.Value {
+			dr.Differences = append(dr.Differences, Difference{Key: s.Key, Value: s.Value, Default: def,
+				Line: c.line("dependencies." + d.Name + "." + s.Key)})
+		}
+	}
+	return dr
+}
+
+// serverReport reports s's effective settings.
+func serverReport(s *resolvedServer) ServerReport {
+	sr := ServerReport{Name: s.Name, Reason: val(s.Reason), Owner: val(s.Owner)}
+	if d := s.Deadline; d != nil {
+		sr.Effective = append(sr.Effective, Setting{"deadline.max", durOr(d.Max, 30*time.Second, "none")}, Setting{"deadline.reserve", durOr(d.Reserve, 10*time.Millisecond, "none")})
+	}
+	if sh := s.Shed; sh != nil {
+		limit := "adaptive"
+		if sh.Limit > 0 {
+			limit = strconv.Itoa(sh.Limit)
+		}
+		sr.Effective = append(sr.Effective, Setting{"shed.limit", limit}, Setting{"shed.max_queue", strconv.Itoa(sh.MaxQueue)},
+			Setting{"shed.retry_ratio", fmtFloat(orF(sh.RetryRatio, 0.1))}, Setting{"shed.max_header_priority", sh.MaxHeaderPriority.String()})
+	}
+	if id := s.Idempotency; id != nil {
+		scope := "single_tenant"
+		if s.IdempotencyScopeCaller {
+			scope = "caller"
+		}
+		methods := "POST, PATCH"
+		if id.Methods != nil {
+			methods = strings.Join(id.Methods, ", ")
+		}
+		sr.Effective = append(sr.Effective, Setting{"idempotency.scope", scope}, Setting{"idempotency.methods", methods},
+			Setting{"idempotency.required", strconv.FormatBool(id.Required)}, Setting{"idempotency.ttl", durOr(id.TTL, 24*time.Hour, "")},
+			Setting{"idempotency.lease", durOr(id.Lease, 30*time.Second, "")})
+	}
+	if rl := s.RateLimit; rl != nil {
+		rate := orF(rl.Rate, ratelimit.DefaultRate)
+		burst := rl.Burst
+		if burst == 0 {
+			burst = int(math.Max(1, math.Ceil(rate)))
+		}
+		maxKeys := rl.MaxKeys
+		if maxKeys == 0 {
+			maxKeys = ratelimit.DefaultMaxKeys
+		}
+		sr.Effective = append(sr.Effective, Setting{"rate_limit.rate", fmtFloat(rate)},
+			Setting{"rate_limit.burst", strconv.Itoa(burst)}, Setting{"rate_limit.max_keys", strconv.Itoa(maxKeys)})
+	}
+	return sr
 }
 
 func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
@@ -196,18 +205,38 @@ func durOr(d, def time.Duration, negative string) string {
 	return d.String()
 }
 
+// settingList lists effective settings, in order.
+type settingList []Setting
+
+func (l *settingList) add(k, v string) { *l = append(*l, Setting{k, v}) }
+
 // effective lists every setting d runs under, with the library's defaults
-// for what the file leaves out; the breaker's come from a breaker built
-// with its configuration.
-func effective(d *ResolvedDependency) []Setting {
+// for what the file leaves out.
+func effective(d *resolvedDep) []Setting {
+	var out settingList
+	retryEffective(&out, d)
+	breakerEffective(&out, d)
+	bulkheadEffective(&out, d.Bulkhead)
+	out = append(out, hedgeEffective(d.Hedge, d.Throttle)...)
+	switch d.Kind {
+	case kindPolicy:
+		out.add("idempotent", strconv.FormatBool(d.Idempotent))
+	case kindGRPC:
+		grpcEffective(&out, &d.GRPC)
+	default:
+		httpEffective(&out, &d.HTTP)
+	}
+	return out
+}
+
+// retryEffective lists d's retry settings, its deadline and its budget.
+func retryEffective(out *settingList, d *resolvedDep) {
 	s := &d.Settings
-	var out []Setting
-	add := func(k, v string) { out = append(out, Setting{k, v}) }
-	add("max_attempts", strconv.Itoa(d.attempts()))
-	add("attempt_timeout", durOr(val(s.AttemptTimeout), 0, "none"))
-	add("min_attempt_time", durOr(val(s.MinAttemptTime), guardrail.DefaultMinAttemptTime, "none"))
-	add("max_retry_after", durOr(val(s.MaxRetryAfter), guardrail.DefaultMaxRetryAfter, "server hints ignored"))
-	add("deadline", durOr(d.Deadline, 0, "none"))
+	out.add("max_attempts", strconv.Itoa(d.attempts()))
+	out.add("attempt_timeout", durOr(d.Retry.AttemptTimeout, 0, "none"))
+	out.add("min_attempt_time", durOr(d.Retry.MinAttemptTime, guardrail.DefaultMinAttemptTime, "none"))
+	out.add("max_retry_after", durOr(d.Retry.MaxRetryAfter, guardrail.DefaultMaxRetryAfter, "server hints ignored"))
+	out.add("deadline", durOr(d.Deadline, 0, "none"))
 	strategy, base, cp := "full_jitter", backoff.DefaultBase, backoff.DefaultCap
 	if b := s.Backoff; b != nil {
 		if b.Strategy != nil {
@@ -220,22 +249,27 @@ func effective(d *ResolvedDependency) []Setting {
 			cp = v
 		}
 	}
-	add("backoff.strategy", strategy)
+	out.add("backoff.strategy", strategy)
 	if strategy != "none" {
-		add("backoff.base", base.String())
+		out.add("backoff.base", base.String())
 	}
 	if strategy != "none" && strategy != "constant" {
-		add("backoff.cap", cp.String())
+		out.add("backoff.cap", cp.String())
 	}
 	if d.Budget == nil {
-		add("retry_budget", "unlimited")
+		out.add("retry_budget", "unlimited")
 	} else {
-		add("retry_budget.ratio", fmtFloat(orF(d.Budget.Ratio, budget.DefaultRatio)))
-		add("retry_budget.max", fmtFloat(orF(d.Budget.Max, budget.DefaultMax)))
-		add("retry_budget.min_per_second", fmtFloat(d.Budget.MinPerSecond))
+		out.add("retry_budget.ratio", fmtFloat(orF(d.Budget.Ratio, budget.DefaultRatio)))
+		out.add("retry_budget.max", fmtFloat(orF(d.Budget.Max, budget.DefaultMax)))
+		out.add("retry_budget.min_per_second", fmtFloat(d.Budget.MinPerSecond))
 	}
+}
+
+// breakerEffective lists d's breaker settings, which come from a breaker
+// built with its configuration.
+func breakerEffective(out *settingList, d *resolvedDep) {
 	bc := d.Breaker
-	if d.Kind != KindPolicy {
+	if d.Kind != kindPolicy {
 		bc = d.Group.Config
 	}
 	// The window's size does not change the other settings; a small one
@@ -245,98 +279,96 @@ func effective(d *ResolvedDependency) []Setting {
 	if big > 4096 && bc.MinRequests <= 4096 {
 		bc.CountWindow = 4096
 	}
-	if b, err := breaker.New(bc); err == nil {
-		e := b.Config()
-		if big > e.CountWindow {
-			e.CountWindow = big
-		}
-		add("breaker.mode", e.Mode.String())
-		if e.CountWindow > 0 {
-			add("breaker.count_window", strconv.Itoa(e.CountWindow))
-		} else {
-			add("breaker.window", e.Window.String())
-			add("breaker.buckets", strconv.Itoa(e.Buckets))
-		}
-		add("breaker.min_requests", strconv.Itoa(e.MinRequests))
-		add("breaker.failure_rate", fmtFloat(e.FailureRate))
-		if e.ConsecutiveFailures > 0 {
-			add("breaker.consecutive_failures", strconv.Itoa(e.ConsecutiveFailures))
-		}
-		if e.SlowCall > 0 {
-			add("breaker.slow_call", e.SlowCall.String())
-			add("breaker.slow_rate", fmtFloat(e.SlowRate))
-		}
-		add("breaker.open_for", e.OpenFor.String())
-		add("breaker.open_jitter", fmtFloat(e.OpenJitter))
-		if e.OpenBackoff > 1 {
-			add("breaker.open_backoff", fmtFloat(e.OpenBackoff))
-			add("breaker.max_open_for", e.MaxOpenFor.String())
-		}
-		add("breaker.half_open_probes", strconv.Itoa(e.HalfOpenProbes))
-		add("breaker.close_after", strconv.Itoa(e.CloseAfter))
-		if d.Kind != KindPolicy {
-			mk := d.Group.MaxKeys
-			if mk == 0 {
-				mk = breaker.DefaultMaxKeys
-			}
-			add("breaker.max_keys", strconv.Itoa(mk))
-			add("breaker.idle_ttl", durOr(d.Group.IdleTTL, breaker.DefaultIdleTTL, "none"))
-		}
+	b, err := breaker.New(bc)
+	if err != nil {
+		return
 	}
-	if d.Bulkhead == nil {
-		add("bulkhead", "none")
+	e := b.Config()
+	if big > e.CountWindow {
+		e.CountWindow = big
+	}
+	out.add("breaker.mode", e.Mode.String())
+	if e.CountWindow > 0 {
+		out.add("breaker.count_window", strconv.Itoa(e.CountWindow))
 	} else {
-		b := d.Bulkhead
-		mc := b.MaxConcurrent
-		if mc == 0 {
-			mc = bulkhead.DefaultMaxConcurrent
-		}
-		add("bulkhead.max_concurrent", strconv.Itoa(mc))
-		add("bulkhead.max_queue", strconv.Itoa(b.MaxQueue))
-		if b.MaxQueue > 0 {
-			add("bulkhead.max_wait", durOr(b.MaxWait, bulkhead.DefaultMaxWait, "none"))
-		}
+		out.add("breaker.window", e.Window.String())
+		out.add("breaker.buckets", strconv.Itoa(e.Buckets))
 	}
-	out = append(out, hedgeEffective(d.Hedge, d.Throttle)...)
-	switch d.Kind {
-	case KindPolicy:
-		add("idempotent", strconv.FormatBool(val(s.Idempotent)))
-		return out
-	case KindGRPC:
-		g := d.GRPC
-		methods := "none"
-		if len(g.IdempotentMethods) > 0 {
-			methods = strings.Join(g.IdempotentMethods, ", ")
-		}
-		add("idempotent_methods", methods)
-		switch mb := g.MaxBufferedMessages; {
-		case mb == 0:
-			add("max_buffered_messages", strconv.Itoa(defaultMaxBufferedMessages))
-		case mb < 0:
-			add("max_buffered_messages", "none kept")
-		default:
-			add("max_buffered_messages", strconv.Itoa(mb))
-		}
-		add("failure_domain", g.FailureDomain)
-		return out
+	out.add("breaker.min_requests", strconv.Itoa(e.MinRequests))
+	out.add("breaker.failure_rate", fmtFloat(e.FailureRate))
+	if e.ConsecutiveFailures > 0 {
+		out.add("breaker.consecutive_failures", strconv.Itoa(e.ConsecutiveFailures))
 	}
-	h := d.HTTP
-	add("connect_timeout", durOr(h.ConnectTimeout, guardhttp.DefaultConnectTimeout, "none"))
-	add("tls_handshake_timeout", durOr(h.TLSHandshakeTimeout, guardhttp.DefaultTLSHandshakeTimeout, "none"))
-	add("write_timeout", durOr(h.WriteTimeout, guardhttp.DefaultWriteTimeout, "none"))
-	add("response_header_timeout", durOr(h.ResponseHeaderTimeout, guardhttp.DefaultResponseHeaderTimeout, "none"))
-	add("body_idle_timeout", durOr(h.BodyIdleTimeout, guardhttp.DefaultBodyIdleTimeout, "none"))
+	if e.SlowCall > 0 {
+		out.add("breaker.slow_call", e.SlowCall.String())
+		out.add("breaker.slow_rate", fmtFloat(e.SlowRate))
+	}
+	out.add("breaker.open_for", e.OpenFor.String())
+	out.add("breaker.open_jitter", fmtFloat(e.OpenJitter))
+	if e.OpenBackoff > 1 {
+		out.add("breaker.open_backoff", fmtFloat(e.OpenBackoff))
+		out.add("breaker.max_open_for", e.MaxOpenFor.String())
+	}
+	out.add("breaker.half_open_probes", strconv.Itoa(e.HalfOpenProbes))
+	out.add("breaker.close_after", strconv.Itoa(e.CloseAfter))
+	if d.Kind != kindPolicy {
+		out.add("breaker.max_keys", strconv.Itoa(cmp.Or(d.Group.MaxKeys, breaker.DefaultMaxKeys)))
+		out.add("breaker.idle_ttl", durOr(d.Group.IdleTTL, breaker.DefaultIdleTTL, "none"))
+	}
+}
+
+// bulkheadEffective lists the bulkhead b configures.
+func bulkheadEffective(out *settingList, b *bulkhead.Config) {
+	if b == nil {
+		out.add("bulkhead", "none")
+		return
+	}
+	out.add("bulkhead.max_concurrent", strconv.Itoa(cmp.Or(b.MaxConcurrent, bulkhead.DefaultMaxConcurrent)))
+	out.add("bulkhead.max_queue", strconv.Itoa(b.MaxQueue))
+	if b.MaxQueue > 0 {
+		out.add("bulkhead.max_wait", durOr(b.MaxWait, bulkhead.DefaultMaxWait, "none"))
+	}
+}
+
+// grpcEffective lists the settings of a gRPC dependency alone.
+func grpcEffective(out *settingList, g *GRPCSettings) {
+	methods := "none"
+	if len(g.IdempotentMethods) > 0 {
+		methods = strings.Join(g.IdempotentMethods, ", ")
+	}
+	out.add("idempotent_methods", methods)
+	switch mb := g.MaxBufferedMessages; {
+	case mb == 0:
+		out.add("max_buffered_messages", strconv.Itoa(defaultMaxBufferedMessages))
+	case mb < 0:
+		out.add("max_buffered_messages", "none kept")
+	default:
+		out.add("max_buffered_messages", strconv.Itoa(mb))
+	}
+	fd := failureDomainTarget
+	if g.ByMethod {
+		fd = failureDomainMethod
+	}
+	out.add("failure_domain", fd)
+}
+
+// httpEffective lists the settings of an HTTP dependency alone.
+func httpEffective(out *settingList, h *guardhttp.Config) {
+	out.add("connect_timeout", durOr(h.ConnectTimeout, guardhttp.DefaultConnectTimeout, "none"))
+	out.add("tls_handshake_timeout", durOr(h.TLSHandshakeTimeout, guardhttp.DefaultTLSHandshakeTimeout, "none"))
+	out.add("write_timeout", durOr(h.WriteTimeout, guardhttp.DefaultWriteTimeout, "none"))
+	out.add("response_header_timeout", durOr(h.ResponseHeaderTimeout, guardhttp.DefaultResponseHeaderTimeout, "none"))
+	out.add("body_idle_timeout", durOr(h.BodyIdleTimeout, guardhttp.DefaultBodyIdleTimeout, "none"))
 	switch mb := h.MaxBufferedBody; {
 	case mb == 0:
-		add("max_buffered_body", strconv.Itoa(guardhttp.DefaultMaxBufferedBody))
+		out.add("max_buffered_body", strconv.Itoa(guardhttp.DefaultMaxBufferedBody))
 	case mb < 0:
-		add("max_buffered_body", "never buffer")
+		out.add("max_buffered_body", "never buffer")
 	default:
-		add("max_buffered_body", strconv.FormatInt(mb, 10))
+		out.add("max_buffered_body", strconv.FormatInt(mb, 10))
 	}
-	add("idempotency_keys", strconv.FormatBool(h.IdempotencyKeys))
-	add("deadline_reserve", durOr(h.DeadlineReserve, guardhttp.DefaultDeadlineReserve, "none"))
-	return out
+	out.add("idempotency_keys", strconv.FormatBool(h.IdempotencyKeys))
+	out.add("deadline_reserve", durOr(h.DeadlineReserve, guardhttp.DefaultDeadlineReserve, "none"))
 }
 
 // hedgeEffective lists the hedge and throttle settings in force, with the
@@ -372,58 +404,4 @@ func hedgeEffective(h *guardrail.HedgeConfig, t *throttle.Config) []Setting {
 		add("throttle.k", fmtFloat(cmp.Or(t.K, throttle.DefaultK)))
 	}
 	return out
-}
-
-// WriteText writes the report for a terminal.
-func (rep Report) WriteText(w io.Writer) error {
-	var b strings.Builder
-	for _, d := range rep.Dependencies {
-		fmt.Fprintf(&b, "%s (%s)\n", d.Name, d.Kind)
-		if len(d.Differences) == 0 {
-			b.WriteString("  the defaults, unchanged\n")
-		} else {
-			b.WriteString("  differs from the defaults:\n")
-			for _, df := range d.Differences {
-				fmt.Fprintf(&b, "    %-28s %s (default %s; line %d)\n", df.Key, df.Value, df.Default, df.Line)
-			}
-		}
-		if d.Reason != "" {
-			fmt.Fprintf(&b, "  reason:   %s\n", d.Reason)
-		}
-		if d.Owner != "" {
-			fmt.Fprintf(&b, "  owner:    %s\n", d.Owner)
-		}
-		if d.Decision != "" {
-			fmt.Fprintf(&b, "  decision: %s\n", d.Decision)
-		}
-		b.WriteString("  effective:\n")
-		for _, s := range d.Effective {
-			fmt.Fprintf(&b, "    %-28s %s\n", s.Key, s.Value)
-		}
-	}
-	for _, s := range rep.Servers {
-		fmt.Fprintf(&b, "server %s\n", s.Name)
-		if s.Reason != "" {
-			fmt.Fprintf(&b, "  reason:   %s\n", s.Reason)
-		}
-		for _, e := range s.Effective {
-			fmt.Fprintf(&b, "    %-28s %s\n", e.Key, e.Value)
-		}
-	}
-	if len(rep.Errors) > 0 {
-		fmt.Fprintf(&b, "%d error(s):\n", len(rep.Errors))
-		for _, d := range rep.Errors {
-			fmt.Fprintf(&b, "  %s\n", d)
-		}
-	}
-	if len(rep.Warnings) > 0 {
-		fmt.Fprintf(&b, "%d warning(s):\n", len(rep.Warnings))
-		for _, d := range rep.Warnings {
-			fmt.Fprintf(&b, "  %s\n", d)
-		}
-	} else if len(rep.Errors) == 0 {
-		b.WriteString("no warnings\n")
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
 }

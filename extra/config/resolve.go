@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail"
-	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/bulkhead"
@@ -25,41 +24,42 @@ import (
 
 // Kinds of dependency.
 const (
-	KindHTTP   = "http"
-	KindGRPC   = "grpc"
-	KindPolicy = "policy"
+	kindHTTP   = "http"
+	kindGRPC   = "grpc"
+	kindPolicy = "policy"
 )
 
-// Checked is a parsed file with every dependency's effective settings
-// resolved: what Parse returns, what guardrail check prints and what a
-// Registry is built from. It is immutable once returned.
-type Checked struct {
+// checkedFile is a parsed file with every dependency's effective settings
+// resolved: what parse returns, what Parse reports (and guardrail check
+// prints) and what a Registry is built from. It is immutable once
+// returned.
+type checkedFile struct {
 	// Name is the file's name as given to Parse.
 	Name string
 	// File is the file as written.
-	File *File
+	File *policyFile
 	// Dependencies are the resolved dependencies, sorted by name.
-	Dependencies []*ResolvedDependency
+	Dependencies []*resolvedDep
 	// Servers are the resolved servers, sorted by name.
-	Servers []*ResolvedServer
+	Servers []*resolvedServer
 	// Errors and Warnings are the findings, in line order.
 	Errors, Warnings []Diagnostic
 
 	lines  map[string]int
-	byName map[string]*ResolvedDependency // built after resolve, by dependency
+	byName map[string]*resolvedDep // built after resolve, by dependency
 }
 
-// ResolvedDependency is one dependency's settings: the defaults overridden
+// resolvedDep is one dependency's settings: the defaults overridden
 // by what the dependency sets, and the guardrail values they configure.
 // It is a plain value, safe to read concurrently.
-type ResolvedDependency struct {
+type resolvedDep struct {
 	Name string
 	Kind string
-	Review
+	fileReview
 	Calls []string
 	// Settings are the defaults merged with the dependency's own; a nil
 	// field is the library's default.
-	Settings Settings
+	Settings fileSettings
 	// Overrides are the dotted keys the dependency sets itself.
 	Overrides []string
 
@@ -82,9 +82,11 @@ type ResolvedDependency struct {
 	// compartment of a gRPC or HTTP one (also in HTTP.Bulkhead and
 	// GRPC.Bulkhead); nil means none.
 	Bulkhead *bulkhead.Config
-	// Policy is a policy dependency's guardrail.Policy fields, without its
-	// Budget, Breaker, Bulkhead and Observer.
-	Policy PolicyFields
+	// Retry is the dependency's retry settings (also in HTTP.Retry and
+	// GRPC.Retry), without the Budget the Registry supplies.
+	Retry guardrail.Retry
+	// Idempotent is a policy dependency's guardrail.Policy.Idempotent.
+	Idempotent bool
 	// Deadline bounds a whole call; zero means no bound of its own.
 	Deadline time.Duration
 	// Hedge configures hedging (also in HTTP.Hedge and GRPC.Hedge); nil
@@ -96,23 +98,11 @@ type ResolvedDependency struct {
 	Throttle *throttle.Config
 }
 
-// PolicyFields are the plain fields of a guardrail.Policy.
+// resolvedServer is one server's settings.
 // It is a plain value, safe to read concurrently.
-type PolicyFields struct {
-	Name           string
-	MaxAttempts    int
-	AttemptTimeout time.Duration
-	MinAttemptTime time.Duration
-	MaxRetryAfter  time.Duration
-	Backoff        backoff.Strategy
-	Idempotent     bool
-}
-
-// ResolvedServer is one server's settings.
-// It is a plain value, safe to read concurrently.
-type ResolvedServer struct {
+type resolvedServer struct {
 	Name string
-	Review
+	fileReview
 	Calls []string
 	// Deadline, Shed, Idempotency and RateLimit are nil when the file has
 	// no such section for the server. RateLimit has no Key: the code
@@ -126,14 +116,24 @@ type ResolvedServer struct {
 	IdempotencyScopeCaller bool
 }
 
-// Parse reads a policy file, checks it and resolves its settings. name is
-// used in diagnostics (the file's path, or "policy.yaml"). The error is
-// an *Error that Is ErrInvalidConfig when the file holds an error; warnings do
-// not make an error. The Checked is returned in either case, for its
-// diagnostics.
-func Parse(name string, data []byte) (*Checked, error) {
+// Parse reads a policy file and checks it as Load and Reload do, without
+// building anything, and reports it as guardrail check prints it: every
+// dependency's effective settings, what differs from the defaults and
+// why, and the file's errors and warnings. name is used in diagnostics
+// (the file's path, or "policy.yaml"). The error is an *Error that Is
+// ErrInvalidConfig when the file holds an error; warnings do not make an
+// error. The Report is returned in either case.
+func Parse(name string, data []byte) (*Report, error) {
+	c, err := parse(name, data)
+	rep := c.report()
+	return &rep, err
+}
+
+// parse reads a policy file, checks it and resolves its settings. The
+// checkedFile is returned in either case, for its diagnostics.
+func parse(name string, data []byte) (*checkedFile, error) {
 	f, lines, diags := parseFile(name, data)
-	c := &Checked{Name: name, File: f, lines: lines}
+	c := &checkedFile{Name: name, File: f, lines: lines}
 	// A key that did not decode stays unset; the rest is still checked, so
 	// that one run reports every error.
 	diags = append(diags, c.resolve()...)
@@ -145,7 +145,7 @@ func Parse(name string, data []byte) (*Checked, error) {
 }
 
 // line returns the line of path, or of its closest written ancestor.
-func (c *Checked) line(path string) int {
+func (c *checkedFile) line(path string) int {
 	for path != "" {
 		if l, ok := c.lines[path]; ok {
 			return l
@@ -159,13 +159,13 @@ func (c *Checked) line(path string) int {
 	return 1
 }
 
-func (c *Checked) diag(sev Severity, path, format string, args ...any) Diagnostic {
+func (c *checkedFile) diag(sev string, path, format string, args ...any) Diagnostic {
 	return Diagnostic{File: c.Name, Line: c.line(path), Field: path, Severity: sev, Message: fmt.Sprintf(format, args...)}
 }
 
 // where returns the path at which key (dotted, within Settings) of
 // dependency dep was written: the dependency's own, or the defaults'.
-func (c *Checked) where(dep, key string) string {
+func (c *checkedFile) where(dep, key string) string {
 	own := "dependencies." + dep + "." + key
 	if _, ok := c.lines[own]; ok {
 		return own
@@ -231,40 +231,40 @@ func val[T any](p *T) T {
 // onlyFor lists the keys that apply to some kinds only, with the kinds.
 // The defaults may set them: a dependency of another kind ignores them.
 var onlyFor = map[string][]string{
-	"connect_timeout":         {KindHTTP},
-	"tls_handshake_timeout":   {KindHTTP},
-	"write_timeout":           {KindHTTP},
-	"response_header_timeout": {KindHTTP},
-	"body_idle_timeout":       {KindHTTP},
-	"max_buffered_body":       {KindHTTP},
-	"idempotency_keys":        {KindHTTP},
-	"deadline_reserve":        {KindHTTP},
-	"breaker.max_keys":        {KindHTTP, KindGRPC},
-	"breaker.idle_ttl":        {KindHTTP, KindGRPC},
-	"idempotent_methods":      {KindGRPC},
-	"max_buffered_messages":   {KindGRPC},
-	"failure_domain":          {KindGRPC},
-	"idempotent":              {KindPolicy},
+	"connect_timeout":         {kindHTTP},
+	"tls_handshake_timeout":   {kindHTTP},
+	"write_timeout":           {kindHTTP},
+	"response_header_timeout": {kindHTTP},
+	"body_idle_timeout":       {kindHTTP},
+	"max_buffered_body":       {kindHTTP},
+	"idempotency_keys":        {kindHTTP},
+	"deadline_reserve":        {kindHTTP},
+	"breaker.max_keys":        {kindHTTP, kindGRPC},
+	"breaker.idle_ttl":        {kindHTTP, kindGRPC},
+	"idempotent_methods":      {kindGRPC},
+	"max_buffered_messages":   {kindGRPC},
+	"failure_domain":          {kindGRPC},
+	"idempotent":              {kindPolicy},
 }
 
 // elsewhere says, for a key that does not apply to a kind, what does.
 var elsewhere = map[[2]string]string{
-	{KindGRPC, "idempotent"}:            "; list the methods that are safe to repeat in idempotent_methods",
-	{KindGRPC, "idempotency_keys"}:      "; a gRPC call whose outgoing metadata carries an idempotency-key is retried as idempotent, so the code sets it",
-	{KindGRPC, "max_buffered_body"}:     "; a stream's messages kept for a retry are max_buffered_messages",
-	{KindPolicy, "idempotent_methods"}:  "; a policy is idempotent or not as a whole: idempotent",
-	{KindHTTP, "idempotent_methods"}:    "; an HTTP request's idempotence is its method's, or a key's (idempotency_keys)",
-	{KindHTTP, "idempotent"}:            "; an HTTP request's idempotence is its method's, or a key's (idempotency_keys)",
-	{KindHTTP, "max_buffered_messages"}: "; an HTTP request body kept for a retry is max_buffered_body",
+	{kindGRPC, "idempotent"}:            "; list the methods that are safe to repeat in idempotent_methods",
+	{kindGRPC, "idempotency_keys"}:      "; a gRPC call whose outgoing metadata carries an idempotency-key is retried as idempotent, so the code sets it",
+	{kindGRPC, "max_buffered_body"}:     "; a stream's messages kept for a retry are max_buffered_messages",
+	{kindPolicy, "idempotent_methods"}:  "; a policy is idempotent or not as a whole: idempotent",
+	{kindHTTP, "idempotent_methods"}:    "; an HTTP request's idempotence is its method's, or a key's (idempotency_keys)",
+	{kindHTTP, "idempotent"}:            "; an HTTP request's idempotence is its method's, or a key's (idempotency_keys)",
+	{kindHTTP, "max_buffered_messages"}: "; an HTTP request body kept for a retry is max_buffered_body",
 }
 
-func (c *Checked) resolve() []Diagnostic {
+func (c *checkedFile) resolve() []Diagnostic {
 	var diags []Diagnostic
 	f := c.File
 	if f.Version != nil && *f.Version != 1 {
-		diags = append(diags, c.diag(SeverityError, "version", "is %d; want 1, the only version of the format", *f.Version))
+		diags = append(diags, c.diag(severityError, "version", "is %d; want 1, the only version of the format", *f.Version))
 	}
-	def := Settings{}
+	def := fileSettings{}
 	if f.Defaults != nil {
 		def = *f.Defaults
 	}
@@ -275,44 +275,44 @@ func (c *Checked) resolve() []Diagnostic {
 	sort.Strings(names)
 	for _, name := range names {
 		d := f.Dependencies[name]
-		r := &ResolvedDependency{Name: name, Kind: KindHTTP, Review: d.Review, Calls: d.Calls}
+		r := &resolvedDep{Name: name, Kind: kindHTTP, fileReview: d.fileReview, Calls: d.Calls}
 		path := "dependencies." + name
 		if d.Kind != nil {
 			switch *d.Kind {
-			case KindHTTP, KindGRPC, KindPolicy:
+			case kindHTTP, kindGRPC, kindPolicy:
 				r.Kind = *d.Kind
 			default:
-				diags = append(diags, c.diag(SeverityError, path+".kind", "is %q; want http, grpc or policy", *d.Kind))
+				diags = append(diags, c.diag(severityError, path+".kind", "is %q; want http, grpc or policy", *d.Kind))
 			}
 		}
 		r.Settings = def
-		merge(reflect.ValueOf(&r.Settings).Elem(), reflect.ValueOf(&d.Settings).Elem(), "", &r.Overrides)
+		merge(reflect.ValueOf(&r.Settings).Elem(), reflect.ValueOf(&d.fileSettings).Elem(), "", &r.Overrides)
 		if len(r.Overrides) > 0 && (d.Reason == nil || strings.TrimSpace(*d.Reason) == "") {
-			diags = append(diags, c.diag(SeverityError, path+".reason", "is missing; %s overrides %s, and every override must say why (reason: ...), so that its review has the reason beside it",
+			diags = append(diags, c.diag(severityError, path+".reason", "is missing; %s overrides %s, and every override must say why (reason: ...), so that its review has the reason beside it",
 				name, strings.Join(r.Overrides, ", ")))
 		}
 		for _, k := range r.Overrides {
 			if kinds, ok := onlyFor[k]; ok && !contains(kinds, r.Kind) {
-				diags = append(diags, c.diag(SeverityError, path+"."+k, "applies to %s dependencies only; this one is kind %s%s", strings.Join(kinds, " and "), r.Kind, elsewhere[[2]string{r.Kind, k}]))
+				diags = append(diags, c.diag(severityError, path+"."+k, "applies to %s dependencies only; this one is kind %s%s", strings.Join(kinds, " and "), r.Kind, elsewhere[[2]string{r.Kind, k}]))
 			}
 		}
 		for i, rt := range d.Routes {
 			at := fmt.Sprintf("%s.routes[%d]", path, i)
 			switch {
-			case r.Kind == KindGRPC && (rt == nil || rt.Method == nil):
-				diags = append(diags, c.diag(SeverityError, at, "needs method, the full method name, such as {method: /pkg.Service/Method}"))
-			case r.Kind == KindGRPC && rt.Path != nil:
-				diags = append(diags, c.diag(SeverityError, at+".path", "applies to http dependencies only; a gRPC route is its full method name, in method"))
-			case r.Kind == KindGRPC && !methodName(*rt.Method, false):
-				diags = append(diags, c.diag(SeverityError, at+".method", "is %q; want a full method name such as /pkg.Service/Method", *rt.Method))
-			case r.Kind != KindGRPC && (rt == nil || rt.Method == nil || rt.Path == nil):
-				diags = append(diags, c.diag(SeverityError, at, "needs method and path, such as {method: POST, path: /charges}"))
+			case r.Kind == kindGRPC && (rt == nil || rt.Method == nil):
+				diags = append(diags, c.diag(severityError, at, "needs method, the full method name, such as {method: /pkg.Service/Method}"))
+			case r.Kind == kindGRPC && rt.Path != nil:
+				diags = append(diags, c.diag(severityError, at+".path", "applies to http dependencies only; a gRPC route is its full method name, in method"))
+			case r.Kind == kindGRPC && !methodName(*rt.Method, false):
+				diags = append(diags, c.diag(severityError, at+".method", "is %q; want a full method name such as /pkg.Service/Method", *rt.Method))
+			case r.Kind != kindGRPC && (rt == nil || rt.Method == nil || rt.Path == nil):
+				diags = append(diags, c.diag(severityError, at, "needs method and path, such as {method: POST, path: /charges}"))
 			}
 		}
 		diags = append(diags, c.build(r)...)
 		c.Dependencies = append(c.Dependencies, r)
 	}
-	c.byName = make(map[string]*ResolvedDependency, len(c.Dependencies))
+	c.byName = make(map[string]*resolvedDep, len(c.Dependencies))
 	for _, d := range c.Dependencies {
 		c.byName[d.Name] = d
 	}
@@ -323,7 +323,7 @@ func (c *Checked) resolve() []Diagnostic {
 	sort.Strings(snames)
 	for _, name := range snames {
 		s := f.Servers[name]
-		r := &ResolvedServer{Name: name, Review: s.Review, Calls: s.Calls}
+		r := &resolvedServer{Name: name, fileReview: s.fileReview, Calls: s.Calls}
 		diags = append(diags, c.buildServer(r, s)...)
 		c.Servers = append(c.Servers, r)
 	}
@@ -346,9 +346,9 @@ func contains(s []string, v string) bool {
 var coreRE = regexp.MustCompile(`^(\w+): (?:invalid \w+: )?(?:\w+\.)*?(\w*Config)\.([A-Z][\w.]*)(?:\[[^\]]*\])? (?:is|has) (.*)$`)
 
 // coreErrors turns a constructor's error into diagnostics on the keys of
-// section (a File type such as Breaker) under prefix, of dependency dep
+// section (a schema type such as fileBreaker) under prefix, of dependency dep
 // ("" for a server, whose keys are under prefix alone).
-func (c *Checked) coreErrors(err error, section reflect.Type, dep, prefix string) []Diagnostic {
+func (c *checkedFile) coreErrors(err error, section reflect.Type, dep, prefix string) []Diagnostic {
 	if err == nil {
 		return nil
 	}
@@ -374,7 +374,7 @@ func (c *Checked) coreErrors(err error, section reflect.Type, dep, prefix string
 			path = "dependencies." + dep + "." + prefix
 			path = strings.TrimSuffix(path, ".")
 		}
-		out = append(out, c.diag(SeverityError, path, "%s", msg))
+		out = append(out, c.diag(severityError, path, "%s", msg))
 	}
 	return out
 }
@@ -402,66 +402,15 @@ func keyOf(section reflect.Type, goPath string) (string, bool) {
 	return strings.Join(keys, "."), true
 }
 
-func breakerConfig(b *Breaker) (breaker.Config, []string) {
-	var c breaker.Config
-	var bad []string
-	if b == nil {
-		return c, nil
-	}
-	c = breaker.Config{
-		Window: val(b.Window), Buckets: val(b.Buckets), CountWindow: val(b.CountWindow),
-		MinRequests: val(b.MinRequests), FailureRate: val(b.FailureRate), SlowCall: val(b.SlowCall),
-		SlowRate: val(b.SlowRate), OpenFor: val(b.OpenFor), OpenJitter: val(b.OpenJitter),
-		OpenBackoff: val(b.OpenBackoff), MaxOpenFor: val(b.MaxOpenFor),
-		HalfOpenProbes: val(b.HalfOpenProbes), CloseAfter: val(b.CloseAfter),
-		ConsecutiveFailures: val(b.ConsecutiveFailures),
-	}
-	switch val(b.Mode) {
-	case "", "normal":
-	case "metrics_only":
-		c.Mode = breaker.MetricsOnly
-	case "disabled":
-		c.Mode = breaker.Disabled
-	default:
-		bad = append(bad, "mode")
-	}
-	return c, bad
-}
-
-func backoffStrategy(b *Backoff) (backoff.Strategy, bool) {
-	if b == nil {
-		return nil, true
-	}
-	base, cp := val(b.Base), val(b.Cap)
-	switch val(b.Strategy) {
-	case "", "full_jitter":
-		if b.Base == nil && b.Cap == nil {
-			return nil, true // the engine's default, which is full jitter from 100 ms to 10 s
-		}
-		return backoff.FullJitter(base, cp), true
-	case "equal_jitter":
-		return backoff.EqualJitter(base, cp), true
-	case "exponential":
-		return backoff.Exponential(base, cp), true
-	case "decorrelated":
-		return backoff.Decorrelated(base, cp), true
-	case "constant":
-		return backoff.Constant(base), true
-	case "none":
-		return backoff.None(), true
-	}
-	return nil, false
-}
-
 // build fills r's guardrail configurations and validates them with the
 // constructors that will use them.
-func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
+func (c *checkedFile) build(r *resolvedDep) []Diagnostic {
 	var diags []Diagnostic
 	s := &r.Settings
 	name := r.Name
 	strategy, ok := backoffStrategy(s.Backoff)
 	if !ok {
-		diags = append(diags, c.diag(SeverityError, c.where(name, "backoff.strategy"), "is %q; want full_jitter, equal_jitter, exponential, decorrelated, constant or none", val(s.Backoff.Strategy)))
+		diags = append(diags, c.diag(severityError, c.where(name, "backoff.strategy"), "is %q; want full_jitter, equal_jitter, exponential, decorrelated, constant or none", val(s.Backoff.Strategy)))
 	}
 	for _, k := range []string{"base", "cap"} {
 		if s.Backoff == nil {
@@ -472,94 +421,70 @@ func (c *Checked) build(r *ResolvedDependency) []Diagnostic {
 			p = s.Backoff.Cap
 		}
 		if p != nil && *p < 0 {
-			diags = append(diags, c.diag(SeverityError, c.where(name, "backoff."+k), "is %v; want a positive duration, or leave it out for the default", *p))
+			diags = append(diags, c.diag(severityError, c.where(name, "backoff."+k), "is %v; want a positive duration, or leave it out for the default", *p))
 		}
 	}
 	if v := val(s.Deadline); v < 0 {
-		diags = append(diags, c.diag(SeverityError, c.where(name, "deadline"), "is %v; want a positive duration, or leave it out for none", v))
+		diags = append(diags, c.diag(severityError, c.where(name, "deadline"), "is %v; want a positive duration, or leave it out for none", v))
 	}
 	r.Deadline = max(val(s.Deadline), 0)
+	r.Retry = retryOf(s, strategy)
 
 	// Retry budget.
 	if rb := s.RetryBudget; rb != nil && val(rb.Unlimited) {
 		diags = append(diags, c.beside(name, "retry_budget", "unlimited", "a budget", "ratio", "max", "min_per_second")...)
-	} else {
-		bc := budget.Config{}
-		if rb != nil {
-			bc = budget.Config{Ratio: val(rb.Ratio), Max: val(rb.Max), MinPerSecond: val(rb.MinPerSecond)}
-		}
-		r.Budget = &bc
-		_, err := budget.New(bc)
-		diags = append(diags, c.coreErrors(err, reflect.TypeFor[RetryBudget](), name, "retry_budget")...)
+	}
+	if r.Budget = budgetConfig(s.RetryBudget); r.Budget != nil {
+		_, err := budget.New(*r.Budget)
+		diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileRetryBudget](), name, "retry_budget")...)
 	}
 
 	// Breaker.
-	bc, bad := breakerConfig(s.Breaker)
-	for range bad {
-		diags = append(diags, c.diag(SeverityError, c.where(name, "breaker.mode"), "is %q; want normal, metrics_only or disabled", val(s.Breaker.Mode)))
+	bc, ok := breakerConfig(name, s.Breaker)
+	if !ok {
+		diags = append(diags, c.diag(severityError, c.where(name, "breaker.mode"), "is %q; want normal, metrics_only or disabled", val(s.Breaker.Mode)))
 	}
-	bc.Name = name
 
 	// Bulkhead.
-	if bh := s.Bulkhead; bh != nil && !val(bh.Disabled) {
-		r.Bulkhead = &bulkhead.Config{MaxConcurrent: val(bh.MaxConcurrent), MaxQueue: val(bh.MaxQueue), MaxWait: val(bh.MaxWait)}
+	if r.Bulkhead = bulkheadConfig(s.Bulkhead); r.Bulkhead != nil {
 		_, err := bulkhead.New(*r.Bulkhead)
-		diags = append(diags, c.coreErrors(err, reflect.TypeFor[Bulkhead](), name, "bulkhead")...)
+		diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileBulkhead](), name, "bulkhead")...)
 	}
 
 	diags = append(diags, c.buildHedge(r)...)
 
-	if r.Kind == KindPolicy {
+	if r.Kind == kindPolicy {
 		r.Breaker = bc
+		r.Idempotent = val(s.Idempotent)
 		// A group checks the Config as New does, without allocating the
 		// breaker's window (a count window may hold a million calls).
 		_, err := breaker.NewGroup(breaker.GroupConfig{Config: bc})
-		diags = append(diags, c.coreErrors(err, reflect.TypeFor[Breaker](), name, "breaker")...)
-		r.Policy = PolicyFields{
-			Name: name, MaxAttempts: val(s.MaxAttempts), AttemptTimeout: val(s.AttemptTimeout),
-			MinAttemptTime: val(s.MinAttemptTime), MaxRetryAfter: val(s.MaxRetryAfter),
-			Backoff: strategy, Idempotent: val(s.Idempotent),
-		}
-		diags = append(diags, c.checkPolicy(r.Policy)...)
-		return diags
+		diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileBreaker](), name, "breaker")...)
+		return append(diags, c.checkPolicy(name, r.Retry)...)
 	}
 
-	r.Group = breaker.GroupConfig{Config: bc, MaxKeys: val(s.Breaker.maxKeys()), IdleTTL: val(s.Breaker.idleTTL())}
+	r.Group = breakerGroupConfig(s.Breaker, bc)
 	_, err := breaker.NewGroup(r.Group)
-	diags = append(diags, c.coreErrors(err, reflect.TypeFor[Breaker](), name, "breaker")...)
-	if r.Kind == KindGRPC {
-		return append(diags, c.buildGRPC(r, strategy)...)
+	diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileBreaker](), name, "breaker")...)
+	if r.Kind == kindGRPC {
+		return append(diags, c.buildGRPC(r)...)
 	}
-	r.HTTP = guardhttp.Config{
-		Name: name, Retry: guardrail.Retry{
-			MaxAttempts:    val(s.MaxAttempts),
-			AttemptTimeout: val(s.AttemptTimeout),
-			MinAttemptTime: val(s.MinAttemptTime),
-			Backoff:        strategy,
-			MaxRetryAfter:  val(s.MaxRetryAfter),
-		},
-		ConnectTimeout: val(s.ConnectTimeout), TLSHandshakeTimeout: val(s.TLSHandshakeTimeout),
-		WriteTimeout: val(s.WriteTimeout), ResponseHeaderTimeout: val(s.ResponseHeaderTimeout),
-		BodyIdleTimeout: val(s.BodyIdleTimeout), MaxBufferedBody: val(s.MaxBufferedBody),
-		IdempotencyKeys: val(s.IdempotencyKeys), DeadlineReserve: val(s.DeadlineReserve),
-		Bulkhead: r.Bulkhead, Hedge: cloneHedge(r.Hedge),
-	}
+	r.HTTP = httpConfig(r)
 	plain := r.HTTP
 	plain.Bulkhead, plain.Hedge = nil, nil // their errors are reported above, by key
 	_, err = guardhttp.NewTransport(http.DefaultTransport, plain)
-	diags = append(diags, c.coreErrors(err, reflect.TypeFor[Settings](), name, "")...)
-	return diags
+	return append(diags, c.coreErrors(err, reflect.TypeFor[fileSettings](), name, "")...)
 }
 
 // beside reports a section of dependency name that says flag (unlimited,
 // disabled) with settings beside it: flag overrides a section inherited
 // from the defaults, but one section saying both is a contradiction.
-func (c *Checked) beside(name, section, flag, want string, keys ...string) []Diagnostic {
+func (c *checkedFile) beside(name, section, flag, want string, keys ...string) []Diagnostic {
 	var diags []Diagnostic
 	at := c.where(name, section+"."+flag)
 	for _, k := range keys {
 		if w := c.where(name, section+"."+k); strings.HasPrefix(w, strings.TrimSuffix(at, flag)) && c.lines[w] != 0 {
-			diags = append(diags, c.diag(SeverityError, at, "is true with %s set beside it; want either %s or %s", k, flag, want))
+			diags = append(diags, c.diag(severityError, at, "is true with %s set beside it; want either %s or %s", k, flag, want))
 		}
 	}
 	return diags
@@ -577,87 +502,51 @@ const (
 
 // buildHedge fills r.Hedge and r.Throttle and reports what the core
 // refuses of them, on the keys that set each field.
-func (c *Checked) buildHedge(r *ResolvedDependency) []Diagnostic {
+func (c *checkedFile) buildHedge(r *resolvedDep) []Diagnostic {
 	var diags []Diagnostic
 	s := &r.Settings
-	if h := s.Hedge; h != nil {
-		if val(h.Disabled) {
-			diags = append(diags, c.beside(r.Name, "hedge", "disabled", "hedge settings", "delay", "percentile", "max_hedges", "window", "overload_pause")...)
-		} else {
-			r.Hedge = &guardrail.HedgeConfig{Delay: val(h.Delay), Percentile: val(h.Percentile), MaxHedges: val(h.MaxHedges),
-				Window: val(h.Window), OverloadPause: val(h.OverloadPause)}
-			// The core takes any count, and sizes memory by it: the
-			// window's latencies at first use (and in Validate, which
-			// builds what it checks), room for every hedge at the start
-			// of each hedged call. A slip of the keyboard must not take
-			// the service down at its next reload, nor this check.
-			check := *r.Hedge
-			if n := check.Window; n > maxHedgeWindow {
-				diags = append(diags, c.diag(SeverityError, c.where(r.Name, "hedge.window"), "is %d; want at most %d: the window keeps that many latencies in memory (16 bytes each), allocated at the first call", n, maxHedgeWindow))
-				check.Window = 0
-			}
-			if n := check.MaxHedges; n > maxHedges {
-				diags = append(diags, c.diag(SeverityError, c.where(r.Name, "hedge.max_hedges"), "is %d; want at most %d: each hedge is one more request in flight per call, and every hedged call makes room for all of them when it starts", n, maxHedges))
-			}
-			diags = append(diags, c.coreErrors(check.Validate(), reflect.TypeFor[Hedge](), r.Name, "hedge")...)
-		}
+	if h := s.Hedge; h != nil && val(h.Disabled) {
+		diags = append(diags, c.beside(r.Name, "hedge", "disabled", "hedge settings", "delay", "percentile", "max_hedges", "window", "overload_pause")...)
 	}
-	if t := s.Throttle; t != nil {
-		if val(t.Disabled) {
-			diags = append(diags, c.beside(r.Name, "throttle", "disabled", "throttle settings", "window", "k")...)
-		} else {
-			r.Throttle = &throttle.Config{Window: val(t.Window), K: val(t.K)}
-			_, err := throttle.New(*r.Throttle)
-			diags = append(diags, c.coreErrors(err, reflect.TypeFor[Throttle](), r.Name, "throttle")...)
+	if r.Hedge = hedgeConfig(s.Hedge); r.Hedge != nil {
+		// The core takes any count, and sizes memory by it: the
+		// window's latencies at first use (and in Validate, which
+		// builds what it checks), room for every hedge at the start
+		// of each hedged call. A slip of the keyboard must not take
+		// the service down at its next reload, nor this check.
+		check := *r.Hedge
+		if n := check.Window; n > maxHedgeWindow {
+			diags = append(diags, c.diag(severityError, c.where(r.Name, "hedge.window"), "is %d; want at most %d: the window keeps that many latencies in memory (16 bytes each), allocated at the first call", n, maxHedgeWindow))
+			check.Window = 0
 		}
+		if n := check.MaxHedges; n > maxHedges {
+			diags = append(diags, c.diag(severityError, c.where(r.Name, "hedge.max_hedges"), "is %d; want at most %d: each hedge is one more request in flight per call, and every hedged call makes room for all of them when it starts", n, maxHedges))
+		}
+		diags = append(diags, c.coreErrors(check.Validate(), reflect.TypeFor[fileHedge](), r.Name, "hedge")...)
+	}
+	if t := s.Throttle; t != nil && val(t.Disabled) {
+		diags = append(diags, c.beside(r.Name, "throttle", "disabled", "throttle settings", "window", "k")...)
+	}
+	if r.Throttle = throttleConfig(s.Throttle); r.Throttle != nil {
+		_, err := throttle.New(*r.Throttle)
+		diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileThrottle](), r.Name, "throttle")...)
 	}
 	return diags
 }
 
-// cloneHedge returns a copy of h, so that a HedgeConfig handed out is the
-// caller's own.
-func cloneHedge(h *guardrail.HedgeConfig) *guardrail.HedgeConfig {
-	if h == nil {
-		return nil
-	}
-	c := *h
-	return &c
-}
-
-func (b *Breaker) maxKeys() *int {
-	if b == nil {
-		return nil
-	}
-	return b.MaxKeys
-}
-
-func (b *Breaker) idleTTL() *time.Duration {
-	if b == nil {
-		return nil
-	}
-	return b.IdleTTL
-}
-
-// checkPolicy reports the invalid fields of pf. A Policy reports them at
-// first use; one call of a throwaway copy, with nothing shared, hears them
-// now.
-func (c *Checked) checkPolicy(pf PolicyFields) []Diagnostic {
-	p := &guardrail.Policy{Name: pf.Name, Retry: guardrail.Retry{
-		MaxAttempts:    pf.MaxAttempts,
-		AttemptTimeout: pf.AttemptTimeout,
-		MinAttemptTime: pf.MinAttemptTime,
-		MaxRetryAfter:  pf.MaxRetryAfter,
-		Backoff:        pf.Backoff,
-		Budget:         budget.Unlimited(),
-	},
-		Breaker: disabledBreaker()}
+// checkPolicy reports the invalid fields of the retry settings rt of
+// dependency name. A Policy reports them at first use; one call of a
+// throwaway one, with nothing shared, hears them now.
+func (c *checkedFile) checkPolicy(name string, rt guardrail.Retry) []Diagnostic {
+	rt.Budget = budget.Unlimited()
+	p := &guardrail.Policy{Name: name, Retry: rt, Breaker: disabledBreaker()}
 	_, err := guardrail.Do(context.Background(), p, func(context.Context) (struct{}, error) { return struct{}{}, nil })
-	return c.policyErrors(err, pf.Name)
+	return c.policyErrors(err, name)
 }
 
 var policyRE = regexp.MustCompile(`Policy\.(\w+) is (.*)$`)
 
-func (c *Checked) policyErrors(err error, dep string) []Diagnostic {
+func (c *checkedFile) policyErrors(err error, dep string) []Diagnostic {
 	if err == nil {
 		return nil
 	}
@@ -665,12 +554,12 @@ func (c *Checked) policyErrors(err error, dep string) []Diagnostic {
 	for _, msg := range strings.Split(err.Error(), "\n") {
 		path := "dependencies." + dep
 		if m := policyRE.FindStringSubmatch(msg); m != nil {
-			if key, ok := keyOf(reflect.TypeFor[Settings](), m[1]); ok {
+			if key, ok := keyOf(reflect.TypeFor[fileSettings](), m[1]); ok {
 				path = c.where(dep, key)
 				msg = "is " + m[2] + " (guardrail: Policy." + m[1] + ")"
 			}
 		}
-		out = append(out, c.diag(SeverityError, path, "%s", msg))
+		out = append(out, c.diag(severityError, path, "%s", msg))
 	}
 	return out
 }
@@ -684,72 +573,45 @@ func disabledBreaker() *breaker.Breaker {
 // are validated: New only checks that there is one.
 type nopStore struct{ idempotency.Store }
 
-func (c *Checked) buildServer(r *ResolvedServer, s *Server) []Diagnostic {
+func (c *checkedFile) buildServer(r *resolvedServer, s *fileServer) []Diagnostic {
 	var diags []Diagnostic
 	path := "servers." + r.Name
-	if d := s.Deadline; d != nil {
-		r.Deadline = &deadline.Config{Max: val(d.Max), Reserve: val(d.Reserve)}
+	if r.Deadline = deadlineConfig(s.Deadline); r.Deadline != nil {
 		_, err := deadline.New(*r.Deadline)
-		diags = append(diags, c.coreErrors(err, reflect.TypeFor[ServerDeadline](), "", path+".deadline")...)
+		diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileDeadline](), "", path+".deadline")...)
 	}
 	if sh := s.Shed; sh != nil {
-		cfg := shed.Config{Name: r.Name, Limit: val(sh.Limit), MaxQueue: val(sh.MaxQueue), RetryRatio: val(sh.RetryRatio),
-			RetryBurst: val(sh.RetryBurst), RetryPressure: val(sh.RetryPressure), QueueInterval: val(sh.QueueInterval),
-			MaxQueueWait: val(sh.MaxQueueWait), QueueTarget: val(sh.QueueTarget), RetryAfter: val(sh.RetryAfter)}
-		if sh.MaxHeaderPriority != nil {
-			p, ok := shed.ParsePriority(*sh.MaxHeaderPriority)
-			if !ok {
-				diags = append(diags, c.diag(SeverityError, path+".shed.max_header_priority", "is %q; want sheddable, low, normal, high or critical", *sh.MaxHeaderPriority))
+		cfg, bad := shedConfig(r.Name, sh)
+		for _, k := range bad {
+			if k == "max_header_priority" {
+				diags = append(diags, c.diag(severityError, path+".shed.max_header_priority", "is %q; want sheddable, low, normal, high or critical", *sh.MaxHeaderPriority))
+			} else {
+				diags = append(diags, c.diag(severityError, path+".shed."+k, "is not a priority; want sheddable, low, normal, high or critical"))
 			}
-			cfg.MaxHeaderPriority = p
-		}
-		if sh.Shares != nil {
-			cfg.Shares = map[shed.Priority]float64{}
-			for k, v := range sh.Shares {
-				p, ok := shed.ParsePriority(k)
-				if !ok {
-					diags = append(diags, c.diag(SeverityError, path+".shed.shares."+k, "is not a priority; want sheddable, low, normal, high or critical"))
-					continue
-				}
-				cfg.Shares[p] = v
-			}
-		}
-		if a := sh.Adaptive; a != nil {
-			cfg.Adaptive = shed.Adaptive{InitialLimit: val(a.InitialLimit), MinLimit: val(a.MinLimit), MaxLimit: val(a.MaxLimit),
-				Window: val(a.Window), Percentile: val(a.Percentile), Buffer: val(a.Buffer), MinRTTInterval: val(a.MinRTTInterval),
-				MinRTTSamples: val(a.MinRTTSamples), Smoothing: val(a.Smoothing)}
 		}
 		r.Shed = &cfg
 		_, err := shed.New(cfg)
-		diags = append(diags, c.coreErrors(err, reflect.TypeFor[Shed](), "", path+".shed")...)
+		diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileShed](), "", path+".shed")...)
 	}
-	if rl := s.RateLimit; rl != nil {
-		cfg := ratelimit.Config{Name: r.Name, Rate: val(rl.Rate), Burst: val(rl.Burst), MaxKeys: val(rl.MaxKeys)}
-		r.RateLimit = &cfg
-		_, err := ratelimit.New(cfg)
-		diags = append(diags, c.coreErrors(err, reflect.TypeFor[ServerRateLimit](), "", path+".rate_limit")...)
+	if r.RateLimit = rateLimitConfig(r.Name, s.RateLimit); r.RateLimit != nil {
+		_, err := ratelimit.New(*r.RateLimit)
+		diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileRateLimit](), "", path+".rate_limit")...)
 	}
 	if id := s.Idempotency; id != nil {
-		cfg := idempotency.Config{Name: r.Name, Methods: id.Methods, Required: val(id.Required), MaxKeyLength: val(id.MaxKeyLength),
-			MaxBodyBytes: val(id.MaxBodyBytes), MaxResponseBytes: val(id.MaxResponseBytes), TTL: val(id.TTL), Lease: val(id.Lease),
-			DisableLeaseRenewal: val(id.DisableLeaseRenewal), CancelOnLeaseLost: val(id.CancelOnLeaseLost),
-			StoreTimeout: val(id.StoreTimeout), StoredHeaders: id.StoredHeaders, RetryAfter: val(id.RetryAfter),
-			FailOpen: val(id.FailOpen), DocsURL: val(id.DocsURL)}
+		cfg := idempotencyConfig(r.Name, id)
 		check := cfg
 		switch val(id.Scope) {
-		case "single_tenant":
-			cfg.SingleTenant = true
-			check.SingleTenant = true
-		case "caller":
+		case scopeSingleTenant:
+		case scopeCaller:
 			r.IdempotencyScopeCaller = true
 			check.Scope = func(*http.Request) (string, error) { return "", nil }
 		default:
-			diags = append(diags, c.diag(SeverityError, path+".idempotency.scope", "is %q; want caller (keys scoped by the authenticated caller, whose Scope function the code passes) or single_tenant (one scope for every caller, when all are trusted alike)", val(id.Scope)))
+			diags = append(diags, c.diag(severityError, path+".idempotency.scope", "is %q; want caller (keys scoped by the authenticated caller, whose Scope function the code passes) or single_tenant (one scope for every caller, when all are trusted alike)", val(id.Scope)))
 		}
 		r.Idempotency = &cfg
 		if id.Scope != nil {
 			_, err := idempotency.New(nopStore{}, check)
-			diags = append(diags, c.coreErrors(err, reflect.TypeFor[ServerIdempotency](), "", path+".idempotency")...)
+			diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileIdempotency](), "", path+".idempotency")...)
 		}
 	}
 	return diags

@@ -13,23 +13,23 @@ import (
 	"github.com/guardrail-go/guardrail/throttle"
 )
 
-// LongTimeout is the timeout above which the checks warn: a caller kept
+// longTimeout is the timeout above which the checks warn: a caller kept
 // waiting longer than this holds a goroutine, a connection and its own
 // caller's patience for a dependency that has, in all likelihood, failed.
-const LongTimeout = 10 * time.Second
+const longTimeout = 10 * time.Second
 
-func (c *Checked) dependency(name string) *ResolvedDependency {
+func (c *checkedFile) dependency(name string) *resolvedDep {
 	return c.byName[name]
 }
 
 // checkCalls reports names in calls lists that name no dependency, and
 // cycles, which no call chain can have.
-func (c *Checked) checkCalls() []Diagnostic {
+func (c *checkedFile) checkCalls() []Diagnostic {
 	var diags []Diagnostic
 	check := func(path string, calls []string) {
 		for i, n := range calls {
 			if c.dependency(n) == nil {
-				diags = append(diags, c.diag(SeverityError, fmt.Sprintf("%s.calls[%d]", path, i), "names %q, which is not a dependency of this file; want one of the names under dependencies", n))
+				diags = append(diags, c.diag(severityError, fmt.Sprintf("%s.calls[%d]", path, i), "names %q, which is not a dependency of this file; want one of the names under dependencies", n))
 			}
 		}
 	}
@@ -45,7 +45,7 @@ func (c *Checked) checkCalls() []Diagnostic {
 	visit = func(n string, stack []string) bool {
 		switch state[n] {
 		case 1:
-			diags = append(diags, c.diag(SeverityError, "dependencies."+n+".calls", "makes a cycle (%s); a call chain cannot call back into itself", strings.Join(append(stack, n), " -> ")))
+			diags = append(diags, c.diag(severityError, "dependencies."+n+".calls", "makes a cycle (%s); a call chain cannot call back into itself", strings.Join(append(stack, n), " -> ")))
 			return false
 		case 2:
 			return true
@@ -70,8 +70,8 @@ func (c *Checked) checkCalls() []Diagnostic {
 }
 
 // attempts returns the effective attempts of d.
-func (d *ResolvedDependency) attempts() int {
-	switch n := val(d.Settings.MaxAttempts); {
+func (d *resolvedDep) attempts() int {
+	switch n := d.Retry.MaxAttempts; {
 	case n > 0:
 		return n
 	case n < 0:
@@ -81,14 +81,8 @@ func (d *ResolvedDependency) attempts() int {
 }
 
 // strategy returns the backoff d uses.
-func (d *ResolvedDependency) strategy() backoff.Strategy {
-	s := d.HTTP.Backoff
-	switch d.Kind {
-	case KindPolicy:
-		s = d.Policy.Backoff
-	case KindGRPC:
-		s = d.GRPC.Backoff
-	}
+func (d *resolvedDep) strategy() backoff.Strategy {
+	s := d.Retry.Backoff
 	if s == nil {
 		s = backoff.Default()
 	}
@@ -98,8 +92,8 @@ func (d *ResolvedDependency) strategy() backoff.Strategy {
 // worstCase returns the longest a call to d may take from its own
 // settings: every attempt to its timeout, and the longest backoff between
 // them; zero when attempts are unbounded.
-func (d *ResolvedDependency) worstCase() time.Duration {
-	at := val(d.Settings.AttemptTimeout)
+func (d *resolvedDep) worstCase() time.Duration {
+	at := d.Retry.AttemptTimeout
 	if at <= 0 {
 		return 0
 	}
@@ -135,7 +129,7 @@ func satAdd(a, b time.Duration) time.Duration {
 
 // timeout returns the time d's callers may wait for it: its deadline, else
 // its worst case; zero when unknown.
-func (d *ResolvedDependency) timeout() time.Duration {
+func (d *resolvedDep) timeout() time.Duration {
 	if d.Deadline > 0 {
 		return d.Deadline
 	}
@@ -144,11 +138,11 @@ func (d *ResolvedDependency) timeout() time.Duration {
 
 var idempotentMethods = map[string]bool{http.MethodGet: true, http.MethodHead: true, http.MethodOptions: true, http.MethodTrace: true, http.MethodPut: true, http.MethodDelete: true}
 
-func (c *Checked) warn(path, format string, args ...any) Diagnostic {
-	return c.diag(SeverityWarning, path, format, args...)
+func (c *checkedFile) warn(path, format string, args ...any) Diagnostic {
+	return c.diag(severityWarning, path, format, args...)
 }
 
-func (c *Checked) warnings() []Diagnostic {
+func (c *checkedFile) warnings() []Diagnostic {
 	var w []Diagnostic
 	for _, d := range c.Dependencies {
 		name := d.Name
@@ -156,7 +150,7 @@ func (c *Checked) warnings() []Diagnostic {
 		s := &d.Settings
 		n := d.attempts()
 		// Retries on routes that are not idempotent.
-		if n > 1 && d.Kind == KindHTTP && !val(s.IdempotencyKeys) {
+		if n > 1 && d.Kind == kindHTTP && !val(s.IdempotencyKeys) {
 			for i, rt := range c.File.Dependencies[name].Routes {
 				if rt == nil || rt.Method == nil || rt.Path == nil {
 					continue
@@ -171,10 +165,10 @@ func (c *Checked) warnings() []Diagnostic {
 				}
 			}
 		}
-		if n > 1 && d.Kind == KindGRPC {
+		if n > 1 && d.Kind == kindGRPC {
 			w = append(w, c.grpcRetryWarnings(d, n)...)
 		}
-		if n > 1 && d.Kind == KindPolicy && s.MaxAttempts != nil && !val(s.Idempotent) {
+		if n > 1 && d.Kind == kindPolicy && s.MaxAttempts != nil && !val(s.Idempotent) {
 			w = append(w, c.warn(c.where(name, "max_attempts"), "is %d but idempotent is not true: Do retries only failures that say nothing was sent, and an attempt that timed out ends with ErrOutcomeUnknown; set idempotent: true if the operation carries an idempotency key or is a read", n))
 		}
 		// No retry budget.
@@ -198,14 +192,14 @@ func (c *Checked) warnings() []Diagnostic {
 		}{{"attempt_timeout", s.AttemptTimeout}, {"deadline", s.Deadline}, {"connect_timeout", s.ConnectTimeout},
 			{"tls_handshake_timeout", s.TLSHandshakeTimeout}, {"write_timeout", s.WriteTimeout},
 			{"response_header_timeout", s.ResponseHeaderTimeout}, {"body_idle_timeout", s.BodyIdleTimeout}} {
-			if k.v != nil && *k.v > LongTimeout {
-				w = append(w, c.warn(c.where(name, k.key), "is %v, over %v: a caller waits that long on a dependency that has most likely failed, holding a goroutine and a connection, and its own callers have usually given up by then", *k.v, LongTimeout))
+			if k.v != nil && *k.v > longTimeout {
+				w = append(w, c.warn(c.where(name, k.key), "is %v, over %v: a caller waits that long on a dependency that has most likely failed, holding a goroutine and a connection, and its own callers have usually given up by then", *k.v, longTimeout))
 			}
 		}
 	}
 	for _, s := range c.Servers {
-		if s.Deadline != nil && s.Deadline.Max > LongTimeout {
-			w = append(w, c.warn("servers."+s.Name+".deadline.max", "is %v, over %v: a request may hold the server's resources that long, and its caller has usually given up by then", s.Deadline.Max, LongTimeout))
+		if s.Deadline != nil && s.Deadline.Max > longTimeout {
+			w = append(w, c.warn("servers."+s.Name+".deadline.max", "is %v, over %v: a request may hold the server's resources that long, and its caller has usually given up by then", s.Deadline.Max, longTimeout))
 		}
 	}
 	w = append(w, c.chainWarnings()...)
@@ -227,17 +221,17 @@ const minThrottleK = 1.5
 // hedgeWarnings warns about hedging that cannot happen, that duplicates
 // side effects or that nothing stops under overload, and about a throttle
 // that rejects the traffic of a healthy dependency.
-func (c *Checked) hedgeWarnings(d *ResolvedDependency) []Diagnostic {
+func (c *checkedFile) hedgeWarnings(d *resolvedDep) []Diagnostic {
 	var w []Diagnostic
 	name, s := d.Name, &d.Settings
 	if h := d.Hedge; h != nil {
 		at := c.where(name, "hedge")
 		switch d.Kind {
-		case KindPolicy:
+		case kindPolicy:
 			if !val(s.Idempotent) {
 				w = append(w, c.warn(at, "is set but idempotent is not true: only idempotent calls are hedged, so none of %s's calls is, unless the code marks one idempotent (guardrail.Call.Idempotent), which sends it twice at once; set idempotent: true if repeating the operation is harmless, or drop hedge", name))
 			}
-		case KindHTTP:
+		case kindHTTP:
 			routes := c.File.Dependencies[name].Routes
 			hedged := 0
 			for i, rt := range routes {
@@ -253,7 +247,7 @@ func (c *Checked) hedgeWarnings(d *ResolvedDependency) []Diagnostic {
 			if len(routes) > 0 && hedged == 0 {
 				w = append(w, c.warn(at, "is set but no route of %s is hedged: guardhttp hedges only GET, HEAD, OPTIONS, PUT and DELETE requests, not a POST or PATCH even with an idempotency key (two copies in flight at once meet the server's refusal of a key in flight, not a replay); drop hedge", name))
 			}
-		case KindGRPC:
+		case kindGRPC:
 			methods := d.GRPC.IdempotentMethods
 			if len(methods) == 0 {
 				w = append(w, c.warn(at, "is set but idempotent_methods lists no method: guardgrpc hedges only the unary calls of the methods listed there, so none of %s's calls is; list the methods that are safe to send twice at once, or drop hedge", name))
@@ -292,7 +286,7 @@ func (c *Checked) hedgeWarnings(d *ResolvedDependency) []Diagnostic {
 // grpcRetryWarnings warns about the retries of a gRPC dependency's
 // methods that are not idempotent: those of its routes, or when it lists
 // none, all of them if idempotent_methods is empty.
-func (c *Checked) grpcRetryWarnings(d *ResolvedDependency, n int) []Diagnostic {
+func (c *checkedFile) grpcRetryWarnings(d *resolvedDep, n int) []Diagnostic {
 	var w []Diagnostic
 	base := "dependencies." + d.Name
 	routes := c.File.Dependencies[d.Name].Routes
@@ -325,7 +319,7 @@ func orDur(d, def time.Duration) time.Duration {
 
 // chainWarnings compares each caller's timeout with its callees', and
 // counts the tiers that retry along every chain.
-func (c *Checked) chainWarnings() []Diagnostic {
+func (c *checkedFile) chainWarnings() []Diagnostic {
 	var w []Diagnostic
 	type caller struct {
 		path    string // the calls key

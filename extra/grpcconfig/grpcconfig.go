@@ -23,7 +23,6 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/extra/config"
 	"github.com/guardrail-go/guardrail/extra/guardgrpc"
 	"github.com/guardrail-go/guardrail/throttle"
@@ -49,20 +48,14 @@ type Options struct {
 // ClientConfig returns the guardgrpc.ClientConfig that s and opts
 // describe: the one a hand-written client would be built with from the
 // same numbers, sharing s's Budget, Breakers, Bulkheads and Throttler.
-// Settings not from a Registry (a config.Checked's) have a throttle
+// Settings not from a Registry (built by hand) may have a throttle
 // configuration and no Throttler: each call then builds a Throttler of
-// its own.
+// its own; or a bulkhead configuration and no Bulkheads: guardgrpc then
+// builds the group.
 func ClientConfig(s *config.GRPCSettings, opts Options) guardgrpc.ClientConfig {
 	cfg := guardgrpc.ClientConfig{
-		Name: s.Name,
-		Retry: guardrail.Retry{
-			MaxAttempts:    s.MaxAttempts,
-			AttemptTimeout: s.AttemptTimeout,
-			MinAttemptTime: s.MinAttemptTime,
-			Backoff:        s.Backoff,
-			MaxRetryAfter:  s.MaxRetryAfter,
-			Budget:         s.Budget,
-		},
+		Name:                s.Name,
+		Retry:               s.Retry,
 		Observer:            s.Observer,
 		IdempotentMethods:   slices.Clone(s.IdempotentMethods),
 		Breakers:            s.Breakers,
@@ -83,12 +76,12 @@ func ClientConfig(s *config.GRPCSettings, opts Options) guardgrpc.ClientConfig {
 		cfg.Throttler, _ = throttle.New(*s.Throttle)
 	}
 	if s.Bulkheads == nil && s.Bulkhead != nil {
-		// Settings not from a Registry (a Checked's) have a configuration
-		// and no group.
+		// Settings not from a Registry may have a configuration and no
+		// group.
 		bc := *s.Bulkhead
 		cfg.Bulkhead = &bc
 	}
-	if s.FailureDomain == config.FailureDomainMethod {
+	if s.ByMethod {
 		cfg.Key = guardgrpc.ByMethod
 	}
 	return cfg
@@ -114,7 +107,7 @@ type built struct {
 //
 // A Client is safe for concurrent use.
 type Client struct {
-	src  *config.GRPC
+	src  *config.GRPCHandle
 	opts Options
 	mu   sync.Mutex // serialises rebuilds
 	cur  atomic.Pointer[built]

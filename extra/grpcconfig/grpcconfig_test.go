@@ -205,7 +205,7 @@ func TestReportedDefaultBufferIsGuardgrpcs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range c.Report().Dependencies {
+	for _, d := range c.Dependencies {
 		for _, s := range d.Effective {
 			if d.Name == "health" && s.Key == "max_buffered_messages" {
 				if want := strconv.Itoa(guardgrpc.DefaultMaxBufferedMessages); s.Value != want {

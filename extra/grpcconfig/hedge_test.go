@@ -17,9 +17,11 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/extra/config"
 	"github.com/guardrail-go/guardrail/extra/grpcconfig"
 	"github.com/guardrail-go/guardrail/extra/guardgrpc"
+	"github.com/guardrail-go/guardrail/throttle"
 )
 
 const hedgeFile = `
@@ -216,28 +218,25 @@ func TestThrottlerSurvivesReload(t *testing.T) {
 	}
 }
 
-// Settings that are not a Registry's, a config.Checked's, have a throttle
-// configuration and no Throttler: ClientConfig builds one.
-func TestClientConfigOfCheckedSettingsThrottles(t *testing.T) {
-	c, err := config.Parse("policy.yaml", []byte(hedgeFile))
-	if err != nil {
-		t.Fatal(err)
+// Settings that are not a Registry's, built by hand, may have a throttle
+// configuration and no Throttler, a bulkhead configuration and no group:
+// ClientConfig builds a throttler, and hands guardgrpc the bulkhead
+// configuration. The Hedge it returns is a copy.
+func TestClientConfigOfHandBuiltSettings(t *testing.T) {
+	s := &config.GRPCSettings{Name: "health", Throttle: &throttle.Config{K: 2},
+		Bulkhead: &bulkhead.Config{MaxConcurrent: 4}, Hedge: &guardrail.HedgeConfig{Delay: 20 * time.Millisecond}}
+	cfg := grpcconfig.ClientConfig(s, grpcconfig.Options{})
+	if cfg.Throttler == nil || cfg.Bulkhead == nil || cfg.Bulkhead == s.Bulkhead || cfg.Bulkhead.MaxConcurrent != 4 {
+		t.Errorf("Throttler %v, Bulkhead %+v; want a throttler, a copy of the bulkhead configuration", cfg.Throttler, cfg.Bulkhead)
 	}
-	for _, d := range c.Dependencies {
-		cfg := grpcconfig.ClientConfig(&d.GRPC, grpcconfig.Options{})
-		switch d.Name {
-		case "throttled":
-			if cfg.Throttler == nil || cfg.Hedge != nil {
-				t.Errorf("throttled: Throttler %v, Hedge %v; want a throttler, no hedge", cfg.Throttler, cfg.Hedge)
-			}
-		case "health":
-			if cfg.Throttler != nil || !reflect.DeepEqual(cfg.Hedge, &guardrail.HedgeConfig{Delay: 20 * time.Millisecond}) {
-				t.Errorf("health: Throttler %v, Hedge %+v; want no throttler, a 20ms hedge", cfg.Throttler, cfg.Hedge)
-			}
-			cfg.Hedge.Delay = time.Hour
-			if d.GRPC.Hedge.Delay != 20*time.Millisecond {
-				t.Error("a change to the ClientConfig's Hedge reached the settings it came from")
-			}
-		}
+	if !reflect.DeepEqual(cfg.Hedge, s.Hedge) {
+		t.Errorf("Hedge %+v; want %+v", cfg.Hedge, s.Hedge)
+	}
+	cfg.Hedge.Delay = time.Hour
+	if s.Hedge.Delay != 20*time.Millisecond {
+		t.Error("a change to the ClientConfig's Hedge reached the settings it came from")
+	}
+	if _, err := guardgrpc.NewClient(cfg); err != nil {
+		t.Errorf("the ClientConfig does not build: %v", err)
 	}
 }
