@@ -2,6 +2,7 @@ package guardgrpc
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -92,19 +93,30 @@ type Server struct {
 	keys       *keys // nil: none
 }
 
-// NewServer returns a Server for cfg, or an error naming the first invalid
+// NewServer returns a Server for cfg, or an error naming every invalid
 // field.
 func NewServer(cfg ServerConfig) (*Server, error) {
 	s := &Server{cfg: cfg, shedder: cfg.Shedder, code: cfg.ShedCode, maxTimeout: cfg.MaxTimeout}
+	var errs []error
 	switch s.code {
 	case codes.OK:
 		s.code = codes.Unavailable
 	case codes.Unavailable, codes.ResourceExhausted:
 	default:
-		return nil, invalid("ServerConfig.ShedCode is %v; want Unavailable or ResourceExhausted", cfg.ShedCode)
+		errs = append(errs, invalid("ServerConfig.ShedCode is %v; want Unavailable or ResourceExhausted", cfg.ShedCode))
 	}
 	if cfg.MaxPriority > shed.Critical {
-		return nil, invalid("ServerConfig.MaxPriority is %d; want a priority from shed.Sheddable to shed.Critical, or 0 for shed.Normal", cfg.MaxPriority)
+		errs = append(errs, invalid("ServerConfig.MaxPriority is %d; want a priority from shed.Sheddable to shed.Critical, or 0 for shed.Normal", cfg.MaxPriority))
+	}
+	if cfg.Keys != nil {
+		k, err := newKeys(*cfg.Keys, cfg.Observer)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		s.keys = k
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	switch pb := cfg.ShedPushback; {
 	case pb == 0:
@@ -116,13 +128,6 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if s.maxTimeout == 0 {
 		s.maxTimeout = DefaultMaxTimeout
-	}
-	if cfg.Keys != nil {
-		k, err := newKeys(*cfg.Keys, cfg.Observer)
-		if err != nil {
-			return nil, err
-		}
-		s.keys = k
 	}
 	return s, nil
 }
