@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"time"
 
-	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/guardhttp"
 )
@@ -48,21 +47,6 @@ func ExampleNew() {
 	// Output:
 	// retry tokens at most: 10
 	// breakers: 1 state: closed
-}
-
-// A handler that calls a dependency answers its own client with the
-// status the dependency's failure calls for.
-func ExampleWriteError() {
-	handler := func(w http.ResponseWriter, r *http.Request) {
-		// What a call through a guardhttp client returns while the
-		// dependency's breaker is open.
-		err := &guardrail.Error{Kind: guardrail.ErrCircuitOpen, RetryIn: 4500 * time.Millisecond}
-		guardhttp.WriteError(w, err)
-	}
-	w := httptest.NewRecorder()
-	handler(w, httptest.NewRequest("GET", "/quote", nil))
-	fmt.Println(w.Code, w.Header().Get("Retry-After"), w.Body.String())
-	// Output: 503 5 circuit open
 }
 
 // The key a request was given is on its error, to send the same intent

@@ -64,8 +64,8 @@ import (
 // retried: it may have taken effect. A request that Config.IdempotencyKeys
 // gave a key fails with an *IdempotencyKeyError holding that key; when it
 // got a response, the key is in resp.Request.Header, the request the last
-// attempt sent. ErrorStatus and WriteError turn these errors into the
-// answer a server gives its own client.
+// attempt sent. respond.Status and respond.Error turn these errors into
+// the answer a server gives its own client.
 //
 // Phase timeouts rely only on what net/http documents: the base
 // transport reports its progress through net/http/httptrace (GetConn,
