@@ -161,15 +161,14 @@ type Config struct {
 	// Normal; a value other than the three constants is invalid.
 	Mode Mode
 
-	// OnTransition, if set, is called on every state change, synchronously
-	// on the goroutine that caused it (or that was delivering an earlier
-	// one), outside the breaker's lock, one at a time and in order. It may
-	// call the breaker's methods. It should be fast.
-	OnTransition func(Transition)
-
 	// Observer, if set, receives every state change as an
-	// event.BreakerTransition whose Dependency is Name, after OnTransition
-	// and with the same guarantees. Whoever builds a breaker observes it: a
+	// event.BreakerTransition whose Dependency is Name, Reason a Reason,
+	// Detail the cause in words with the numbers ("failure rate 0.55 of 20
+	// calls >= 0.5") and Delay the open time when To is open. It is called
+	// synchronously on the goroutine that caused the change (or that was
+	// delivering an earlier one), outside the breaker's lock, one at a time
+	// and in order. It may call the breaker's methods. It should be fast.
+	// Whoever builds a breaker observes it: a
 	// guardrail.Policy passes its Observer only to the breaker it creates
 	// itself, so a breaker shared by many policies reports each transition
 	// once, to the Observer given here, and holds no reference to them.
@@ -239,7 +238,6 @@ type normalized struct {
 	probes      int
 	closeAfter  int
 	mode        Mode
-	onTrans     func(Transition)
 	observer    event.Observer
 	rand        func() float64
 	classify    func(error) Outcome
@@ -258,7 +256,6 @@ func (c Config) normalize(field string) (normalized, error) {
 		window:   c.Window,
 		buckets:  c.Buckets,
 		count:    c.CountWindow,
-		onTrans:  c.OnTransition,
 		observer: c.Observer,
 		rand:     c.Rand,
 		classify: c.Classify,
@@ -403,7 +400,6 @@ func (b *Breaker) Config() Config {
 		HalfOpenProbes:      n.probes,
 		CloseAfter:          n.closeAfter,
 		Mode:                n.mode,
-		OnTransition:        n.onTrans,
 		Observer:            n.observer,
 		Rand:                n.rand,
 		Classify:            n.classify,

@@ -21,8 +21,8 @@ import (
 )
 
 // TestConfigBreakerTunesAndReports: one field tunes every key's breaker,
-// and its transitions reach the Observer under the client's name, after
-// the breaker's own OnTransition.
+// and its transitions reach the Observer under the client's name, and the
+// breaker's own Observer under the key.
 func TestConfigBreakerTunesAndReports(t *testing.T) {
 	var calls atomic.Int64
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
@@ -30,9 +30,9 @@ func TestConfigBreakerTunesAndReports(t *testing.T) {
 		http.Error(w, "down", http.StatusServiceUnavailable)
 	})
 	rec := &recorder{}
-	var own atomic.Int64
+	own := &recorder{}
 	c := newClient(t, guardhttp.Config{Name: "pricing", MaxAttempts: 1, Observer: rec,
-		Breaker: breaker.Config{MinRequests: 2, OpenFor: time.Minute, OnTransition: func(breaker.Transition) { own.Add(1) }}})
+		Breaker: breaker.Config{MinRequests: 2, OpenFor: time.Minute, Observer: own}})
 	for i := range 2 {
 		resp, err := get(t, context.Background(), c, srv.URL)
 		if err != nil {
@@ -50,8 +50,9 @@ func TestConfigBreakerTunesAndReports(t *testing.T) {
 	if opened != 1 {
 		t.Errorf("%d transitions to open for dependency pricing, want 1: %+v", opened, rec.events)
 	}
-	if own.Load() != 1 {
-		t.Errorf("Breaker.OnTransition called %d times, want 1", own.Load())
+	host := strings.TrimPrefix(srv.URL, "http://")
+	if n := own.count(event.BreakerTransition, func(e event.Event) bool { return e.Dependency == host && e.To == "open" }); n != 1 {
+		t.Errorf("Breaker.Observer got %d transitions to open for %s, want 1: %+v", n, host, own.events)
 	}
 }
 

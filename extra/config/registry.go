@@ -312,7 +312,12 @@ func (r *Registry) apply(c *Checked) ([]string, error) {
 			return reuse(r.pool, next, keyOfConfig(kind, d.Name, gc), func() (*breaker.Group, error) {
 				if obs != nil {
 					name := d.Name
-					gc.Config.OnTransition = func(tr breaker.Transition) { obs.Observe(context.Background(), tr.Event(name)) }
+					gc.Config.Observer = event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+						if name != "" {
+							e.Dependency = name // the dependency's name, not the key's
+						}
+						return obs.Observe(ctx, e)
+					})
 				}
 				return breaker.NewGroup(gc)
 			})
