@@ -823,6 +823,8 @@ func TestInvalidConfigIsRejected(t *testing.T) {
 		{breaker.Config{OpenFor: time.Minute, MaxOpenFor: time.Second}, []string{"Config.MaxOpenFor is 1s; want at least OpenFor (1m0s)"}},
 		{breaker.Config{MaxOpenFor: -1}, []string{"Config.MaxOpenFor is -1ns;"}},
 		{breaker.Config{Mode: 42}, []string{"Config.Mode is 42; want Normal, MetricsOnly or Disabled"}},
+		{breaker.Config{CountWindow: -1, FailureRate: 2, CloseAfter: -2, Mode: 9},
+			[]string{"Config.CountWindow is -1;", "Config.FailureRate is 2;", "Config.CloseAfter is -2;", "Config.Mode is 9;"}},
 	} {
 		b, err := breaker.New(tc.cfg)
 		if b != nil || !errors.Is(err, breaker.ErrInvalidConfig) {

@@ -261,6 +261,24 @@ func (c Config) normalize(field string) (normalized, error) {
 		classify: c.Classify,
 		mode:     c.Mode,
 	}
+	c.normalizeWindow(&n, bad)
+	c.normalizeTrip(&n, bad)
+	c.normalizeOpen(&n, bad)
+	if n.mode > Disabled {
+		bad("Mode", uint8(c.Mode), "Normal, MetricsOnly or Disabled")
+	}
+	if n.rand == nil {
+		n.rand = rand.Float64
+	}
+	if n.classify == nil {
+		n.classify = DefaultClassify
+	}
+	return n, errors.Join(errs...)
+}
+
+// normalizeWindow checks and applies the fields of the window: Window,
+// Buckets, CountWindow and MinRequests.
+func (c Config) normalizeWindow(n *normalized, bad func(string, any, string)) {
 	switch {
 	case n.window == 0:
 		n.window = DefaultWindow
@@ -293,6 +311,11 @@ func (c Config) normalize(field string) (normalized, error) {
 	default:
 		n.minRequests = int64(c.MinRequests)
 	}
+}
+
+// normalizeTrip checks and applies the thresholds that trip a closed
+// breaker: ConsecutiveFailures, FailureRate, SlowCall and SlowRate.
+func (c Config) normalizeTrip(n *normalized, bad func(string, any, string)) {
 	switch {
 	case c.ConsecutiveFailures < 0 || c.ConsecutiveFailures > maxConsecutive:
 		bad("ConsecutiveFailures", c.ConsecutiveFailures, "0 (off) to 65535")
@@ -307,6 +330,12 @@ func (c Config) normalize(field string) (normalized, error) {
 		bad("SlowCall", c.SlowCall, "a positive duration, or zero for no slow-call tracking")
 	}
 	n.slowRate = rate(c.SlowRate, DefaultSlowRate, "SlowRate", bad)
+}
+
+// normalizeOpen checks and applies the fields of the open and half-open
+// states: OpenFor, OpenJitter, OpenBackoff, MaxOpenFor, HalfOpenProbes and
+// CloseAfter.
+func (c Config) normalizeOpen(n *normalized, bad func(string, any, string)) {
 	switch n.openFor = c.OpenFor; {
 	case n.openFor == 0:
 		n.openFor = DefaultOpenFor
@@ -352,16 +381,6 @@ func (c Config) normalize(field string) (normalized, error) {
 	case n.closeAfter < 0:
 		bad("CloseAfter", c.CloseAfter, "a positive count, or zero for HalfOpenProbes")
 	}
-	if n.mode > Disabled {
-		bad("Mode", uint8(c.Mode), "Normal, MetricsOnly or Disabled")
-	}
-	if n.rand == nil {
-		n.rand = rand.Float64
-	}
-	if n.classify == nil {
-		n.classify = DefaultClassify
-	}
-	return n, errors.Join(errs...)
 }
 
 // rate checks a threshold in (0, 1]; zero means def.
