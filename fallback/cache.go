@@ -86,14 +86,28 @@ const (
 	DefaultMaxEntries = 10_000
 )
 
-// NewCache returns an empty Cache configured by c, or an error naming the
-// field of c that is invalid.
+// ErrInvalidConfig is the sentinel of every error NewCache returns for a
+// CacheConfig field that holds a value with no meaning.
+var ErrInvalidConfig = errors.New("fallback: invalid config")
+
+// configError reports one invalid field. It Is ErrInvalidConfig.
+type configError struct{ msg string }
+
+func (e *configError) Error() string        { return e.msg }
+func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// NewCache returns an empty Cache configured by c, or an error that Is
+// ErrInvalidConfig and names every field of c that is invalid.
 func NewCache[K comparable, V any](c CacheConfig) (*Cache[K, V], error) {
-	switch {
-	case c.TTL < 0:
-		return nil, fmt.Errorf("fallback: CacheConfig.TTL is %v; want 0 (the default %v) or more", c.TTL, DefaultTTL)
-	case c.MaxEntries < 0:
-		return nil, fmt.Errorf("fallback: CacheConfig.MaxEntries is %d; want 0 (the default %d) or more", c.MaxEntries, DefaultMaxEntries)
+	var errs []error
+	if c.TTL < 0 {
+		errs = append(errs, &configError{fmt.Sprintf("fallback: CacheConfig.TTL is %v; want 0 (the default %v) or more", c.TTL, DefaultTTL)})
+	}
+	if c.MaxEntries < 0 {
+		errs = append(errs, &configError{fmt.Sprintf("fallback: CacheConfig.MaxEntries is %d; want 0 (the default %d) or more", c.MaxEntries, DefaultMaxEntries)})
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	cache := &Cache[K, V]{
 		ttl:       c.TTL,

@@ -154,9 +154,11 @@ func TestNewCacheRejectsInvalidConfig(t *testing.T) {
 	}{
 		{fallback.CacheConfig{TTL: -time.Second}, "fallback: CacheConfig.TTL is -1s; want 0 (the default 1m0s) or more"},
 		{fallback.CacheConfig{MaxEntries: -1}, "fallback: CacheConfig.MaxEntries is -1; want 0 (the default 10000) or more"},
+		{fallback.CacheConfig{TTL: -time.Second, MaxEntries: -1}, "fallback: CacheConfig.TTL is -1s; want 0 (the default 1m0s) or more\n" +
+			"fallback: CacheConfig.MaxEntries is -1; want 0 (the default 10000) or more"},
 	} {
 		c, err := fallback.NewCache[string, int](tt.cfg)
-		if c != nil || err == nil || err.Error() != tt.want {
+		if c != nil || !errors.Is(err, fallback.ErrInvalidConfig) || err.Error() != tt.want {
 			t.Errorf("NewCache(%+v) = %v, %v; want nil and %q", tt.cfg, c, err, tt.want)
 		}
 	}

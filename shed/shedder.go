@@ -167,8 +167,8 @@ type Shedder struct {
 	queueTime       time.Duration
 }
 
-// New returns a Shedder configured by c, or an error naming the first field
-// of c that is invalid.
+// New returns a Shedder configured by c, or an error that Is
+// ErrInvalidConfig and names every field of c that is invalid.
 func New(c Config) (*Shedder, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
