@@ -97,8 +97,9 @@ type Counter struct {
 	Fired   uint64 `json:"fired"`   // requests it injected its fault into
 }
 
-// New returns an Injector configured by cfg, or a *RuleError if a rule is
-// invalid.
+// New returns an Injector configured by cfg, or an error that Is
+// ErrInvalidConfig and names every invalid field: a *RuleError (errors.As)
+// per invalid field of a rule, and one for Config.Header.
 func New(cfg Config) (*Injector, error) {
 	in := &Injector{done: make(chan struct{})}
 	if err := in.Reconfigure(cfg); err != nil {
@@ -113,13 +114,13 @@ func New(cfg Config) (*Injector, error) {
 // Requests already being served finish under the old rules.
 func (in *Injector) Reconfigure(cfg Config) error {
 	rules, err := normalizeRules(cfg.Rules)
-	if err != nil {
-		return err
-	}
 	if cfg.Header == "" {
 		cfg.Header = DefaultHeader
 	} else if !validToken(cfg.Header) {
-		return fmt.Errorf("%w: Config.Header is %q; want a header name", ErrInvalidConfig, cfg.Header)
+		err = errors.Join(err, fmt.Errorf("%w: Config.Header is %q; want a header name", ErrInvalidConfig, cfg.Header))
+	}
+	if err != nil {
+		return err
 	}
 	rnd := cfg.Rand
 	old := map[string]*counter{}

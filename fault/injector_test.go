@@ -342,6 +342,21 @@ func TestRuleValidation(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `rule 1 (x): name: "x" is already the name of rule 0`) {
 		t.Errorf("duplicate names: err = %v", err)
 	}
+	// Every invalid field is named, not only the first: two of one rule,
+	// one of another, and the Config's own.
+	_, err = New(Config{Header: "X Fault", Rules: []Rule{
+		{Probability: 2, Match: Match{Path: "api"}, Fault: Reset{}},
+		{Name: "ok", Fault: Reset{}},
+		{Fault: Truncate{Bytes: -1}},
+	}})
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("many invalid fields: err = %v, want ErrInvalidConfig", err)
+	}
+	for _, want := range []string{"rule 0 (rule-0): probability:", "rule 0 (rule-0): match.path:", "rule 2 (rule-2): bytes:", `Config.Header is "X Fault"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("many invalid fields: %q does not name %q", err, want)
+		}
+	}
 }
 
 func TestMatch(t *testing.T) {

@@ -91,15 +91,13 @@ type Config struct {
 	RemainingBuckets []float64
 }
 
-// validate returns the error of the first invalid field of cfg, or nil.
+// validate returns one error per invalid field of cfg, joined, or nil.
 func (cfg *Config) validate() error {
-	if err := series.CheckMaxValues("otel", ErrInvalidConfig, cfg.MaxLabelValues); err != nil {
-		return err
-	}
-	if err := series.CheckBuckets("otel", ErrInvalidConfig, "Config.DurationBuckets", cfg.DurationBuckets); err != nil {
-		return err
-	}
-	return series.CheckBuckets("otel", ErrInvalidConfig, "Config.RemainingBuckets", cfg.RemainingBuckets)
+	return errors.Join(
+		series.CheckMaxValues("otel", ErrInvalidConfig, cfg.MaxLabelValues),
+		series.CheckBuckets("otel", ErrInvalidConfig, "Config.DurationBuckets", cfg.DurationBuckets),
+		series.CheckBuckets("otel", ErrInvalidConfig, "Config.RemainingBuckets", cfg.RemainingBuckets),
+	)
 }
 
 // Observer is an event.Observer that traces and measures guarded calls.

@@ -507,6 +507,10 @@ func TestInvalidConfig(t *testing.T) {
 		{gotel.Config{MaxLabelValues: -5}, "otel: Config.MaxLabelValues is -5; want 0 (the default, 100) or more"},
 		{gotel.Config{DurationBuckets: []float64{0.1, math.NaN()}}, "otel: Config.DurationBuckets is [0.1 NaN]; want finite boundaries in strictly increasing order, or none for the default"},
 		{gotel.Config{RemainingBuckets: []float64{1, math.Inf(1)}}, "otel: Config.RemainingBuckets is [1 +Inf]; want finite boundaries in strictly increasing order, or none for the default"},
+		// Every invalid field is named, not only the first.
+		{gotel.Config{MaxLabelValues: -5, DurationBuckets: []float64{2, 1}},
+			"otel: Config.MaxLabelValues is -5; want 0 (the default, 100) or more\n" +
+				"otel: Config.DurationBuckets is [2 1]; want finite boundaries in strictly increasing order, or none for the default"},
 	} {
 		o, err := gotel.New(tc.cfg)
 		if o != nil || !errors.Is(err, gotel.ErrInvalidConfig) {

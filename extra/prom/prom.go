@@ -63,16 +63,12 @@ type Config struct {
 	RemainingBuckets []float64
 }
 
-// validate returns the error of the first invalid field of cfg, or nil.
+// validate returns one error per invalid field of cfg, joined, or nil.
 func (cfg *Config) validate() error {
-	if err := series.CheckMaxValues("prom", ErrInvalidConfig, cfg.MaxLabelValues); err != nil {
-		return err
-	}
-	if err := series.CheckBuckets("prom", ErrInvalidConfig, "Config.DurationBuckets", cfg.DurationBuckets); err != nil {
-		return err
-	}
-	if err := series.CheckBuckets("prom", ErrInvalidConfig, "Config.RemainingBuckets", cfg.RemainingBuckets); err != nil {
-		return err
+	errs := []error{
+		series.CheckMaxValues("prom", ErrInvalidConfig, cfg.MaxLabelValues),
+		series.CheckBuckets("prom", ErrInvalidConfig, "Config.DurationBuckets", cfg.DurationBuckets),
+		series.CheckBuckets("prom", ErrInvalidConfig, "Config.RemainingBuckets", cfg.RemainingBuckets),
 	}
 	reserved := map[string]bool{"le": true}
 	for _, d := range series.All {
@@ -91,14 +87,14 @@ func (cfg *Config) validate() error {
 		}
 		switch {
 		case !labelName(name):
-			return invalid("set", "label names of letters, digits and underscores, not starting with a digit or \"__\"")
+			errs = append(errs, invalid("set", "label names of letters, digits and underscores, not starting with a digit or \"__\""))
 		case reserved[name]:
-			return invalid("set", "a name guardrail's series do not use")
+			errs = append(errs, invalid("set", "a name guardrail's series do not use"))
 		case !utf8.ValidString(cfg.ConstLabels[name]):
-			return invalid(fmt.Sprintf("%q", cfg.ConstLabels[name]), "a valid UTF-8 value")
+			errs = append(errs, invalid(fmt.Sprintf("%q", cfg.ConstLabels[name]), "a valid UTF-8 value"))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // labelName reports whether s is a label name every Prometheus version
@@ -204,7 +200,7 @@ type attemptSeries struct {
 }
 
 // New returns a Collector configured by cfg, or an error that Is
-// ErrInvalidConfig and names the first invalid field. Register the
+// ErrInvalidConfig and names every invalid field. Register the
 // Collector with a prometheus.Registerer before the first scrape.
 func New(cfg Config) (*Collector, error) {
 	if err := cfg.validate(); err != nil {

@@ -573,6 +573,11 @@ func TestInvalidConfig(t *testing.T) {
 		{prom.Config{ConstLabels: prometheus.Labels{"1region": "x"}}, `prom: Config.ConstLabels["1region"] is set; want label names of letters, digits and underscores, not starting with a digit or "__"`},
 		{prom.Config{ConstLabels: prometheus.Labels{"__name": "x"}}, `prom: Config.ConstLabels["__name"] is set; want label names of letters, digits and underscores, not starting with a digit or "__"`},
 		{prom.Config{ConstLabels: prometheus.Labels{"region": "\xff"}}, `prom: Config.ConstLabels["region"] is "\xff"; want a valid UTF-8 value`},
+		// Every invalid field is named, not only the first.
+		{prom.Config{MaxLabelValues: -1, ConstLabels: prometheus.Labels{"le": "x", "region": "\xff"}},
+			"prom: Config.MaxLabelValues is -1; want 0 (the default, 100) or more\n" +
+				`prom: Config.ConstLabels["le"] is set; want a name guardrail's series do not use` + "\n" +
+				`prom: Config.ConstLabels["region"] is "\xff"; want a valid UTF-8 value`},
 	} {
 		c, err := prom.New(tc.cfg)
 		if c != nil || !errors.Is(err, prom.ErrInvalidConfig) {
