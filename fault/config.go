@@ -460,10 +460,6 @@ func parseHeaderRule(v string) (Rule, error) {
 func parseLine(spec string, allowMatch bool) (Rule, error) {
 	parts := strings.Split(spec, ";")
 	s := ruleSpec{Kind: Kind(strings.TrimSpace(parts[0]))}
-	fail := func(field string, err error) (Rule, error) {
-		return Rule{}, &RuleError{Index: -1, Name: s.Name, Field: field, Err: err}
-	}
-	str := func(v string) *string { return &v }
 	for _, part := range parts[1:] {
 		part = strings.TrimSpace(part)
 		if part == "" {
@@ -471,93 +467,114 @@ func parseLine(spec string, allowMatch bool) (Rule, error) {
 		}
 		key, val, ok := strings.Cut(part, "=")
 		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
-		if !ok {
-			return fail(key, errors.New("want key=value"))
-		}
-		integer := func() (*int, error) {
-			n, err := strconv.Atoi(val)
-			if err != nil {
-				return nil, fmt.Errorf("%q is not an integer", val)
-			}
-			return &n, nil
-		}
-		boolean := func() (bool, error) {
-			b, err := strconv.ParseBool(val)
-			if err != nil {
-				return false, fmt.Errorf("%q is not true or false", val)
-			}
-			return b, nil
-		}
 		var err error
-		switch key {
-		case "name", "disabled", "method", "methods", "host", "path", "header":
-			if !allowMatch {
-				return fail(key, errors.New("not allowed in a header fault"))
-			}
-			if s.Match == nil {
-				s.Match = &matchSpec{}
-			}
-			switch key {
-			case "name":
-				s.Name = val
-			case "disabled":
-				s.Disabled, err = boolean()
-			case "method", "methods":
-				for m := range strings.SplitSeq(val, ",") {
-					s.Match.Methods = append(s.Match.Methods, strings.TrimSpace(m))
-				}
-			case "host":
-				s.Match.Host = val
-			case "path":
-				s.Match.Path = val
-			case "header":
-				name, v, ok := strings.Cut(val, ":")
-				if !ok {
-					return fail("header", fmt.Errorf("%q: want Name:value", val))
-				}
-				if s.Match.Headers == nil {
-					s.Match.Headers = map[string]string{}
-				}
-				s.Match.Headers[strings.TrimSpace(name)] = strings.TrimSpace(v)
-			}
-		case "probability":
-			p, perr := strconv.ParseFloat(val, 64)
-			if perr != nil {
-				err = fmt.Errorf("%q is not a number", val)
-			}
-			s.Probability = &p
-		case "delay":
-			s.Delay = str(val)
-		case "min":
-			s.Min = str(val)
-		case "max":
-			s.Max = str(val)
-		case "p50":
-			s.P50 = str(val)
-		case "p99":
-			s.P99 = str(val)
-		case "status":
-			s.Status, err = integer()
-		case "retry_after":
-			s.RetryAfter = str(val)
-		case "retry_after_date":
-			var b bool
-			b, err = boolean()
-			s.RetryAfterDate = &b
-		case "retry_after_raw":
-			s.RetryAfterRaw = str(val)
-		case "body":
-			s.Body = str(val)
-		case "bytes":
-			s.Bytes, err = integer()
-		case "every":
-			s.Every = str(val)
+		switch {
+		case !ok:
+			err = errors.New("want key=value")
+		case matchKeys[key] && !allowMatch:
+			err = errors.New("not allowed in a header fault")
+		case matchKeys[key]:
+			err = s.setMatch(key, val)
 		default:
-			return fail(key, errors.New("unknown field"))
+			err = s.setFault(key, val)
 		}
 		if err != nil {
-			return fail(key, err)
+			return Rule{}, &RuleError{Index: -1, Name: s.Name, Field: key, Err: err}
 		}
 	}
 	return s.rule(-1)
+}
+
+// matchKeys are the keys of a one-line rule that say which requests it
+// matches (and its name and state): not allowed in a header fault.
+var matchKeys = map[string]bool{"name": true, "disabled": true, "method": true, "methods": true, "host": true, "path": true, "header": true}
+
+// setMatch sets the field of s that one of matchKeys names.
+func (s *ruleSpec) setMatch(key, val string) (err error) {
+	if s.Match == nil {
+		s.Match = &matchSpec{}
+	}
+	switch key {
+	case "name":
+		s.Name = val
+	case "disabled":
+		s.Disabled, err = parseBool(val)
+	case "method", "methods":
+		for m := range strings.SplitSeq(val, ",") {
+			s.Match.Methods = append(s.Match.Methods, strings.TrimSpace(m))
+		}
+	case "host":
+		s.Match.Host = val
+	case "path":
+		s.Match.Path = val
+	case "header":
+		name, v, ok := strings.Cut(val, ":")
+		if !ok {
+			return fmt.Errorf("%q: want Name:value", val)
+		}
+		if s.Match.Headers == nil {
+			s.Match.Headers = map[string]string{}
+		}
+		s.Match.Headers[strings.TrimSpace(name)] = strings.TrimSpace(v)
+	}
+	return err
+}
+
+// setFault sets the field of s that key names among the probability and
+// the fault's own fields.
+func (s *ruleSpec) setFault(key, val string) (err error) {
+	str := func(v string) *string { return &v }
+	switch key {
+	case "probability":
+		p, perr := strconv.ParseFloat(val, 64)
+		if perr != nil {
+			err = fmt.Errorf("%q is not a number", val)
+		}
+		s.Probability = &p
+	case "delay":
+		s.Delay = str(val)
+	case "min":
+		s.Min = str(val)
+	case "max":
+		s.Max = str(val)
+	case "p50":
+		s.P50 = str(val)
+	case "p99":
+		s.P99 = str(val)
+	case "status":
+		s.Status, err = parseInt(val)
+	case "retry_after":
+		s.RetryAfter = str(val)
+	case "retry_after_date":
+		var b bool
+		b, err = parseBool(val)
+		s.RetryAfterDate = &b
+	case "retry_after_raw":
+		s.RetryAfterRaw = str(val)
+	case "body":
+		s.Body = str(val)
+	case "bytes":
+		s.Bytes, err = parseInt(val)
+	case "every":
+		s.Every = str(val)
+	default:
+		return errors.New("unknown field")
+	}
+	return err
+}
+
+func parseInt(val string) (*int, error) {
+	n, err := strconv.Atoi(val)
+	if err != nil {
+		return nil, fmt.Errorf("%q is not an integer", val)
+	}
+	return &n, nil
+}
+
+func parseBool(val string) (bool, error) {
+	b, err := strconv.ParseBool(val)
+	if err != nil {
+		return false, fmt.Errorf("%q is not true or false", val)
+	}
+	return b, nil
 }
