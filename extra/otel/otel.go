@@ -198,6 +198,18 @@ func New(cfg Config) (*Observer, error) {
 		folders: fs,
 		gauges:  series.NewGauges(fs),
 	}
+	if err := o.instruments(meter, durBuckets, remBuckets); err != nil {
+		return nil, err
+	}
+	if err := o.registerGauges(meter); err != nil {
+		return nil, err
+	}
+	o.caches(fs)
+	return o, nil
+}
+
+// instruments creates the counters and histograms of o.
+func (o *Observer) instruments(meter metric.Meter, durBuckets, remBuckets []float64) error {
 	var errs []error
 	counter := func(d *series.Def) metric.Int64Counter {
 		c, err := meter.Int64Counter(d.OTel, metric.WithDescription(d.Help), metric.WithUnit(d.Unit))
@@ -232,7 +244,13 @@ func New(cfg Config) (*Observer, error) {
 	o.reloads = counter(series.ConfigReloads)
 	o.reloadOK = metric.WithAttributes(attribute.String(series.LOutcome, event.OutcomeOK))
 	o.reloadErr = metric.WithAttributes(attribute.String(series.LOutcome, event.OutcomeError))
+	return errors.Join(errs...)
+}
 
+// registerGauges creates the observable gauges of o and registers the
+// callback that reports them.
+func (o *Observer) registerGauges(meter metric.Meter) error {
+	var errs []error
 	state, err := meter.Int64ObservableGauge(series.BreakerState.OTel, metric.WithDescription(series.BreakerState.Help))
 	errs = append(errs, err)
 	tokens, err := meter.Float64ObservableGauge(series.BudgetTokens.OTel, metric.WithDescription(series.BudgetTokens.Help), metric.WithUnit(series.BudgetTokens.Unit))
@@ -242,7 +260,7 @@ func New(cfg Config) (*Observer, error) {
 	limit, err := meter.Int64ObservableGauge(series.Limit.OTel, metric.WithDescription(series.Limit.Help), metric.WithUnit(series.Limit.Unit))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return err
 	}
 	o.reg, err = meter.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
 		dep := func(d string) attribute.KeyValue { return attribute.String(series.LDependency, d) }
@@ -262,10 +280,11 @@ func New(cfg Config) (*Observer, error) {
 		)
 		return nil
 	}, state, tokens, inFlight, limit)
-	if err != nil {
-		return nil, err
-	}
+	return err
+}
 
+// caches creates the caches of attribute sets of o's series.
+func (o *Observer) caches(fs *series.Folders) {
 	cache := func(d *series.Def) *series.Cache[*attrs] {
 		return series.NewCache(d, fs, func(lv []string) *attrs { return newAttrs(d, lv) })
 	}
@@ -290,7 +309,6 @@ func New(cfg Config) (*Observer, error) {
 	o.admitC = cache(series.Admitted)
 	o.queueC = cache(series.QueueWait)
 	o.idempotentC = cache(series.Idempotency)
-	return o, nil
 }
 
 // Close stops reporting the observable gauges. Spans and counters keep
