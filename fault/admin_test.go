@@ -58,7 +58,7 @@ func TestAdminChangesRulesAtRunTime(t *testing.T) {
 	if len(s.Rules) != 1 || s.Rules[0]["name"] != "teapot" || s.Rules[0]["status"] != 418.0 {
 		t.Errorf("rules = %+v", s.Rules)
 	}
-	if len(s.Counters) != 1 || s.Counters[0] != (Counter{"teapot", KindError, 2, 2}) {
+	if len(s.Counters) != 1 || s.Counters[0] != (Counter{"teapot", kindError, 2, 2}) {
 		t.Errorf("counters = %+v, want teapot matched 2 fired 2", s.Counters)
 	}
 
@@ -76,7 +76,7 @@ func TestAdminChangesRulesAtRunTime(t *testing.T) {
 	if len(s.Rules) != 2 || s.Counters[0].Matched != 2 {
 		t.Errorf("after PUT: rules %+v counters %+v; want 2 rules, teapot's counter kept", s.Rules, s.Counters)
 	}
-	if c := in.Counters(); c[0] != (Counter{"teapot", KindError, 2, 2}) || c[1] != (Counter{"slow", KindLatency, 1, 1}) {
+	if c := in.Counters(); c[0] != (Counter{"teapot", kindError, 2, 2}) || c[1] != (Counter{"slow", kindLatency, 1, 1}) {
 		t.Errorf("counters = %+v", c)
 	}
 

@@ -48,7 +48,7 @@ type ruleSpec struct {
 	Disabled    bool       `json:"disabled,omitempty"`
 	Probability *float64   `json:"probability,omitempty"`
 	Match       *matchSpec `json:"match,omitempty"`
-	Kind        Kind       `json:"kind"`
+	Kind        faultKind  `json:"kind"`
 
 	Delay *string `json:"delay,omitempty"`
 	Min   *string `json:"min,omitempty"`
@@ -77,12 +77,12 @@ var durationFields = map[string]bool{"delay": true, "min": true, "max": true, "p
 	"p99": true, "retry_after": true, "every": true}
 
 // params lists, per kind, the fault fields a rule of that kind may set.
-var params = map[Kind][]string{
-	KindLatency:   {"delay", "min", "max", "p50", "p99"},
-	KindError:     {"status", "retry_after", "retry_after_date", "retry_after_raw", "body"},
-	KindSlowBody:  {"bytes", "every"},
-	KindStallBody: {"bytes"},
-	KindTruncate:  {"bytes"},
+var params = map[faultKind][]string{
+	kindLatency:   {"delay", "min", "max", "p50", "p99"},
+	kindError:     {"status", "retry_after", "retry_after_date", "retry_after_raw", "body"},
+	kindSlowBody:  {"bytes", "every"},
+	kindStallBody: {"bytes"},
+	kindTruncate:  {"bytes"},
 }
 
 // set returns the config names of the fault fields set in s.
@@ -157,10 +157,10 @@ func (s *ruleSpec) rule(index int) (Rule, error) {
 		return *p
 	}
 	switch s.Kind {
-	case KindLatency:
+	case kindLatency:
 		r.Fault = Latency{Delay: dur("delay", s.Delay), Min: dur("min", s.Min),
 			Max: dur("max", s.Max), P50: dur("p50", s.P50), P99: dur("p99", s.P99)}
-	case KindError:
+	case kindError:
 		st := Status{Code: deref(s.Status), RetryAfter: dur("retry_after", s.RetryAfter)}
 		if s.RetryAfterDate != nil {
 			st.RetryAfterDate = *s.RetryAfterDate
@@ -178,19 +178,19 @@ func (s *ruleSpec) rule(index int) (Rule, error) {
 			return fail("status", errors.New("0 is not an error status (want 400-599)"))
 		}
 		r.Fault = st
-	case KindReset:
+	case kindReset:
 		r.Fault = Reset{}
-	case KindHang:
+	case kindHang:
 		r.Fault = Hang{}
-	case KindSlowBody:
+	case kindSlowBody:
 		r.Fault = SlowBody{Bytes: deref(s.Bytes), Every: dur("every", s.Every)}
-	case KindStallBody:
+	case kindStallBody:
 		r.Fault = StallBody{Bytes: deref(s.Bytes)}
-	case KindTruncate:
+	case kindTruncate:
 		r.Fault = Truncate{Bytes: deref(s.Bytes)}
-	case KindLoseResponse:
+	case kindLoseResponse:
 		r.Fault = LoseResponse{}
-	case KindRefuse:
+	case kindRefuse:
 		r.Fault = Refuse{}
 	case "":
 		return fail("kind", fmt.Errorf("missing (want one of %s)", kindList()))
@@ -213,7 +213,7 @@ func kindList() string {
 
 // specOf converts a valid Rule back to its file form.
 func specOf(r Rule) ruleSpec {
-	s := ruleSpec{Name: r.Name, Disabled: r.Disabled, Kind: r.Fault.Kind()}
+	s := ruleSpec{Name: r.Name, Disabled: r.Disabled, Kind: r.Fault.kind()}
 	if r.Probability > 0 && r.Probability < 1 {
 		p := r.Probability
 		s.Probability = &p
@@ -416,7 +416,7 @@ func jsonType(goType string) string {
 		return "a list"
 	case strings.HasPrefix(t, "map["), strings.HasPrefix(t, "fault."):
 		return "an object"
-	case t == "string" || t == "fault.Kind":
+	case t == "string" || t == "fault.faultKind":
 		return "a string"
 	case t == "bool":
 		return "true or false"
@@ -459,7 +459,7 @@ func parseHeaderRule(v string) (Rule, error) {
 
 func parseLine(spec string, allowMatch bool) (Rule, error) {
 	parts := strings.Split(spec, ";")
-	s := ruleSpec{Kind: Kind(strings.TrimSpace(parts[0]))}
+	s := ruleSpec{Kind: faultKind(strings.TrimSpace(parts[0]))}
 	for _, part := range parts[1:] {
 		part = strings.TrimSpace(part)
 		if part == "" {

@@ -92,7 +92,7 @@ type counter struct {
 // fired (injected its fault). It is a snapshot, a plain value.
 type Counter struct {
 	Rule    string `json:"rule"`    // the rule's name, or HeaderRule
-	Kind    Kind   `json:"kind"`    // the rule's fault
+	Kind    string `json:"kind"`    // the rule's fault: "latency", "error"... as in a config file
 	Matched uint64 `json:"matched"` // requests the rule matched
 	Fired   uint64 `json:"fired"`   // requests it injected its fault into
 }
@@ -176,12 +176,12 @@ func (in *Injector) Counters() []Counter {
 	s := in.state.Load()
 	out := make([]Counter, 0, len(s.rules))
 	for _, rs := range s.rules {
-		out = append(out, Counter{Rule: rs.rule.Name, Kind: rs.rule.Fault.Kind(),
+		out = append(out, Counter{Rule: rs.rule.Name, Kind: string(rs.rule.Fault.kind()),
 			Matched: rs.counter.matched.Load(), Fired: rs.counter.fired.Load()})
 	}
 	for i := range in.header {
 		if n := in.header[i].matched.Load(); n > 0 {
-			out = append(out, Counter{Rule: HeaderRule, Kind: kinds[i], Matched: n,
+			out = append(out, Counter{Rule: HeaderRule, Kind: string(kinds[i]), Matched: n,
 				Fired: in.header[i].fired.Load()})
 		}
 	}
@@ -242,7 +242,7 @@ func (in *Injector) decide(r *http.Request) (plan, *http.Request, error) {
 				if err != nil {
 					return p, r, err
 				}
-				c := &in.header[kindIndex(rule.Fault.Kind())]
+				c := &in.header[kindIndex(rule.Fault.kind())]
 				c.matched.Add(1)
 				if !roll(s.rand, rule.Probability) {
 					continue

@@ -278,7 +278,7 @@ func TestReconfigureKeepsCountersByName(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := in.Counters()
-	want := []Counter{{"a", KindError, 1, 1}, {"c", KindHang, 0, 0}}
+	want := []Counter{{"a", kindError, 1, 1}, {"c", kindHang, 0, 0}}
 	if !slices.Equal(got, want) {
 		t.Errorf("counters = %+v, want %+v", got, want)
 	}
