@@ -148,13 +148,6 @@ func (in *Injector) Reconfigure(cfg Config) error {
 	return nil
 }
 
-// SetRules replaces the rules, keeping the header settings; see Reconfigure.
-func (in *Injector) SetRules(rules []Rule) error {
-	cfg := in.Config()
-	cfg.Rules = rules
-	return in.Reconfigure(cfg)
-}
-
 // Config returns the current configuration, rules normalized (names filled
 // in, methods upper case). Its Rand is nil.
 func (in *Injector) Config() Config {
@@ -166,9 +159,6 @@ func (in *Injector) Config() Config {
 	}
 	return cfg
 }
-
-// Rules returns the current rules, normalized.
-func (in *Injector) Rules() []Rule { return in.Config().Rules }
 
 // Counters returns one Counter per rule, in rule order, followed by one per
 // kind of fault asked for by the X-Fault header (Rule HeaderRule), if any.

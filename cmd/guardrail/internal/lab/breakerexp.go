@@ -74,10 +74,10 @@ func newPricing() (*pricing, error) {
 
 func (p *pricing) set(f fault.Fault) {
 	if f == nil {
-		_ = p.inj.SetRules(nil)
+		_ = p.inj.Reconfigure(fault.Config{})
 		return
 	}
-	_ = p.inj.SetRules([]fault.Rule{{Name: "pricing", Fault: f}})
+	_ = p.inj.Reconfigure(fault.Config{Rules: []fault.Rule{{Name: "pricing", Fault: f}}})
 }
 
 func (p *pricing) Close() {
