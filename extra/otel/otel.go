@@ -315,12 +315,6 @@ func (o *Observer) caches(fs *series.Folders) {
 // working.
 func (o *Observer) Close() error { return o.reg.Unregister() }
 
-// WatchBreakerState reports the state of a breaker of dependency from the
-// first collection on; see extra/prom's Collector.WatchBreakerState.
-func (o *Observer) WatchBreakerState(dependency string, state func() string) {
-	o.gauges.WatchBreakerState(dependency, state, nil)
-}
-
 // WatchBudget reports the tokens of b, a retry budget of dependency, at
 // every collection.
 func (o *Observer) WatchBudget(dependency string, b *budget.Budget) {
@@ -332,12 +326,6 @@ func (o *Observer) WatchBudget(dependency string, b *budget.Budget) {
 // exported from the first collection, before any call.
 func (o *Observer) WatchPolicy(p *guardrail.Policy) {
 	o.gauges.WatchPolicy(p)
-}
-
-// WatchLoad reports a load shedder's in-flight count and limit at every
-// collection.
-func (o *Observer) WatchLoad(dependency string, load func() (inFlight, limit int)) {
-	o.gauges.WatchLoad(dependency, load, nil)
 }
 
 // Observe records e. It implements event.Observer: for event.CallStart

@@ -20,9 +20,6 @@ import (
 	"github.com/guardrail-go/guardrail/shed"
 )
 
-// Other is the value a label takes past its cap (Config.MaxLabelValues).
-const Other = series.Other
-
 // DefaultMaxLabelValues is the default cap of distinct values per label.
 const DefaultMaxLabelValues = series.DefaultMaxValues
 
@@ -356,18 +353,6 @@ func (c *Collector) Observe(ctx context.Context, e event.Event) context.Context 
 	return ctx
 }
 
-// WatchBreakerState exports the state of a breaker of dependency from the
-// first scrape on: state is called at every scrape and returns "closed",
-// "open" or "half_open" (breaker.State's String), and the key label is
-// empty. A watched dependency's gauge ignores transition events, which only
-// count transitions. Watching the same dependency again adds a breaker:
-// past the label cap, guardrail_breaker_state counts the breakers in each
-// state. For a breaker.Group use WatchBreakerGroup, which labels each
-// breaker with its key.
-func (c *Collector) WatchBreakerState(dependency string, state func() string) {
-	c.gauges.WatchBreakerState(dependency, state, nil)
-}
-
 // WatchBudget exports the tokens of b, a retry budget of dependency, read
 // at every scrape.
 func (c *Collector) WatchBudget(dependency string, b *budget.Budget) {
@@ -379,13 +364,6 @@ func (c *Collector) WatchBudget(dependency string, b *budget.Budget) {
 // exported from the first collection, before any call.
 func (c *Collector) WatchPolicy(p *guardrail.Policy) {
 	c.gauges.WatchPolicy(p)
-}
-
-// WatchLoad exports a load shedder's in-flight count and current limit,
-// read from load at every scrape. Without it the gauges show the values
-// carried by the last shed or admit event.
-func (c *Collector) WatchLoad(dependency string, load func() (inFlight, limit int)) {
-	c.gauges.WatchLoad(dependency, load, nil)
 }
 
 // Describe implements prometheus.Collector.
@@ -427,7 +405,12 @@ func (c *Collector) WatchShedder(dependency string, s *shed.Shedder) {
 }
 
 // WatchBreaker reports the state of b under dependency at every
-// collection, from the first one on.
+// collection, from the first one on, with an empty key label. A watched
+// dependency's gauge ignores transition events, which only count
+// transitions. Watching another breaker under the same dependency adds it:
+// past the label cap, guardrail_breaker_state counts the breakers in each
+// state. For a breaker.Group use WatchBreakerGroup, which labels each
+// breaker with its key.
 func (c *Collector) WatchBreaker(dependency string, b *breaker.Breaker) {
 	c.gauges.WatchBreaker(dependency, b)
 }
