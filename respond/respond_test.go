@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -103,17 +102,21 @@ func TestErrorOpenBreaker(t *testing.T) {
 		http.Error(w, "down", http.StatusServiceUnavailable)
 	}))
 	t.Cleanup(down.Close)
-	c, err := guardhttp.NewClient(guardhttp.Config{MaxAttempts: 1, Breaker: breaker.Config{MinRequests: 1, OpenFor: 40 * time.Second, OpenJitter: -1}})
+	g, err := breaker.NewGroup(breaker.GroupConfig{Config: breaker.Config{MinRequests: 1, OpenFor: 40 * time.Second, OpenJitter: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The client keys its breakers by host; one failure opens this one.
+	p, err := g.Get(strings.TrimPrefix(down.URL, "http://")).Allow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Done(breaker.Failure, 0)
+	c, err := guardhttp.NewClient(guardhttp.Config{Breakers: g})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.CloseIdleConnections)
-	resp, err := c.Get(down.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
 	_, err = c.Get(down.URL)
 	w := httptest.NewRecorder()
 	respond.Error(w, err)
