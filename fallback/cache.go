@@ -10,26 +10,10 @@ import (
 )
 
 // ErrNoFallback means a call failed and no last-good value was young enough
-// to serve in its place.
+// to serve in its place. The error Cache.Do returns then Is ErrNoFallback
+// and wraps the call's error too, so errors.Is and errors.As work for both;
+// its message is "fallback: no last-good value to serve: <call's error>".
 var ErrNoFallback = errors.New("fallback: no last-good value to serve")
-
-// NoFallbackError is the error Cache.Do returns when the call failed and
-// there was nothing to fall back to. It Is ErrNoFallback and unwraps to the
-// call's error, so errors.Is works for both. It is not modified after it is
-// returned, so it is safe to share.
-type NoFallbackError struct {
-	// Err is the call's error.
-	Err error
-}
-
-// Error returns "fallback: no last-good value to serve: <call's error>".
-func (e *NoFallbackError) Error() string { return ErrNoFallback.Error() + ": " + e.Err.Error() }
-
-// Is reports whether target is ErrNoFallback.
-func (e *NoFallbackError) Is(target error) bool { return target == ErrNoFallback }
-
-// Unwrap returns the call's error.
-func (e *NoFallbackError) Unwrap() error { return e.Err }
 
 // CacheConfig configures a Cache. The zero value keeps up to 10,000 keys for
 // a minute each and falls back on every error. A zero field means its
@@ -201,8 +185,8 @@ func (c *Cache[K, V]) removeLocked(el *list.Element) {
 // Do calls fn for key. On success it stores the value and returns it fresh.
 // On failure it returns the last good value marked Stale, with a nil error,
 // if one is younger than the TTL and ShouldFallback allows it; otherwise it
-// returns a *NoFallbackError wrapping fn's error (or fn's error itself when
-// ShouldFallback refuses) and a zero Result: a missing value is an error,
+// returns an error that Is ErrNoFallback and wraps fn's error (or fn's
+// error itself when ShouldFallback refuses) and a zero Result: a missing value is an error,
 // never a made-up zero.
 func (c *Cache[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V, error)) (Result[V], error) {
 	v, err := fn(ctx)
@@ -215,7 +199,7 @@ func (c *Cache[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 	}
 	last, age, ok := c.Get(key)
 	if !ok {
-		return Result[V]{}, &NoFallbackError{Err: err}
+		return Result[V]{}, fmt.Errorf("%w: %w", ErrNoFallback, err)
 	}
 	return Result[V]{Value: last, Stale: true, Age: age, Err: err}, nil
 }

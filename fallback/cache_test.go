@@ -60,8 +60,12 @@ func TestCacheServesLastGoodWithinTTL(t *testing.T) {
 		if !errors.Is(err, fallback.ErrNoFallback) || r.Value.Cents != 0 || r.Stale {
 			t.Errorf("never seen: %+v, %v; want ErrNoFallback and no value", r, err)
 		}
-		if err == nil || !errors.Is(errors.Unwrap(err), err.(*fallback.NoFallbackError).Err) {
-			t.Errorf("ErrNoFallback does not unwrap to the call's error: %v", err)
+		if err == nil || err.Error() != "fallback: no last-good value to serve: pricing: connection refused" {
+			t.Errorf("ErrNoFallback does not carry the call's error: %v", err)
+		}
+		var cause interface{ Unwrap() []error }
+		if !errors.As(err, &cause) || len(cause.Unwrap()) != 2 || cause.Unwrap()[1].Error() != "pricing: connection refused" {
+			t.Errorf("ErrNoFallback does not wrap the call's error: %v", err)
 		}
 
 		time.Sleep(31 * time.Second) // 61 s: past the TTL
