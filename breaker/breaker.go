@@ -111,12 +111,11 @@ type Breaker struct {
 	dq *delivery // transitions to deliver; allocated at the first one with a callback
 }
 
-// delivery is the queue of transitions waiting for OnTransition and the
-// Observer. It is guarded by the breaker's mu, and exists only for a
+// delivery is the queue of transitions waiting for the Observer. It is guarded by the breaker's mu, and exists only for a
 // breaker that has callbacks and has changed state, to keep idle breakers
 // small (a Group may hold many).
 type delivery struct {
-	pending    []Transition
+	pending    []transition
 	delivering bool
 }
 
@@ -230,7 +229,7 @@ func (b *Breaker) allowSlow(w uint64, now int64) (Permit, error) {
 			b.mu.Unlock()
 			return Permit{}, e
 		}
-		w = b.setLocked(w, HalfOpen, 0, Transition{Reason: ReasonOpenElapsed, Cause: "open time elapsed"}, now)
+		w = b.setLocked(w, HalfOpen, 0, transition{Reason: ReasonOpenElapsed, Cause: "open time elapsed"}, now)
 		b.inflight, b.passed, b.lastProbe = 1, 0, now
 		b.unlockAndDeliver()
 		return Permit{b, w}, nil
@@ -245,7 +244,7 @@ func (b *Breaker) allowSlow(w uint64, now int64) (Permit, error) {
 			b.mu.Unlock()
 			return Permit{}, ErrTooManyProbes
 		}
-		b.setLocked(w, Open, 0, Transition{Reason: ReasonProbeTimeout, Cause: "no probe reported within " + b.cfg.openFor.String()}, now)
+		b.setLocked(w, Open, 0, transition{Reason: ReasonProbeTimeout, Cause: "no probe reported within " + b.cfg.openFor.String()}, now)
 		e := b.openErr.Load()
 		b.unlockAndDeliver()
 		return Permit{}, e
@@ -401,19 +400,15 @@ func (b *Breaker) trips(c counts) Reason {
 }
 
 // ReasonConsecutiveFailures: closed -> open, Config.ConsecutiveFailures
-// failures in a row. The Transition's counts are the window's, and its
-// Cause gives the run: "5 consecutive failures".
+// failures in a row. The event's Detail gives the run: "5 consecutive
+// failures".
 const ReasonConsecutiveFailures Reason = "consecutive_failures"
 
 // trip opens the breaker from closed state word w, for reason r
 // (ReasonFailureRate or ReasonSlowRate), or for a run of run consecutive
 // failures when r is empty. The caller holds mu.
 func (b *Breaker) trip(w uint64, c counts, r Reason, run uint32, now int64) {
-	t := Transition{Calls: int(c.calls), Failures: int(c.failures), Slow: int(c.slow), Reason: r}
-	if c.calls > 0 {
-		t.FailureRate = float64(c.failures) / float64(c.calls)
-		t.SlowRate = float64(c.slow) / float64(c.calls)
-	}
+	t := transition{Reason: r}
 	switch r {
 	case ReasonFailureRate:
 		t.Cause = rateCause("failure", c.failures, c.calls, b.cfg.failureRate)
@@ -446,12 +441,12 @@ func (b *Breaker) doneSlow(w uint64, o Outcome, d time.Duration, now int64) {
 		b.mu.Unlock()
 		return
 	case o == Failure:
-		b.setLocked(w, Open, 0, Transition{Reason: ReasonProbeFailed, Cause: "probe failed"}, now)
+		b.setLocked(w, Open, 0, transition{Reason: ReasonProbeFailed, Cause: "probe failed"}, now)
 	case b.isSlow(d):
-		b.setLocked(w, Open, 0, Transition{Reason: ReasonProbeSlow, Cause: "probe took " + d.String()}, now)
+		b.setLocked(w, Open, 0, transition{Reason: ReasonProbeSlow, Cause: "probe took " + d.String()}, now)
 	default:
 		if b.passed++; int(b.passed) >= b.cfg.closeAfter {
-			b.setLocked(w, Closed, 0, Transition{Reason: ReasonProbesPassed, Cause: "probes passed", Calls: int(b.passed)}, now)
+			b.setLocked(w, Closed, 0, transition{Reason: ReasonProbesPassed, Cause: "probes passed"}, now)
 		}
 	}
 	b.unlockAndDeliver()
@@ -460,7 +455,7 @@ func (b *Breaker) doneSlow(w uint64, o Outcome, d time.Duration, now int64) {
 // setLocked moves the breaker from state word w to state to (with flags)
 // and queues the transition for delivery. The caller holds mu and then
 // calls unlockAndDeliver. It returns the new state word.
-func (b *Breaker) setLocked(w uint64, to State, flags uint64, t Transition, now int64) uint64 {
+func (b *Breaker) setLocked(w uint64, to State, flags uint64, t transition, now int64) uint64 {
 	nw := (w&^(genUnit-1) + genUnit) | uint64(to) | flags
 	switch to {
 	case Open:
@@ -470,7 +465,7 @@ func (b *Breaker) setLocked(w uint64, to State, flags uint64, t Transition, now 
 			d := b.openDuration(int(b.opens))
 			e.until = now + int64(d)
 			e.Until = b.cfg.epoch.Add(time.Duration(e.until))
-			t.OpenFor, t.Opens = d, int(b.opens)
+			t.OpenFor = d
 		}
 		b.openErr.Store(e) // before the state: Allow checks e.w against the state
 	case Closed:
@@ -489,8 +484,8 @@ func (b *Breaker) setLocked(w uint64, to State, flags uint64, t Transition, now 
 	if from == to && (w^nw)&(flagForced|flagNoRecord) == 0 {
 		return nw // same state, same flags (a Reset of a closed breaker): nothing to tell
 	}
-	if b.cfg.onTrans != nil || b.cfg.observer != nil {
-		t.Name, t.From, t.To, t.Forced = b.name, from, to, nw&flagForced != 0
+	if b.cfg.observer != nil {
+		t.Name, t.From, t.To = b.name, from, to
 		if b.dq == nil {
 			b.dq = new(delivery)
 		}
@@ -523,8 +518,8 @@ func (b *Breaker) openDuration(n int) time.Duration {
 	return time.Duration(d)
 }
 
-// unlockAndDeliver releases mu and delivers queued transitions to
-// OnTransition and the Observer, in order, outside the lock. If another
+// unlockAndDeliver releases mu and delivers queued transitions to the
+// Observer, in order, outside the lock. If another
 // goroutine is already delivering, it hands its transitions over to it and
 // returns.
 func (b *Breaker) unlockAndDeliver() {
@@ -548,12 +543,7 @@ func (b *Breaker) unlockAndDeliver() {
 		b.mu.Unlock()
 		func() {
 			defer b.mu.Lock()
-			if b.cfg.onTrans != nil {
-				b.cfg.onTrans(t)
-			}
-			if b.cfg.observer != nil {
-				b.cfg.observer.Observe(context.Background(), t.Event(""))
-			}
+			b.cfg.observer.Observe(context.Background(), t.event())
 		}()
 	}
 	q.delivering = false
@@ -620,14 +610,14 @@ func (b *Breaker) Reset() {
 	b.mu.Lock()
 	w := b.state.Load()
 	base := b.baseWord(0)
-	b.setLocked(w, Closed, base&(flagForced|flagNoRecord), Transition{Reason: ReasonReset, Cause: "reset"}, b.clock())
+	b.setLocked(w, Closed, base&(flagForced|flagNoRecord), transition{Reason: ReasonReset, Cause: "reset"}, b.clock())
 	b.opens = 0
 	b.unlockAndDeliver()
 }
 
 func (b *Breaker) force(to State, flags uint64, r Reason, cause string) {
 	b.mu.Lock()
-	b.setLocked(b.state.Load(), to, flags, Transition{Reason: r, Cause: cause}, b.clock())
+	b.setLocked(b.state.Load(), to, flags, transition{Reason: r, Cause: cause}, b.clock())
 	b.unlockAndDeliver()
 }
 
@@ -716,17 +706,12 @@ func (b *Breaker) Refusal() error {
 	return nil
 }
 
-// Event turns a breaker transition into an event.BreakerTransition for
-// dependency (t.Name when empty), for components that report transitions
-// to an event.Observer under a name of their own (an HTTP transport names
-// its dependency, not each host's breaker).
-func (t Transition) Event(dependency string) event.Event {
-	if dependency == "" {
-		dependency = t.Name
-	}
+// event turns a transition into the event.BreakerTransition the Observer
+// receives.
+func (t transition) event() event.Event {
 	return event.Event{
 		Kind:       event.BreakerTransition,
-		Dependency: dependency,
+		Dependency: t.Name,
 		From:       t.From.String(),
 		To:         t.To.String(),
 		Reason:     string(t.Reason),

@@ -31,28 +31,29 @@ func calls(b *breaker.Breaker, o breaker.Outcome, n int) (admitted int) {
 	return admitted
 }
 
-// recorder collects transitions.
+// recorder collects the transitions a breaker reports to its Observer.
 type recorder struct {
 	mu sync.Mutex
-	ts []breaker.Transition
+	es []event.Event
 }
 
-func (r *recorder) on(t breaker.Transition) {
+func (r *recorder) Observe(ctx context.Context, e event.Event) context.Context {
 	r.mu.Lock()
-	r.ts = append(r.ts, t)
+	r.es = append(r.es, e)
 	r.mu.Unlock()
+	return ctx
 }
 
-func (r *recorder) list() []breaker.Transition {
+func (r *recorder) list() []event.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]breaker.Transition(nil), r.ts...)
+	return append([]event.Event(nil), r.es...)
 }
 
 func (r *recorder) path() string {
 	var s []string
-	for _, t := range r.list() {
-		s = append(s, t.From.String()+">"+t.To.String()+"("+string(t.Reason)+")")
+	for _, e := range r.list() {
+		s = append(s, e.From+">"+e.To+"("+e.Reason+")")
 	}
 	return strings.Join(s, " ")
 }
@@ -326,7 +327,7 @@ func TestSlowCallRateTrips(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
 		b := mustNew(breaker.Config{
-			MinRequests: 10, SlowCall: time.Second, SlowRate: 0.5, OnTransition: r.on,
+			MinRequests: 10, SlowCall: time.Second, SlowRate: 0.5, Observer: r,
 		})
 		slowCall := func() error { time.Sleep(1200 * time.Millisecond); return nil }
 		fastCall := func() error { time.Sleep(100 * time.Millisecond); return nil }
@@ -343,11 +344,11 @@ func TestSlowCallRateTrips(t *testing.T) {
 		b.Execute(slowCall) // 10 calls, 5 slow: 0.5
 		wantState(t, b, breaker.Open)
 		ts := r.list()
-		if len(ts) != 1 || ts[0].Reason != breaker.ReasonSlowRate || ts[0].Slow != 5 || ts[0].Calls != 10 {
-			t.Fatalf("transitions = %+v, want one slow_rate trip of 5 slow in 10", ts)
+		if len(ts) != 1 || ts[0].Reason != string(breaker.ReasonSlowRate) {
+			t.Fatalf("transitions = %+v, want one slow_rate trip", ts)
 		}
-		if want := "slow-call rate 0.5 of 10 calls >= 0.5"; ts[0].Cause != want {
-			t.Fatalf("cause = %q, want %q", ts[0].Cause, want)
+		if want := "slow-call rate 0.5 of 10 calls >= 0.5"; ts[0].Detail != want {
+			t.Fatalf("cause = %q, want %q", ts[0].Detail, want)
 		}
 	})
 }
@@ -355,7 +356,7 @@ func TestSlowCallRateTrips(t *testing.T) {
 func TestSlowProbeReopens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := mustNew(breaker.Config{MinRequests: 1, SlowCall: time.Second, OpenJitter: -1, OnTransition: r.on})
+		b := mustNew(breaker.Config{MinRequests: 1, SlowCall: time.Second, OpenJitter: -1, Observer: r})
 		trip(t, b, 1)
 		time.Sleep(breaker.DefaultOpenFor)
 		p, err := b.Allow()
@@ -373,7 +374,7 @@ func TestSlowProbeReopens(t *testing.T) {
 func TestMetricsOnlyNeverTrips(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := mustNew(breaker.Config{Mode: breaker.MetricsOnly, MinRequests: 1, OnTransition: r.on})
+		b := mustNew(breaker.Config{Mode: breaker.MetricsOnly, MinRequests: 1, Observer: r})
 		if n := calls(b, breaker.Failure, 100); n != 100 {
 			t.Fatalf("admitted %d of 100", n)
 		}
@@ -403,7 +404,7 @@ func TestDisabledAdmitsAndRecordsNothing(t *testing.T) {
 func TestForcedStates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := mustNew(breaker.Config{MinRequests: 1, OnTransition: r.on})
+		b := mustNew(breaker.Config{MinRequests: 1, Observer: r})
 
 		b.ForceOpen()
 		time.Sleep(time.Hour) // never probes by itself
@@ -433,22 +434,19 @@ func TestForcedStates(t *testing.T) {
 		if got := r.path(); got != want {
 			t.Fatalf("transitions %s\nwant %s", got, want)
 		}
-		if ts := r.list(); !ts[0].Forced || !ts[1].Forced || ts[2].Forced || ts[3].Forced {
-			t.Fatalf("Forced flags wrong: %+v", ts)
-		}
 	})
 }
 
 func TestResetForgetsOpenings(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := mustNew(breaker.Config{MinRequests: 1, OpenBackoff: 2, OpenJitter: -1, OnTransition: r.on})
+		b := mustNew(breaker.Config{MinRequests: 1, OpenBackoff: 2, OpenJitter: -1, Observer: r})
 		trip(t, b, 1)
 		b.Reset()
 		b.Reset() // closed already: no transition
 		trip(t, b, 1)
 		ts := r.list()
-		if len(ts) != 3 || ts[2].Opens != 1 || ts[2].OpenFor != breaker.DefaultOpenFor {
+		if len(ts) != 3 || ts[2].Delay != breaker.DefaultOpenFor {
 			t.Fatalf("transitions %+v, want the second opening to count as the first", ts)
 		}
 	})
@@ -459,7 +457,7 @@ func TestOpenBackoffGrowsAndCaps(t *testing.T) {
 		r := &recorder{}
 		b := mustNew(breaker.Config{
 			MinRequests: 1, OpenFor: time.Second, OpenBackoff: 2, MaxOpenFor: 5 * time.Second,
-			OpenJitter: -1, OnTransition: r.on,
+			OpenJitter: -1, Observer: r,
 		})
 		trip(t, b, 1)
 		for range 4 { // four failed probes
@@ -471,8 +469,8 @@ func TestOpenBackoffGrowsAndCaps(t *testing.T) {
 		trip(t, b, 1)
 		var got []time.Duration
 		for _, tr := range r.list() {
-			if tr.To == breaker.Open {
-				got = append(got, tr.OpenFor)
+			if tr.To == "open" {
+				got = append(got, tr.Delay)
 			}
 		}
 		want := []time.Duration{1, 2, 4, 5, 5, 1}
@@ -529,7 +527,7 @@ func TestOpenJitterSpread(t *testing.T) {
 func TestLateResultDropped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := mustNew(breaker.Config{MinRequests: 2, OpenJitter: -1, OnTransition: r.on})
+		b := mustNew(breaker.Config{MinRequests: 2, OpenJitter: -1, Observer: r})
 		slow, err := b.Allow() // a slow call started while closed
 		if err != nil {
 			t.Fatal(err)
@@ -565,7 +563,7 @@ func TestLostProbeDoesNotWedge(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const openFor = 10 * time.Second
 		r := &recorder{}
-		b := mustNew(breaker.Config{MinRequests: 1, OpenFor: openFor, OpenJitter: -1, OnTransition: r.on})
+		b := mustNew(breaker.Config{MinRequests: 1, OpenFor: openFor, OpenJitter: -1, Observer: r})
 		trip(t, b, 1)
 		time.Sleep(openFor)
 
@@ -648,19 +646,20 @@ func TestDefaultCloseAfterIsProbes(t *testing.T) {
 	})
 }
 
-// OnTransition is delivered in order, outside the lock: it may call the
+// The Observer is called in order, outside the lock: it may call the
 // breaker, even change its state.
-func TestOnTransitionReentrant(t *testing.T) {
+func TestObserverReentrant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
 		var b *breaker.Breaker
-		b = mustNew(breaker.Config{MinRequests: 1, OnTransition: func(tr breaker.Transition) {
-			r.on(tr)
-			if tr.Reason == breaker.ReasonFailureRate {
+		b = mustNew(breaker.Config{MinRequests: 1, Observer: event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+			r.Observe(ctx, e)
+			if e.Reason == string(breaker.ReasonFailureRate) {
 				_ = b.State()
 				b.ForceClosed() // an operator's hook overriding the trip
 			}
-		}})
+			return ctx
+		})})
 		calls(b, breaker.Failure, 1)
 		wantState(t, b, breaker.Closed)
 		if got, want := r.path(), "closed>open(failure_rate) open>closed(forced_closed)"; got != want {
@@ -669,15 +668,16 @@ func TestOnTransitionReentrant(t *testing.T) {
 	})
 }
 
-func TestOnTransitionPanicDoesNotWedge(t *testing.T) {
+func TestObserverPanicDoesNotWedge(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := 0
-		b := mustNew(breaker.Config{MinRequests: 1, OnTransition: func(breaker.Transition) {
+		b := mustNew(breaker.Config{MinRequests: 1, Observer: event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
 			n++
 			if n == 1 {
 				panic("hook bug")
 			}
-		}})
+			return ctx
+		})})
 		func() {
 			defer func() { recover() }()
 			calls(b, breaker.Failure, 1)
@@ -693,7 +693,7 @@ func TestOnTransitionPanicDoesNotWedge(t *testing.T) {
 func TestTransitionDetails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := mustNew(breaker.Config{Name: "pricing", OpenFor: time.Second, OpenJitter: -1, OnTransition: r.on})
+		b := mustNew(breaker.Config{Name: "pricing", OpenFor: time.Second, OpenJitter: -1, Observer: r})
 		calls(b, breaker.Success, 9)
 		calls(b, breaker.Failure, 11)
 		ts := r.list()
@@ -701,9 +701,9 @@ func TestTransitionDetails(t *testing.T) {
 			t.Fatalf("transitions %+v, want 1", ts)
 		}
 		tr := ts[0]
-		if tr.Name != "pricing" || tr.From != breaker.Closed || tr.To != breaker.Open ||
-			tr.Calls != 20 || tr.Failures != 11 || tr.OpenFor != time.Second || tr.Opens != 1 ||
-			tr.Cause != "failure rate 0.55 of 20 calls >= 0.5" {
+		if tr.Kind != event.BreakerTransition || tr.Dependency != "pricing" || tr.From != "closed" || tr.To != "open" ||
+			tr.Reason != "failure_rate" || tr.Delay != time.Second || tr.Remaining != -1 ||
+			tr.Detail != "failure rate 0.55 of 20 calls >= 0.5" {
 			t.Fatalf("transition %+v", tr)
 		}
 		_, err := b.Allow()
@@ -823,6 +823,8 @@ func TestInvalidConfigIsRejected(t *testing.T) {
 		{breaker.Config{OpenFor: time.Minute, MaxOpenFor: time.Second}, []string{"Config.MaxOpenFor is 1s; want at least OpenFor (1m0s)"}},
 		{breaker.Config{MaxOpenFor: -1}, []string{"Config.MaxOpenFor is -1ns;"}},
 		{breaker.Config{Mode: 42}, []string{"Config.Mode is 42; want Normal, MetricsOnly or Disabled"}},
+		{breaker.Config{CountWindow: -1, FailureRate: 2, CloseAfter: -2, Mode: 9},
+			[]string{"Config.CountWindow is -1;", "Config.FailureRate is 2;", "Config.CloseAfter is -2;", "Config.Mode is 9;"}},
 	} {
 		b, err := breaker.New(tc.cfg)
 		if b != nil || !errors.Is(err, breaker.ErrInvalidConfig) {
@@ -904,13 +906,12 @@ func TestName(t *testing.T) {
 	}
 }
 
-// The Observer sees every transition after OnTransition, as an event
-// named after the breaker.
+// The Observer sees every transition, as an event named after the
+// breaker.
 func TestObserver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var got []string
 		b := mustNew(breaker.Config{Name: "pricing", MinRequests: 1,
-			OnTransition: func(tr breaker.Transition) { got = append(got, "config:"+tr.To.String()) },
 			Observer: event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
 				if e.Kind != event.BreakerTransition || e.Dependency != "pricing" {
 					t.Errorf("event %+v, want a breaker transition of pricing", e)
@@ -922,7 +923,7 @@ func TestObserver(t *testing.T) {
 		calls(b, breaker.Failure, 1)
 		b.Reset()
 		b.ForceOpen()
-		want := "config:open observer:closed>open:failure_rate config:closed observer:open>closed:reset config:open observer:closed>open:forced_open"
+		want := "observer:closed>open:failure_rate observer:open>closed:reset observer:closed>open:forced_open"
 		if s := strings.Join(got, " "); s != want {
 			t.Fatalf("delivered %s\nwant      %s", s, want)
 		}
@@ -932,14 +933,14 @@ func TestObserver(t *testing.T) {
 func TestTransitionRates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := mustNew(breaker.Config{MinRequests: 4, SlowCall: time.Second, OnTransition: r.on})
+		b := mustNew(breaker.Config{MinRequests: 4, SlowCall: time.Second, Observer: r})
 		p, _ := b.Allow()
 		p.Done(breaker.Success, 2*time.Second)
 		calls(b, breaker.Success, 1)
 		calls(b, breaker.Failure, 2)
 		ts := r.list()
-		if len(ts) != 1 || ts[0].FailureRate != 0.5 || ts[0].SlowRate != 0.25 || ts[0].Reason != breaker.ReasonFailureRate {
-			t.Fatalf("transitions %+v, want failure rate 0.5, slow rate 0.25", ts)
+		if len(ts) != 1 || ts[0].Detail != "failure rate 0.5 of 4 calls >= 0.5" || ts[0].Reason != string(breaker.ReasonFailureRate) {
+			t.Fatalf("transitions %+v, want a trip on a failure rate of 0.5", ts)
 		}
 	})
 }

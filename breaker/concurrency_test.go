@@ -1,6 +1,7 @@
 package breaker_test
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/event"
 )
 
 // 200 goroutines hit a half-open breaker at once: exactly HalfOpenProbes
@@ -112,7 +114,7 @@ func TestHalfOpenNeverOverAdmits(t *testing.T) {
 func TestConcurrentRecording(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
-		b := mustNew(breaker.Config{MinRequests: 1 << 20, OnTransition: r.on})
+		b := mustNew(breaker.Config{MinRequests: 1 << 20, Observer: r})
 		const workers, each = 8, 1000
 		var wg sync.WaitGroup
 		for w := range workers {
@@ -138,7 +140,7 @@ func TestConcurrentRecording(t *testing.T) {
 		}
 
 		// Now let everybody fail at once with a reachable minimum.
-		b2 := mustNew(breaker.Config{MinRequests: 100, OnTransition: r.on})
+		b2 := mustNew(breaker.Config{MinRequests: 100, Observer: r})
 		for range workers {
 			wg.Go(func() {
 				for range each {
@@ -151,7 +153,7 @@ func TestConcurrentRecording(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if ts := r.list(); len(ts) != 1 || ts[0].To != breaker.Open {
+		if ts := r.list(); len(ts) != 1 || ts[0].To != "open" {
 			t.Fatalf("transitions %+v, want exactly one trip", ts)
 		}
 	})
@@ -182,20 +184,21 @@ func TestConcurrentBucketRotation(t *testing.T) {
 	wantState(t, b, breaker.Closed)
 }
 
-// Transitions from many goroutines reach OnTransition one at a time and in
+// Transitions from many goroutines reach the Observer one at a time and in
 // the order they happened.
 func TestTransitionsSerialized(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var active, maxActive atomic.Int64
 		r := &recorder{}
 		b := mustNew(breaker.Config{MinRequests: 1, OpenFor: time.Millisecond, OpenJitter: -1,
-			OnTransition: func(tr breaker.Transition) {
+			Observer: event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
 				if n := active.Add(1); n > maxActive.Load() {
 					maxActive.Store(n)
 				}
-				r.on(tr)
+				r.Observe(ctx, e)
 				active.Add(-1)
-			}})
+				return ctx
+			})})
 		var wg sync.WaitGroup
 		for w := range 4 {
 			wg.Go(func() {
@@ -215,7 +218,7 @@ func TestTransitionsSerialized(t *testing.T) {
 		}
 		wg.Wait()
 		if maxActive.Load() > 1 {
-			t.Fatalf("OnTransition ran %d at once", maxActive.Load())
+			t.Fatalf("the Observer ran %d at once", maxActive.Load())
 		}
 		ts := r.list()
 		if len(ts) < 10 {

@@ -161,15 +161,14 @@ type Config struct {
 	// Normal; a value other than the three constants is invalid.
 	Mode Mode
 
-	// OnTransition, if set, is called on every state change, synchronously
-	// on the goroutine that caused it (or that was delivering an earlier
-	// one), outside the breaker's lock, one at a time and in order. It may
-	// call the breaker's methods. It should be fast.
-	OnTransition func(Transition)
-
 	// Observer, if set, receives every state change as an
-	// event.BreakerTransition whose Dependency is Name, after OnTransition
-	// and with the same guarantees. Whoever builds a breaker observes it: a
+	// event.BreakerTransition whose Dependency is Name, Reason a Reason,
+	// Detail the cause in words with the numbers ("failure rate 0.55 of 20
+	// calls >= 0.5") and Delay the open time when To is open. It is called
+	// synchronously on the goroutine that caused the change (or that was
+	// delivering an earlier one), outside the breaker's lock, one at a time
+	// and in order. It may call the breaker's methods. It should be fast.
+	// Whoever builds a breaker observes it: a
 	// guardrail.Policy passes its Observer only to the breaker it creates
 	// itself, so a breaker shared by many policies reports each transition
 	// once, to the Observer given here, and holds no reference to them.
@@ -239,7 +238,6 @@ type normalized struct {
 	probes      int
 	closeAfter  int
 	mode        Mode
-	onTrans     func(Transition)
 	observer    event.Observer
 	rand        func() float64
 	classify    func(error) Outcome
@@ -258,12 +256,29 @@ func (c Config) normalize(field string) (normalized, error) {
 		window:   c.Window,
 		buckets:  c.Buckets,
 		count:    c.CountWindow,
-		onTrans:  c.OnTransition,
 		observer: c.Observer,
 		rand:     c.Rand,
 		classify: c.Classify,
 		mode:     c.Mode,
 	}
+	c.normalizeWindow(&n, bad)
+	c.normalizeTrip(&n, bad)
+	c.normalizeOpen(&n, bad)
+	if n.mode > Disabled {
+		bad("Mode", uint8(c.Mode), "Normal, MetricsOnly or Disabled")
+	}
+	if n.rand == nil {
+		n.rand = rand.Float64
+	}
+	if n.classify == nil {
+		n.classify = DefaultClassify
+	}
+	return n, errors.Join(errs...)
+}
+
+// normalizeWindow checks and applies the fields of the window: Window,
+// Buckets, CountWindow and MinRequests.
+func (c Config) normalizeWindow(n *normalized, bad func(string, any, string)) {
 	switch {
 	case n.window == 0:
 		n.window = DefaultWindow
@@ -296,6 +311,11 @@ func (c Config) normalize(field string) (normalized, error) {
 	default:
 		n.minRequests = int64(c.MinRequests)
 	}
+}
+
+// normalizeTrip checks and applies the thresholds that trip a closed
+// breaker: ConsecutiveFailures, FailureRate, SlowCall and SlowRate.
+func (c Config) normalizeTrip(n *normalized, bad func(string, any, string)) {
 	switch {
 	case c.ConsecutiveFailures < 0 || c.ConsecutiveFailures > maxConsecutive:
 		bad("ConsecutiveFailures", c.ConsecutiveFailures, "0 (off) to 65535")
@@ -310,6 +330,12 @@ func (c Config) normalize(field string) (normalized, error) {
 		bad("SlowCall", c.SlowCall, "a positive duration, or zero for no slow-call tracking")
 	}
 	n.slowRate = rate(c.SlowRate, DefaultSlowRate, "SlowRate", bad)
+}
+
+// normalizeOpen checks and applies the fields of the open and half-open
+// states: OpenFor, OpenJitter, OpenBackoff, MaxOpenFor, HalfOpenProbes and
+// CloseAfter.
+func (c Config) normalizeOpen(n *normalized, bad func(string, any, string)) {
 	switch n.openFor = c.OpenFor; {
 	case n.openFor == 0:
 		n.openFor = DefaultOpenFor
@@ -355,16 +381,6 @@ func (c Config) normalize(field string) (normalized, error) {
 	case n.closeAfter < 0:
 		bad("CloseAfter", c.CloseAfter, "a positive count, or zero for HalfOpenProbes")
 	}
-	if n.mode > Disabled {
-		bad("Mode", uint8(c.Mode), "Normal, MetricsOnly or Disabled")
-	}
-	if n.rand == nil {
-		n.rand = rand.Float64
-	}
-	if n.classify == nil {
-		n.classify = DefaultClassify
-	}
-	return n, errors.Join(errs...)
 }
 
 // rate checks a threshold in (0, 1]; zero means def.
@@ -403,7 +419,6 @@ func (b *Breaker) Config() Config {
 		HalfOpenProbes:      n.probes,
 		CloseAfter:          n.closeAfter,
 		Mode:                n.mode,
-		OnTransition:        n.onTrans,
 		Observer:            n.observer,
 		Rand:                n.rand,
 		Classify:            n.classify,

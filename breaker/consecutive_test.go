@@ -25,7 +25,7 @@ func withRun(base breaker.Config, n int, r *recorder) breaker.Config {
 	base.ConsecutiveFailures = n
 	base.OpenJitter = -1
 	if r != nil {
-		base.OnTransition = r.on
+		base.Observer = r
 	}
 	return base
 }
@@ -49,11 +49,8 @@ func TestConsecutiveFailuresTripAtLowVolume(t *testing.T) {
 				calls(b, breaker.Failure, 1)
 				wantState(t, b, breaker.Open)
 				ts := r.list()
-				if len(ts) != 1 || ts[0].Reason != breaker.ReasonConsecutiveFailures || ts[0].Cause != "3 consecutive failures" {
+				if len(ts) != 1 || ts[0].Reason != "consecutive_failures" || ts[0].Detail != "3 consecutive failures" {
 					t.Fatalf("transitions %+v; want one consecutive_failures trip, cause %q", ts, "3 consecutive failures")
-				}
-				if got := ts[0].Event("").Reason; got != "consecutive_failures" {
-					t.Errorf("event reason %q", got)
 				}
 			})
 		})
@@ -148,7 +145,7 @@ func TestConsecutiveFailuresBesideRate(t *testing.T) {
 	r := &recorder{}
 	b := mustNew(withRun(breaker.Config{MinRequests: 4}, 4, r))
 	calls(b, breaker.Failure, 4)
-	if ts := r.list(); len(ts) != 1 || ts[0].Reason != breaker.ReasonFailureRate {
+	if ts := r.list(); len(ts) != 1 || ts[0].Reason != string(breaker.ReasonFailureRate) {
 		t.Fatalf("transitions %+v; want a failure_rate trip", ts)
 	}
 }
@@ -230,7 +227,7 @@ func TestConsecutiveFailuresExactUnderConcurrency(t *testing.T) {
 				r := &recorder{}
 				b := mustNew(base(w.cfg, total, r))
 				fail(b, each)
-				if ts := r.list(); len(ts) != 1 || ts[0].Reason != breaker.ReasonConsecutiveFailures || ts[0].Cause != "1000 consecutive failures" {
+				if ts := r.list(); len(ts) != 1 || ts[0].Reason != string(breaker.ReasonConsecutiveFailures) || ts[0].Detail != "1000 consecutive failures" {
 					t.Fatalf("%d failures, ConsecutiveFailures %d: transitions %+v; want one trip", total, total, ts)
 				}
 

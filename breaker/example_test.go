@@ -17,9 +17,10 @@ func Example() {
 	b, err := breaker.New(breaker.Config{
 		Name:        "pricing",
 		MinRequests: 5, // a small volume to keep the example short; the default is 20
-		OnTransition: func(t breaker.Transition) {
-			fmt.Printf("%s: %s -> %s: %s\n", t.Name, t.From, t.To, t.Cause)
-		},
+		Observer: event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+			fmt.Printf("%s: %s -> %s: %s\n", e.Dependency, e.From, e.To, e.Detail)
+			return ctx
+		}),
 	})
 	if err != nil {
 		fmt.Println(err)

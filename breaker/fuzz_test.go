@@ -1,6 +1,7 @@
 package breaker_test
 
 import (
+	"context"
 	"errors"
 	"math"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/event"
 )
 
 // FuzzBreaker runs random configurations (including invalid values) and
@@ -41,26 +43,36 @@ func FuzzBreaker(f *testing.F) {
 			wantProbes = breaker.DefaultHalfOpenProbes
 		}
 		epoch := 0 // counts transitions into half-open
-		cfg.OnTransition = func(tr breaker.Transition) {
-			legal := map[[2]breaker.State]bool{
-				{breaker.Closed, breaker.Open}:     tr.Reason == breaker.ReasonFailureRate || tr.Reason == breaker.ReasonSlowRate || tr.Reason == breaker.ReasonForcedOpen,
-				{breaker.Open, breaker.HalfOpen}:   tr.Reason == breaker.ReasonOpenElapsed,
-				{breaker.HalfOpen, breaker.Open}:   tr.Reason == breaker.ReasonProbeFailed || tr.Reason == breaker.ReasonProbeSlow || tr.Reason == breaker.ReasonProbeTimeout || tr.Reason == breaker.ReasonForcedOpen,
-				{breaker.HalfOpen, breaker.Closed}: tr.Reason == breaker.ReasonProbesPassed || tr.Reason == breaker.ReasonForcedClosed || tr.Reason == breaker.ReasonReset,
-				{breaker.Open, breaker.Closed}:     tr.Reason == breaker.ReasonForcedClosed || tr.Reason == breaker.ReasonReset,
-				{breaker.Closed, breaker.Closed}:   tr.Reason == breaker.ReasonForcedClosed || tr.Reason == breaker.ReasonReset,
-				{breaker.Open, breaker.Open}:       tr.Reason == breaker.ReasonForcedOpen,
+		cfg.Observer = event.ObserverFunc(func(ctx context.Context, tr event.Event) context.Context {
+			is := func(rs ...breaker.Reason) bool {
+				for _, r := range rs {
+					if tr.Reason == string(r) {
+						return true
+					}
+				}
+				return false
 			}
-			if !legal[[2]breaker.State{tr.From, tr.To}] {
+			closed, open, half := breaker.Closed.String(), breaker.Open.String(), breaker.HalfOpen.String()
+			legal := map[[2]string]bool{
+				{closed, open}:   is(breaker.ReasonFailureRate, breaker.ReasonSlowRate, breaker.ReasonForcedOpen),
+				{open, half}:     is(breaker.ReasonOpenElapsed),
+				{half, open}:     is(breaker.ReasonProbeFailed, breaker.ReasonProbeSlow, breaker.ReasonProbeTimeout, breaker.ReasonForcedOpen),
+				{half, closed}:   is(breaker.ReasonProbesPassed, breaker.ReasonForcedClosed, breaker.ReasonReset),
+				{open, closed}:   is(breaker.ReasonForcedClosed, breaker.ReasonReset),
+				{closed, closed}: is(breaker.ReasonForcedClosed, breaker.ReasonReset),
+				{open, open}:     is(breaker.ReasonForcedOpen),
+			}
+			if !legal[[2]string{tr.From, tr.To}] {
 				t.Fatalf("illegal transition %v -> %v (%s)", tr.From, tr.To, tr.Reason)
 			}
-			if tr.To == breaker.Open && !tr.Forced && (tr.OpenFor < time.Second || tr.OpenFor > 20*time.Second) {
-				t.Fatalf("open for %v, outside [1s, MaxOpenFor*(1+jitter)]", tr.OpenFor)
+			if tr.To == open && !is(breaker.ReasonForcedOpen) && (tr.Delay < time.Second || tr.Delay > 20*time.Second) {
+				t.Fatalf("open for %v, outside [1s, MaxOpenFor*(1+jitter)]", tr.Delay)
 			}
-			if tr.To == breaker.HalfOpen {
+			if tr.To == half {
 				epoch++
 			}
-		}
+			return ctx
+		})
 		b, err := breaker.New(cfg)
 		if err != nil {
 			if !errors.Is(err, breaker.ErrInvalidConfig) || !strings.HasPrefix(err.Error(), "breaker: Config.") {

@@ -19,8 +19,7 @@ const (
 // DefaultIdleTTL. NewGroup copies it; ConfigFor is called concurrently.
 type GroupConfig struct {
 	// Config is the configuration of every breaker in the group, with Name
-	// set to the key. Its OnTransition sees the key as Transition.Name, and
-	// its Observer the key as event.Event.Dependency. NewGroup validates it
+	// set to the key. Its Observer sees the key as event.Event.Dependency. NewGroup validates it
 	// as New does.
 	Config Config
 	// ConfigFor, if set, returns the configuration for a new key instead of

@@ -17,9 +17,9 @@ func TestGroupCreatesPerKey(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}
 		g := mustGroup(breaker.GroupConfig{
-			Config: breaker.Config{MinRequests: 1, OnTransition: r.on},
+			Config: breaker.Config{MinRequests: 1, Observer: r},
 			ConfigFor: func(key string) breaker.Config {
-				cfg := breaker.Config{MinRequests: 1, OnTransition: r.on}
+				cfg := breaker.Config{MinRequests: 1, Observer: r}
 				if key == "eu-west" {
 					cfg.MinRequests = 100 // a busier region
 				}
@@ -34,7 +34,7 @@ func TestGroupCreatesPerKey(t *testing.T) {
 		calls(eu, breaker.Failure, 1)
 		wantState(t, us, breaker.Open)
 		wantState(t, eu, breaker.Closed) // its own config
-		if ts := r.list(); len(ts) != 1 || ts[0].Name != "us-east" {
+		if ts := r.list(); len(ts) != 1 || ts[0].Dependency != "us-east" {
 			t.Fatalf("transitions %+v, want one for us-east", ts)
 		}
 		if us.Name() != "us-east" {

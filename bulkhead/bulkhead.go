@@ -90,14 +90,7 @@ type waiter struct {
 // New returns a Bulkhead configured by cfg, or an error that Is
 // ErrInvalidConfig and names every field cfg holds an invalid value in.
 func New(cfg Config) (*Bulkhead, error) {
-	var errs []error
-	if cfg.MaxConcurrent < 0 || cfg.MaxConcurrent > flightMask {
-		errs = append(errs, &configError{"MaxConcurrent", cfg.MaxConcurrent, "1 to 4294967295, or zero for the default"})
-	}
-	if cfg.MaxQueue < 0 || cfg.MaxQueue > flightMask {
-		errs = append(errs, &configError{"MaxQueue", cfg.MaxQueue, "0 to 4294967295"})
-	}
-	if len(errs) > 0 {
+	if errs := cfg.validate("Config."); len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	b := &Bulkhead{limit: DefaultMaxConcurrent, maxQueue: uint64(cfg.MaxQueue), maxWait: cfg.MaxWait}
@@ -110,15 +103,29 @@ func New(cfg Config) (*Bulkhead, error) {
 	return b, nil
 }
 
+// validate returns one error per invalid field of cfg, each naming the
+// field after prefix ("Config." for New, "GroupConfig.Config." for
+// NewGroup).
+func (cfg Config) validate(prefix string) []error {
+	var errs []error
+	if cfg.MaxConcurrent < 0 || cfg.MaxConcurrent > flightMask {
+		errs = append(errs, &configError{prefix + "MaxConcurrent", cfg.MaxConcurrent, "1 to 4294967295, or zero for the default"})
+	}
+	if cfg.MaxQueue < 0 || cfg.MaxQueue > flightMask {
+		errs = append(errs, &configError{prefix + "MaxQueue", cfg.MaxQueue, "0 to 4294967295"})
+	}
+	return errs
+}
+
 // configError reports one invalid field. It Is ErrInvalidConfig.
 type configError struct {
-	field string
+	field string // as written in Go: "Config.MaxQueue"
 	value int
 	want  string
 }
 
 func (e *configError) Error() string {
-	return fmt.Sprintf("bulkhead: Config.%s is %d; want %s", e.field, e.value, e.want)
+	return fmt.Sprintf("bulkhead: %s is %d; want %s", e.field, e.value, e.want)
 }
 
 func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }

@@ -567,7 +567,9 @@ func TestNewGroupValidates(t *testing.T) {
 	}
 	// Every invalid field is named, not only the first.
 	_, err := bulkhead.NewGroup(bulkhead.GroupConfig{Config: bulkhead.Config{MaxConcurrent: -1}, MaxKeys: -1})
-	if err == nil || !strings.Contains(err.Error(), "MaxConcurrent is -1") || !strings.Contains(err.Error(), "MaxKeys is -1") {
-		t.Errorf("two invalid fields: err = %v, want both named", err)
+	want := "bulkhead: GroupConfig.Config.MaxConcurrent is -1; want 1 to 4294967295, or zero for the default\n" +
+		"bulkhead: GroupConfig.MaxKeys is -1; want 0 (the default, 1000) or more"
+	if !errors.Is(err, bulkhead.ErrInvalidConfig) || err.Error() != want {
+		t.Errorf("two invalid fields: err = %v\nwant %s", err, want)
 	}
 }

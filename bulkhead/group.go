@@ -2,7 +2,7 @@ package bulkhead
 
 import (
 	"errors"
-	"fmt"
+	"strconv"
 	"sync"
 )
 
@@ -42,16 +42,13 @@ type GroupConfig struct {
 // NewGroup returns a Group configured by cfg, or an error wrapping
 // ErrInvalidConfig that names every invalid field.
 func NewGroup(cfg GroupConfig) (*Group, error) {
-	var errs []error
-	if _, err := New(cfg.Config); err != nil {
-		errs = append(errs, err)
-	}
+	errs := cfg.Config.validate("GroupConfig.Config.")
 	maxKeys := cfg.MaxKeys
 	switch {
 	case maxKeys == 0:
 		maxKeys = DefaultMaxKeys
 	case maxKeys < 0:
-		errs = append(errs, fmt.Errorf("%w: GroupConfig.MaxKeys is %d; want 0 (the default, %d) or more", ErrInvalidConfig, maxKeys, DefaultMaxKeys))
+		errs = append(errs, &configError{"GroupConfig.MaxKeys", maxKeys, "0 (the default, " + strconv.Itoa(DefaultMaxKeys) + ") or more"})
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

@@ -2,6 +2,7 @@ package deadline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -58,8 +59,21 @@ type Server struct {
 	now     func() time.Time
 }
 
-// New returns a Server configured by cfg, or an error naming the field of
-// cfg that is invalid.
+// ErrInvalidConfig is the sentinel of the error New returns for a Config
+// whose fields cannot work together. The error names the field, what it
+// held and what is allowed.
+var ErrInvalidConfig = errors.New("deadline: invalid config")
+
+// configError reports one invalid field. It Is ErrInvalidConfig.
+type configError struct{ msg string }
+
+func (e *configError) Error() string        { return e.msg }
+func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// New returns a Server configured by cfg, or an error that Is
+// ErrInvalidConfig and names every field of cfg that is invalid. Max and
+// Reserve take any value alone; only a Reserve that leaves nothing of Max
+// is invalid.
 func New(cfg Config) (*Server, error) {
 	s := &Server{max: cfg.Max, reserve: cfg.Reserve, expired: cfg.Expired, now: cfg.Now}
 	if s.max == 0 {
@@ -72,7 +86,7 @@ func New(cfg Config) (*Server, error) {
 		s.reserve = 0
 	}
 	if s.max > 0 && s.reserve >= s.max {
-		return nil, fmt.Errorf("deadline: Config.Reserve is %v (%v in force); want less than Config.Max's %v, or negative for none", cfg.Reserve, s.reserve, s.max)
+		return nil, &configError{fmt.Sprintf("deadline: Config.Reserve is %v (%v in force); want less than Config.Max's %v, or negative for none", cfg.Reserve, s.reserve, s.max)}
 	}
 	if s.expired == nil {
 		s.expired = http.HandlerFunc(writeExpired)

@@ -226,7 +226,7 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		{deadline.Config{Reserve: time.Minute}, "Config.Reserve is 1m0s"},
 	} {
 		_, err := deadline.New(tt.cfg)
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
+		if !errors.Is(err, deadline.ErrInvalidConfig) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("New(%+v) = %v; want an error containing %q", tt.cfg, err, tt.want)
 		}
 	}

@@ -60,7 +60,9 @@ const (
 	// BreakerTransition: the breaker moved From -> To. Reason is the
 	// cause from a fixed set (breaker.Reason: "failure_rate", "probe_failed",
 	// "forced_open"...), Detail the same in words ("failure rate 0.55 of 20
-	// calls >= 0.5").
+	// calls >= 0.5"), Delay how long the breaker stays open when To is
+	// "open" and the change was not forced (0 otherwise). It is the only
+	// report of a transition: a breaker's Config.Observer receives it.
 	BreakerTransition
 	// BreakerReject: the breaker refused a call; Delay is the time until
 	// the next probe.

@@ -10,26 +10,10 @@ import (
 )
 
 // ErrNoFallback means a call failed and no last-good value was young enough
-// to serve in its place.
+// to serve in its place. The error Cache.Do returns then Is ErrNoFallback
+// and wraps the call's error too, so errors.Is and errors.As work for both;
+// its message is "fallback: no last-good value to serve: <call's error>".
 var ErrNoFallback = errors.New("fallback: no last-good value to serve")
-
-// NoFallbackError is the error Cache.Do returns when the call failed and
-// there was nothing to fall back to. It Is ErrNoFallback and unwraps to the
-// call's error, so errors.Is works for both. It is not modified after it is
-// returned, so it is safe to share.
-type NoFallbackError struct {
-	// Err is the call's error.
-	Err error
-}
-
-// Error returns "fallback: no last-good value to serve: <call's error>".
-func (e *NoFallbackError) Error() string { return ErrNoFallback.Error() + ": " + e.Err.Error() }
-
-// Is reports whether target is ErrNoFallback.
-func (e *NoFallbackError) Is(target error) bool { return target == ErrNoFallback }
-
-// Unwrap returns the call's error.
-func (e *NoFallbackError) Unwrap() error { return e.Err }
 
 // CacheConfig configures a Cache. The zero value keeps up to 10,000 keys for
 // a minute each and falls back on every error. A zero field means its
@@ -86,14 +70,28 @@ const (
 	DefaultMaxEntries = 10_000
 )
 
-// NewCache returns an empty Cache configured by c, or an error naming the
-// field of c that is invalid.
+// ErrInvalidConfig is the sentinel of every error NewCache returns for a
+// CacheConfig field that holds a value with no meaning.
+var ErrInvalidConfig = errors.New("fallback: invalid config")
+
+// configError reports one invalid field. It Is ErrInvalidConfig.
+type configError struct{ msg string }
+
+func (e *configError) Error() string        { return e.msg }
+func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// NewCache returns an empty Cache configured by c, or an error that Is
+// ErrInvalidConfig and names every field of c that is invalid.
 func NewCache[K comparable, V any](c CacheConfig) (*Cache[K, V], error) {
-	switch {
-	case c.TTL < 0:
-		return nil, fmt.Errorf("fallback: CacheConfig.TTL is %v; want 0 (the default %v) or more", c.TTL, DefaultTTL)
-	case c.MaxEntries < 0:
-		return nil, fmt.Errorf("fallback: CacheConfig.MaxEntries is %d; want 0 (the default %d) or more", c.MaxEntries, DefaultMaxEntries)
+	var errs []error
+	if c.TTL < 0 {
+		errs = append(errs, &configError{fmt.Sprintf("fallback: CacheConfig.TTL is %v; want 0 (the default %v) or more", c.TTL, DefaultTTL)})
+	}
+	if c.MaxEntries < 0 {
+		errs = append(errs, &configError{fmt.Sprintf("fallback: CacheConfig.MaxEntries is %d; want 0 (the default %d) or more", c.MaxEntries, DefaultMaxEntries)})
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	cache := &Cache[K, V]{
 		ttl:       c.TTL,
@@ -187,8 +185,8 @@ func (c *Cache[K, V]) removeLocked(el *list.Element) {
 // Do calls fn for key. On success it stores the value and returns it fresh.
 // On failure it returns the last good value marked Stale, with a nil error,
 // if one is younger than the TTL and ShouldFallback allows it; otherwise it
-// returns a *NoFallbackError wrapping fn's error (or fn's error itself when
-// ShouldFallback refuses) and a zero Result: a missing value is an error,
+// returns an error that Is ErrNoFallback and wraps fn's error (or fn's
+// error itself when ShouldFallback refuses) and a zero Result: a missing value is an error,
 // never a made-up zero.
 func (c *Cache[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V, error)) (Result[V], error) {
 	v, err := fn(ctx)
@@ -201,7 +199,7 @@ func (c *Cache[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 	}
 	last, age, ok := c.Get(key)
 	if !ok {
-		return Result[V]{}, &NoFallbackError{Err: err}
+		return Result[V]{}, fmt.Errorf("%w: %w", ErrNoFallback, err)
 	}
 	return Result[V]{Value: last, Stale: true, Age: age, Err: err}, nil
 }

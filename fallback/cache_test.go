@@ -60,8 +60,12 @@ func TestCacheServesLastGoodWithinTTL(t *testing.T) {
 		if !errors.Is(err, fallback.ErrNoFallback) || r.Value.Cents != 0 || r.Stale {
 			t.Errorf("never seen: %+v, %v; want ErrNoFallback and no value", r, err)
 		}
-		if err == nil || !errors.Is(errors.Unwrap(err), err.(*fallback.NoFallbackError).Err) {
-			t.Errorf("ErrNoFallback does not unwrap to the call's error: %v", err)
+		if err == nil || err.Error() != "fallback: no last-good value to serve: pricing: connection refused" {
+			t.Errorf("ErrNoFallback does not carry the call's error: %v", err)
+		}
+		var cause interface{ Unwrap() []error }
+		if !errors.As(err, &cause) || len(cause.Unwrap()) != 2 || cause.Unwrap()[1].Error() != "pricing: connection refused" {
+			t.Errorf("ErrNoFallback does not wrap the call's error: %v", err)
 		}
 
 		time.Sleep(31 * time.Second) // 61 s: past the TTL
@@ -154,9 +158,11 @@ func TestNewCacheRejectsInvalidConfig(t *testing.T) {
 	}{
 		{fallback.CacheConfig{TTL: -time.Second}, "fallback: CacheConfig.TTL is -1s; want 0 (the default 1m0s) or more"},
 		{fallback.CacheConfig{MaxEntries: -1}, "fallback: CacheConfig.MaxEntries is -1; want 0 (the default 10000) or more"},
+		{fallback.CacheConfig{TTL: -time.Second, MaxEntries: -1}, "fallback: CacheConfig.TTL is -1s; want 0 (the default 1m0s) or more\n" +
+			"fallback: CacheConfig.MaxEntries is -1; want 0 (the default 10000) or more"},
 	} {
 		c, err := fallback.NewCache[string, int](tt.cfg)
-		if c != nil || err == nil || err.Error() != tt.want {
+		if c != nil || !errors.Is(err, fallback.ErrInvalidConfig) || err.Error() != tt.want {
 			t.Errorf("NewCache(%+v) = %v, %v; want nil and %q", tt.cfg, c, err, tt.want)
 		}
 	}

@@ -16,11 +16,6 @@ type AdminConfig struct {
 	// rules. Zero (false) answers them 403: whoever reaches the admin
 	// endpoint can break every request the Injector sees.
 	AllowRemote bool
-
-	// Parse reads the body of a PUT or POST into a Config. Nil means
-	// ParseConfig, which reads JSON; a command that also accepts YAML sets
-	// its own.
-	Parse func(data []byte) (Config, error)
 }
 
 // Admin returns the admin endpoint of in, an http.Handler to mount on its
@@ -29,7 +24,7 @@ type AdminConfig struct {
 //	GET  /            the configuration and counters (same as GET /rules)
 //	GET  /rules       {"header_faults":..., "header":..., "rules":[...], "counters":[...]}
 //	PUT  /rules       replace the whole configuration with the body, a config
-//	POST /rules       file (see ParseConfig and AdminConfig.Parse); a seed in it
+//	POST /rules       file in JSON (see ParseConfig); a seed in it
 //	                  reseeds the random source; answers like GET, or 400
 //	                  with the error naming the rule and field
 //	POST /counters/reset   set every counter to zero; answers like GET
@@ -41,8 +36,8 @@ func (in *Injector) Admin(cfg AdminConfig) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", in.adminGet)
 	mux.HandleFunc("GET /rules", in.adminGet)
-	mux.HandleFunc("PUT /rules", in.adminPut(cfg.Parse))
-	mux.HandleFunc("POST /rules", in.adminPut(cfg.Parse))
+	mux.HandleFunc("PUT /rules", in.adminPut)
+	mux.HandleFunc("POST /rules", in.adminPut)
 	mux.HandleFunc("POST /counters/reset", func(w http.ResponseWriter, r *http.Request) {
 		in.ResetCounters()
 		in.adminGet(w, r)
@@ -67,30 +62,25 @@ func (in *Injector) adminGet(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(append(body, '\n'))
 }
 
-func (in *Injector) adminPut(parse func([]byte) (Config, error)) http.HandlerFunc {
-	if parse == nil {
-		parse = ParseConfig
+func (in *Injector) adminPut(w http.ResponseWriter, r *http.Request) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxConfigSize))
+	if err != nil {
+		status := http.StatusBadRequest
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			status = http.StatusRequestEntityTooLarge
+		}
+		http.Error(w, "fault: reading the body: "+err.Error(), status)
+		return
 	}
-	return func(w http.ResponseWriter, r *http.Request) {
-		data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxConfigSize))
-		if err != nil {
-			status := http.StatusBadRequest
-			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-				status = http.StatusRequestEntityTooLarge
-			}
-			http.Error(w, "fault: reading the body: "+err.Error(), status)
-			return
-		}
-		cfg, err := parse(data)
-		if err == nil {
-			err = in.Reconfigure(cfg)
-		}
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		in.adminGet(w, r)
+	cfg, err := ParseConfig(data)
+	if err == nil {
+		err = in.Reconfigure(cfg)
 	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	in.adminGet(w, r)
 }
 
 // isLoopback reports whether a RemoteAddr ("host:port") is a loopback

@@ -58,7 +58,7 @@ func TestAdminChangesRulesAtRunTime(t *testing.T) {
 	if len(s.Rules) != 1 || s.Rules[0]["name"] != "teapot" || s.Rules[0]["status"] != 418.0 {
 		t.Errorf("rules = %+v", s.Rules)
 	}
-	if len(s.Counters) != 1 || s.Counters[0] != (Counter{"teapot", KindError, 2, 2}) {
+	if len(s.Counters) != 1 || s.Counters[0] != (Counter{"teapot", kindError, 2, 2}) {
 		t.Errorf("counters = %+v, want teapot matched 2 fired 2", s.Counters)
 	}
 
@@ -76,7 +76,7 @@ func TestAdminChangesRulesAtRunTime(t *testing.T) {
 	if len(s.Rules) != 2 || s.Counters[0].Matched != 2 {
 		t.Errorf("after PUT: rules %+v counters %+v; want 2 rules, teapot's counter kept", s.Rules, s.Counters)
 	}
-	if c := in.Counters(); c[0] != (Counter{"teapot", KindError, 2, 2}) || c[1] != (Counter{"slow", KindLatency, 1, 1}) {
+	if c := in.Counters(); c[0] != (Counter{"teapot", kindError, 2, 2}) || c[1] != (Counter{"slow", kindLatency, 1, 1}) {
 		t.Errorf("counters = %+v", c)
 	}
 
@@ -91,7 +91,7 @@ func TestAdminChangesRulesAtRunTime(t *testing.T) {
 	if code != 400 || !strings.Contains(body, "rule 0 (bad): status: 99 is not an error status") {
 		t.Errorf("bad PUT = %d %q", code, body)
 	}
-	if got := len(in.Rules()); got != 2 {
+	if got := len(in.Config().Rules); got != 2 {
 		t.Errorf("bad PUT changed the rules: %d rules", got)
 	}
 
@@ -101,8 +101,8 @@ func TestAdminChangesRulesAtRunTime(t *testing.T) {
 	}
 
 	// Clearing every rule is a PUT of an empty config.
-	if code, _ := adminDo(t, admin, "PUT", "/rules", `{"rules":[]}`, ""); code != 200 || len(in.Rules()) != 0 {
-		t.Errorf("clear = %d, %d rules left", code, len(in.Rules()))
+	if code, _ := adminDo(t, admin, "PUT", "/rules", `{"rules":[]}`, ""); code != 200 || len(in.Config().Rules) != 0 {
+		t.Errorf("clear = %d, %d rules left", code, len(in.Config().Rules))
 	}
 }
 
@@ -130,10 +130,10 @@ func TestAdminRefusesRemoteClients(t *testing.T) {
 		if code != tt.want {
 			t.Errorf("PUT from %s (allow remote %v) = %d, want %d", tt.remote, tt.allow, code, tt.want)
 		}
-		if tt.want == 403 && len(in.Rules()) != 1 {
+		if tt.want == 403 && len(in.Config().Rules) != 1 {
 			t.Fatalf("a refused PUT from %s changed the rules", tt.remote)
 		}
-		_ = in.SetRules([]Rule{{Name: "a", Fault: Reset{}}})
+		_ = setRules(in, []Rule{{Name: "a", Fault: Reset{}}})
 	}
 }
 

@@ -35,8 +35,8 @@ func TestInjectedErrorsClassifyLikeRealOnes(t *testing.T) {
 		cancel()
 		v := guardrail.DefaultClassify(err)
 		if v.Outcome != breaker.Failure || !v.Retryable || v.Unsent != tt.unsent || v.Timeout != tt.timeout {
-			t.Errorf("%s: %v classified %+v, want failure, retryable, unsent %v, timeout %v",
-				tt.fault.Kind(), err, v, tt.unsent, tt.timeout)
+			t.Errorf("%T: %v classified %+v, want failure, retryable, unsent %v, timeout %v",
+				tt.fault, err, v, tt.unsent, tt.timeout)
 		}
 	}
 }

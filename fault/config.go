@@ -48,7 +48,7 @@ type ruleSpec struct {
 	Disabled    bool       `json:"disabled,omitempty"`
 	Probability *float64   `json:"probability,omitempty"`
 	Match       *matchSpec `json:"match,omitempty"`
-	Kind        Kind       `json:"kind"`
+	Kind        faultKind  `json:"kind"`
 
 	Delay *string `json:"delay,omitempty"`
 	Min   *string `json:"min,omitempty"`
@@ -77,12 +77,12 @@ var durationFields = map[string]bool{"delay": true, "min": true, "max": true, "p
 	"p99": true, "retry_after": true, "every": true}
 
 // params lists, per kind, the fault fields a rule of that kind may set.
-var params = map[Kind][]string{
-	KindLatency:   {"delay", "min", "max", "p50", "p99"},
-	KindError:     {"status", "retry_after", "retry_after_date", "retry_after_raw", "body"},
-	KindSlowBody:  {"bytes", "every"},
-	KindStallBody: {"bytes"},
-	KindTruncate:  {"bytes"},
+var params = map[faultKind][]string{
+	kindLatency:   {"delay", "min", "max", "p50", "p99"},
+	kindError:     {"status", "retry_after", "retry_after_date", "retry_after_raw", "body"},
+	kindSlowBody:  {"bytes", "every"},
+	kindStallBody: {"bytes"},
+	kindTruncate:  {"bytes"},
 }
 
 // set returns the config names of the fault fields set in s.
@@ -157,10 +157,10 @@ func (s *ruleSpec) rule(index int) (Rule, error) {
 		return *p
 	}
 	switch s.Kind {
-	case KindLatency:
+	case kindLatency:
 		r.Fault = Latency{Delay: dur("delay", s.Delay), Min: dur("min", s.Min),
 			Max: dur("max", s.Max), P50: dur("p50", s.P50), P99: dur("p99", s.P99)}
-	case KindError:
+	case kindError:
 		st := Status{Code: deref(s.Status), RetryAfter: dur("retry_after", s.RetryAfter)}
 		if s.RetryAfterDate != nil {
 			st.RetryAfterDate = *s.RetryAfterDate
@@ -178,19 +178,19 @@ func (s *ruleSpec) rule(index int) (Rule, error) {
 			return fail("status", errors.New("0 is not an error status (want 400-599)"))
 		}
 		r.Fault = st
-	case KindReset:
+	case kindReset:
 		r.Fault = Reset{}
-	case KindHang:
+	case kindHang:
 		r.Fault = Hang{}
-	case KindSlowBody:
+	case kindSlowBody:
 		r.Fault = SlowBody{Bytes: deref(s.Bytes), Every: dur("every", s.Every)}
-	case KindStallBody:
+	case kindStallBody:
 		r.Fault = StallBody{Bytes: deref(s.Bytes)}
-	case KindTruncate:
+	case kindTruncate:
 		r.Fault = Truncate{Bytes: deref(s.Bytes)}
-	case KindLoseResponse:
+	case kindLoseResponse:
 		r.Fault = LoseResponse{}
-	case KindRefuse:
+	case kindRefuse:
 		r.Fault = Refuse{}
 	case "":
 		return fail("kind", fmt.Errorf("missing (want one of %s)", kindList()))
@@ -213,7 +213,7 @@ func kindList() string {
 
 // specOf converts a valid Rule back to its file form.
 func specOf(r Rule) ruleSpec {
-	s := ruleSpec{Name: r.Name, Disabled: r.Disabled, Kind: r.Fault.Kind()}
+	s := ruleSpec{Name: r.Name, Disabled: r.Disabled, Kind: r.Fault.kind()}
 	if r.Probability > 0 && r.Probability < 1 {
 		p := r.Probability
 		s.Probability = &p
@@ -416,7 +416,7 @@ func jsonType(goType string) string {
 		return "a list"
 	case strings.HasPrefix(t, "map["), strings.HasPrefix(t, "fault."):
 		return "an object"
-	case t == "string" || t == "fault.Kind":
+	case t == "string" || t == "fault.faultKind":
 		return "a string"
 	case t == "bool":
 		return "true or false"
@@ -459,11 +459,7 @@ func parseHeaderRule(v string) (Rule, error) {
 
 func parseLine(spec string, allowMatch bool) (Rule, error) {
 	parts := strings.Split(spec, ";")
-	s := ruleSpec{Kind: Kind(strings.TrimSpace(parts[0]))}
-	fail := func(field string, err error) (Rule, error) {
-		return Rule{}, &RuleError{Index: -1, Name: s.Name, Field: field, Err: err}
-	}
-	str := func(v string) *string { return &v }
+	s := ruleSpec{Kind: faultKind(strings.TrimSpace(parts[0]))}
 	for _, part := range parts[1:] {
 		part = strings.TrimSpace(part)
 		if part == "" {
@@ -471,93 +467,114 @@ func parseLine(spec string, allowMatch bool) (Rule, error) {
 		}
 		key, val, ok := strings.Cut(part, "=")
 		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
-		if !ok {
-			return fail(key, errors.New("want key=value"))
-		}
-		integer := func() (*int, error) {
-			n, err := strconv.Atoi(val)
-			if err != nil {
-				return nil, fmt.Errorf("%q is not an integer", val)
-			}
-			return &n, nil
-		}
-		boolean := func() (bool, error) {
-			b, err := strconv.ParseBool(val)
-			if err != nil {
-				return false, fmt.Errorf("%q is not true or false", val)
-			}
-			return b, nil
-		}
 		var err error
-		switch key {
-		case "name", "disabled", "method", "methods", "host", "path", "header":
-			if !allowMatch {
-				return fail(key, errors.New("not allowed in a header fault"))
-			}
-			if s.Match == nil {
-				s.Match = &matchSpec{}
-			}
-			switch key {
-			case "name":
-				s.Name = val
-			case "disabled":
-				s.Disabled, err = boolean()
-			case "method", "methods":
-				for m := range strings.SplitSeq(val, ",") {
-					s.Match.Methods = append(s.Match.Methods, strings.TrimSpace(m))
-				}
-			case "host":
-				s.Match.Host = val
-			case "path":
-				s.Match.Path = val
-			case "header":
-				name, v, ok := strings.Cut(val, ":")
-				if !ok {
-					return fail("header", fmt.Errorf("%q: want Name:value", val))
-				}
-				if s.Match.Headers == nil {
-					s.Match.Headers = map[string]string{}
-				}
-				s.Match.Headers[strings.TrimSpace(name)] = strings.TrimSpace(v)
-			}
-		case "probability":
-			p, perr := strconv.ParseFloat(val, 64)
-			if perr != nil {
-				err = fmt.Errorf("%q is not a number", val)
-			}
-			s.Probability = &p
-		case "delay":
-			s.Delay = str(val)
-		case "min":
-			s.Min = str(val)
-		case "max":
-			s.Max = str(val)
-		case "p50":
-			s.P50 = str(val)
-		case "p99":
-			s.P99 = str(val)
-		case "status":
-			s.Status, err = integer()
-		case "retry_after":
-			s.RetryAfter = str(val)
-		case "retry_after_date":
-			var b bool
-			b, err = boolean()
-			s.RetryAfterDate = &b
-		case "retry_after_raw":
-			s.RetryAfterRaw = str(val)
-		case "body":
-			s.Body = str(val)
-		case "bytes":
-			s.Bytes, err = integer()
-		case "every":
-			s.Every = str(val)
+		switch {
+		case !ok:
+			err = errors.New("want key=value")
+		case matchKeys[key] && !allowMatch:
+			err = errors.New("not allowed in a header fault")
+		case matchKeys[key]:
+			err = s.setMatch(key, val)
 		default:
-			return fail(key, errors.New("unknown field"))
+			err = s.setFault(key, val)
 		}
 		if err != nil {
-			return fail(key, err)
+			return Rule{}, &RuleError{Index: -1, Name: s.Name, Field: key, Err: err}
 		}
 	}
 	return s.rule(-1)
+}
+
+// matchKeys are the keys of a one-line rule that say which requests it
+// matches (and its name and state): not allowed in a header fault.
+var matchKeys = map[string]bool{"name": true, "disabled": true, "method": true, "methods": true, "host": true, "path": true, "header": true}
+
+// setMatch sets the field of s that one of matchKeys names.
+func (s *ruleSpec) setMatch(key, val string) (err error) {
+	if s.Match == nil {
+		s.Match = &matchSpec{}
+	}
+	switch key {
+	case "name":
+		s.Name = val
+	case "disabled":
+		s.Disabled, err = parseBool(val)
+	case "method", "methods":
+		for m := range strings.SplitSeq(val, ",") {
+			s.Match.Methods = append(s.Match.Methods, strings.TrimSpace(m))
+		}
+	case "host":
+		s.Match.Host = val
+	case "path":
+		s.Match.Path = val
+	case "header":
+		name, v, ok := strings.Cut(val, ":")
+		if !ok {
+			return fmt.Errorf("%q: want Name:value", val)
+		}
+		if s.Match.Headers == nil {
+			s.Match.Headers = map[string]string{}
+		}
+		s.Match.Headers[strings.TrimSpace(name)] = strings.TrimSpace(v)
+	}
+	return err
+}
+
+// setFault sets the field of s that key names among the probability and
+// the fault's own fields.
+func (s *ruleSpec) setFault(key, val string) (err error) {
+	str := func(v string) *string { return &v }
+	switch key {
+	case "probability":
+		p, perr := strconv.ParseFloat(val, 64)
+		if perr != nil {
+			err = fmt.Errorf("%q is not a number", val)
+		}
+		s.Probability = &p
+	case "delay":
+		s.Delay = str(val)
+	case "min":
+		s.Min = str(val)
+	case "max":
+		s.Max = str(val)
+	case "p50":
+		s.P50 = str(val)
+	case "p99":
+		s.P99 = str(val)
+	case "status":
+		s.Status, err = parseInt(val)
+	case "retry_after":
+		s.RetryAfter = str(val)
+	case "retry_after_date":
+		var b bool
+		b, err = parseBool(val)
+		s.RetryAfterDate = &b
+	case "retry_after_raw":
+		s.RetryAfterRaw = str(val)
+	case "body":
+		s.Body = str(val)
+	case "bytes":
+		s.Bytes, err = parseInt(val)
+	case "every":
+		s.Every = str(val)
+	default:
+		return errors.New("unknown field")
+	}
+	return err
+}
+
+func parseInt(val string) (*int, error) {
+	n, err := strconv.Atoi(val)
+	if err != nil {
+		return nil, fmt.Errorf("%q is not an integer", val)
+	}
+	return &n, nil
+}
+
+func parseBool(val string) (bool, error) {
+	b, err := strconv.ParseBool(val)
+	if err != nil {
+		return false, fmt.Errorf("%q is not true or false", val)
+	}
+	return b, nil
 }

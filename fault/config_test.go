@@ -82,7 +82,7 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("round trip: %d rules, want %d", len(again.Rules), len(cfg.Rules))
 		}
 		for i := range cfg.Rules {
-			if again.Rules[i].Name != cfg.Rules[i].Name || again.Rules[i].Fault.Kind() != cfg.Rules[i].Fault.Kind() {
+			if again.Rules[i].Name != cfg.Rules[i].Name || again.Rules[i].Fault.kind() != cfg.Rules[i].Fault.kind() {
 				t.Fatalf("round trip changed rule %d: %+v -> %+v", i, cfg.Rules[i], again.Rules[i])
 			}
 		}

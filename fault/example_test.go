@@ -80,14 +80,14 @@ func ExampleParseConfig() {
 		panic(err)
 	}
 	for _, r := range cfg.Rules {
-		fmt.Println(r.Name, r.Fault.Kind(), r.Probability, r.Match.Methods)
+		fmt.Printf("%s %T %v %v\n", r.Name, r.Fault, r.Probability, r.Match.Methods)
 	}
 
 	_, err = fault.ParseConfig([]byte(`{"rules": [{"name": "typo", "kind": "error", "status": 200}]}`))
 	fmt.Println(err)
 	// Output:
-	// slow-reads latency 1 [GET]
-	// flaky-writes lose_response 0.05 [POST]
+	// slow-reads fault.Latency 1 [GET]
+	// flaky-writes fault.LoseResponse 0.05 [POST]
 	// fault: rule 0 (typo): status: 200 is not an error status (want 400-599)
 }
 
@@ -96,7 +96,7 @@ func ExampleParseRule() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Printf("%s %+v %v %s\n", r.Fault.Kind(), r.Fault, r.Probability, r.Match.Path)
+	fmt.Printf("%T %+v %v %s\n", r.Fault, r.Fault, r.Probability, r.Match.Path)
 	// Output:
-	// error {Code:503 RetryAfter:2s RetryAfterDate:false RetryAfterRaw: Body:} 0.1 /api/**
+	// fault.Status {Code:503 RetryAfter:2s RetryAfterDate:false RetryAfterRaw: Body:} 0.1 /api/**
 }

@@ -10,28 +10,28 @@ import (
 	"time"
 )
 
-// Kind names a fault. It is the value of "kind" in a config file and in the
-// X-Fault header. It is a plain string, safe to share.
-type Kind string
+// faultKind names a fault. It is the value of "kind" in a config file, in
+// the X-Fault header and in Counter.Kind.
+type faultKind string
 
 // The fault kinds, one per Fault type.
 const (
-	KindLatency      Kind = "latency"       // Latency
-	KindError        Kind = "error"         // Status
-	KindReset        Kind = "reset"         // Reset
-	KindHang         Kind = "hang"          // Hang
-	KindSlowBody     Kind = "slow_body"     // SlowBody
-	KindStallBody    Kind = "stall_body"    // StallBody
-	KindTruncate     Kind = "truncate"      // Truncate
-	KindLoseResponse Kind = "lose_response" // LoseResponse
-	KindRefuse       Kind = "refuse"        // Refuse
+	kindLatency      = "latency"       // Latency
+	kindError        = "error"         // Status
+	kindReset        = "reset"         // Reset
+	kindHang         = "hang"          // Hang
+	kindSlowBody     = "slow_body"     // SlowBody
+	kindStallBody    = "stall_body"    // StallBody
+	kindTruncate     = "truncate"      // Truncate
+	kindLoseResponse = "lose_response" // LoseResponse
+	kindRefuse       = "refuse"        // Refuse
 )
 
 // kinds lists every kind in a fixed order (counters of header faults use it).
-var kinds = [...]Kind{KindLatency, KindError, KindReset, KindHang, KindSlowBody,
-	KindStallBody, KindTruncate, KindLoseResponse, KindRefuse}
+var kinds = [...]faultKind{kindLatency, kindError, kindReset, kindHang, kindSlowBody,
+	kindStallBody, kindTruncate, kindLoseResponse, kindRefuse}
 
-func kindIndex(k Kind) int {
+func kindIndex(k faultKind) int {
 	for i, x := range kinds {
 		if x == k {
 			return i
@@ -45,8 +45,8 @@ func kindIndex(k Kind) int {
 // LoseResponse, Refuse); the set is closed. Faults are plain values, safe for
 // concurrent use.
 type Fault interface {
-	// Kind names the fault.
-	Kind() Kind
+	// kind names the fault.
+	kind() faultKind
 	// validate reports the first bad field (its config name) and why.
 	validate() (field string, err error)
 }
@@ -72,8 +72,7 @@ type Latency struct {
 // z99 is the standard normal quantile of 0.99: P99 = P50 · exp(z99 · sigma).
 const z99 = 2.3263478740408408
 
-// Kind returns KindLatency.
-func (Latency) Kind() Kind { return KindLatency }
+func (Latency) kind() faultKind { return kindLatency }
 
 func (l Latency) validate() (string, error) {
 	for _, f := range []struct {
@@ -194,8 +193,7 @@ type Status struct {
 	Body string
 }
 
-// Kind returns KindError.
-func (Status) Kind() Kind { return KindError }
+func (Status) kind() faultKind { return kindError }
 
 func (s Status) validate() (string, error) {
 	if s.Code != 0 && (s.Code < 400 || s.Code > 599) {
@@ -268,8 +266,7 @@ func (s Status) header(now time.Time) http.Header {
 // Like every Fault, it is a plain value, safe for concurrent use.
 type Reset struct{}
 
-// Kind returns KindReset.
-func (Reset) Kind() Kind { return KindReset }
+func (Reset) kind() faultKind { return kindReset }
 
 func (Reset) validate() (string, error) { return "", nil }
 
@@ -279,8 +276,7 @@ func (Reset) validate() (string, error) { return "", nil }
 // Like every Fault, it is a plain value, safe for concurrent use.
 type Hang struct{}
 
-// Kind returns KindHang.
-func (Hang) Kind() Kind { return KindHang }
+func (Hang) kind() faultKind { return kindHang }
 
 func (Hang) validate() (string, error) { return "", nil }
 
@@ -292,8 +288,7 @@ type SlowBody struct {
 	Every time.Duration // wait before each piece; zero means 100ms
 }
 
-// Kind returns KindSlowBody.
-func (SlowBody) Kind() Kind { return KindSlowBody }
+func (SlowBody) kind() faultKind { return kindSlowBody }
 
 func (s SlowBody) validate() (string, error) {
 	if s.Bytes < 0 {
@@ -324,8 +319,7 @@ type StallBody struct {
 	Bytes int // body bytes sent before the stall; zero means none
 }
 
-// Kind returns KindStallBody.
-func (StallBody) Kind() Kind { return KindStallBody }
+func (StallBody) kind() faultKind { return kindStallBody }
 
 func (s StallBody) validate() (string, error) {
 	if s.Bytes < 0 {
@@ -344,8 +338,7 @@ type Truncate struct {
 	Bytes int // body bytes sent; zero means half the body
 }
 
-// Kind returns KindTruncate.
-func (Truncate) Kind() Kind { return KindTruncate }
+func (Truncate) kind() faultKind { return kindTruncate }
 
 func (t Truncate) validate() (string, error) {
 	if t.Bytes < 0 {
@@ -371,8 +364,7 @@ func (t Truncate) cut(n int64) int64 {
 // Like every Fault, it is a plain value, safe for concurrent use.
 type LoseResponse struct{}
 
-// Kind returns KindLoseResponse.
-func (LoseResponse) Kind() Kind { return KindLoseResponse }
+func (LoseResponse) kind() faultKind { return kindLoseResponse }
 
 func (LoseResponse) validate() (string, error) { return "", nil }
 
@@ -383,8 +375,7 @@ func (LoseResponse) validate() (string, error) { return "", nil }
 // Like every Fault, it is a plain value, safe for concurrent use.
 type Refuse struct{}
 
-// Kind returns KindRefuse.
-func (Refuse) Kind() Kind { return KindRefuse }
+func (Refuse) kind() faultKind { return kindRefuse }
 
 func (Refuse) validate() (string, error) { return "", nil }
 

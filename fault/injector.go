@@ -92,13 +92,14 @@ type counter struct {
 // fired (injected its fault). It is a snapshot, a plain value.
 type Counter struct {
 	Rule    string `json:"rule"`    // the rule's name, or HeaderRule
-	Kind    Kind   `json:"kind"`    // the rule's fault
+	Kind    string `json:"kind"`    // the rule's fault: "latency", "error"... as in a config file
 	Matched uint64 `json:"matched"` // requests the rule matched
 	Fired   uint64 `json:"fired"`   // requests it injected its fault into
 }
 
-// New returns an Injector configured by cfg, or a *RuleError if a rule is
-// invalid.
+// New returns an Injector configured by cfg, or an error that Is
+// ErrInvalidConfig and names every invalid field: a *RuleError (errors.As)
+// per invalid field of a rule, and one for Config.Header.
 func New(cfg Config) (*Injector, error) {
 	in := &Injector{done: make(chan struct{})}
 	if err := in.Reconfigure(cfg); err != nil {
@@ -113,13 +114,13 @@ func New(cfg Config) (*Injector, error) {
 // Requests already being served finish under the old rules.
 func (in *Injector) Reconfigure(cfg Config) error {
 	rules, err := normalizeRules(cfg.Rules)
-	if err != nil {
-		return err
-	}
 	if cfg.Header == "" {
 		cfg.Header = DefaultHeader
 	} else if !validToken(cfg.Header) {
-		return fmt.Errorf("%w: Config.Header is %q; want a header name", ErrInvalidConfig, cfg.Header)
+		err = errors.Join(err, fmt.Errorf("%w: Config.Header is %q; want a header name", ErrInvalidConfig, cfg.Header))
+	}
+	if err != nil {
+		return err
 	}
 	rnd := cfg.Rand
 	old := map[string]*counter{}
@@ -147,13 +148,6 @@ func (in *Injector) Reconfigure(cfg Config) error {
 	return nil
 }
 
-// SetRules replaces the rules, keeping the header settings; see Reconfigure.
-func (in *Injector) SetRules(rules []Rule) error {
-	cfg := in.Config()
-	cfg.Rules = rules
-	return in.Reconfigure(cfg)
-}
-
 // Config returns the current configuration, rules normalized (names filled
 // in, methods upper case). Its Rand is nil.
 func (in *Injector) Config() Config {
@@ -166,21 +160,18 @@ func (in *Injector) Config() Config {
 	return cfg
 }
 
-// Rules returns the current rules, normalized.
-func (in *Injector) Rules() []Rule { return in.Config().Rules }
-
 // Counters returns one Counter per rule, in rule order, followed by one per
 // kind of fault asked for by the X-Fault header (Rule HeaderRule), if any.
 func (in *Injector) Counters() []Counter {
 	s := in.state.Load()
 	out := make([]Counter, 0, len(s.rules))
 	for _, rs := range s.rules {
-		out = append(out, Counter{Rule: rs.rule.Name, Kind: rs.rule.Fault.Kind(),
+		out = append(out, Counter{Rule: rs.rule.Name, Kind: string(rs.rule.Fault.kind()),
 			Matched: rs.counter.matched.Load(), Fired: rs.counter.fired.Load()})
 	}
 	for i := range in.header {
 		if n := in.header[i].matched.Load(); n > 0 {
-			out = append(out, Counter{Rule: HeaderRule, Kind: kinds[i], Matched: n,
+			out = append(out, Counter{Rule: HeaderRule, Kind: string(kinds[i]), Matched: n,
 				Fired: in.header[i].fired.Load()})
 		}
 	}
@@ -241,7 +232,7 @@ func (in *Injector) decide(r *http.Request) (plan, *http.Request, error) {
 				if err != nil {
 					return p, r, err
 				}
-				c := &in.header[kindIndex(rule.Fault.Kind())]
+				c := &in.header[kindIndex(rule.Fault.kind())]
 				c.matched.Add(1)
 				if !roll(s.rand, rule.Probability) {
 					continue

@@ -113,11 +113,11 @@ func TestConfigRandDecidesEveryDraw(t *testing.T) {
 	// A nil Rand is math/rand/v2's, and a Reconfigure without one keeps the
 	// source in force.
 	in := mustNew(t, Config{Rules: rules[:1], Rand: func() float64 { return 0.9 }})
-	if err := in.SetRules(rules[:1]); err != nil {
+	if err := setRules(in, rules[:1]); err != nil {
 		t.Fatal(err)
 	}
 	if p, _, _ := in.decide(request("GET", "/")); p.fault != nil {
-		t.Error("after SetRules the injector drew from another source than Config.Rand")
+		t.Error("after a Reconfigure without Rand the injector drew from another source than Config.Rand")
 	}
 	if _, err := New(Config{Rules: rules}); err != nil {
 		t.Errorf("New with a nil Rand: %v", err)
@@ -274,11 +274,11 @@ func TestMiddlewareSlowBodyExact(t *testing.T) {
 func TestReconfigureKeepsCountersByName(t *testing.T) {
 	in := mustNew(t, Config{Rules: []Rule{{Name: "a", Fault: Reset{}}, {Name: "b", Fault: Reset{}}}})
 	in.decide(request("GET", "/"))
-	if err := in.SetRules([]Rule{{Name: "a", Fault: Status{}}, {Name: "c", Fault: Hang{}}}); err != nil {
+	if err := setRules(in, []Rule{{Name: "a", Fault: Status{}}, {Name: "c", Fault: Hang{}}}); err != nil {
 		t.Fatal(err)
 	}
 	got := in.Counters()
-	want := []Counter{{"a", KindError, 1, 1}, {"c", KindHang, 0, 0}}
+	want := []Counter{{"a", kindError, 1, 1}, {"c", kindHang, 0, 0}}
 	if !slices.Equal(got, want) {
 		t.Errorf("counters = %+v, want %+v", got, want)
 	}
@@ -287,11 +287,11 @@ func TestReconfigureKeepsCountersByName(t *testing.T) {
 		t.Errorf("after reset: %+v", c)
 	}
 	// A bad set leaves everything as it was.
-	err := in.SetRules([]Rule{{Name: "x", Fault: Status{Code: 200}}})
+	err := setRules(in, []Rule{{Name: "x", Fault: Status{Code: 200}}})
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("err = %v, want ErrInvalidConfig", err)
 	}
-	if got := in.Rules(); len(got) != 2 || got[0].Name != "a" {
+	if got := in.Config().Rules; len(got) != 2 || got[0].Name != "a" {
 		t.Errorf("rules changed by a rejected set: %+v", got)
 	}
 }
@@ -341,6 +341,21 @@ func TestRuleValidation(t *testing.T) {
 	_, err := New(Config{Rules: []Rule{{Name: "x", Fault: Reset{}}, {Name: "x", Fault: Hang{}}}})
 	if err == nil || !strings.Contains(err.Error(), `rule 1 (x): name: "x" is already the name of rule 0`) {
 		t.Errorf("duplicate names: err = %v", err)
+	}
+	// Every invalid field is named, not only the first: two of one rule,
+	// one of another, and the Config's own.
+	_, err = New(Config{Header: "X Fault", Rules: []Rule{
+		{Probability: 2, Match: Match{Path: "api"}, Fault: Reset{}},
+		{Name: "ok", Fault: Reset{}},
+		{Fault: Truncate{Bytes: -1}},
+	}})
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("many invalid fields: err = %v, want ErrInvalidConfig", err)
+	}
+	for _, want := range []string{"rule 0 (rule-0): probability:", "rule 0 (rule-0): match.path:", "rule 2 (rule-2): bytes:", `Config.Header is "X Fault"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("many invalid fields: %q does not name %q", err, want)
+		}
 	}
 }
 
@@ -397,7 +412,7 @@ func TestConcurrentUse(t *testing.T) {
 			for range 200 {
 				h.ServeHTTP(httptest.NewRecorder(), request("GET", "/"))
 				if i == 0 {
-					_ = in.SetRules(in.Rules())
+					_ = setRules(in, in.Config().Rules)
 					_ = in.Counters()
 				}
 			}
@@ -407,4 +422,11 @@ func TestConcurrentUse(t *testing.T) {
 	if c := in.Counters(); c[0].Matched != 1600 {
 		t.Errorf("rule l matched %d, want 1600", c[0].Matched)
 	}
+}
+
+// setRules replaces the rules of in, keeping its header settings.
+func setRules(in *Injector, rules []Rule) error {
+	cfg := in.Config()
+	cfg.Rules = rules
+	return in.Reconfigure(cfg)
 }

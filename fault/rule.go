@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"path"
+	"sort"
 	"strings"
 )
 
@@ -185,32 +186,56 @@ func matchHeader(values []string, want string) bool {
 
 // normalize validates r and returns it with defaults applied (a name, upper
 // case methods, a lower case host, canonical header names) and deep copies of
-// its slices and maps. index is the rule's position, -1 for none.
+// its slices and maps. index is the rule's position, -1 for none. An invalid
+// rule returns one *RuleError per invalid field, joined.
 func (r Rule) normalize(index int) (Rule, error) {
-	fail := func(field string, err error) (Rule, error) {
-		return Rule{}, &RuleError{Index: index, Name: r.Name, Field: field, Err: err}
+	var errs []error
+	bad := func(field string, err error) {
+		errs = append(errs, &RuleError{Index: index, Name: r.Name, Field: field, Err: err})
 	}
 	if r.Name == "" && index >= 0 {
 		r.Name = fmt.Sprintf("rule-%d", index)
 	}
 	if r.Name != "" && !validName(r.Name) {
-		return fail("name", fmt.Errorf("%q: use at most 64 letters, digits, '-', '_' or '.'", r.Name))
+		bad("name", fmt.Errorf("%q: use at most 64 letters, digits, '-', '_' or '.'", r.Name))
 	}
 	if math.IsNaN(r.Probability) || r.Probability < 0 || r.Probability > 1 {
-		return fail("probability", fmt.Errorf("%v is not between 0 and 1", r.Probability))
+		bad("probability", fmt.Errorf("%v is not between 0 and 1", r.Probability))
 	}
 	if r.Fault == nil {
-		return fail("kind", errors.New("missing: say which fault the rule applies"))
+		bad("kind", errors.New("missing: say which fault the rule applies"))
+	} else if field, err := r.Fault.validate(); err != nil {
+		bad(field, err)
 	}
-	if field, err := r.Fault.validate(); err != nil {
-		return fail(field, err)
+	m, merrs := r.Match.normalize()
+	for _, e := range merrs {
+		bad(e.field, e.err)
 	}
-	m := r.Match
+	if len(errs) > 0 {
+		return Rule{}, errors.Join(errs...)
+	}
+	r.Match = m
+	return r, nil
+}
+
+// fieldError is one invalid field of a Match, before it is put in a
+// RuleError.
+type fieldError struct {
+	field string
+	err   error
+}
+
+// normalize validates m and returns a deep copy with upper case methods, a
+// lower case host and canonical header names, and an error per invalid
+// field.
+func (m Match) normalize() (Match, []fieldError) {
+	var errs []fieldError
+	bad := func(field string, err error) { errs = append(errs, fieldError{field, err}) }
 	if len(m.Methods) > 0 {
 		methods := make([]string, len(m.Methods))
 		for i, meth := range m.Methods {
 			if !validToken(meth) {
-				return fail("match.methods", fmt.Errorf("%q is not a method", meth))
+				bad("match.methods", fmt.Errorf("%q is not a method", meth))
 			}
 			methods[i] = strings.ToUpper(meth)
 		}
@@ -221,32 +246,37 @@ func (r Rule) normalize(index int) (Rule, error) {
 	if m.Host != "" {
 		m.Host = strings.ToLower(m.Host)
 		if _, err := path.Match(m.Host, ""); err != nil {
-			return fail("match.host", fmt.Errorf("%q: %v", m.Host, err))
+			bad("match.host", fmt.Errorf("%q: %v", m.Host, err))
 		}
 	}
 	if m.Path != "" {
-		if !strings.HasPrefix(m.Path, "/") {
-			return fail("match.path", fmt.Errorf("%q does not start with '/'", m.Path))
-		}
 		base := strings.TrimSuffix(m.Path, "/**")
-		if strings.Contains(base, "**") {
-			return fail("match.path", fmt.Errorf("%q: \"**\" is allowed only as the last segment, after '/'", m.Path))
-		}
-		if _, err := path.Match(base, ""); err != nil {
-			return fail("match.path", fmt.Errorf("%q: %v", m.Path, err))
+		_, err := path.Match(base, "")
+		switch {
+		case !strings.HasPrefix(m.Path, "/"):
+			bad("match.path", fmt.Errorf("%q does not start with '/'", m.Path))
+		case strings.Contains(base, "**"):
+			bad("match.path", fmt.Errorf("%q: \"**\" is allowed only as the last segment, after '/'", m.Path))
+		case err != nil:
+			bad("match.path", fmt.Errorf("%q: %v", m.Path, err))
 		}
 	}
 	if len(m.Headers) > 0 {
 		headers := make(map[string]string, len(m.Headers))
-		for name, v := range m.Headers {
-			if !validToken(name) {
-				return fail("match.headers", fmt.Errorf("%q is not a header name", name))
-			}
-			if v == "" {
-				return fail("match.headers", fmt.Errorf("%s: empty value; use \"*\" to match any value", name))
-			}
-			if !validHeaderValue(v) {
-				return fail("match.headers", fmt.Errorf("%s: %q is not a valid header value", name, v))
+		names := make([]string, 0, len(m.Headers))
+		for name := range m.Headers {
+			names = append(names, name)
+		}
+		sort.Strings(names) // the same errors, in the same order, on every run
+		for _, name := range names {
+			v := m.Headers[name]
+			switch {
+			case !validToken(name):
+				bad("match.headers", fmt.Errorf("%q is not a header name", name))
+			case v == "":
+				bad("match.headers", fmt.Errorf("%s: empty value; use \"*\" to match any value", name))
+			case !validHeaderValue(v):
+				bad("match.headers", fmt.Errorf("%s: %q is not a valid header value", name, v))
 			}
 			headers[http.CanonicalHeaderKey(name)] = v
 		}
@@ -254,25 +284,31 @@ func (r Rule) normalize(index int) (Rule, error) {
 	} else {
 		m.Headers = nil
 	}
-	r.Match = m
-	return r, nil
+	return m, errs
 }
 
 // normalizeRules validates a list: each rule, and that names are unique.
+// It reports every invalid rule, each with every invalid field.
 func normalizeRules(rules []Rule) ([]Rule, error) {
 	out := make([]Rule, len(rules))
 	seen := make(map[string]int, len(rules))
+	var errs []error
 	for i, r := range rules {
 		n, err := r.normalize(i)
 		if err != nil {
-			return nil, err
+			errs = append(errs, err)
+			continue
 		}
 		if j, dup := seen[n.Name]; dup {
-			return nil, &RuleError{Index: i, Name: n.Name, Field: "name",
-				Err: fmt.Errorf("%q is already the name of rule %d", n.Name, j)}
+			errs = append(errs, &RuleError{Index: i, Name: n.Name, Field: "name",
+				Err: fmt.Errorf("%q is already the name of rule %d", n.Name, j)})
+			continue
 		}
 		seen[n.Name] = i
 		out[i] = n
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	return out, nil
 }

@@ -91,7 +91,7 @@ func isTimeout(err error) bool {
 
 func TestServerReset(t *testing.T) {
 	for _, f := range []Fault{Reset{}, Refuse{}} {
-		t.Run(string(f.Kind()), func(t *testing.T) {
+		t.Run(string(f.kind()), func(t *testing.T) {
 			u := newUpstream(t, always(f), nil)
 			start := time.Now()
 			resp, err := u.get(t.Context(), t, "/")
@@ -395,9 +395,9 @@ func TestServerMatchAndCounters(t *testing.T) {
 		}
 	}
 	want := []Counter{
-		{Rule: "slow", Kind: KindLatency, Matched: 3, Fired: 3},
-		{Rule: "teapot", Kind: KindError, Matched: 2, Fired: 2},
-		{Rule: "off", Kind: KindReset, Matched: 0, Fired: 0},
+		{Rule: "slow", Kind: kindLatency, Matched: 3, Fired: 3},
+		{Rule: "teapot", Kind: kindError, Matched: 2, Fired: 2},
+		{Rule: "off", Kind: kindReset, Matched: 0, Fired: 0},
 	}
 	got := u.in.Counters()
 	if len(got) != len(want) {
@@ -454,7 +454,7 @@ func TestServerHeaderFaults(t *testing.T) {
 			t.Errorf("match key in header: status = %d, want 400", got)
 		}
 		fired := u.in.Counters()
-		want := []Counter{{HeaderRule, KindLatency, 1, 1}, {HeaderRule, KindError, 1, 1}}
+		want := []Counter{{HeaderRule, kindLatency, 1, 1}, {HeaderRule, kindError, 1, 1}}
 		if len(fired) != 2 || fired[0] != want[0] || fired[1] != want[1] {
 			t.Errorf("counters = %+v, want %+v", fired, want)
 		}
@@ -522,7 +522,7 @@ func TestServerEdgeCases(t *testing.T) {
 // disconnect by net/http; the hang must still end with the client.
 func TestServerHangWithUnreadBodyEndsWithClient(t *testing.T) {
 	for _, f := range []Fault{Hang{}, StallBody{}} {
-		t.Run(string(f.Kind()), func(t *testing.T) {
+		t.Run(string(f.kind()), func(t *testing.T) {
 			u := newUpstream(t, always(f), func(w http.ResponseWriter, r *http.Request) {})
 			ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 			defer cancel()

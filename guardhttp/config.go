@@ -160,9 +160,8 @@ type Config struct {
 	// Transport builds when Breakers is nil; each breaker gets the key as
 	// its Name. The zero value means breaker's defaults. Every transition
 	// goes to Observer as an event.BreakerTransition whose Dependency is
-	// Name (the key when Name is empty), after Breaker.OnTransition if set;
-	// leave Breaker.Observer nil, or it gets each transition as well, under
-	// the key. It is invalid to set both Breaker and Breakers: the group
+	// Name (the key when Name is empty); leave Breaker.Observer nil, or it
+	// gets each transition as well, under the key, before Observer. It is invalid to set both Breaker and Breakers: the group
 	// has its own configuration.
 	Breaker breaker.Config
 

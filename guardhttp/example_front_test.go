@@ -50,21 +50,6 @@ func ExampleNew() {
 	// breakers: 1 state: closed
 }
 
-// A handler that calls a dependency answers its own client with the
-// status the dependency's failure calls for.
-func ExampleWriteError() {
-	handler := func(w http.ResponseWriter, r *http.Request) {
-		// What a call through a guardhttp client returns while the
-		// dependency's breaker is open.
-		err := &guardrail.Error{Kind: guardrail.ErrCircuitOpen, RetryIn: 4500 * time.Millisecond}
-		guardhttp.WriteError(w, err)
-	}
-	w := httptest.NewRecorder()
-	handler(w, httptest.NewRequest("GET", "/quote", nil))
-	fmt.Println(w.Code, w.Header().Get("Retry-After"), w.Body.String())
-	// Output: 503 5 circuit open
-}
-
 // The key a request was given is on its error, to send the same intent
 // again later. For an intent that may be sent again after this process is
 // gone, derive the key from a business ID instead.

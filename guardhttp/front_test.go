@@ -3,16 +3,12 @@ package guardhttp_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,15 +16,13 @@ import (
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
-	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/guardhttp"
-	"github.com/guardrail-go/guardrail/shed"
 )
 
 // TestConfigBreakerTunesAndReports: one field tunes every key's breaker,
-// and its transitions reach the Observer under the client's name, after
-// the breaker's own OnTransition.
+// and its transitions reach the Observer under the client's name, and the
+// breaker's own Observer under the key.
 func TestConfigBreakerTunesAndReports(t *testing.T) {
 	var calls atomic.Int64
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
@@ -36,12 +30,12 @@ func TestConfigBreakerTunesAndReports(t *testing.T) {
 		http.Error(w, "down", http.StatusServiceUnavailable)
 	})
 	rec := &recorder{}
-	var own atomic.Int64
+	own := &recorder{}
 	c := newClient(t, guardhttp.Config{Name: "pricing", Retry: guardrail.Retry{
 		MaxAttempts: 1,
 	},
 		Observer: rec,
-		Breaker:  breaker.Config{MinRequests: 2, OpenFor: time.Minute, OnTransition: func(breaker.Transition) { own.Add(1) }}})
+		Breaker:  breaker.Config{MinRequests: 2, OpenFor: time.Minute, Observer: own}})
 	for i := range 2 {
 		resp, err := get(t, context.Background(), c, srv.URL)
 		if err != nil {
@@ -59,8 +53,9 @@ func TestConfigBreakerTunesAndReports(t *testing.T) {
 	if opened != 1 {
 		t.Errorf("%d transitions to open for dependency pricing, want 1: %+v", opened, rec.events)
 	}
-	if own.Load() != 1 {
-		t.Errorf("Breaker.OnTransition called %d times, want 1", own.Load())
+	host := strings.TrimPrefix(srv.URL, "http://")
+	if n := own.count(event.BreakerTransition, func(e event.Event) bool { return e.Dependency == host && e.To == "open" }); n != 1 {
+		t.Errorf("Breaker.Observer got %d transitions to open for %s, want 1: %+v", n, host, own.events)
 	}
 }
 
@@ -220,92 +215,5 @@ func TestGeneratedKeyOnResponse(t *testing.T) {
 	readAll(t, resp)
 	if got := resp.Request.Header.Get(guardhttp.HeaderIdempotencyKey); got == "" || got != seen.Load() {
 		t.Errorf("resp.Request carries key %q, the server saw %q", got, seen.Load())
-	}
-}
-
-// TestErrorStatus maps every sentinel, and the errors that carry them, to
-// a status and a Retry-After.
-func TestErrorStatus(t *testing.T) {
-	open := &breaker.OpenError{Until: time.Now().Add(90 * time.Second)}
-	urlErr := func(err error) error { return &url.Error{Op: "Get", URL: "http://pricing/", Err: err} }
-	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
-	for _, tc := range []struct {
-		name   string
-		err    error
-		status int
-		ra     time.Duration // -1: about 90 s
-	}{
-		{"nil", nil, 200, 0},
-		{"outcome unknown", guardrail.ErrOutcomeUnknown, 502, 0},
-		{"outcome unknown with key, through http.Client", urlErr(&guardhttp.IdempotencyKeyError{Key: "k", Err: &guardrail.Error{Kind: guardrail.ErrOutcomeUnknown, Attempts: 3, Err: guardrail.ErrBudgetExhausted}}), 502, 0},
-		{"outcome unknown after a phase timeout", &guardrail.Error{Kind: guardrail.ErrOutcomeUnknown, Err: &guardhttp.TimeoutError{Phase: event.PhaseResponseHeader}}, 502, 0},
-		{"canceled", context.Canceled, guardhttp.StatusClientClosedRequest, 0},
-		{"canceled, through http.Client", urlErr(context.Canceled), guardhttp.StatusClientClosedRequest, 0},
-		{"circuit open", guardrail.ErrCircuitOpen, 503, 0},
-		{"circuit open with RetryIn", urlErr(&guardrail.Error{Kind: guardrail.ErrCircuitOpen, RetryIn: 12 * time.Second}), 503, 12 * time.Second},
-		{"breaker open", breaker.ErrOpen, 503, 0},
-		{"breaker OpenError", fmt.Errorf("pricing: %w", open), 503, -1},
-		{"bulkhead full", &guardrail.Error{Kind: guardrail.ErrBulkheadFull, Err: bulkhead.ErrFull}, 503, 0},
-		{"bulkhead.ErrFull", bulkhead.ErrFull, 503, 0},
-		{"shed", shed.ErrShed, 503, guardhttp.DefaultShedRetryAfter},
-		{"shed.Error", &shed.Error{Reason: event.ReasonCapacity}, 503, guardhttp.DefaultShedRetryAfter},
-		{"budget exhausted", guardrail.ErrBudgetExhausted, 503, 0},
-		{"budget exhausted after a Retry-After", &guardrail.Error{Kind: guardrail.ErrBudgetExhausted, RetryIn: 3 * time.Second}, 503, 3 * time.Second},
-		{"budget exhausted after a timeout", &guardrail.Error{Kind: guardrail.ErrBudgetExhausted, Err: &guardhttp.TimeoutError{Phase: event.PhaseConnect}}, 503, 0},
-		{"deadline", guardrail.ErrDeadline, 504, 0},
-		{"deadline exceeded", urlErr(context.DeadlineExceeded), 504, 0},
-		{"guardhttp.ErrTimeout", guardhttp.ErrTimeout, 504, 0},
-		{"phase timeout", urlErr(&guardhttp.TimeoutError{Phase: event.PhaseConnect}), 504, 0},
-		{"connection refused", urlErr(refused), 502, 0},
-		{"bare *url.Error", urlErr(errors.New("malformed HTTP response")), 502, 0},
-		{"other", errors.New("template: no such field"), 500, 0},
-	} {
-		status, ra := guardhttp.ErrorStatus(tc.err)
-		okRA := ra == tc.ra || (tc.ra == -1 && ra > 85*time.Second && ra <= 90*time.Second)
-		if status != tc.status || !okRA {
-			t.Errorf("%s: ErrorStatus = %d, %v; want %d, %v", tc.name, status, ra, tc.status, tc.ra)
-		}
-	}
-}
-
-func TestWriteError(t *testing.T) {
-	for _, tc := range []struct {
-		err        error
-		status     int
-		retryAfter string
-		body       string
-	}{
-		{&guardrail.Error{Kind: guardrail.ErrCircuitOpen, RetryIn: 1200 * time.Millisecond}, 503, "2", "circuit open"},
-		{shed.ErrShed, 503, "1", "request shed"},
-		{&guardrail.Error{Kind: guardrail.ErrOutcomeUnknown, Err: errors.New("read tcp 10.0.0.7:443: reset")}, 502, "", "outcome unknown"},
-		{guardrail.ErrDeadline, 504, "", "Gateway Timeout"},
-		{context.Canceled, 499, "", "client closed request"},
-	} {
-		w := httptest.NewRecorder()
-		guardhttp.WriteError(w, tc.err)
-		if w.Code != tc.status || w.Header().Get("Retry-After") != tc.retryAfter || !strings.Contains(w.Body.String(), tc.body) {
-			t.Errorf("%v: %d Retry-After %q %q; want %d %q containing %q", tc.err, w.Code, w.Header().Get("Retry-After"), w.Body.String(), tc.status, tc.retryAfter, tc.body)
-		}
-		if strings.Contains(w.Body.String(), "10.0.0.7") {
-			t.Errorf("%v: the body gives away the error's details: %q", tc.err, w.Body.String())
-		}
-	}
-}
-
-// TestWriteErrorOpenBreaker: a handler whose dependency's breaker is open
-// answers 503 with Retry-After the time to the next probe.
-func TestWriteErrorOpenBreaker(t *testing.T) {
-	down := newServer(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "down", http.StatusServiceUnavailable) })
-	c := newClient(t, guardhttp.Config{Retry: guardrail.Retry{MaxAttempts: 1}, Breaker: breaker.Config{MinRequests: 1, OpenFor: 40 * time.Second, OpenJitter: -1}})
-	resp, err := get(t, context.Background(), c, down.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	readAll(t, resp)
-	_, err = get(t, context.Background(), c, down.URL)
-	w := httptest.NewRecorder()
-	guardhttp.WriteError(w, err)
-	if w.Code != 503 || (w.Header().Get("Retry-After") != "40" && w.Header().Get("Retry-After") != "39") {
-		t.Errorf("%v: %d Retry-After %q, want 503 and 40", err, w.Code, w.Header().Get("Retry-After"))
 	}
 }

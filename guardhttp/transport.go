@@ -65,8 +65,8 @@ import (
 // retried: it may have taken effect. A request that Config.IdempotencyKeys
 // gave a key fails with an *IdempotencyKeyError holding that key; when it
 // got a response, the key is in resp.Request.Header, the request the last
-// attempt sent. ErrorStatus and WriteError turn these errors into the
-// answer a server gives its own client.
+// attempt sent. respond.Status and respond.Error turn these errors into
+// the answer a server gives its own client.
 //
 // Phase timeouts rely only on what net/http documents: the base
 // transport reports its progress through net/http/httptrace (GetConn,
@@ -135,13 +135,12 @@ func NewTransport(base http.RoundTripper, cfg Config) (*Transport, error) {
 	if t.breakers == nil {
 		gc := breaker.GroupConfig{Config: cfg.Breaker}
 		if obs, name := cfg.Observer, cfg.Name; obs != nil {
-			own := cfg.Breaker.OnTransition
-			gc.Config.OnTransition = func(tr breaker.Transition) {
-				if own != nil {
-					own(tr)
+			gc.Config.Observer = event.Join(cfg.Breaker.Observer, event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+				if name != "" {
+					e.Dependency = name // the client's name, not the key's
 				}
-				obs.Observe(context.Background(), tr.Event(name))
-			}
+				return obs.Observe(ctx, e)
+			}))
 		}
 		t.breakers, _ = breaker.NewGroup(gc) // validated with cfg
 	}

@@ -45,7 +45,7 @@ func (s *Shedder) requestPriority(r *http.Request) Priority {
 	if s.priorityFn != nil {
 		return s.priorityFn(r)
 	}
-	return HeaderPriorityOf(r.Header, s.maxHeader)
+	return headerPriorityOf(r.Header, s.maxHeader)
 }
 
 func (s *Shedder) requestIsRetry(r *http.Request) bool {
@@ -60,11 +60,11 @@ func (s *Shedder) requestIsRetry(r *http.Request) bool {
 	return ok && n > 0
 }
 
-// HeaderPriorityOf returns the priority claimed by h's X-Request-Priority
+// headerPriorityOf returns the priority claimed by h's X-Request-Priority
 // header, capped at maxPriority (an invalid maxPriority means Normal). A
 // missing or unknown value is Normal, also capped: a server that allows at
 // most Low treats every request as Low or below.
-func HeaderPriorityOf(h http.Header, maxPriority Priority) Priority {
+func headerPriorityOf(h http.Header, maxPriority Priority) Priority {
 	p := Normal
 	if v := h[HeaderPriority]; len(v) > 0 {
 		if q, ok := ParsePriority(v[0]); ok {

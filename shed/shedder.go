@@ -33,7 +33,11 @@ type Config struct {
 	// Shares maps a priority to the share of the limit that its requests may
 	// fill, in (0, 1]: a request is admitted only while in-flight < limit ×
 	// share, so the limit is never exceeded. A missing or zero entry means
-	// the default (DefaultShares). Keys must be Sheddable..Critical.
+	// the default: sheddable 50 %, low 70 %, normal 85 %, high 95 %,
+	// critical 100 %. Analytics is refused when the server is half full;
+	// checkout keeps the last 5 % to itself. A fixed Limit of N therefore
+	// admits 0.85×N Normal requests; set Shares[Normal] = 1 to admit N.
+	// Keys must be Sheddable..Critical.
 	Shares map[Priority]float64
 
 	// RetryRatio caps retries admitted under pressure at this many per
@@ -96,19 +100,14 @@ const (
 	HeaderPriority = "X-Request-Priority"
 )
 
-// DefaultShares returns the default share of the limit each priority may
-// fill: sheddable 50 %, low 70 %, normal 85 %, high 95 %, critical 100 %.
-// Analytics is refused when the server is half full; checkout keeps the last
-// 5 % to itself. A fixed Limit of N therefore admits 0.85×N Normal requests;
-// set Shares[Normal] = 1 to admit N.
-func DefaultShares() map[Priority]float64 {
-	return map[Priority]float64{
-		Sheddable: 0.50,
-		Low:       0.70,
-		Normal:    0.85,
-		High:      0.95,
-		Critical:  1.00,
-	}
+// defaultShares is the share of the limit each priority may fill when
+// Config.Shares has no entry for it.
+var defaultShares = [numPriorities]float64{
+	Sheddable: 0.50,
+	Low:       0.70,
+	Normal:    0.85,
+	High:      0.95,
+	Critical:  1.00,
 }
 
 // Shedder admits or refuses requests so that a server under overload keeps
@@ -167,8 +166,8 @@ type Shedder struct {
 	queueTime       time.Duration
 }
 
-// New returns a Shedder configured by c, or an error naming the first field
-// of c that is invalid.
+// New returns a Shedder configured by c, or an error that Is
+// ErrInvalidConfig and names every field of c that is invalid.
 func New(c Config) (*Shedder, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -198,11 +197,10 @@ func New(c Config) (*Shedder, error) {
 	if s.pressure == 0 {
 		s.pressure = 0.5
 	}
-	def := DefaultShares()
 	for p := Sheddable; p <= Critical; p++ {
 		v := c.Shares[p]
 		if v == 0 {
-			v = def[p]
+			v = defaultShares[p]
 		}
 		s.share[p] = v
 	}

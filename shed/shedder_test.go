@@ -326,8 +326,31 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		{shed.Config{Adaptive: shed.Adaptive{MinLimit: 2000}}, "shed: Config.Adaptive.MaxLimit is 0 (1000 in force); want at least Adaptive.MinLimit's 2000"},
 	} {
 		s, err := shed.New(tt.cfg)
-		if err == nil || !strings.HasPrefix(err.Error(), tt.want) || s != nil {
+		if err == nil || !strings.HasPrefix(err.Error(), tt.want) || s != nil || !errors.Is(err, shed.ErrInvalidConfig) {
 			t.Errorf("New(%+v) = %v, %v; want nil and an error starting %q", tt.cfg, s, err, tt.want)
+		}
+	}
+	// Every invalid field is named, not only the first; each Is ErrInvalidConfig.
+	for _, tt := range []struct {
+		cfg  shed.Config
+		want []string
+	}{
+		{shed.Config{Limit: -1, RetryAfter: -time.Second}, []string{"shed: Config.Limit is -1;", "shed: Config.RetryAfter is -1s;"}},
+		{shed.Config{MaxQueue: -1, Shares: map[shed.Priority]float64{shed.Low: 2, shed.High: -1}, Adaptive: shed.Adaptive{Window: -1}},
+			[]string{"Config.MaxQueue is -1;", "Config.Shares[low] is 2;", "Config.Shares[high] is -1;", "Config.Adaptive.Window is -1ns;"}},
+	} {
+		_, err := shed.New(tt.cfg)
+		if !errors.Is(err, shed.ErrInvalidConfig) {
+			t.Errorf("New(%+v) = %v; want ErrInvalidConfig", tt.cfg, err)
+			continue
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("New(%+v): %q does not name %q", tt.cfg, err, w)
+			}
+		}
+		if n := len(err.(interface{ Unwrap() []error }).Unwrap()); n != len(tt.want) {
+			t.Errorf("New(%+v): %d errors, want %d: %v", tt.cfg, n, len(tt.want), err)
 		}
 	}
 	for _, cfg := range []shed.Config{

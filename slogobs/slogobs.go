@@ -19,27 +19,28 @@ import (
 const DefaultInterval = 10 * time.Second
 
 // Messages of the records, one per kind of record, so a log query can
-// select them.
+// select them; docs/metrics.md lists them.
 const (
-	MsgBreakerTransition = "guardrail: breaker transition"
-	MsgShed              = "guardrail: requests shed"
-	MsgBreakerReject     = "guardrail: calls rejected by breaker"
-	MsgBulkheadReject    = "guardrail: calls rejected by bulkhead"
-	MsgBudgetExhausted   = "guardrail: retries refused by budget"
-	MsgStoreError        = "guardrail: idempotency store failing"
-	MsgOutcomeUnknown    = "guardrail: idempotency outcome unknown"
-	MsgRetry             = "guardrail: retry"
-	MsgRetryRefused      = "guardrail: retry refused"
-	MsgTimeout           = "guardrail: timeout"
-	MsgCallFailed        = "guardrail: call failed"
-	MsgIdempotency       = "guardrail: idempotency"
+	msgBreakerTransition = "guardrail: breaker transition"
+	msgShed              = "guardrail: requests shed"
+	msgBreakerReject     = "guardrail: calls rejected by breaker"
+	msgBulkheadReject    = "guardrail: calls rejected by bulkhead"
+	msgBudgetExhausted   = "guardrail: retries refused by budget"
+	msgStoreError        = "guardrail: idempotency store failing"
+	msgOutcomeUnknown    = "guardrail: idempotency outcome unknown"
+	msgRetry             = "guardrail: retry"
+	msgRetryRefused      = "guardrail: retry refused"
+	msgTimeout           = "guardrail: timeout"
+	msgCallFailed        = "guardrail: call failed"
+	msgIdempotency       = "guardrail: idempotency"
 )
 
-// Burst phases, the value of the "burst" attribute of a summary record.
+// Burst phases, the value of the "burst" attribute of a summary record:
+// "start", "ongoing", "end".
 const (
-	BurstStart   = "start"   // the first rejection after a quiet interval, logged at once
-	BurstOngoing = "ongoing" // rejections during the last interval
-	BurstEnd     = "end"     // a whole interval without rejection: the burst is over
+	burstStart   = "start"   // the first rejection after a quiet interval, logged at once
+	burstOngoing = "ongoing" // rejections during the last interval
+	burstEnd     = "end"     // a whole interval without rejection: the burst is over
 )
 
 // ErrInvalidConfig is the error every invalid Config field Is. The error
@@ -174,16 +175,16 @@ func (o *Observer) Observe(ctx context.Context, e event.Event) context.Context {
 			o.reject(ctx, &e)
 			break
 		}
-		o.debug(ctx, MsgIdempotency, &e, slog.String("outcome", e.Reason))
+		o.debug(ctx, msgIdempotency, &e, slog.String("outcome", e.Reason))
 	case event.Retry:
-		o.debug(ctx, MsgRetry, &e, slog.Int("attempt", e.Attempt), slog.Duration("delay", e.Delay), slog.String("reason", e.Reason), errAttr(e.Err))
+		o.debug(ctx, msgRetry, &e, slog.Int("attempt", e.Attempt), slog.Duration("delay", e.Delay), slog.String("reason", e.Reason), errAttr(e.Err))
 	case event.RetryRefused:
-		o.debug(ctx, MsgRetryRefused, &e, slog.Int("attempt", e.Attempt), slog.String("reason", e.Reason), errAttr(e.Err))
+		o.debug(ctx, msgRetryRefused, &e, slog.Int("attempt", e.Attempt), slog.String("reason", e.Reason), errAttr(e.Err))
 	case event.Timeout:
-		o.debug(ctx, MsgTimeout, &e, slog.Int("attempt", e.Attempt), slog.String("phase", e.Phase), errAttr(e.Err))
+		o.debug(ctx, msgTimeout, &e, slog.Int("attempt", e.Attempt), slog.String("phase", e.Phase), errAttr(e.Err))
 	case event.CallEnd:
 		if e.Outcome != event.OutcomeOK {
-			o.debug(ctx, MsgCallFailed, &e, slog.String("outcome", e.Outcome), slog.Int("attempts", e.Attempt),
+			o.debug(ctx, msgCallFailed, &e, slog.String("outcome", e.Outcome), slog.Int("attempts", e.Attempt),
 				slog.Duration("duration", e.Duration), errAttr(e.Err))
 		}
 	}
@@ -228,7 +229,7 @@ func (o *Observer) transition(ctx context.Context, e *event.Event) {
 	if o.breakerConfig != nil {
 		attrs = append(attrs, slog.Attr{Key: "config", Value: o.breakerConfig(e.Dependency)})
 	}
-	o.log().LogAttrs(ctx, level, MsgBreakerTransition, attrs...)
+	o.log().LogAttrs(ctx, level, msgBreakerTransition, attrs...)
 }
 
 func (o *Observer) reject(ctx context.Context, e *event.Event) {
@@ -322,15 +323,15 @@ func (o *Observer) tick(k burstKey) {
 		o.mu.Unlock()
 		return
 	}
-	phase := BurstOngoing
+	phase := burstOngoing
 	if b.count == 0 {
-		phase = BurstEnd
+		phase = burstEnd
 		delete(o.bursts, k)
 	} else {
 		b.timer.Reset(o.interval)
 	}
 	s := b.take(k, phase, now)
-	if phase == BurstEnd && s.total == 1 {
+	if phase == burstEnd && s.total == 1 {
 		o.mu.Unlock()
 		return // a lone rejection: its start record said it all
 	}
@@ -361,7 +362,7 @@ func (o *Observer) Close() error {
 	for k, b := range o.bursts {
 		b.timer.Stop()
 		if b.count > 0 {
-			pending = append(pending, b.take(k, BurstOngoing, now))
+			pending = append(pending, b.take(k, burstOngoing, now))
 		}
 	}
 	clear(o.bursts)
@@ -385,25 +386,25 @@ func (o *Observer) Close() error {
 func kindMessage(k burstKey) (string, slog.Level) {
 	switch k.kind {
 	case event.Shed:
-		return MsgShed, slog.LevelWarn
+		return msgShed, slog.LevelWarn
 	case event.BreakerReject:
-		return MsgBreakerReject, slog.LevelWarn
+		return msgBreakerReject, slog.LevelWarn
 	case event.BulkheadReject:
-		return MsgBulkheadReject, slog.LevelWarn
+		return msgBulkheadReject, slog.LevelWarn
 	case event.BudgetExhausted:
-		return MsgBudgetExhausted, slog.LevelWarn
+		return msgBudgetExhausted, slog.LevelWarn
 	}
 	if k.reason == event.ReasonOutcomeUnknown {
-		return MsgOutcomeUnknown, slog.LevelWarn
+		return msgOutcomeUnknown, slog.LevelWarn
 	}
-	return MsgStoreError, slog.LevelError
+	return msgStoreError, slog.LevelError
 }
 
 func (o *Observer) logStart(ctx context.Context, k burstKey, e *event.Event) {
 	msg, level := kindMessage(k)
 	attrs := []slog.Attr{
 		slog.String("dependency", e.Dependency),
-		slog.String("burst", BurstStart),
+		slog.String("burst", burstStart),
 		slog.String("operation", e.Operation),
 	}
 	switch k.kind {
@@ -426,7 +427,7 @@ func (o *Observer) logStart(ctx context.Context, k burstKey, e *event.Event) {
 
 func (o *Observer) logSummary(ctx context.Context, s summary) {
 	msg, level := kindMessage(s.key)
-	if s.phase == BurstEnd {
+	if s.phase == burstEnd {
 		level = slog.LevelInfo
 	}
 	attrs := []slog.Attr{
@@ -437,7 +438,7 @@ func (o *Observer) logSummary(ctx context.Context, s summary) {
 		slog.Int("total", s.total),
 		slog.Duration("burst_duration", s.length),
 	}
-	if s.phase != BurstEnd {
+	if s.phase != burstEnd {
 		if len(s.byReason) > 0 {
 			attrs = append(attrs, countsGroup("by_reason", s.byReason))
 		}

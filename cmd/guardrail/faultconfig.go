@@ -159,7 +159,7 @@ func serveFaults(ctx context.Context, name string, fs *flag.FlagSet, f *faultFla
 			ln.Close()
 			return err
 		}
-		servers = append(servers, &http.Server{Handler: in.Admin(fault.AdminConfig{AllowRemote: f.allowRemote, Parse: parseFaultConfig}),
+		servers = append(servers, &http.Server{Handler: yamlBodies(in.Admin(fault.AdminConfig{AllowRemote: f.allowRemote})),
 			ReadHeaderTimeout: 10 * time.Second, ErrorLog: logger})
 		listeners = append(listeners, aln)
 	}

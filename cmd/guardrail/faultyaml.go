@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"time"
 
 	"github.com/guardrail-go/guardrail/fault"
@@ -86,4 +90,35 @@ func jsonValue(v any, depth int) (any, error) {
 		return v.Format(time.RFC3339Nano), nil
 	}
 	return v, nil
+}
+
+// yamlBodies lets the fault admin endpoint, which reads JSON, take the
+// rule files of PUT and POST /rules in YAML too: a body that is not JSON
+// is re-encoded as JSON before admin reads it, and one that is not YAML
+// either is answered 400 with the parser's error.
+func yamlBodies(admin http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPut && r.Method != http.MethodPost {
+			admin.ServeHTTP(w, r)
+			return
+		}
+		data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, fault.MaxConfigSize))
+		if err != nil {
+			status := http.StatusBadRequest
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				status = http.StatusRequestEntityTooLarge
+			}
+			http.Error(w, "fault: reading the body: "+err.Error(), status)
+			return
+		}
+		if !json.Valid(data) && len(bytes.TrimSpace(data)) > 0 {
+			if data, err = yamlToJSON(data); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(data))
+		r.ContentLength = int64(len(data))
+		admin.ServeHTTP(w, r)
+	})
 }

@@ -218,7 +218,7 @@ func FuzzParseFaultConfig(f *testing.F) {
 			t.Fatalf("round trip: %d rules, want %d", len(again.Rules), len(cfg.Rules))
 		}
 		for i := range cfg.Rules {
-			if again.Rules[i].Name != cfg.Rules[i].Name || again.Rules[i].Fault.Kind() != cfg.Rules[i].Fault.Kind() {
+			if again.Rules[i].Name != cfg.Rules[i].Name || reflect.TypeOf(again.Rules[i].Fault) != reflect.TypeOf(cfg.Rules[i].Fault) {
 				t.Fatalf("round trip changed rule %d: %+v -> %+v", i, cfg.Rules[i], again.Rules[i])
 			}
 		}

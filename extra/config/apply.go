@@ -156,7 +156,12 @@ func (a *applying) breakers(kind string, d *resolvedDep) (*breaker.Group, error)
 		gc := d.Group
 		if obs := a.obs; obs != nil {
 			name := d.Name
-			gc.Config.OnTransition = func(tr breaker.Transition) { obs.Observe(context.Background(), tr.Event(name)) }
+			gc.Config.Observer = event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+				if name != "" {
+					e.Dependency = name // the dependency's name, not the key's
+				}
+				return obs.Observe(ctx, e)
+			})
 		}
 		return breaker.NewGroup(gc)
 	})

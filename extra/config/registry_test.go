@@ -157,7 +157,7 @@ func TestHTTPClientEqualsHandBuilt(t *testing.T) {
 
 // comparable renders a breaker.Config without its functions.
 func comparable(c breaker.Config) string {
-	c.Name, c.OnTransition, c.Observer, c.Rand, c.Classify = "", nil, nil, nil, nil
+	c.Name, c.Observer, c.Rand, c.Classify = "", nil, nil, nil
 	return fmt.Sprintf("%+v", c)
 }
 

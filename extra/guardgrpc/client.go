@@ -278,9 +278,12 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if c.breakers == nil {
 		var gc breaker.GroupConfig
 		if obs, name := cfg.Observer, cfg.Name; obs != nil {
-			gc.Config.OnTransition = func(tr breaker.Transition) {
-				obs.Observe(context.Background(), tr.Event(name))
-			}
+			gc.Config.Observer = event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+				if name != "" {
+					e.Dependency = name // the client's name, not the key's
+				}
+				return obs.Observe(ctx, e)
+			})
 		}
 		c.breakers, _ = breaker.NewGroup(gc) // a valid GroupConfig
 	}

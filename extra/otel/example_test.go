@@ -40,7 +40,7 @@ func Example() {
 		fmt.Print(s.Name())
 		for _, a := range s.Attributes() {
 			switch a.Key {
-			case gotel.AttrAttempt, gotel.AttrOutcome, gotel.AttrAttempts:
+			case "guardrail.attempt", "guardrail.outcome", "guardrail.attempts":
 				fmt.Printf(" %s=%s", a.Key, a.Value.String())
 			}
 		}
@@ -102,7 +102,7 @@ func ExampleObserver_Middleware() {
 	handler.ServeHTTP(httptest.NewRecorder(), req)
 
 	for _, s := range spans.Ended() {
-		if s.Name() == gotel.CallSpanName {
+		if s.Name() == "guardrail.call" {
 			fmt.Println(s.Name(), "trace", s.SpanContext().TraceID(), "parent", s.Parent().SpanID())
 		}
 	}

@@ -27,34 +27,34 @@ import (
 // ScopeName is the instrumentation scope of the tracer and meter.
 const ScopeName = "github.com/guardrail-go/guardrail/extra/otel"
 
-// Span names.
+// Span names, as docs/metrics.md lists them.
 const (
-	CallSpanName       = "guardrail.call"
-	AttemptSpanName    = "guardrail.attempt"
-	TransitionSpanName = "guardrail.breaker.transition" // also the span event's name
+	callSpanName       = "guardrail.call"
+	attemptSpanName    = "guardrail.attempt"
+	transitionSpanName = "guardrail.breaker.transition" // also the span event's name
 )
 
-// Span attribute keys.
+// Span attribute keys, as docs/metrics.md lists them.
 const (
-	AttrDependency  = attribute.Key("guardrail.dependency")
-	AttrOperation   = attribute.Key("guardrail.operation")
-	AttrOutcome     = attribute.Key("guardrail.outcome")       // call or attempt outcome
-	AttrAttempts    = attribute.Key("guardrail.attempts")      // attempts a call made
-	AttrAttempt     = attribute.Key("guardrail.attempt")       // 1-based attempt number
-	AttrBackoff     = attribute.Key("guardrail.backoff_ms")    // wait before this attempt, or before the retry
-	AttrRemaining   = attribute.Key("guardrail.remaining_ms")  // time left on the deadline
-	AttrPhase       = attribute.Key("guardrail.timeout_phase") // phase of a timeout
-	AttrReason      = attribute.Key("guardrail.reason")
-	AttrFrom        = attribute.Key("guardrail.breaker.from")
-	AttrCause       = attribute.Key("guardrail.breaker.cause")       // a transition's cause in words
-	AttrOpenFor     = attribute.Key("guardrail.breaker.open_for_ms") // how long it stays open
-	AttrTo          = attribute.Key("guardrail.breaker.to")
-	AttrTokens      = attribute.Key("guardrail.budget.tokens")
-	AttrPriority    = attribute.Key("guardrail.priority")
-	AttrInFlight    = attribute.Key("guardrail.in_flight")
-	AttrLimit       = attribute.Key("guardrail.limit")
-	AttrRetryIn     = attribute.Key("guardrail.retry_in_ms")
-	AttrQueueWaitMS = attribute.Key("guardrail.queue_wait_ms")
+	attrDependency  = attribute.Key("guardrail.dependency")
+	attrOperation   = attribute.Key("guardrail.operation")
+	attrOutcome     = attribute.Key("guardrail.outcome")       // call or attempt outcome
+	attrAttempts    = attribute.Key("guardrail.attempts")      // attempts a call made
+	attrAttempt     = attribute.Key("guardrail.attempt")       // 1-based attempt number
+	attrBackoff     = attribute.Key("guardrail.backoff_ms")    // wait before this attempt, or before the retry
+	attrRemaining   = attribute.Key("guardrail.remaining_ms")  // time left on the deadline
+	attrPhase       = attribute.Key("guardrail.timeout_phase") // phase of a timeout
+	attrReason      = attribute.Key("guardrail.reason")
+	attrFrom        = attribute.Key("guardrail.breaker.from")
+	attrCause       = attribute.Key("guardrail.breaker.cause")       // a transition's cause in words
+	attrOpenFor     = attribute.Key("guardrail.breaker.open_for_ms") // how long it stays open
+	attrTo          = attribute.Key("guardrail.breaker.to")
+	attrTokens      = attribute.Key("guardrail.budget.tokens")
+	attrPriority    = attribute.Key("guardrail.priority")
+	attrInFlight    = attribute.Key("guardrail.in_flight")
+	attrLimit       = attribute.Key("guardrail.limit")
+	attrRetryIn     = attribute.Key("guardrail.retry_in_ms")
+	attrQueueWaitMS = attribute.Key("guardrail.queue_wait_ms")
 )
 
 // ErrInvalidConfig is the error every invalid Config field Is. The error
@@ -91,21 +91,19 @@ type Config struct {
 	RemainingBuckets []float64
 }
 
-// validate returns the error of the first invalid field of cfg, or nil.
+// validate returns one error per invalid field of cfg, joined, or nil.
 func (cfg *Config) validate() error {
-	if err := series.CheckMaxValues("otel", ErrInvalidConfig, cfg.MaxLabelValues); err != nil {
-		return err
-	}
-	if err := series.CheckBuckets("otel", ErrInvalidConfig, "Config.DurationBuckets", cfg.DurationBuckets); err != nil {
-		return err
-	}
-	return series.CheckBuckets("otel", ErrInvalidConfig, "Config.RemainingBuckets", cfg.RemainingBuckets)
+	return errors.Join(
+		series.CheckMaxValues("otel", ErrInvalidConfig, cfg.MaxLabelValues),
+		series.CheckBuckets("otel", ErrInvalidConfig, "Config.DurationBuckets", cfg.DurationBuckets),
+		series.CheckBuckets("otel", ErrInvalidConfig, "Config.RemainingBuckets", cfg.RemainingBuckets),
+	)
 }
 
 // Observer is an event.Observer that traces and measures guarded calls.
 //
-// Traces: a span per call (CallSpanName) with a child span per attempt
-// (AttemptSpanName), so a call that was slow because the dependency was
+// Traces: a span per call ("guardrail.call") with a child span per attempt
+// ("guardrail.attempt"), so a call that was slow because the dependency was
 // slow and one that was slow because it backed off twice look different.
 // The attempt span carries the attempt number, the backoff waited before
 // it, the time left on the deadline, its outcome and the phase of a
@@ -200,6 +198,18 @@ func New(cfg Config) (*Observer, error) {
 		folders: fs,
 		gauges:  series.NewGauges(fs),
 	}
+	if err := o.instruments(meter, durBuckets, remBuckets); err != nil {
+		return nil, err
+	}
+	if err := o.registerGauges(meter); err != nil {
+		return nil, err
+	}
+	o.caches(fs)
+	return o, nil
+}
+
+// instruments creates the counters and histograms of o.
+func (o *Observer) instruments(meter metric.Meter, durBuckets, remBuckets []float64) error {
 	var errs []error
 	counter := func(d *series.Def) metric.Int64Counter {
 		c, err := meter.Int64Counter(d.OTel, metric.WithDescription(d.Help), metric.WithUnit(d.Unit))
@@ -234,7 +244,13 @@ func New(cfg Config) (*Observer, error) {
 	o.reloads = counter(series.ConfigReloads)
 	o.reloadOK = metric.WithAttributes(attribute.String(series.LOutcome, event.OutcomeOK))
 	o.reloadErr = metric.WithAttributes(attribute.String(series.LOutcome, event.OutcomeError))
+	return errors.Join(errs...)
+}
 
+// registerGauges creates the observable gauges of o and registers the
+// callback that reports them.
+func (o *Observer) registerGauges(meter metric.Meter) error {
+	var errs []error
 	state, err := meter.Int64ObservableGauge(series.BreakerState.OTel, metric.WithDescription(series.BreakerState.Help))
 	errs = append(errs, err)
 	tokens, err := meter.Float64ObservableGauge(series.BudgetTokens.OTel, metric.WithDescription(series.BudgetTokens.Help), metric.WithUnit(series.BudgetTokens.Unit))
@@ -244,7 +260,7 @@ func New(cfg Config) (*Observer, error) {
 	limit, err := meter.Int64ObservableGauge(series.Limit.OTel, metric.WithDescription(series.Limit.Help), metric.WithUnit(series.Limit.Unit))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return err
 	}
 	o.reg, err = meter.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
 		dep := func(d string) attribute.KeyValue { return attribute.String(series.LDependency, d) }
@@ -264,10 +280,11 @@ func New(cfg Config) (*Observer, error) {
 		)
 		return nil
 	}, state, tokens, inFlight, limit)
-	if err != nil {
-		return nil, err
-	}
+	return err
+}
 
+// caches creates the caches of attribute sets of o's series.
+func (o *Observer) caches(fs *series.Folders) {
 	cache := func(d *series.Def) *series.Cache[*attrs] {
 		return series.NewCache(d, fs, func(lv []string) *attrs { return newAttrs(d, lv) })
 	}
@@ -292,18 +309,11 @@ func New(cfg Config) (*Observer, error) {
 	o.admitC = cache(series.Admitted)
 	o.queueC = cache(series.QueueWait)
 	o.idempotentC = cache(series.Idempotency)
-	return o, nil
 }
 
 // Close stops reporting the observable gauges. Spans and counters keep
 // working.
 func (o *Observer) Close() error { return o.reg.Unregister() }
-
-// WatchBreakerState reports the state of a breaker of dependency from the
-// first collection on; see extra/prom's Collector.WatchBreakerState.
-func (o *Observer) WatchBreakerState(dependency string, state func() string) {
-	o.gauges.WatchBreakerState(dependency, state, nil)
-}
 
 // WatchBudget reports the tokens of b, a retry budget of dependency, at
 // every collection.
@@ -316,12 +326,6 @@ func (o *Observer) WatchBudget(dependency string, b *budget.Budget) {
 // exported from the first collection, before any call.
 func (o *Observer) WatchPolicy(p *guardrail.Policy) {
 	o.gauges.WatchPolicy(p)
-}
-
-// WatchLoad reports a load shedder's in-flight count and limit at every
-// collection.
-func (o *Observer) WatchLoad(dependency string, load func() (inFlight, limit int)) {
-	o.gauges.WatchLoad(dependency, load, nil)
 }
 
 // Observe records e. It implements event.Observer: for event.CallStart
@@ -360,10 +364,10 @@ func (o *Observer) Observe(ctx context.Context, e event.Event) context.Context {
 		}
 	case event.Retry:
 		o.retries.Add(ctx, 1, o.retriesC.Get(dep, op, e.Reason, "").add...)
-		o.callEvent(ctx, "guardrail.retry", AttrAttempt.Int(e.Attempt), AttrBackoff.Float64(ms(e.Delay)), AttrReason.String(e.Reason))
+		o.callEvent(ctx, "guardrail.retry", attrAttempt.Int(e.Attempt), attrBackoff.Float64(ms(e.Delay)), attrReason.String(e.Reason))
 	case event.RetryRefused:
 		o.refused.Add(ctx, 1, o.refusedC.Get(dep, op, e.Reason, "").add...)
-		o.callEvent(ctx, "guardrail.retry_refused", AttrAttempt.Int(e.Attempt), AttrReason.String(e.Reason))
+		o.callEvent(ctx, "guardrail.retry_refused", attrAttempt.Int(e.Attempt), attrReason.String(e.Reason))
 	case event.Hedge:
 		o.hedges.Add(ctx, 1, o.hedgesC.Get(dep, op, "sent", "").add...)
 	case event.HedgeRefused:
@@ -376,41 +380,41 @@ func (o *Observer) Observe(ctx context.Context, e event.Event) context.Context {
 		}
 	case event.BudgetExhausted:
 		o.gauges.Observe(&e)
-		o.callEvent(ctx, "guardrail.budget_exhausted", AttrTokens.Float64(e.Tokens))
+		o.callEvent(ctx, "guardrail.budget_exhausted", attrTokens.Float64(e.Tokens))
 	case event.Timeout:
 		o.timeouts.Add(ctx, 1, o.timeoutsC.Get(dep, op, e.Phase, "").add...)
 		if st := stateOf(ctx); st != nil && st.timeout(e.Phase) {
 			break
 		}
-		trace.SpanFromContext(ctx).SetAttributes(AttrPhase.String(e.Phase))
+		trace.SpanFromContext(ctx).SetAttributes(attrPhase.String(e.Phase))
 	case event.BreakerTransition:
 		o.transitions.Add(ctx, 1, o.transC.Get(dep, e.From, e.To, e.Reason).add...)
 		o.gauges.Observe(&e)
 		o.transition(ctx, &e)
 	case event.BreakerReject:
 		o.rejections.Add(ctx, 1, o.pairC.Get(dep, op, "", "").add...)
-		o.callEvent(ctx, "guardrail.breaker.reject", AttrRetryIn.Float64(ms(e.Delay)))
+		o.callEvent(ctx, "guardrail.breaker.reject", attrRetryIn.Float64(ms(e.Delay)))
 	case event.BreakerProbe:
 		o.probes.Add(ctx, 1, o.pairC.Get(dep, op, "", "").add...)
 		o.callEvent(ctx, "guardrail.breaker.probe")
 	case event.BulkheadReject:
 		o.bulkhead.Add(ctx, 1, o.bulkheadC.Get(dep, op, e.Reason, "").add...)
-		o.callEvent(ctx, "guardrail.bulkhead.reject", AttrReason.String(e.Reason))
+		o.callEvent(ctx, "guardrail.bulkhead.reject", attrReason.String(e.Reason))
 	case event.Shed:
 		o.shed.Add(ctx, 1, o.shedC.Get(dep, op, e.Priority, e.Reason).add...)
 		o.gauges.Observe(&e)
-		spanEvent(ctx, "guardrail.shed", AttrPriority.String(e.Priority),
-			AttrReason.String(e.Reason), AttrInFlight.Int(e.InFlight), AttrLimit.Int(e.Limit))
+		spanEvent(ctx, "guardrail.shed", attrPriority.String(e.Priority),
+			attrReason.String(e.Reason), attrInFlight.Int(e.InFlight), attrLimit.Int(e.Limit))
 	case event.Admit:
 		o.admitted.Add(ctx, 1, o.admitC.Get(dep, op, e.Priority, "").add...)
 		o.queueWait.Record(ctx, e.Duration.Seconds(), o.queueC.Get(dep, e.Priority, "", "").rec...)
 		o.gauges.Observe(&e)
 		if e.Duration > 0 {
-			spanEvent(ctx, "guardrail.admit", AttrPriority.String(e.Priority), AttrQueueWaitMS.Float64(ms(e.Duration)))
+			spanEvent(ctx, "guardrail.admit", attrPriority.String(e.Priority), attrQueueWaitMS.Float64(ms(e.Duration)))
 		}
 	case event.Idempotency:
 		o.idempotency.Add(ctx, 1, o.idempotentC.Get(dep, op, e.Reason, "").add...)
-		spanEvent(ctx, "guardrail.idempotency", AttrOutcome.String(e.Reason))
+		spanEvent(ctx, "guardrail.idempotency", attrOutcome.String(e.Reason))
 	}
 	return ctx
 }
@@ -439,18 +443,18 @@ func (o *Observer) callEvent(ctx context.Context, name string, attrs ...attribut
 // Inside a trace that is not sampled it records nothing.
 func (o *Observer) transition(ctx context.Context, e *event.Event) {
 	attrs := []attribute.KeyValue{
-		AttrDependency.String(e.Dependency), AttrFrom.String(e.From), AttrTo.String(e.To),
-		AttrReason.String(e.Reason), AttrCause.String(e.Detail),
+		attrDependency.String(e.Dependency), attrFrom.String(e.From), attrTo.String(e.To),
+		attrReason.String(e.Reason), attrCause.String(e.Detail),
 	}
 	if e.To == "open" && e.Delay > 0 {
-		attrs = append(attrs, AttrOpenFor.Float64(ms(e.Delay)))
+		attrs = append(attrs, attrOpenFor.Float64(ms(e.Delay)))
 	}
 	span := trace.SpanFromContext(ctx)
 	switch {
 	case span.IsRecording():
-		span.AddEvent(TransitionSpanName, trace.WithAttributes(attrs...))
+		span.AddEvent(transitionSpanName, trace.WithAttributes(attrs...))
 	case !span.SpanContext().IsValid():
-		_, span = o.tracer.Start(ctx, TransitionSpanName, trace.WithAttributes(attrs...))
+		_, span = o.tracer.Start(ctx, transitionSpanName, trace.WithAttributes(attrs...))
 		span.End()
 	}
 }
@@ -467,15 +471,15 @@ func spanEvent(ctx context.Context, name string, attrs ...attribute.KeyValue) {
 // name and parent, not the attributes.
 func (o *Observer) startCall(ctx context.Context, e *event.Event) context.Context {
 	cc := &callCtx{}
-	ctx, cc.call = o.tracer.Start(ctx, CallSpanName)
+	ctx, cc.call = o.tracer.Start(ctx, callSpanName)
 	cc.Context = ctx
 	if cc.call.IsRecording() {
-		cc.call.SetAttributes(AttrDependency.String(e.Dependency))
+		cc.call.SetAttributes(attrDependency.String(e.Dependency))
 		if e.Operation != "" {
-			cc.call.SetAttributes(AttrOperation.String(e.Operation))
+			cc.call.SetAttributes(attrOperation.String(e.Operation))
 		}
 		if e.Remaining >= 0 {
-			cc.call.SetAttributes(AttrRemaining.Float64(ms(e.Remaining)))
+			cc.call.SetAttributes(attrRemaining.Float64(ms(e.Remaining)))
 		}
 	}
 	return cc
@@ -489,12 +493,12 @@ func (o *Observer) startAttempt(ctx context.Context, e *event.Event) context.Con
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.flushLocked()
-	ctx, st.attempt = o.tracer.Start(ctx, AttemptSpanName)
+	ctx, st.attempt = o.tracer.Start(ctx, attemptSpanName)
 	st.ended = false
 	if st.attempt.IsRecording() {
-		st.attempt.SetAttributes(AttrAttempt.Int(e.Attempt), AttrBackoff.Float64(ms(e.Delay)))
+		st.attempt.SetAttributes(attrAttempt.Int(e.Attempt), attrBackoff.Float64(ms(e.Delay)))
 		if e.Remaining >= 0 {
-			st.attempt.SetAttributes(AttrRemaining.Float64(ms(e.Remaining)))
+			st.attempt.SetAttributes(attrRemaining.Float64(ms(e.Remaining)))
 		}
 	}
 	return ctx
@@ -544,7 +548,7 @@ func (st *callState) endAttempt(e *event.Event) {
 	if !st.attempt.IsRecording() {
 		return
 	}
-	st.attempt.SetAttributes(AttrOutcome.String(e.Outcome))
+	st.attempt.SetAttributes(attrOutcome.String(e.Outcome))
 	if e.Err != nil {
 		st.attempt.RecordError(e.Err)
 		st.attempt.SetStatus(codes.Error, e.Err.Error())
@@ -559,7 +563,7 @@ func (st *callState) timeout(phase string) bool {
 	if st.attempt == nil {
 		return false
 	}
-	st.attempt.SetAttributes(AttrPhase.String(phase))
+	st.attempt.SetAttributes(attrPhase.String(phase))
 	return true
 }
 
@@ -585,7 +589,7 @@ func (st *callState) end(e *event.Event) {
 		st.call.End()
 		return
 	}
-	st.call.SetAttributes(AttrOutcome.String(e.Outcome), AttrAttempts.Int(e.Attempt))
+	st.call.SetAttributes(attrOutcome.String(e.Outcome), attrAttempts.Int(e.Attempt))
 	if e.Outcome != event.OutcomeOK {
 		if e.Err != nil {
 			st.call.RecordError(e.Err)

@@ -73,16 +73,16 @@ func split(t *testing.T, spans []sdktrace.ReadOnlySpan) (calls, attempts []sdktr
 	t.Helper()
 	for _, s := range spans {
 		switch s.Name() {
-		case gotel.CallSpanName:
+		case "guardrail.call":
 			calls = append(calls, s)
-		case gotel.AttemptSpanName:
+		case "guardrail.attempt":
 			attempts = append(attempts, s)
 		default:
 			t.Fatalf("unexpected span %q", s.Name())
 		}
 	}
 	sort.Slice(attempts, func(i, j int) bool {
-		return attr(attempts[i], gotel.AttrAttempt).AsInt64() < attr(attempts[j], gotel.AttrAttempt).AsInt64()
+		return attr(attempts[i], attribute.Key("guardrail.attempt")).AsInt64() < attr(attempts[j], attribute.Key("guardrail.attempt")).AsInt64()
 	})
 	return calls, attempts
 }
@@ -118,16 +118,16 @@ func TestCallRetriedTwice(t *testing.T) {
 			t.Fatalf("%d call spans, %d attempt spans; want 1 and 3", len(calls), len(attempts))
 		}
 		call := calls[0]
-		if got := attr(call, gotel.AttrOutcome).AsString(); got != event.OutcomeOK {
+		if got := attr(call, attribute.Key("guardrail.outcome")).AsString(); got != event.OutcomeOK {
 			t.Errorf("call outcome = %q", got)
 		}
-		if got := attr(call, gotel.AttrAttempts).AsInt64(); got != 3 {
+		if got := attr(call, attribute.Key("guardrail.attempts")).AsInt64(); got != 3 {
 			t.Errorf("call attempts = %d", got)
 		}
-		if got := attr(call, gotel.AttrDependency).AsString(); got != "pricing" {
+		if got := attr(call, attribute.Key("guardrail.dependency")).AsString(); got != "pricing" {
 			t.Errorf("call dependency = %q", got)
 		}
-		if got := attr(call, gotel.AttrOperation).AsString(); got != "GetPrice" {
+		if got := attr(call, attribute.Key("guardrail.operation")).AsString(); got != "GetPrice" {
 			t.Errorf("call operation = %q", got)
 		}
 		if got, want := strings.Join(eventNames(call), ","), "guardrail.retry,guardrail.retry"; got != want {
@@ -147,13 +147,13 @@ func TestCallRetriedTwice(t *testing.T) {
 			if a.Parent().SpanID() != call.SpanContext().SpanID() || a.SpanContext().TraceID() != call.SpanContext().TraceID() {
 				t.Errorf("attempt %d is not a child of the call span", i+1)
 			}
-			if got := attr(a, gotel.AttrAttempt).AsInt64(); got != int64(i+1) {
+			if got := attr(a, attribute.Key("guardrail.attempt")).AsInt64(); got != int64(i+1) {
 				t.Errorf("attempt %d: number %d", i+1, got)
 			}
-			if got := attr(a, gotel.AttrBackoff).AsFloat64(); got != wantBackoff[i] {
+			if got := attr(a, attribute.Key("guardrail.backoff_ms")).AsFloat64(); got != wantBackoff[i] {
 				t.Errorf("attempt %d: backoff %v ms, want %v", i+1, got, wantBackoff[i])
 			}
-			if got := attr(a, gotel.AttrOutcome).AsString(); got != wantOutcome[i] {
+			if got := attr(a, attribute.Key("guardrail.outcome")).AsString(); got != wantOutcome[i] {
 				t.Errorf("attempt %d: outcome %q, want %q", i+1, got, wantOutcome[i])
 			}
 			if got := a.StartTime().Sub(start); got != wantStart[i] {
@@ -198,16 +198,16 @@ func TestAttemptTimeoutPhase(t *testing.T) {
 		if len(calls) != 1 || len(attempts) != 2 {
 			t.Fatalf("%d calls, %d attempts", len(calls), len(attempts))
 		}
-		if got := attr(attempts[0], gotel.AttrPhase).AsString(); got != event.PhaseAttempt {
+		if got := attr(attempts[0], attribute.Key("guardrail.timeout_phase")).AsString(); got != event.PhaseAttempt {
 			t.Errorf("attempt 1 timeout phase = %q, want %q", got, event.PhaseAttempt)
 		}
 		if got := attempts[0].EndTime().Sub(attempts[0].StartTime()); got != 50*time.Millisecond {
 			t.Errorf("attempt 1 lasted %v, want 50ms", got)
 		}
-		if got := attr(attempts[1], gotel.AttrPhase); got.Type() != attribute.EMPTY {
+		if got := attr(attempts[1], attribute.Key("guardrail.timeout_phase")); got.Type() != attribute.EMPTY {
 			t.Errorf("attempt 2 has a timeout phase %v", got.String())
 		}
-		if got := attr(attempts[1], gotel.AttrBackoff).AsFloat64(); got != 10 {
+		if got := attr(attempts[1], attribute.Key("guardrail.backoff_ms")).AsFloat64(); got != 10 {
 			t.Errorf("attempt 2 backoff = %v ms, want 10", got)
 		}
 	})
@@ -238,19 +238,19 @@ func TestRefusedRetryAndBreakerEvents(t *testing.T) {
 	if len(calls) != 1 || len(attempts) != 1 {
 		t.Fatalf("%d calls, %d attempts", len(calls), len(attempts))
 	}
-	if got, want := strings.Join(eventNames(calls[0]), ","), "guardrail.budget_exhausted,"+gotel.TransitionSpanName+",guardrail.retry_refused,exception"; got != want {
+	if got, want := strings.Join(eventNames(calls[0]), ","), "guardrail.budget_exhausted,"+"guardrail.breaker.transition"+",guardrail.retry_refused,exception"; got != want {
 		t.Errorf("call events = %s, want %s", got, want)
 	}
 	if calls[0].Status().Code != codes.Error || calls[0].Status().Description != event.OutcomeBudgetExhausted {
 		t.Errorf("call status = %+v", calls[0].Status())
 	}
 	for _, e := range calls[0].Events() {
-		if e.Name == gotel.TransitionSpanName {
+		if e.Name == "guardrail.breaker.transition" {
 			got := map[attribute.Key]string{}
 			for _, a := range e.Attributes {
 				got[a.Key] = a.Value.String()
 			}
-			if got[gotel.AttrFrom] != "closed" || got[gotel.AttrTo] != "open" || got[gotel.AttrReason] == "" {
+			if got[attribute.Key("guardrail.breaker.from")] != "closed" || got[attribute.Key("guardrail.breaker.to")] != "open" || got[attribute.Key("guardrail.reason")] == "" {
 				t.Errorf("transition event attributes = %v", got)
 			}
 		}
@@ -474,9 +474,9 @@ func TestPolicyBreakerTransitionSpan(t *testing.T) {
 		var transitions, calls []sdktrace.ReadOnlySpan
 		for _, s := range f.spans.Ended() {
 			switch s.Name() {
-			case gotel.TransitionSpanName:
+			case "guardrail.breaker.transition":
 				transitions = append(transitions, s)
-			case gotel.CallSpanName:
+			case "guardrail.call":
 				calls = append(calls, s)
 			}
 		}
@@ -485,8 +485,8 @@ func TestPolicyBreakerTransitionSpan(t *testing.T) {
 		}
 		tr := transitions[0]
 		for k, want := range map[attribute.Key]string{
-			gotel.AttrDependency: "ledger", gotel.AttrFrom: "closed", gotel.AttrTo: "open",
-			gotel.AttrReason: "failure_rate", gotel.AttrCause: "failure rate 1 of 2 calls >= 0.5", gotel.AttrOpenFor: "5000",
+			attribute.Key("guardrail.dependency"): "ledger", attribute.Key("guardrail.breaker.from"): "closed", attribute.Key("guardrail.breaker.to"): "open",
+			attribute.Key("guardrail.reason"): "failure_rate", attribute.Key("guardrail.breaker.cause"): "failure rate 1 of 2 calls >= 0.5", attribute.Key("guardrail.breaker.open_for_ms"): "5000",
 		} {
 			if got := attr(tr, k).String(); got != want {
 				t.Errorf("transition %s = %q, want %q", k, got, want)
@@ -496,7 +496,7 @@ func TestPolicyBreakerTransitionSpan(t *testing.T) {
 			t.Errorf("the transition span has a parent, %v", tr.Parent())
 		}
 		rejected := calls[2]
-		if got := attr(rejected, gotel.AttrOutcome).AsString(); got != event.OutcomeCircuitOpen {
+		if got := attr(rejected, attribute.Key("guardrail.outcome")).AsString(); got != event.OutcomeCircuitOpen {
 			t.Errorf("third call outcome = %q", got)
 		}
 		if got := strings.Join(eventNames(rejected), ","); got != "guardrail.breaker.reject,exception" {
@@ -515,6 +515,10 @@ func TestInvalidConfig(t *testing.T) {
 		{gotel.Config{MaxLabelValues: -5}, "otel: Config.MaxLabelValues is -5; want 0 (the default, 100) or more"},
 		{gotel.Config{DurationBuckets: []float64{0.1, math.NaN()}}, "otel: Config.DurationBuckets is [0.1 NaN]; want finite boundaries in strictly increasing order, or none for the default"},
 		{gotel.Config{RemainingBuckets: []float64{1, math.Inf(1)}}, "otel: Config.RemainingBuckets is [1 +Inf]; want finite boundaries in strictly increasing order, or none for the default"},
+		// Every invalid field is named, not only the first.
+		{gotel.Config{MaxLabelValues: -5, DurationBuckets: []float64{2, 1}},
+			"otel: Config.MaxLabelValues is -5; want 0 (the default, 100) or more\n" +
+				"otel: Config.DurationBuckets is [2 1]; want finite boundaries in strictly increasing order, or none for the default"},
 	} {
 		o, err := gotel.New(tc.cfg)
 		if o != nil || !errors.Is(err, gotel.ErrInvalidConfig) {

@@ -20,9 +20,6 @@ import (
 	"github.com/guardrail-go/guardrail/shed"
 )
 
-// Other is the value a label takes past its cap (Config.MaxLabelValues).
-const Other = series.Other
-
 // DefaultMaxLabelValues is the default cap of distinct values per label.
 const DefaultMaxLabelValues = series.DefaultMaxValues
 
@@ -63,16 +60,12 @@ type Config struct {
 	RemainingBuckets []float64
 }
 
-// validate returns the error of the first invalid field of cfg, or nil.
+// validate returns one error per invalid field of cfg, joined, or nil.
 func (cfg *Config) validate() error {
-	if err := series.CheckMaxValues("prom", ErrInvalidConfig, cfg.MaxLabelValues); err != nil {
-		return err
-	}
-	if err := series.CheckBuckets("prom", ErrInvalidConfig, "Config.DurationBuckets", cfg.DurationBuckets); err != nil {
-		return err
-	}
-	if err := series.CheckBuckets("prom", ErrInvalidConfig, "Config.RemainingBuckets", cfg.RemainingBuckets); err != nil {
-		return err
+	errs := []error{
+		series.CheckMaxValues("prom", ErrInvalidConfig, cfg.MaxLabelValues),
+		series.CheckBuckets("prom", ErrInvalidConfig, "Config.DurationBuckets", cfg.DurationBuckets),
+		series.CheckBuckets("prom", ErrInvalidConfig, "Config.RemainingBuckets", cfg.RemainingBuckets),
 	}
 	reserved := map[string]bool{"le": true}
 	for _, d := range series.All {
@@ -91,14 +84,14 @@ func (cfg *Config) validate() error {
 		}
 		switch {
 		case !labelName(name):
-			return invalid("set", "label names of letters, digits and underscores, not starting with a digit or \"__\"")
+			errs = append(errs, invalid("set", "label names of letters, digits and underscores, not starting with a digit or \"__\""))
 		case reserved[name]:
-			return invalid("set", "a name guardrail's series do not use")
+			errs = append(errs, invalid("set", "a name guardrail's series do not use"))
 		case !utf8.ValidString(cfg.ConstLabels[name]):
-			return invalid(fmt.Sprintf("%q", cfg.ConstLabels[name]), "a valid UTF-8 value")
+			errs = append(errs, invalid(fmt.Sprintf("%q", cfg.ConstLabels[name]), "a valid UTF-8 value"))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // labelName reports whether s is a label name every Prometheus version
@@ -204,7 +197,7 @@ type attemptSeries struct {
 }
 
 // New returns a Collector configured by cfg, or an error that Is
-// ErrInvalidConfig and names the first invalid field. Register the
+// ErrInvalidConfig and names every invalid field. Register the
 // Collector with a prometheus.Registerer before the first scrape.
 func New(cfg Config) (*Collector, error) {
 	if err := cfg.validate(); err != nil {
@@ -360,18 +353,6 @@ func (c *Collector) Observe(ctx context.Context, e event.Event) context.Context 
 	return ctx
 }
 
-// WatchBreakerState exports the state of a breaker of dependency from the
-// first scrape on: state is called at every scrape and returns "closed",
-// "open" or "half_open" (breaker.State's String), and the key label is
-// empty. A watched dependency's gauge ignores transition events, which only
-// count transitions. Watching the same dependency again adds a breaker:
-// past the label cap, guardrail_breaker_state counts the breakers in each
-// state. For a breaker.Group use WatchBreakerGroup, which labels each
-// breaker with its key.
-func (c *Collector) WatchBreakerState(dependency string, state func() string) {
-	c.gauges.WatchBreakerState(dependency, state, nil)
-}
-
 // WatchBudget exports the tokens of b, a retry budget of dependency, read
 // at every scrape.
 func (c *Collector) WatchBudget(dependency string, b *budget.Budget) {
@@ -383,13 +364,6 @@ func (c *Collector) WatchBudget(dependency string, b *budget.Budget) {
 // exported from the first collection, before any call.
 func (c *Collector) WatchPolicy(p *guardrail.Policy) {
 	c.gauges.WatchPolicy(p)
-}
-
-// WatchLoad exports a load shedder's in-flight count and current limit,
-// read from load at every scrape. Without it the gauges show the values
-// carried by the last shed or admit event.
-func (c *Collector) WatchLoad(dependency string, load func() (inFlight, limit int)) {
-	c.gauges.WatchLoad(dependency, load, nil)
 }
 
 // Describe implements prometheus.Collector.
@@ -431,7 +405,12 @@ func (c *Collector) WatchShedder(dependency string, s *shed.Shedder) {
 }
 
 // WatchBreaker reports the state of b under dependency at every
-// collection, from the first one on.
+// collection, from the first one on, with an empty key label. A watched
+// dependency's gauge ignores transition events, which only count
+// transitions. Watching another breaker under the same dependency adds it:
+// past the label cap, guardrail_breaker_state counts the breakers in each
+// state. For a breaker.Group use WatchBreakerGroup, which labels each
+// breaker with its key.
 func (c *Collector) WatchBreaker(dependency string, b *breaker.Breaker) {
 	c.gauges.WatchBreaker(dependency, b)
 }

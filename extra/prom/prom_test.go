@@ -371,7 +371,13 @@ func TestServerEvents(t *testing.T) {
 	})
 
 	// A watched shedder wins over the last event.
-	c.WatchLoad("api", func() (int, int) { return 7, 50 })
+	sh := must(shed.New(shed.Config{Name: "api", Limit: 50}))
+	for range 7 {
+		if _, err := sh.Acquire(context.Background(), shed.Critical); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.WatchShedder("api", sh)
 	diff(t, only(samples(t, reg), "guardrail_shed_in_flight", "guardrail_shed_limit"), map[string]float64{
 		`guardrail_shed_in_flight{dependency="api"}`: 7,
 		`guardrail_shed_limit{dependency="api"}`:     50,
@@ -410,8 +416,8 @@ func TestCardinality(t *testing.T) {
 	if total != 10_000 {
 		t.Errorf("calls counted = %v, want 10000: folding must not lose calls", total)
 	}
-	if len(ops) != maxValues+1 || !ops[prom.Other] {
-		t.Errorf("%d operation values (other present: %v), want %d including %q", len(ops), ops[prom.Other], maxValues+1, prom.Other)
+	if len(ops) != maxValues+1 || !ops["other"] {
+		t.Errorf("%d operation values (other present: %v), want %d including %q", len(ops), ops["other"], maxValues+1, "other")
 	}
 	// Another 10,000 new values add no series.
 	run(10_000)
@@ -440,7 +446,7 @@ func TestConcurrentObserveAndScrape(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	c := newCollector(t, prom.Config{MaxLabelValues: 5})
 	reg.MustRegister(c)
-	c.WatchBreakerState("a", func() string { return "closed" })
+	c.WatchBreaker("a", must(breaker.New(breaker.Config{})))
 	done := make(chan struct{})
 	for g := range 4 {
 		go func() {
@@ -581,6 +587,11 @@ func TestInvalidConfig(t *testing.T) {
 		{prom.Config{ConstLabels: prometheus.Labels{"1region": "x"}}, `prom: Config.ConstLabels["1region"] is set; want label names of letters, digits and underscores, not starting with a digit or "__"`},
 		{prom.Config{ConstLabels: prometheus.Labels{"__name": "x"}}, `prom: Config.ConstLabels["__name"] is set; want label names of letters, digits and underscores, not starting with a digit or "__"`},
 		{prom.Config{ConstLabels: prometheus.Labels{"region": "\xff"}}, `prom: Config.ConstLabels["region"] is "\xff"; want a valid UTF-8 value`},
+		// Every invalid field is named, not only the first.
+		{prom.Config{MaxLabelValues: -1, ConstLabels: prometheus.Labels{"le": "x", "region": "\xff"}},
+			"prom: Config.MaxLabelValues is -1; want 0 (the default, 100) or more\n" +
+				`prom: Config.ConstLabels["le"] is set; want a name guardrail's series do not use` + "\n" +
+				`prom: Config.ConstLabels["region"] is "\xff"; want a valid UTF-8 value`},
 	} {
 		c, err := prom.New(tc.cfg)
 		if c != nil || !errors.Is(err, prom.ErrInvalidConfig) {

@@ -181,28 +181,33 @@ type entry struct {
 }
 
 // New returns a Limiter configured by cfg, or an error that Is
-// ErrInvalidConfig and names the first invalid field.
+// ErrInvalidConfig and names every invalid field.
 func New(cfg Config) (*Limiter, error) {
+	var errs []error
 	r := cfg.Rate
 	switch {
 	case r == 0:
 		r = DefaultRate
 	case !(r > 0) || math.IsInf(r, 1): // also NaN
-		return nil, invalid("Rate", r, "a finite number of requests per second above 0, or 0 for the default 10")
+		errs = append(errs, invalid("Rate", r, "a finite number of requests per second above 0, or 0 for the default 10"))
+		r = DefaultRate
 	}
 	burst := cfg.Burst
 	switch {
 	case burst == 0:
 		burst = int(min(math.Ceil(r), math.MaxInt32))
 	case burst < 0:
-		return nil, invalid("Burst", burst, "a positive count, or 0 for Rate rounded up")
+		errs = append(errs, invalid("Burst", burst, "a positive count, or 0 for Rate rounded up"))
 	}
 	maxKeys := cfg.MaxKeys
 	switch {
 	case maxKeys == 0:
 		maxKeys = DefaultMaxKeys
 	case maxKeys < 0:
-		return nil, invalid("MaxKeys", maxKeys, "a positive count, or 0 for the default 100000")
+		errs = append(errs, invalid("MaxKeys", maxKeys, "a positive count, or 0 for the default 100000"))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	n := 1
 	for n < maxShards && n*2*minPerShard <= maxKeys {
@@ -233,9 +238,17 @@ func New(cfg Config) (*Limiter, error) {
 	return l, nil
 }
 
+// invalid reports one invalid field, in the words of every guardrail
+// package: "ratelimit: Config.Burst is -2; want ...". It Is
+// ErrInvalidConfig.
 func invalid(field string, got any, want string) error {
-	return fmt.Errorf("ratelimit: Config.%s is %v; want %s: %w", field, got, want, ErrInvalidConfig)
+	return &configError{fmt.Sprintf("ratelimit: Config.%s is %v; want %s", field, got, want)}
 }
+
+type configError struct{ msg string }
+
+func (e *configError) Error() string        { return e.msg }
+func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
 
 // RemoteAddr is the default Config.Key: the host part of r.RemoteAddr (the
 // whole of it when it has no port). It never fails.

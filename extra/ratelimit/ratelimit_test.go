@@ -68,6 +68,10 @@ func TestConfigErrors(t *testing.T) {
 		{ratelimit.Config{Rate: zero() / zero()}, "ratelimit: Config.Rate is NaN"},
 		{ratelimit.Config{Burst: -2}, "ratelimit: Config.Burst is -2; want a positive count"},
 		{ratelimit.Config{MaxKeys: -1}, "ratelimit: Config.MaxKeys is -1; want a positive count"},
+		// Every invalid field is named, not only the first.
+		{ratelimit.Config{Rate: -1, Burst: -2, MaxKeys: -1}, "ratelimit: Config.Rate is -1; want a finite number of requests per second above 0, or 0 for the default 10\n" +
+			"ratelimit: Config.Burst is -2; want a positive count, or 0 for Rate rounded up\n" +
+			"ratelimit: Config.MaxKeys is -1; want a positive count"},
 	} {
 		_, err := ratelimit.New(tc.cfg)
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) || !errors.Is(err, ratelimit.ErrInvalidConfig) {

@@ -17,9 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/extra/prom"
 	"github.com/guardrail-go/guardrail/extra/prom/grafana"
+	"github.com/guardrail-go/guardrail/shed"
 )
 
 // family is what the Prometheus collector registers under one name.
@@ -52,9 +54,9 @@ func registered(t *testing.T) map[string]family {
 	// Give every family a child so Gather reports its type.
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
-	c.WatchBreakerState("d", func() string { return "closed" })
+	c.WatchBreaker("d", must(breaker.New(breaker.Config{})))
 	c.WatchBudget("d", must(budget.New(budget.Config{})))
-	c.WatchLoad("d", func() (int, int) { return 1, 2 })
+	c.WatchShedder("d", must(shed.New(shed.Config{Limit: 2})))
 	ctx := context.Background()
 	for k := event.CallStart; k <= event.ConfigReload; k++ {
 		for _, outcome := range []string{event.OutcomeOK, event.OutcomeError} {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/fallback"
 	"github.com/guardrail-go/guardrail/fault"
 	"github.com/guardrail-go/guardrail/guardhttp"
@@ -74,10 +75,10 @@ func newPricing() (*pricing, error) {
 
 func (p *pricing) set(f fault.Fault) {
 	if f == nil {
-		_ = p.inj.SetRules(nil)
+		_ = p.inj.Reconfigure(fault.Config{})
 		return
 	}
-	_ = p.inj.SetRules([]fault.Rule{{Name: "pricing", Fault: f}})
+	_ = p.inj.Reconfigure(fault.Config{Rules: []fault.Rule{{Name: "pricing", Fault: f}}})
 }
 
 func (p *pricing) Close() {
@@ -173,11 +174,21 @@ func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
 	// 1-2. Low traffic: 1 success and 2 failures, without and with a minimum volume.
 	for _, min := range []int{1, def.MinRequests} {
 		env.Progress("breaker: low traffic, min requests %d", min)
-		tripped := -1 // failures counted when it tripped
+		// failures counted when it tripped: the calls pricing failed until
+		// then, the last one included (the Observer runs on the goroutine
+		// whose failure tripped the breaker, after pricing answered it).
+		tripped := -1
+		var failingSince int64
 		s, br := newShop(pr, breaker.Config{MinRequests: min, OpenFor: p.openFor,
-			OnTransition: func(t breaker.Transition) { tripped = t.Failures }}, p.attemptTimeout)
+			Observer: event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+				if e.To == breaker.Open.String() {
+					tripped = int(pr.calls.Load() - failingSince)
+				}
+				return ctx
+			})}, p.attemptTimeout)
 		pr.set(nil)
 		o := ask(s, 1)
+		failingSince = pr.calls.Load()
 		pr.set(fault.Status{Code: 503})
 		o2 := ask(s, 2)
 		o.calls += o2.calls
@@ -214,11 +225,18 @@ func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
 	}
 	timeline := []point{{0, breaker.Closed}}
 	s, br = newShop(pr, breaker.Config{MinRequests: p.outageMin, OpenFor: p.openFor, OpenJitter: -1,
-		OnTransition: func(t breaker.Transition) {
+		Observer: event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+			to := breaker.Closed
+			for _, st := range []breaker.State{breaker.Open, breaker.HalfOpen} {
+				if e.To == st.String() {
+					to = st
+				}
+			}
 			mu.Lock()
-			timeline = append(timeline, point{time.Since(t0), t.To})
+			timeline = append(timeline, point{time.Since(t0), to})
 			mu.Unlock()
-		}}, p.attemptTimeout)
+			return ctx
+		})}, p.attemptTimeout)
 	pr.set(nil)
 	if _, err := s.price(ctx, "p1"); err != nil { // a last-good price
 		return nil, fmt.Errorf("warming the cache: %w", err)

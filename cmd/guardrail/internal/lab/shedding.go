@@ -334,7 +334,8 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 
 	// Notes.
 	r.note("goodput = 200s received within the client timeout / the %v of load; p99_503 is the client-side latency of the refusals; wasted = queries the pool ran for clients that had already given up.", p.duration)
-	shares := shed.DefaultShares()
+	// shed's default shares, as its Config.Shares documents them.
+	shares := map[shed.Priority]float64{shed.Sheddable: 0.50, shed.Low: 0.70, shed.Normal: 0.85, shed.High: 0.95, shed.Critical: 1.00}
 	var mixText, shareText []string
 	for _, m := range mix {
 		sent := results[len(results)-1].summary(func(o *shot) bool { return o.prio == m.p }).sent

@@ -11,6 +11,7 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/guardhttp"
 	"github.com/guardrail-go/guardrail/throttle"
 )
@@ -165,11 +166,12 @@ func (p throttlingParams) runMode(ctx context.Context, mode string) ([2]phaseCou
 	bcfg := breaker.Config{Mode: breaker.Disabled}
 	if mode != "none" {
 		bcfg = breaker.Config{Window: time.Second, MinRequests: 20, FailureRate: 0.3, OpenFor: p.openFor,
-			OnTransition: func(t breaker.Transition) {
-				if t.To == breaker.Open {
+			Observer: event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+				if e.To == breaker.Open.String() {
 					opens[phase.Load()].Add(1)
 				}
-			}}
+				return ctx
+			})}
 	}
 	group, err := breaker.NewGroup(breaker.GroupConfig{Config: bcfg})
 	if err != nil {

@@ -1,4 +1,18 @@
-package guardhttp
+// Package respond turns the error of a call a server made to a dependency
+// into the answer the server gives its own client: a status code, a
+// Retry-After and a short body that names the condition.
+//
+// A handler whose call through guardrail.Do, a guardhttp client, a breaker,
+// a bulkhead or a shedder failed answers with
+//
+//	respond.Error(w, err)
+//
+// or reads respond.Status(err) to write a body of its own. The package
+// lives apart from the HTTP client (guardhttp) because it is a server's
+// concern, and apart from the server-side middleware (shed, deadline)
+// because it reads the errors of the root package, which they do not
+// import.
+package respond
 
 import (
 	"context"
@@ -15,19 +29,19 @@ import (
 	"github.com/guardrail-go/guardrail/shed"
 )
 
-// StatusClientClosedRequest is the status ErrorStatus gives a call that
-// ended because this server's own client went away (context.Canceled):
-// 499, the code nginx logs for it. Nobody reads the answer; the code keeps
-// the request out of the 5xx counts that say this server failed.
+// StatusClientClosedRequest is the status Status gives a call that ended
+// because this server's own client went away (context.Canceled): 499, the
+// code nginx logs for it. Nobody reads the answer; the code keeps the
+// request out of the 5xx counts that say this server failed.
 const StatusClientClosedRequest = 499
 
-// DefaultShedRetryAfter is the Retry-After ErrorStatus gives a shed
-// request, the one shed's middleware sends by default: the server was
-// over capacity at that moment, and a second lets its queue drain.
-const DefaultShedRetryAfter = time.Second
+// ShedRetryAfter is the Retry-After Status gives a shed request, the one
+// shed's middleware sends by default: the server was over capacity at that
+// moment, and a second lets its queue drain.
+const ShedRetryAfter = time.Second
 
-// ErrorStatus returns the status code a server should answer with when a
-// call it made to a dependency (through a Transport, guardrail.Do or a
+// Status returns the status code a server should answer with when a call
+// it made to a dependency (through guardrail.Do, a guardhttp client or a
 // breaker, bulkhead or shedder of its own) failed with err, and the
 // Retry-After to send with it (0: none). The first that matches wins:
 //
@@ -47,21 +61,21 @@ const DefaultShedRetryAfter = time.Second
 //     Too many calls to the dependency are in flight from this process: an
 //     overload of the moment, but nobody knows when a slot frees, so the
 //     client's own backoff decides.
-//   - shed.ErrShed: 503, Retry-After DefaultShedRetryAfter.
+//   - shed.ErrShed: 503, Retry-After ShedRetryAfter.
 //   - guardrail.ErrBudgetExhausted: 503, with Retry-After only when the
 //     dependency sent one (guardrail.Error.RetryIn). Retries ran out of
 //     budget because the dependency fails for many callers: it is
 //     unavailable, and retrying at once adds to the load the budget is
 //     there to cap.
-//   - guardrail.ErrDeadline, ErrTimeout, context.DeadlineExceeded: 504
-//     Gateway Timeout: the dependency did not answer within the time the
-//     request had.
+//   - guardrail.ErrDeadline, context.DeadlineExceeded (which every
+//     guardhttp.TimeoutError also is): 504 Gateway Timeout: the dependency
+//     did not answer within the time the request had.
 //   - any other error from the network (a net.Error or *url.Error, such as
 //     connection refused after the retries): 502 Bad Gateway.
 //   - anything else: 500 Internal Server Error.
 //
 // A nil err returns 200 and 0.
-func ErrorStatus(err error) (status int, retryAfter time.Duration) {
+func Status(err error) (status int, retryAfter time.Duration) {
 	var ge *guardrail.Error
 	retryIn := time.Duration(0)
 	if errors.As(err, &ge) {
@@ -84,10 +98,10 @@ func ErrorStatus(err error) (status int, retryAfter time.Duration) {
 	case errors.Is(err, guardrail.ErrBulkheadFull), errors.Is(err, bulkhead.ErrFull):
 		return http.StatusServiceUnavailable, 0
 	case errors.Is(err, shed.ErrShed):
-		return http.StatusServiceUnavailable, DefaultShedRetryAfter
+		return http.StatusServiceUnavailable, ShedRetryAfter
 	case errors.Is(err, guardrail.ErrBudgetExhausted):
 		return http.StatusServiceUnavailable, retryIn
-	case errors.Is(err, guardrail.ErrDeadline), errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, guardrail.ErrDeadline), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, 0
 	}
 	var ne net.Error
@@ -98,13 +112,13 @@ func ErrorStatus(err error) (status int, retryAfter time.Duration) {
 	return http.StatusInternalServerError, 0
 }
 
-// WriteError answers w as ErrorStatus(err) says: the status, a
-// Retry-After header in whole seconds (rounded up) when there is one, and
-// a one-line plain-text body naming the condition ("outcome unknown",
-// "circuit open"), never err's message, which may describe internal hosts.
-// Call it before anything else is written to w.
-func WriteError(w http.ResponseWriter, err error) {
-	status, ra := ErrorStatus(err)
+// Error answers w as Status(err) says: the status, a Retry-After header in
+// whole seconds (rounded up) when there is one, and a one-line plain-text
+// body naming the condition ("outcome unknown", "circuit open"), never
+// err's message, which may describe internal hosts. Call it before
+// anything else is written to w.
+func Error(w http.ResponseWriter, err error) {
+	status, ra := Status(err)
 	h := w.Header()
 	if ra > 0 {
 		h.Set("Retry-After", strconv.FormatInt(int64((ra+time.Second-1)/time.Second), 10))
@@ -115,7 +129,7 @@ func WriteError(w http.ResponseWriter, err error) {
 	_, _ = w.Write([]byte(condition(err, status) + "\n"))
 }
 
-// condition names what went wrong, for WriteError's body.
+// condition names what went wrong, for Error's body.
 func condition(err error, status int) string {
 	switch {
 	case errors.Is(err, guardrail.ErrOutcomeUnknown):

@@ -1,0 +1,4 @@
+package shed
+
+// HeaderPriorityOf exposes headerPriorityOf to the tests.
+var HeaderPriorityOf = headerPriorityOf
