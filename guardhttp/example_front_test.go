@@ -13,17 +13,16 @@ import (
 	"github.com/guardrail-go/guardrail/guardhttp"
 )
 
-// New returns a client whose budget and breakers can be watched, to export
-// them as metrics, say, with no type assertion on http.Client.Transport.
-// Config.Breaker tunes every key's breaker in one field; its transitions
-// still go to Config.Observer.
-func ExampleNew() {
+// The *Transport under a client built by NewClient gives its budget and
+// breakers, to export them as metrics, say. Config.Breaker tunes every
+// key's breaker in one field; its transitions still go to Config.Observer.
+func ExampleNewClient_metrics() {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok")
 	}))
 	defer srv.Close()
 
-	client, err := guardhttp.New(guardhttp.Config{
+	client, err := guardhttp.NewClient(guardhttp.Config{
 		Name:    "pricing",
 		Breaker: breaker.Config{MinRequests: 50, OpenFor: 10 * time.Second},
 	})
@@ -33,16 +32,17 @@ func ExampleNew() {
 	}
 	defer client.CloseIdleConnections()
 
-	resp, err := client.Get(srv.URL) // the methods of *http.Client
+	resp, err := client.Get(srv.URL)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	resp.Body.Close()
 
-	fmt.Println("retry tokens at most:", client.RetryBudget().Max())
-	client.Breakers().Range(func(key string, b *breaker.Breaker) bool {
-		fmt.Println("breakers:", client.Breakers().Len(), "state:", b.State())
+	t := client.Transport.(*guardhttp.Transport)
+	fmt.Println("retry tokens at most:", t.RetryBudget().Max())
+	t.Breakers().Range(func(key string, b *breaker.Breaker) bool {
+		fmt.Println("breakers:", t.Breakers().Len(), "state:", b.State())
 		return true
 	})
 	// Output:

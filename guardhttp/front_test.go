@@ -72,29 +72,30 @@ func TestConfigBreakerInvalid(t *testing.T) {
 		if !errors.Is(err, guardhttp.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("err = %v, want ErrInvalidConfig saying %q", err, tc.want)
 		}
-		if _, err := guardhttp.New(tc.cfg); !errors.Is(err, guardhttp.ErrInvalidConfig) {
-			t.Errorf("New: err = %v, want ErrInvalidConfig", err)
+		if _, err := guardhttp.NewTransport(nil, tc.cfg); !errors.Is(err, guardhttp.ErrInvalidConfig) {
+			t.Errorf("NewTransport: err = %v, want ErrInvalidConfig", err)
 		}
 	}
 }
 
-// TestNewGivesTypedAccess: New's Client exposes the Transport it sends
-// through, its budget and its breakers.
-func TestNewGivesTypedAccess(t *testing.T) {
+// TestNewClientTransport: the Transport under NewClient's client is the
+// one it sends through, with the budget it was given and its breakers.
+func TestNewClientTransport(t *testing.T) {
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	b := must(budget.New(budget.Config{Ratio: 0.2}))
-	c, err := guardhttp.New(guardhttp.Config{Retry: guardrail.Retry{Budget: b}})
+	c, err := guardhttp.NewClient(guardhttp.Config{Retry: guardrail.Retry{Budget: b}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.CloseIdleConnections()
-	resp, err := get(t, context.Background(), c.Client, srv.URL)
+	resp, err := get(t, context.Background(), c, srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	readAll(t, resp)
-	if c.Transport() != c.Client.Transport || c.RetryBudget() != b || c.Breakers().Len() != 1 {
-		t.Errorf("Transport %p (client's %p), budget ours %v, %d breakers", c.Transport(), c.Client.Transport, c.RetryBudget() == b, c.Breakers().Len())
+	tr := c.Transport.(*guardhttp.Transport)
+	if tr.RetryBudget() != b || tr.Breakers().Len() != 1 {
+		t.Errorf("budget ours %v, %d breakers; want ours and 1", tr.RetryBudget() == b, tr.Breakers().Len())
 	}
 }
 
