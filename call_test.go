@@ -213,3 +213,23 @@ func TestHoldHedgedWinner(t *testing.T) {
 		}
 	})
 }
+
+// TestNegativeMaxRetryAfterIsNoLimit: a negative MaxRetryAfter turns the
+// cap off, as a negative limit does everywhere: a one-minute Retry-After
+// is waited for, when the deadline leaves room for it.
+func TestNegativeMaxRetryAfterIsNoLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := unlimited()
+		p.MaxRetryAfter = -1
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		dep := &counter{errs: []error{guardrail.RetryAfterError(errBoom, time.Minute), nil}}
+		start := time.Now()
+		if _, err := guardrail.Do(ctx, p, dep.op); err != nil || dep.calls != 2 {
+			t.Fatalf("Do: %v after %d calls; want success on the second", err, dep.calls)
+		}
+		if waited := time.Since(start); waited != time.Minute {
+			t.Errorf("waited %v; want the minute the server asked for", waited)
+		}
+	})
+}

@@ -607,8 +607,8 @@ func (c *call) retryDelay(v Verdict) (time.Duration, string, error) {
 		c.refuse(event.ReasonAttempts)
 		return 0, "", c.lastErr
 	}
-	if v.RetryAfter > 0 && c.s.maxRetryAfter >= 0 {
-		if v.RetryAfter > c.s.maxRetryAfter {
+	if v.RetryAfter > 0 {
+		if c.s.maxRetryAfter >= 0 && v.RetryAfter > c.s.maxRetryAfter {
 			// Retrying sooner than the server asked would defeat its request.
 			c.refuse(event.ReasonRetryAfter)
 			return 0, "", c.lastErr

@@ -275,12 +275,12 @@ func TestRetryAfterBeyondCapOrDeadlineEndsAtOnce(t *testing.T) {
 		if _, err := guardrail.Do(context.Background(), p, dep.op); !errors.Is(err, errBoom) || dep.calls != 1 {
 			t.Fatalf("MaxRetryAfter 1s, asked 2s: %d calls, err %v", dep.calls, err)
 		}
-		// A negative MaxRetryAfter ignores hints and uses the backoff.
+		// A negative MaxRetryAfter is no limit: an hour is waited for.
 		p = unlimited()
 		p.MaxRetryAfter = -1
 		dep = &counter{errs: []error{guardrail.RetryAfterError(errBoom, time.Hour), nil}}
-		if _, err := guardrail.Do(context.Background(), p, dep.op); err != nil || dep.at[1] != 0 {
-			t.Fatalf("hints ignored: retry at %v, err %v; want at once", dep.at, err)
+		if _, err := guardrail.Do(context.Background(), p, dep.op); err != nil || dep.at[1] != time.Hour {
+			t.Fatalf("no limit: retry at %v, err %v; want after the hour asked", dep.at, err)
 		}
 	})
 }

@@ -148,8 +148,10 @@ type Retry struct {
 
 	// MaxRetryAfter caps how long a server may ask Do to wait (Retry-After):
 	// a longer request ends the call at once rather than retrying sooner than
-	// asked. Zero means DefaultMaxRetryAfter (30 s); negative turns the hints
-	// off: server hints are ignored and the backoff applies.
+	// asked. Zero means DefaultMaxRetryAfter (30 s); negative means no limit:
+	// any wait the server asks for is honoured, as long as it fits in the
+	// time left. (To ignore servers' hints, give a Classify that clears
+	// Verdict.RetryAfter.)
 	MaxRetryAfter time.Duration
 
 	// Budget caps retries at a fraction of calls. Nil means a budget owned by
@@ -188,7 +190,7 @@ type settings struct {
 	attemptTimeout time.Duration
 	minAttempt     time.Duration
 	backoff        backoff.Strategy
-	maxRetryAfter  time.Duration // < 0: ignore hints
+	maxRetryAfter  time.Duration // < 0: no limit
 	classify       Classifier
 	budget         *budget.Budget
 	breaker        *breaker.Breaker // nil: none

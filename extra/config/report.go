@@ -235,7 +235,7 @@ func retryEffective(out *settingList, d *resolvedDep) {
 	out.add("max_attempts", strconv.Itoa(d.attempts()))
 	out.add("attempt_timeout", durOr(d.Retry.AttemptTimeout, 0, "none"))
 	out.add("min_attempt_time", durOr(d.Retry.MinAttemptTime, guardrail.DefaultMinAttemptTime, "none"))
-	out.add("max_retry_after", durOr(d.Retry.MaxRetryAfter, guardrail.DefaultMaxRetryAfter, "server hints ignored"))
+	out.add("max_retry_after", durOr(d.Retry.MaxRetryAfter, guardrail.DefaultMaxRetryAfter, "no limit"))
 	out.add("deadline", durOr(d.Deadline, 0, "none"))
 	strategy, base, cp := "full_jitter", backoff.DefaultBase, backoff.DefaultCap
 	if b := s.Backoff; b != nil {
