@@ -247,6 +247,12 @@ func TestCapacityRows(t *testing.T) {
 		t.Skipf("the load fell behind its schedule: %v", r.NotJudged())
 	}
 	for _, c := range r.Failed() {
+		if raceEnabled {
+			// The race detector slows every goroutine several times over:
+			// the rows are checked above, the timing is not judged.
+			t.Logf("not judged under the race detector: %s: %s", c.Name, c.Detail)
+			continue
+		}
 		t.Errorf("%s: %s", c.Name, c.Detail)
 	}
 }
