@@ -30,18 +30,8 @@ const (
 	HeaderBodyOmitted = "Idempotent-Body-Omitted"
 )
 
-// Defaults used for zero Config fields.
-const (
-	DefaultTTL              = defaultTTL
-	DefaultLease            = defaultLease
-	DefaultStoreTimeout     = defaultStoreTimeout
-	DefaultRetryAfter       = defaultRetryAfter
-	DefaultMaxKeyLength     = defaultMaxKeyLength
-	DefaultMaxBodyBytes     = defaultMaxBodyBytes
-	DefaultMaxResponseBytes = defaultMaxResponseBytes
-)
-
-// Defaults used for zero Config fields, unexported.
+// Defaults used for zero Config fields; each field's comment gives its
+// own.
 const (
 	defaultRetryAfter       = time.Second
 	defaultMaxKeyLength     = 255

@@ -116,7 +116,7 @@ func testLostAnswers(t *testing.T, store idempotency.Store) {
 		if err != nil {
 			t.Fatalf("payment %d: %v", i, err)
 		}
-		if v := header.Get(guardgrpc.MDReplayed); len(v) == 1 && v[0] == "true" {
+		if v := header.Get(idempotency.HeaderReplayed); len(v) == 1 && v[0] == "true" {
 			replayed++
 		}
 	}
@@ -132,7 +132,7 @@ func testLostAnswers(t *testing.T, store idempotency.Store) {
 // panicking is a Health service that charges each order, except that
 // orders whose number is 1 mod 5 panic right after their charge, and
 // orders 3 mod 5 panic without charging on their first run, having called
-// ReleaseKey. charges counts the charges per order.
+// idempotency.Release. charges counts the charges per order.
 type panicking struct {
 	healthpb.UnimplementedHealthServer
 	mu      sync.Mutex
@@ -147,7 +147,7 @@ func (p *panicking) Check(ctx context.Context, req *healthpb.HealthCheckRequest)
 	first := p.runs[req.Service] == 1
 	if n%5 == 3 && first {
 		p.mu.Unlock()
-		if err := guardgrpc.ReleaseKey(ctx); err != nil {
+		if err := idempotency.Release(ctx); err != nil {
 			panic(err)
 		}
 		panic("failed before charging")
@@ -194,7 +194,7 @@ func testPanicAfterCharge(t *testing.T, store idempotency.Store) {
 		var header metadata.MD
 		_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: order}, grpc.Header(&header))
 		cancel()
-		replayed := len(header.Get(guardgrpc.MDReplayed)) == 1
+		replayed := len(header.Get(idempotency.HeaderReplayed)) == 1
 		switch i % 5 {
 		case 1:
 			if status.Code(err) != codes.Internal || !strings.Contains(status.Convert(err).Message(), "outcome unknown") || !replayed {
