@@ -34,6 +34,7 @@ func TestMain(m *testing.M) {
 		// pgx's pool and go-redis keep background goroutines until Close,
 		// which the tests' cleanups call; these are their health checkers.
 		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.Cleanup(stopCluster),
 	)
 }
 
@@ -261,6 +262,10 @@ func newRedis(t *testing.T) idempotency.Store {
 	}
 	return s
 }
+
+func TestLostAnswersChargeOnceRedisCluster(t *testing.T) { testLostAnswers(t, newCluster(t)) }
+
+func TestPanicAfterChargeRedisCluster(t *testing.T) { testPanicAfterCharge(t, newCluster(t)) }
 
 func TestLostAnswersChargeOncePostgres(t *testing.T) { testLostAnswers(t, newPostgres(t)) }
 
