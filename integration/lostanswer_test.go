@@ -234,10 +234,10 @@ func TestLostAnswersChargeOnceMemstore(t *testing.T) { testLostAnswers(t, newMem
 
 func TestPanicAfterChargeMemstore(t *testing.T) { testPanicAfterCharge(t, newMemstore(t)) }
 
-func newMemstore(t *testing.T) idempotency.Store {
+func newMemstore(tb testing.TB) idempotency.Store {
 	s, err := memstore.New(memstore.Config{})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return s
 }
@@ -246,19 +246,30 @@ func TestLostAnswersChargeOnceRedis(t *testing.T) { testLostAnswers(t, newRedis(
 
 func TestPanicAfterChargeRedis(t *testing.T) { testPanicAfterCharge(t, newRedis(t)) }
 
-func newRedis(t *testing.T) idempotency.Store {
+// newRedis returns a store on the Redis at GUARDRAIL_TEST_REDIS_ADDR, its
+// keys under a prefix of the test's own, deleted when the test ends.
+func newRedis(tb testing.TB) idempotency.Store {
 	addr := os.Getenv("GUARDRAIL_TEST_REDIS_ADDR")
 	if addr == "" {
-		t.Skip("GUARDRAIL_TEST_REDIS_ADDR is not set (host:port of a Redis server to test against)")
+		tb.Skip("GUARDRAIL_TEST_REDIS_ADDR is not set (host:port of a Redis server to test against)")
 	}
 	client := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { client.Close() })
 	if err := client.Ping(context.Background()).Err(); err != nil {
-		t.Fatalf("Redis at %s: %v", addr, err)
+		client.Close()
+		tb.Fatalf("Redis at %s: %v", addr, err)
 	}
-	s, err := redisstore.New(client, redisstore.Config{Prefix: "guardgrpc-test:"})
+	prefix := "guardrail-integration:" + idempotency.NewToken()[:12] + ":"
+	tb.Cleanup(func() {
+		ctx := context.Background()
+		iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
+		for iter.Next(ctx) {
+			client.Del(ctx, iter.Val())
+		}
+		client.Close()
+	})
+	s, err := redisstore.New(client, redisstore.Config{Prefix: prefix})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return s
 }
@@ -271,22 +282,29 @@ func TestLostAnswersChargeOncePostgres(t *testing.T) { testLostAnswers(t, newPos
 
 func TestPanicAfterChargePostgres(t *testing.T) { testPanicAfterCharge(t, newPostgres(t)) }
 
-func newPostgres(t *testing.T) idempotency.Store {
+// newPostgres returns a store on the PostgreSQL at
+// GUARDRAIL_TEST_POSTGRES_DSN, in a table of the test's own, dropped when
+// the test ends.
+func newPostgres(tb testing.TB) idempotency.Store {
 	dsn := os.Getenv("GUARDRAIL_TEST_POSTGRES_DSN")
 	if dsn == "" {
-		t.Skip("GUARDRAIL_TEST_POSTGRES_DSN is not set (a PostgreSQL connection string to test against)")
+		tb.Skip("GUARDRAIL_TEST_POSTGRES_DSN is not set (a PostgreSQL connection string to test against)")
 	}
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(pool.Close)
-	s, err := pgstore.New(pool, pgstore.Config{Table: "guardgrpc_idempotency_test"})
+	table := "guardrail_integration_" + idempotency.NewToken()[:12]
+	tb.Cleanup(func() {
+		pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+table)
+		pool.Close()
+	})
+	s, err := pgstore.New(pool, pgstore.Config{Table: table})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return s
 }
