@@ -188,6 +188,24 @@ func newMemstore(t testing.TB) *memstore.Store {
 	return s
 }
 
+// extendSignal passes calls to a store and sends on extended after each
+// Extend that succeeded.
+type extendSignal struct {
+	idempotency.Store
+	extended chan struct{}
+}
+
+func (e *extendSignal) Extend(ctx context.Context, key, token string, lease time.Duration) error {
+	err := e.Store.Extend(ctx, key, token, lease)
+	if err == nil {
+		select {
+		case e.extended <- struct{}{}:
+		default:
+		}
+	}
+	return err
+}
+
 func TestLeaseRenewedWhileHandlerRuns(t *testing.T) {
 	// Renewed every third of the lease: a renewal may be late by two thirds
 	// (667 ms) before the lock lapses, which a busy machine under the race
@@ -200,7 +218,8 @@ func TestLeaseRenewedWhileHandlerRuns(t *testing.T) {
 		<-gate
 		return serving, nil
 	}}
-	srv := newServer(t, guardgrpc.ServerConfig{MaxTimeout: -1, Keys: &guardgrpc.KeyConfig{Store: newMemstore(t), SingleTenant: true, Lease: lease, Logger: slog.New(slog.DiscardHandler)}})
+	store := &extendSignal{Store: newMemstore(t), extended: make(chan struct{}, 1)}
+	srv := newServer(t, guardgrpc.ServerConfig{MaxTimeout: -1, Keys: &guardgrpc.KeyConfig{Store: store, SingleTenant: true, Lease: lease, Logger: slog.New(slog.DiscardHandler)}})
 	cl := dial(t, serve(t, h, grpc.UnaryInterceptor(srv.UnaryServerInterceptor())), nil)
 	done := make(chan error)
 	go func() {
@@ -209,11 +228,15 @@ func TestLeaseRenewedWhileHandlerRuns(t *testing.T) {
 		done <- err
 	}()
 	<-in
-	time.Sleep(2 * lease) // leases pass while the handler runs
+	// Three renewals, a third of the lease apart: the third comes a whole
+	// lease after the lock, which only renewal holds by then.
+	for range 3 {
+		<-store.extended
+	}
 	_, err := cl.Check(metadata.AppendToOutgoingContext(ctxTimeout(t, 5*time.Second), guardgrpc.MDIdempotencyKey, "slow"), &healthpb.HealthCheckRequest{})
 	close(gate)
 	if status.Code(err) != codes.Aborted {
-		t.Fatalf("same key after %v of a running handler: %v, want ABORTED (the lease is renewed)", 2*lease, err)
+		t.Fatalf("same key after three renewals of a running handler: %v, want ABORTED (the lease is renewed)", err)
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -403,4 +426,33 @@ func (l *lockedLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// A handler behind the interceptor holds its key as one behind the HTTP
+// middleware does: Held and Confirm say so, and say the lease is lost
+// once the handler has returned; a call without a key is unprotected.
+func TestHeldAndConfirmInAHandler(t *testing.T) {
+	var handlerCtx context.Context
+	var held, confirmed error
+	h := &health{check: func(ctx context.Context, _ int64, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+		handlerCtx = ctx
+		held, confirmed = idempotency.Held(ctx), idempotency.Confirm(ctx)
+		return serving, nil
+	}}
+	cl := bareKeyServer(t, guardgrpc.KeyConfig{Store: newMemstore(t)}, nil, h)
+	if _, err := cl.Check(withKey(t, "held"), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if held != nil || confirmed != nil {
+		t.Fatalf("in the handler: Held %v, Confirm %v; want nil", held, confirmed)
+	}
+	if err := idempotency.Held(handlerCtx); !errors.Is(err, idempotency.ErrLeaseLost) {
+		t.Errorf("Held after the handler returned: %v, want ErrLeaseLost", err)
+	}
+	if _, err := cl.Check(ctxTimeout(t, 10*time.Second), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if held != nil || confirmed != nil {
+		t.Errorf("without a key: Held %v, Confirm %v; want nil (unprotected)", held, confirmed)
+	}
 }
