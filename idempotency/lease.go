@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -222,7 +223,7 @@ type renewal struct {
 	ctx          context.Context // Begin's, for its values (logs, traces); never its cancellation
 	hctx         context.Context // the handler's: ctx with the lease, cancelled on a lost lease with CancelOnLeaseLost
 	op           string          // Operation of events
-	attrs        []any           // attributes of log lines
+	attrs        []slog.Attr     // attributes of log lines
 	key, token   string
 	lease, every time.Duration
 	begun        time.Time
@@ -246,7 +247,7 @@ type renewal struct {
 // for lease, and starts renewing it unless renewal is off. Its context is
 // ctx with the lease in it for Held and Confirm and, with
 // CancelOnLeaseLost, cancelled when the lease is lost.
-func (k *Keys) start(ctx context.Context, op string, attrs []any, key, token string, lease time.Duration, begun time.Time) *Session {
+func (k *Keys) start(ctx context.Context, op string, attrs []slog.Attr, key, token string, lease time.Duration, begun time.Time) *Session {
 	s := &Session{renewal{
 		k: k, ctx: ctx, op: op, attrs: attrs,
 		key: key, token: token, lease: lease, every: max(lease/3, minRenewEvery),
@@ -266,6 +267,16 @@ func (k *Keys) start(ctx context.Context, op string, attrs []any, key, token str
 	}
 	rn.mu.Unlock()
 	return s
+}
+
+// with returns the session's log attributes followed by kv, as the
+// arguments of a log call.
+func (rn *renewal) with(kv ...any) []any {
+	out := make([]any, 0, len(rn.attrs)+len(kv))
+	for _, a := range rn.attrs {
+		out = append(out, a)
+	}
+	return append(out, kv...)
 }
 
 // stop ends renewal when the handler has returned: no renewal starts after
@@ -413,8 +424,7 @@ func (rn *renewal) fire() {
 // emits a store_error event. again says whether another renewal is due.
 func (rn *renewal) report(err error, again bool, start, end time.Time) {
 	rn.k.emit(rn.ctx, rn.op, event.ReasonStoreError, err)
-	attrs := append(append([]any(nil), rn.attrs...), "err", err,
-		"running", start.Sub(rn.begun).Round(time.Millisecond))
+	attrs := rn.with("err", err, "running", start.Sub(rn.begun).Round(time.Millisecond))
 	switch {
 	case errors.Is(err, ErrLockLost) && rn.abort != nil:
 		rn.k.log.ErrorContext(rn.ctx, "idempotency: the key's lease was lost while the handler ran (it ended before a renewal reached the store, and a retry may have taken the key over); the handler's context is cancelled (CancelOnLeaseLost), a retry may run the request again, and this response will not be stored", attrs...)

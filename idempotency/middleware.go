@@ -466,7 +466,7 @@ func (m *Server) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 
 	ctx := r.Context()
 	route := m.route(r)
-	res, sess, err := m.keys.begin(ctx, operation(r), []any{"method", r.Method, "route", route},
+	res, sess, err := m.keys.begin(ctx, operation(r), func() []slog.Attr { return []slog.Attr{slog.String("method", r.Method), slog.String("route", route)} },
 		[]string{scope, r.Method, route}, key, fp)
 	if err != nil {
 		if ctx.Err() != nil {

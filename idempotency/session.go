@@ -184,11 +184,13 @@ func (k *Keys) Begin(ctx context.Context, req Request) (Result, *Session, error)
 	if op == "" {
 		op = event.Operation(ctx)
 	}
-	return k.begin(ctx, op, []any{"operation", op}, req.Scope, req.Key, req.Fingerprint)
+	return k.begin(ctx, op, func() []slog.Attr { return []slog.Attr{slog.String("operation", op)} }, req.Scope, req.Key, req.Fingerprint)
 }
 
-// begin is Begin with the events' operation and the logs' attributes.
-func (k *Keys) begin(ctx context.Context, op string, attrs []any, scope []string, key string, fp Fingerprint) (Result, *Session, error) {
+// begin is Begin with the events' operation, and attrs, which returns the
+// attributes of the session's log lines: called only when the key is
+// acquired, so that a replay or a conflict allocates none.
+func (k *Keys) begin(ctx context.Context, op string, attrs func() []slog.Attr, scope []string, key string, fp Fingerprint) (Result, *Session, error) {
 	skey := scopedKey(scope, key)
 	lease := k.leaseFor(ctx)
 	begun := time.Now()
@@ -213,7 +215,7 @@ func (k *Keys) begin(ctx context.Context, op string, attrs []any, scope []string
 	case StateMismatch:
 		k.emit(ctx, op, event.ReasonMismatch, nil)
 	case StateAcquired:
-		return res, k.start(ctx, op, attrs, skey, res.Token, lease, begun), nil
+		return res, k.start(ctx, op, attrs(), skey, res.Token, lease, begun), nil
 	}
 	return res, nil, nil
 }
@@ -318,7 +320,7 @@ func (s *Session) Complete(resp *Response) {
 		case errors.Is(err, ErrLockLost):
 			msg = "idempotency: the key's lease expired before the handler finished (its renewal failed or found it lost; see the earlier log lines); a retry may run the request again"
 		}
-		s.k.log.ErrorContext(s.ctx, msg, append(s.attrs, "err", err, "status", resp.Status)...)
+		s.k.log.ErrorContext(s.ctx, msg, s.with("err", err, "status", resp.Status)...)
 		return
 	}
 	s.k.emit(s.ctx, s.op, event.ReasonStored, nil)
@@ -366,11 +368,11 @@ func (s *Session) settle(cancelContext bool, resp *Response, why string) {
 			s.k.emit(s.ctx, s.op, event.ReasonStoreError, err)
 		}
 		s.k.log.ErrorContext(s.ctx, "idempotency: the handler's outcome is unknown and recording that failed; a retry may run the request again",
-			append(s.attrs, "err", err, "why", why)...)
+			s.with("err", err, "why", why)...)
 		return
 	}
 	s.k.log.WarnContext(s.ctx, "idempotency: the handler's outcome is unknown; retries with its key get the outcome-unknown answer until the key expires, without running the handler",
-		append(s.attrs, "why", why, "ttl", s.k.ttl)...)
+		s.with("why", why, "ttl", s.k.ttl)...)
 }
 
 // end marks the session ended and reports whether it was still running.
@@ -393,12 +395,12 @@ func (s *Session) release(why string) {
 			// The store works; the key was simply no longer this
 			// request's to release: someone else's now, or free.
 			s.k.log.WarnContext(s.ctx, "idempotency: the key was no longer held when releasing it (its lease had ended, or a retry took it over); nothing to release",
-				append(s.attrs, "why", why)...)
+				s.with("why", why)...)
 			return
 		}
 		s.k.emit(s.ctx, s.op, event.ReasonStoreError, err)
 		s.k.log.ErrorContext(s.ctx, "idempotency: releasing the key failed; retries are told it is in flight until its lease ends",
-			append(s.attrs, "err", err, "why", why)...)
+			s.with("err", err, "why", why)...)
 		return
 	}
 	s.k.emit(s.ctx, s.op, event.ReasonReleased, nil)
