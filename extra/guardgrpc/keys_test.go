@@ -248,14 +248,15 @@ func TestLeaseRenewedWhileHandlerRuns(t *testing.T) {
 
 // bareKeyServer serves h behind a guardgrpc Server with keys configured
 // by kc, and returns a plain client of it: no retries, so that every call
-// the test makes is one call, and the handler's count is exact.
+// the test makes is one call, and the handler's count is exact. Calls
+// keep the deadline they have: none, and their lease is kc.Lease.
 func bareKeyServer(t *testing.T, kc guardgrpc.KeyConfig, obs event.Observer, h *health) healthpb.HealthClient {
 	t.Helper()
 	if kc.Logger == nil {
 		kc.Logger = slog.New(slog.DiscardHandler)
 	}
 	kc.SingleTenant = true
-	srv := newServer(t, guardgrpc.ServerConfig{Keys: &kc, Observer: obs})
+	srv := newServer(t, guardgrpc.ServerConfig{Keys: &kc, Observer: obs, MaxTimeout: -1})
 	return dial(t, serve(t, h, grpc.UnaryInterceptor(srv.UnaryServerInterceptor())), nil)
 }
 
@@ -454,5 +455,47 @@ func TestHeldAndConfirmInAHandler(t *testing.T) {
 	}
 	if held != nil || confirmed != nil {
 		t.Errorf("without a key: Held %v, Confirm %v; want nil (unprotected)", held, confirmed)
+	}
+}
+
+func TestKeyConfigReportsEveryInvalidField(t *testing.T) {
+	_, err := guardgrpc.NewServer(guardgrpc.ServerConfig{Keys: &guardgrpc.KeyConfig{
+		Store: newMemstore(t), SingleTenant: true, TTL: -1, Lease: -1, StoreTimeout: -1, RetryAfter: -1, MaxKeyLength: -1,
+	}})
+	if !errors.Is(err, guardgrpc.ErrInvalidConfig) {
+		t.Fatalf("NewServer: %v, want ErrInvalidConfig", err)
+	}
+	for _, want := range []string{"KeyConfig.TTL", "KeyConfig.Lease", "KeyConfig.StoreTimeout", "KeyConfig.RetryAfter", "KeyConfig.MaxKeyLength"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+}
+
+// lostOnExtend is a store on which every renewal finds the lock lost.
+type lostOnExtend struct{ *memstore.Store }
+
+func (lostOnExtend) Extend(context.Context, string, string, time.Duration) error {
+	return idempotency.ErrLockLost
+}
+
+// With CancelOnLeaseLost, a renewal that finds the lock lost cancels the
+// handler's context, with ErrLeaseLost as the cause; the handler, which
+// gives up without an answer, has nothing stored.
+func TestCancelOnLeaseLost(t *testing.T) {
+	var cause error
+	h := &health{check: func(ctx context.Context, _ int64, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+		<-ctx.Done() // the first renewal, a third of the lease in, finds the lock lost
+		cause = context.Cause(ctx)
+		return nil, status.Error(codes.Unavailable, "gave up: lease lost")
+	}}
+	cl := bareKeyServer(t, guardgrpc.KeyConfig{Store: lostOnExtend{newMemstore(t)}, Lease: 30 * time.Millisecond, CancelOnLeaseLost: true}, nil, h)
+	// No deadline, which would make the lease the deadline plus a second.
+	_, err := cl.Check(metadata.AppendToOutgoingContext(context.Background(), guardgrpc.MDIdempotencyKey, "cancel"), &healthpb.HealthCheckRequest{})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("answer %v, want the handler's UNAVAILABLE", err)
+	}
+	if !errors.Is(cause, idempotency.ErrLeaseLost) || !errors.Is(cause, idempotency.ErrLockLost) {
+		t.Errorf("context cause %v, want ErrLeaseLost and ErrLockLost", cause)
 	}
 }
