@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -176,4 +177,67 @@ func ExampleRelease() {
 	// attempt 1 panicked: bug
 	// attempt 2 201 replayed=
 	// charges: 2
+}
+
+// Keys is the protocol under the HTTP middleware, for a transport of your
+// own: here, a queue consumer whose messages carry an idempotency key and
+// may be delivered more than once. Each delivery maps to a Request; the
+// consumer's answer maps to a stored Response, whose status class says
+// whether it is kept (201) or releases the key so that a redelivery runs
+// again (429: the downstream rate limit refused it).
+func ExampleKeys() {
+	store, err := memstore.New(memstore.Config{})
+	if err != nil {
+		panic(err)
+	}
+	keys, err := idempotency.NewKeys(store, idempotency.KeysConfig{Name: "orders"})
+	if err != nil {
+		panic(err)
+	}
+	runs, limited := 0, true
+	consume := func(ctx context.Context, tenant, key, payload string) string {
+		res, sess, err := keys.Begin(ctx, idempotency.Request{
+			Scope:       []string{tenant, "orders.place"},
+			Key:         key,
+			Fingerprint: sha256.Sum256([]byte(payload)),
+			Operation:   "orders.place",
+		})
+		switch {
+		case err != nil:
+			return "store down: redeliver later"
+		case res.State == idempotency.StateCompleted:
+			return "replayed " + string(res.Response.Body)
+		case res.State == idempotency.StateInFlight:
+			return "in flight: redeliver later"
+		case res.State == idempotency.StateMismatch:
+			return "key reused for another payload"
+		}
+		// StateAcquired: run under the session's context, in which Held,
+		// Confirm and Release work. Confirm before the side effect.
+		if err := idempotency.Confirm(sess.Context()); err != nil {
+			sess.Release("lease lost before placing the order")
+			return "lease lost: redeliver later"
+		}
+		runs++
+		if limited {
+			limited = false
+			sess.Complete(&idempotency.Response{Status: http.StatusTooManyRequests})
+			return "rate limited"
+		}
+		body := fmt.Sprintf("order %d", runs)
+		sess.Complete(&idempotency.Response{Status: http.StatusCreated, Body: []byte(body)})
+		return "placed " + body
+	}
+	ctx := context.Background()
+	fmt.Println(consume(ctx, "acct_1", "m-1", `{"sku":"a"}`))
+	fmt.Println(consume(ctx, "acct_1", "m-1", `{"sku":"a"}`))
+	fmt.Println(consume(ctx, "acct_1", "m-1", `{"sku":"a"}`))
+	fmt.Println(consume(ctx, "acct_1", "m-1", `{"sku":"b"}`))
+	fmt.Println("runs:", runs)
+	// Output:
+	// rate limited
+	// placed order 2
+	// replayed order 2
+	// key reused for another payload
+	// runs: 2
 }

@@ -17,14 +17,20 @@ var (
 	ErrInvalidKey = errors.New("idempotency: invalid Idempotency-Key")
 )
 
-// parseKey returns the key carried by the Idempotency-Key field values of a
-// request. The draft defines the field as an RFC 8941 sf-string
+// ParseKey returns the key carried by the values of an Idempotency-Key
+// field: an HTTP request's header field, or a gRPC call's idempotency-key
+// metadata entry. The draft defines the field as an RFC 8941 sf-string
 // ("8e03978e-..."); many clients send the bare value, so a bare value of
 // visible ASCII without DQUOTE, comma, semicolon or backslash is accepted
 // too. A comma would mean two keys (two fields folded by a proxy), and
 // parameters after the string are not expected, so both are refused rather
-// than guessed at.
-func parseKey(values []string, maxLen int) (string, error) {
+// than guessed at. The key is at most maxLen bytes; zero or negative
+// means 255. It fails with an error that Is ErrNoKey when there is no
+// value, and ErrInvalidKey when the value is not one well-formed key.
+func ParseKey(values []string, maxLen int) (string, error) {
+	if maxLen <= 0 {
+		maxLen = defaultMaxKeyLength
+	}
 	switch len(values) {
 	case 0:
 		return "", ErrNoKey
@@ -98,18 +104,20 @@ func parseSFString(s string) (string, error) {
 	return "", fmt.Errorf("%w: missing closing quote", ErrInvalidKey)
 }
 
-// scopedKey is the key a Store sees: SHA-256 of the length-prefixed
-// principal, method, route and client key, in hex. Hashing makes the parts
-// unambiguous (no separator a client could inject), gives every store a
-// fixed-size key that needs no escaping, and keeps principals (user IDs,
-// API key names) out of the store's key space.
-func scopedKey(principal, method, route, key string) string {
+// scopedKey is the key a Store sees: SHA-256 of the length-prefixed scope
+// parts (over HTTP: principal, method, route) and client key, in hex.
+// Hashing makes the parts unambiguous (no separator a client could
+// inject), gives every store a fixed-size key that needs no escaping, and
+// keeps principals (user IDs, API key names) out of the store's key space.
+func scopedKey(scope []string, key string) string {
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
-	for _, s := range [...]string{principal, method, route, key} {
+	for _, s := range scope {
 		h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
 		h.Write([]byte(s))
 	}
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(key)))])
+	h.Write([]byte(key))
 	var sum [sha256.Size]byte
 	return hex.EncodeToString(h.Sum(sum[:0]))
 }

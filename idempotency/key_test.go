@@ -48,12 +48,12 @@ func TestParseKey(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseKey(tt.values, 255)
+			got, err := ParseKey(tt.values, 255)
 			if !errors.Is(err, tt.err) || (err == nil) != (tt.err == nil) {
-				t.Fatalf("parseKey(%q) error = %v, want %v", tt.values, err, tt.err)
+				t.Fatalf("ParseKey(%q) error = %v, want %v", tt.values, err, tt.err)
 			}
 			if got != tt.want {
-				t.Errorf("parseKey(%q) = %q, want %q", tt.values, got, tt.want)
+				t.Errorf("ParseKey(%q) = %q, want %q", tt.values, got, tt.want)
 			}
 		})
 	}
@@ -76,7 +76,7 @@ func FuzzParseKey(f *testing.F) {
 		if maxLen < 1 || maxLen > 1<<12 {
 			maxLen = 255
 		}
-		key, err := parseKey([]string{v}, maxLen)
+		key, err := ParseKey([]string{v}, maxLen)
 		if err != nil {
 			if !errors.Is(err, ErrInvalidKey) {
 				t.Fatalf("error %v does not wrap ErrInvalidKey", err)
@@ -92,7 +92,7 @@ func FuzzParseKey(f *testing.F) {
 			}
 		}
 		// The canonical sf-string form parses back to the same key.
-		again, err := parseKey([]string{quote(key)}, maxLen)
+		again, err := ParseKey([]string{quote(key)}, maxLen)
 		if err != nil || again != key {
 			t.Fatalf("round trip of %q: %q, %v", key, again, err)
 		}
@@ -100,7 +100,7 @@ func FuzzParseKey(f *testing.F) {
 }
 
 func TestScopedKeyIsUnambiguous(t *testing.T) {
-	a := scopedKey("alice", "POST", "/pay", "k1")
+	a := scopedKey([]string{"alice", "POST", "/pay"}, "k1")
 	for _, other := range [][4]string{
 		{"bob", "POST", "/pay", "k1"},
 		{"alice", "PATCH", "/pay", "k1"},
@@ -109,14 +109,14 @@ func TestScopedKeyIsUnambiguous(t *testing.T) {
 		{"alic", "ePOST", "/pay", "k1"}, // no separator to shift
 		{"", "alicePOST", "/pay", "k1"},
 	} {
-		if b := scopedKey(other[0], other[1], other[2], other[3]); b == a {
+		if b := scopedKey(other[:3], other[3]); b == a {
 			t.Errorf("scopedKey%q collides with alice's", other)
 		}
 	}
 	if len(a) != 64 {
 		t.Errorf("scoped key length %d, want 64", len(a))
 	}
-	if a != scopedKey("alice", "POST", "/pay", "k1") {
+	if a != scopedKey([]string{"alice", "POST", "/pay"}, "k1") {
 		t.Error("scopedKey is not deterministic")
 	}
 }

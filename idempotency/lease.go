@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -20,10 +20,11 @@ var (
 	// hijacked the connection.
 	// A handler that gets it must not commit a side effect.
 	ErrLeaseLost = errors.New("idempotency: lease lost")
-	// ErrNoLease: the context does not come from a request the middleware
-	// handles: a request with a method it passes through (not in
-	// Config.Methods), or a context from elsewhere, such as a handler that
-	// is not behind the middleware at all. A request the middleware lets
+	// ErrNoLease: the context does not come from a request run under a
+	// Session (Session.Context) or let through Unprotected: a request with
+	// a method the middleware passes through (not in Config.Methods), or a
+	// context from elsewhere, such as a handler that is not behind the
+	// middleware or interceptor at all. A request the middleware lets
 	// through unprotected (no key while Config.Required is false, or run by
 	// Config.FailOpen after a store failure) is not one of these: Held,
 	// Confirm and Release return nil for it.
@@ -34,10 +35,15 @@ var (
 // through without a key to protect it, by the configuration's choice.
 type unprotected struct{}
 
-// unprotectedRequest returns r marked as let through unprotected, so that
-// Held, Confirm and Release need no special case for it.
-func unprotectedRequest(r *http.Request) *http.Request {
-	return r.WithContext(context.WithValue(r.Context(), leaseKey{}, unprotected{}))
+// Unprotected returns ctx marked as the context of a request that a
+// transport lets through without a key to protect it, by its
+// configuration's choice: no key where none is required, or a store
+// failure where the transport fails open. Held, Confirm and Release
+// return nil for it, so that a handler needs no special case for such a
+// request. The HTTP middleware and guardgrpc's interceptor mark theirs;
+// a transport built on Keys calls it itself.
+func Unprotected(ctx context.Context) context.Context {
+	return context.WithValue(ctx, leaseKey{}, unprotected{})
 }
 
 // leaseOf returns the renewal of ctx's request, or nil with the error Held
@@ -63,8 +69,10 @@ var errReturned = fmt.Errorf("%w: the handler has returned or hijacked the conne
 type leaseKey struct{}
 
 // Held returns nil if the request that ctx belongs to still holds its
-// idempotency key, and otherwise an error saying why not. It does no I/O,
-// so a handler can call it as often as it likes.
+// idempotency key, and otherwise an error saying why not. ctx is the
+// context of a handler behind the HTTP middleware or guardgrpc's
+// interceptor, or one derived from Session.Context. It does no I/O, so a
+// handler can call it as often as it likes.
 //
 // The key is held while its lease's end, as of the lock or the latest
 // renewal or Confirm that succeeded, is still ahead by the local clock.
@@ -80,12 +88,11 @@ type leaseKey struct{}
 // Config.CancelOnLeaseLost, the handler's context is cancelled, with that
 // error as its cause, as soon as the lease is lost.
 //
-// For a request the middleware lets through unprotected (no key while
-// Config.Required is false, or Config.FailOpen after a store failure),
-// Held returns nil: nothing guards it, so nothing can be lost, and the
-// handler goes on as it would without the middleware. It returns
-// ErrNoLease when ctx does not come from a request the middleware
-// handles.
+// For a request let through unprotected (no key while Config.Required is
+// false, or Config.FailOpen after a store failure; see Unprotected), Held
+// returns nil: nothing guards it, so nothing can be lost, and the handler
+// goes on as it would without the middleware. It returns ErrNoLease when
+// ctx does not come from a request run under a key.
 //
 // A nil result says the key is held now, not for how long: before a side
 // effect that must not happen twice, call Confirm instead.
@@ -138,8 +145,8 @@ func Confirm(ctx context.Context) error {
 		return err
 	}
 
-	sctx, cancel := context.WithTimeout(ctx, rn.m.storeTimeout)
-	err = rn.m.store.Extend(sctx, rn.key, rn.token, rn.lease)
+	sctx, cancel := context.WithTimeout(ctx, rn.k.storeTimeout)
+	err = rn.k.store.Extend(sctx, rn.key, rn.token, rn.lease)
 	cancel()
 
 	rn.mu.Lock()
@@ -161,7 +168,8 @@ func Confirm(ctx context.Context) error {
 	return rn.check(time.Now())
 }
 
-// Release tells the middleware that the request that ctx belongs to has
+// Release tells the middleware (or guardgrpc's interceptor, or whatever
+// ends the request's Session) that the request that ctx belongs to has
 // committed nothing and will commit nothing: when its handler ends,
 // however it ends (a response, a panic, a hijacked connection), its key is
 // released rather than stored, so that a retry with the key runs the
@@ -178,8 +186,9 @@ func Confirm(ctx context.Context) error {
 //
 // It returns nil once recorded, and nil for a request let through
 // unprotected (nothing to release); an error matching ErrLeaseLost if the
-// handler has already returned or hijacked the connection; and ErrNoLease when ctx does not come from
-// a request the middleware handles. It is safe for concurrent use.
+// handler has already returned or hijacked the connection; and ErrNoLease
+// when ctx does not come from a request run under a key. It is safe for
+// concurrent use.
 func Release(ctx context.Context) error {
 	rn, err := leaseOf(ctx)
 	if rn == nil {
@@ -202,7 +211,7 @@ func lockLost(err error) error {
 // minRenewEvery keeps a tiny lease from turning renewal into a busy loop.
 const minRenewEvery = time.Millisecond
 
-// renewal tracks a key's lease while its handler runs, for Held and
+// renewal, the state of a Session, tracks a key's lease while its handler runs, for Held and
 // Confirm, and keeps it alive unless renewal is off. A timer fires every
 // third of the lease and extends it to a full lease from then, so a lease
 // has two chances to be renewed before it ends. Nothing runs while no
@@ -210,11 +219,11 @@ const minRenewEvery = time.Millisecond
 // while it calls the store. With CancelOnLeaseLost a second timer fires
 // at the lease's end, moved by each renewal.
 type renewal struct {
-	m            *Server
-	ctx          context.Context // the request's, for its values (logs, traces); never its cancellation
+	k            *Keys
+	ctx          context.Context // Begin's, for its values (logs, traces); never its cancellation
+	hctx         context.Context // the handler's: ctx with the lease, cancelled on a lost lease with CancelOnLeaseLost
 	op           string          // Operation of events
-	method       string
-	route        string
+	attrs        []slog.Attr     // attributes of log lines
 	key, token   string
 	lease, every time.Duration
 	begun        time.Time
@@ -229,33 +238,45 @@ type renewal struct {
 	idle     bool               // guarded by mu; renewal gave up before the lease's end: none is scheduled or in flight
 	stopped  bool               // guarded by mu; the handler returned
 	released bool               // guarded by mu; Release was called: free the key, whatever the outcome
+	finished bool               // guarded by mu; the Session was ended (Complete, Release, Unknown)
 	cancel   context.CancelFunc // guarded by mu; cancels the renewal in flight, nil when none
 	wg       sync.WaitGroup     // the renewal in flight; Add only under mu while !stopped
 }
 
-// renew tracks the lease that token took on key at begun and starts
-// renewing it, unless renewal is off. It returns the request to hand to
-// the handler: r, with the lease in its context for Held and Confirm, and
-// with CancelOnLeaseLost a context cancelled when the lease is lost.
-func (m *Server) renew(r *http.Request, route, key, token string, lease time.Duration, begun time.Time) (*renewal, *http.Request) {
-	rn := &renewal{
-		m: m, ctx: r.Context(), op: operation(r), method: r.Method, route: route,
+// start returns the Session of the lock that token took on key at begun
+// for lease, and starts renewing it unless renewal is off. Its context is
+// ctx with the lease in it for Held and Confirm and, with
+// CancelOnLeaseLost, cancelled when the lease is lost.
+func (k *Keys) start(ctx context.Context, op string, attrs []slog.Attr, key, token string, lease time.Duration, begun time.Time) *Session {
+	s := &Session{renewal{
+		k: k, ctx: ctx, op: op, attrs: attrs,
 		key: key, token: token, lease: lease, every: max(lease/3, minRenewEvery),
 		begun: begun, end: begun.Add(lease),
-	}
-	ctx := context.WithValue(r.Context(), leaseKey{}, rn)
-	if m.cfg.CancelOnLeaseLost {
-		ctx, rn.abort = context.WithCancelCause(ctx)
+	}}
+	rn := &s.renewal
+	rn.hctx = context.WithValue(ctx, leaseKey{}, rn)
+	if k.cancelOnLost {
+		rn.hctx, rn.abort = context.WithCancelCause(rn.hctx)
 	}
 	rn.mu.Lock() // the timers' functions read them
-	if !m.cfg.DisableLeaseRenewal {
+	if k.renew {
 		rn.timer = time.AfterFunc(time.Until(begun.Add(rn.every)), rn.fire)
 	}
 	if rn.abort != nil {
 		rn.expiry = time.AfterFunc(time.Until(rn.end), rn.expire)
 	}
 	rn.mu.Unlock()
-	return rn, r.WithContext(ctx)
+	return s
+}
+
+// with returns the session's log attributes followed by kv, as the
+// arguments of a log call.
+func (rn *renewal) with(kv ...any) []any {
+	out := make([]any, 0, len(rn.attrs)+len(kv))
+	for _, a := range rn.attrs {
+		out = append(out, a)
+	}
+	return append(out, kv...)
 }
 
 // stop ends renewal when the handler has returned: no renewal starts after
@@ -356,14 +377,14 @@ func (rn *renewal) fire() {
 		rn.mu.Unlock()
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(rn.ctx), rn.m.storeTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(rn.ctx), rn.k.storeTimeout)
 	rn.cancel = cancel
 	rn.wg.Add(1)
 	rn.mu.Unlock()
 	defer rn.wg.Done()
 
 	start := time.Now()
-	err := rn.m.store.Extend(ctx, rn.key, rn.token, rn.lease)
+	err := rn.k.store.Extend(ctx, rn.key, rn.token, rn.lease)
 	cancel()
 
 	rn.mu.Lock()
@@ -402,22 +423,21 @@ func (rn *renewal) fire() {
 // report logs a failed renewal at start, with the lease ending at end, and
 // emits a store_error event. again says whether another renewal is due.
 func (rn *renewal) report(err error, again bool, start, end time.Time) {
-	rn.m.emitOp(rn.ctx, rn.op, event.ReasonStoreError, err)
-	attrs := []any{"err", err, "method", rn.method, "route", rn.route,
-		"running", start.Sub(rn.begun).Round(time.Millisecond)}
+	rn.k.emit(rn.ctx, rn.op, event.ReasonStoreError, err)
+	attrs := rn.with("err", err, "running", start.Sub(rn.begun).Round(time.Millisecond))
 	switch {
 	case errors.Is(err, ErrLockLost) && rn.abort != nil:
-		rn.m.log.ErrorContext(rn.ctx, "idempotency: the key's lease was lost while the handler ran (it ended before a renewal reached the store, and a retry may have taken the key over); the handler's context is cancelled (CancelOnLeaseLost), a retry may run the request again, and this response will not be stored", attrs...)
+		rn.k.log.ErrorContext(rn.ctx, "idempotency: the key's lease was lost while the handler ran (it ended before a renewal reached the store, and a retry may have taken the key over); the handler's context is cancelled (CancelOnLeaseLost), a retry may run the request again, and this response will not be stored", attrs...)
 	case errors.Is(err, ErrLockLost):
-		rn.m.log.ErrorContext(rn.ctx, "idempotency: the key's lease was lost while the handler ran (it ended before a renewal reached the store, and a retry may have taken the key over); the handler goes on, but a retry may run the request again and this response will not be stored", attrs...)
+		rn.k.log.ErrorContext(rn.ctx, "idempotency: the key's lease was lost while the handler ran (it ended before a renewal reached the store, and a retry may have taken the key over); the handler goes on, but a retry may run the request again and this response will not be stored", attrs...)
 	case again:
-		rn.m.log.WarnContext(rn.ctx, "idempotency: renewing the key's lease failed; trying again at the next renewal",
+		rn.k.log.WarnContext(rn.ctx, "idempotency: renewing the key's lease failed; trying again at the next renewal",
 			append(attrs, "lease_left", end.Sub(start).Round(time.Millisecond))...)
 	case rn.abort != nil:
-		rn.m.log.ErrorContext(rn.ctx, "idempotency: renewing the key's lease failed and no renewal is left before it ends; when it ends, the handler's context is cancelled (CancelOnLeaseLost) and a retry may run the request again",
+		rn.k.log.ErrorContext(rn.ctx, "idempotency: renewing the key's lease failed and no renewal is left before it ends; when it ends, the handler's context is cancelled (CancelOnLeaseLost) and a retry may run the request again",
 			append(attrs, "lease_left", end.Sub(start).Round(time.Millisecond))...)
 	default:
-		rn.m.log.ErrorContext(rn.ctx, "idempotency: renewing the key's lease failed and no renewal is left before it ends; once it ends, a retry may run the request again while the handler still runs",
+		rn.k.log.ErrorContext(rn.ctx, "idempotency: renewing the key's lease failed and no renewal is left before it ends; once it ends, a retry may run the request again while the handler still runs",
 			append(attrs, "lease_left", end.Sub(start).Round(time.Millisecond))...)
 	}
 }

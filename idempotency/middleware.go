@@ -2,7 +2,6 @@ package idempotency
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
@@ -31,15 +30,13 @@ const (
 	HeaderBodyOmitted = "Idempotent-Body-Omitted"
 )
 
-// Defaults used for zero Config fields.
+// Defaults used for zero Config fields; each field's comment gives its
+// own.
 const (
-	DefaultTTL              = 24 * time.Hour
-	DefaultLease            = 30 * time.Second
-	DefaultStoreTimeout     = 2 * time.Second
-	DefaultRetryAfter       = time.Second
-	DefaultMaxKeyLength     = 255
-	DefaultMaxBodyBytes     = 1 << 20
-	DefaultMaxResponseBytes = 1 << 20
+	defaultRetryAfter       = time.Second
+	defaultMaxKeyLength     = 255
+	defaultMaxBodyBytes     = 1 << 20
+	defaultMaxResponseBytes = 1 << 20
 )
 
 // Config configures a Server; New copies it, so changing it afterwards has
@@ -199,15 +196,12 @@ type Config struct {
 // requests carrying an Idempotency-Key safe to retry. It is safe for
 // concurrent use.
 type Server struct {
-	store            Store
+	keys             *Keys
 	cfg              Config
 	methods          []string
 	maxKeyLen        int
 	maxBody          int64
 	maxResp          int
-	ttl              time.Duration
-	lease            time.Duration
-	storeTimeout     time.Duration
 	retryAfter       time.Duration
 	keep             func(name string) bool
 	log              *slog.Logger
@@ -223,7 +217,7 @@ var ErrInvalidConfig = errors.New("idempotency: invalid config")
 // and what is allowed. It Is ErrInvalidConfig.
 type configError struct{ msg string }
 
-func (e *configError) Error() string        { return "idempotency: Config." + e.msg }
+func (e *configError) Error() string        { return "idempotency: " + e.msg }
 func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
 
 func invalid(format string, args ...any) error {
@@ -231,8 +225,8 @@ func invalid(format string, args ...any) error {
 }
 
 // New returns a Server that keeps its keys in store, configured by cfg. It
-// returns an error that Is ErrInvalidConfig, naming the field, when cfg is
-// invalid: in particular when it sets neither Scope nor SingleTenant,
+// returns an error that Is ErrInvalidConfig, naming every invalid field,
+// when cfg is invalid: in particular when it sets neither Scope nor SingleTenant,
 // since keys would then be shared by every caller and one caller could be
 // replayed another's stored response. It returns an error if store is
 // nil.
@@ -244,18 +238,19 @@ func New(store Store, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		store:        store,
-		cfg:          cfg,
-		methods:      cfg.Methods,
-		maxKeyLen:    orDefault(cfg.MaxKeyLength, DefaultMaxKeyLength),
-		maxBody:      orDefault(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
-		maxResp:      orDefault(cfg.MaxResponseBytes, DefaultMaxResponseBytes),
-		ttl:          orDefault(cfg.TTL, DefaultTTL),
-		lease:        orDefault(cfg.Lease, DefaultLease),
-		storeTimeout: orDefault(cfg.StoreTimeout, DefaultStoreTimeout),
-		retryAfter:   orDefault(cfg.RetryAfter, DefaultRetryAfter),
-		log:          cfg.Logger,
-		problemType:  cfg.DocsURL,
+		keys: newKeys(store, KeysConfig{
+			Name: cfg.Name, TTL: cfg.TTL, Lease: cfg.Lease, StoreTimeout: cfg.StoreTimeout,
+			DisableLeaseRenewal: cfg.DisableLeaseRenewal, CancelOnLeaseLost: cfg.CancelOnLeaseLost,
+			Logger: cfg.Logger, Observer: cfg.Observer,
+		}),
+		cfg:         cfg,
+		methods:     cfg.Methods,
+		maxKeyLen:   orDefault(cfg.MaxKeyLength, defaultMaxKeyLength),
+		maxBody:     orDefault(cfg.MaxBodyBytes, defaultMaxBodyBytes),
+		maxResp:     orDefault(cfg.MaxResponseBytes, defaultMaxResponseBytes),
+		retryAfter:  orDefault(cfg.RetryAfter, defaultRetryAfter),
+		log:         cfg.Logger,
+		problemType: cfg.DocsURL,
 	}
 	if s.methods == nil {
 		s.methods = []string{http.MethodPost, http.MethodPatch}
@@ -283,41 +278,41 @@ func New(store Store, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// validate reports the first invalid field of cfg.
+// validate reports every invalid field of cfg.
 func validate(cfg *Config) error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, invalid("Config."+format, args...)) }
 	switch {
 	case cfg.Scope == nil && !cfg.SingleTenant:
-		return invalid("Scope is nil and SingleTenant is false; want exactly one of them: " +
+		bad("Scope is nil and SingleTenant is false; want exactly one of them: " +
 			"without a scope every caller's keys would share one namespace, and a caller who learnt another's key " +
 			"would be replayed that caller's stored response (set Scope to return the authenticated caller, or " +
 			"SingleTenant when every caller is trusted alike)")
 	case cfg.Scope != nil && cfg.SingleTenant:
-		return invalid("Scope is set and SingleTenant is true; want exactly one of them: SingleTenant puts every " +
+		bad("Scope is set and SingleTenant is true; want exactly one of them: SingleTenant puts every " +
 			"caller in one scope, which contradicts scoping keys by caller")
-	case cfg.Methods != nil && len(cfg.Methods) == 0:
-		return invalid("Methods is empty; want nil (POST and PATCH) or at least one method")
-	case cfg.MaxKeyLength < 0:
-		return invalid("MaxKeyLength is %d; want a positive length in bytes, or 0 for %d", cfg.MaxKeyLength, DefaultMaxKeyLength)
-	case cfg.TTL < 0:
-		return invalid("TTL is %v; want a positive duration, or 0 for %v", cfg.TTL, DefaultTTL)
-	case cfg.Lease < 0:
-		return invalid("Lease is %v; want a positive duration, or 0 for %v", cfg.Lease, DefaultLease)
-	case cfg.StoreTimeout < 0:
-		return invalid("StoreTimeout is %v; want a positive duration, or 0 for %v", cfg.StoreTimeout, DefaultStoreTimeout)
-	case cfg.RetryAfter < 0:
-		return invalid("RetryAfter is %v; want a positive duration, or 0 for %v", cfg.RetryAfter, DefaultRetryAfter)
+	}
+	if cfg.Methods != nil && len(cfg.Methods) == 0 {
+		bad("Methods is empty; want nil (POST and PATCH) or at least one method")
 	}
 	for i, m := range cfg.Methods {
 		if !validToken(m) {
-			return invalid("Methods[%d] is %q; want an HTTP method token such as %q", i, m, http.MethodPost)
+			bad("Methods[%d] is %q; want an HTTP method token such as %q", i, m, http.MethodPost)
 		}
+	}
+	if cfg.MaxKeyLength < 0 {
+		bad("MaxKeyLength is %d; want a positive length in bytes, or 0 for %d", cfg.MaxKeyLength, defaultMaxKeyLength)
+	}
+	errs = append(errs, checkDurations("Config.", cfg.TTL, cfg.Lease, cfg.StoreTimeout)...)
+	if cfg.RetryAfter < 0 {
+		bad("RetryAfter is %v; want a positive duration, or 0 for %v", cfg.RetryAfter, defaultRetryAfter)
 	}
 	if cfg.DocsURL != "" {
 		if u, err := url.Parse(cfg.DocsURL); err != nil || !u.IsAbs() {
-			return invalid("DocsURL is %q; want an absolute URL, or empty for about:blank", cfg.DocsURL)
+			bad("DocsURL is %q; want an absolute URL, or empty for about:blank", cfg.DocsURL)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // validToken reports whether s is an RFC 9110 token, as a method is.
@@ -356,9 +351,12 @@ func validToken(s string) bool {
 //   - a malformed key, or none when Required: 400; a body over
 //     MaxBodyBytes: 413; a request Scope cannot attribute: 403.
 //
-// A 5xx response, and a handler that returns without writing after its
-// client went away, release the key instead of storing, so a later retry
-// runs the handler again; every other response (2xx, 3xx, 4xx) is stored.
+// A response that says the request was not processed, or may succeed
+// later (408, 425, 429 and every 5xx), and a handler that returns without
+// writing after its client went away, release the key instead of storing,
+// so a later retry runs the handler again; every other response (2xx, 3xx,
+// the other 4xx) is stored. The rule is the one every transport shares:
+// see Keys.
 //
 // A panic and a hijacked connection leave the outcome unknown: the handler
 // may have committed its side effect before it panicked (or before the
@@ -422,11 +420,11 @@ func (m *Server) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		next.ServeHTTP(w, r)
 		return
 	}
-	key, err := parseKey(r.Header.Values(HeaderKey), m.maxKeyLen)
+	key, err := ParseKey(r.Header.Values(HeaderKey), m.maxKeyLen)
 	switch {
 	case errors.Is(err, ErrNoKey):
 		if !m.cfg.Required {
-			next.ServeHTTP(w, unprotectedRequest(r))
+			next.ServeHTTP(w, r.WithContext(Unprotected(r.Context())))
 			return
 		}
 		m.problem(w, http.StatusBadRequest, "Idempotency-Key is missing",
@@ -468,17 +466,8 @@ func (m *Server) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 
 	ctx := r.Context()
 	route := m.route(r)
-	skey := scopedKey(scope, r.Method, route, key)
-
-	lease := m.leaseFor(ctx)
-	begun := time.Now()
-	bctx, cancel := context.WithTimeout(ctx, m.storeTimeout)
-	res, err := m.store.Begin(bctx, skey, fp, lease)
-	cancel()
-	if err == nil && (res.State < StateAcquired || res.State > StateMismatch ||
-		res.State == StateCompleted && (res.Response == nil || res.Response.Status < 100 || res.Response.Status > 999)) {
-		err = fmt.Errorf("idempotency: store returned invalid result %v", res.State)
-	}
+	res, sess, err := m.keys.begin(ctx, operation(r), func() []slog.Attr { return []slog.Attr{slog.String("method", r.Method), slog.String("route", route)} },
+		[]string{scope, r.Method, route}, key, fp)
 	if err != nil {
 		if ctx.Err() != nil {
 			return // the client is gone; nothing to answer, nothing ran
@@ -489,9 +478,8 @@ func (m *Server) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 
 	switch res.State {
 	case StateAcquired:
-		m.run(w, r, next, route, skey, res.Token, lease, begun)
+		m.run(w, r, next, route, sess)
 	case StateInFlight:
-		m.emit(r, event.ReasonConflict, nil)
 		ra := m.retryAfterHeader
 		if res.RetryIn > 0 && res.RetryIn < m.retryAfter {
 			ra = retryAfterSeconds(res.RetryIn)
@@ -500,10 +488,8 @@ func (m *Server) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		m.problem(w, http.StatusConflict, "A request is outstanding for this Idempotency-Key",
 			"A request with the same Idempotency-Key for the same operation is still being processed; retry after the delay in Retry-After.")
 	case StateCompleted:
-		m.emit(r, event.ReasonReplayed, nil)
 		replay(w, res.Response)
 	case StateMismatch:
-		m.emit(r, event.ReasonMismatch, nil)
 		m.problem(w, http.StatusUnprocessableEntity, "Idempotency-Key is already used",
 			"This Idempotency-Key was used with a different request payload; an Idempotency-Key must not be reused across different payloads of this operation.")
 	}
@@ -558,25 +544,15 @@ func (m *Server) route(r *http.Request) string {
 	return r.URL.Path
 }
 
-func (m *Server) leaseFor(ctx context.Context) time.Duration {
-	lease := m.lease
-	if dl, ok := ctx.Deadline(); ok {
-		if d := time.Until(dl) + time.Second; d > lease {
-			lease = d
-		}
-	}
-	return lease
-}
-
-// run runs the handler under the lock token holds, locked at begun for
-// lease and renewed while it runs, then stores or releases.
-func (m *Server) run(w http.ResponseWriter, r *http.Request, next http.Handler, route, skey, token string, lease time.Duration, begun time.Time) {
-	rn, hr := m.renew(r, route, skey, token, lease, begun)
+// run runs the handler under the session's lock, then stores the response
+// or releases the key: the answer's status decides (Session.Complete).
+func (m *Server) run(w http.ResponseWriter, r *http.Request, next http.Handler, route string, sess *Session) {
+	hr := r.WithContext(sess.Context())
 	// The recorder settles the key when the connection is taken over,
 	// before the handler gets it: once the handler can close it, the
 	// client may retry at once, and the retry must find the outcome
 	// recorded, not the key in flight.
-	rec := &recorder{w: w, max: m.maxResp, keep: m.keep, hj: hijackKey{s: m, rn: rn, r: r, route: route, skey: skey, token: token}}
+	rec := &recorder{w: w, max: m.maxResp, keep: m.keep, hj: hijackKey{m: m, sess: sess}}
 	returned := false
 	defer func() {
 		if returned {
@@ -587,9 +563,9 @@ func (m *Server) run(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		// unless it released the key, then let the panic go on up.
 		v := recover()
 		if !rec.hijacked {
-			m.settle(rn, r, route, skey, token, true, "panic")
+			sess.Unknown(m.unknownResponse(), "panic")
 		}
-		rn.stop(true)
+		sess.stop(true)
 		if v != nil {
 			panic(v)
 		}
@@ -598,26 +574,18 @@ func (m *Server) run(w http.ResponseWriter, r *http.Request, next http.Handler, 
 	returned = true
 	// A handler that wrote nothing once its context was done gave up: its
 	// client went away, or (CancelOnLeaseLost) its lease was lost. Ask
-	// before stop, which cancels that context.
+	// before the session ends, which cancels that context.
 	gaveUp := rec.status == 0 && hr.Context().Err() != nil
-	// Stop renewing before finishing the key, so that no renewal runs
-	// after the handler's request is over.
-	released := rn.stop(true)
 
 	switch {
 	case rec.hijacked:
-		return // settled when the connection was taken over
-	case released:
-		m.release(r, route, skey, token, "released by the handler")
+		sess.stop(true) // settled when the connection was taken over
 		return
 	case gaveUp && r.Context().Err() != nil:
-		m.release(r, route, skey, token, "client gone, nothing written")
+		sess.Release("client gone, nothing written")
 		return
 	case gaveUp:
-		m.release(r, route, skey, token, "lease lost, nothing written")
-		return
-	case rec.status >= 500:
-		m.release(r, route, skey, token, "status "+strconv.Itoa(rec.status))
+		sess.Release("lease lost, nothing written")
 		return
 	}
 	resp := &Response{Status: rec.status, Header: rec.header, BodyOmitted: rec.omitted}
@@ -628,81 +596,11 @@ func (m *Server) run(w http.ResponseWriter, r *http.Request, next http.Handler, 
 	if !rec.omitted && rec.body.Len() > 0 {
 		resp.Body = rec.body.Bytes()
 	}
-	ctx, cancel := m.detached(r)
-	defer cancel()
-	if err := m.store.Complete(ctx, skey, token, resp, m.ttl); err != nil {
-		m.emit(r, event.ReasonStoreError, err)
-		msg := "idempotency: storing the response failed; a retry may run the request again"
-		switch {
-		case errors.Is(err, ErrLockLost) && m.cfg.DisableLeaseRenewal:
-			msg = "idempotency: the key's lease expired before the handler finished; a retry may run the request again (raise Config.Lease above the handler's longest run, or turn lease renewal back on)"
-		case errors.Is(err, ErrLockLost):
-			msg = "idempotency: the key's lease expired before the handler finished (its renewal failed or found it lost; see the earlier log lines); a retry may run the request again"
-		}
-		m.log.ErrorContext(r.Context(), msg, "err", err, "method", r.Method, "route", route, "status", resp.Status)
-		return
-	}
-	if rec.omitted {
-		m.log.WarnContext(r.Context(), "idempotency: response body over MaxResponseBytes; stored without its body",
+	if rec.omitted && !releases(resp.Status) {
+		m.log.WarnContext(r.Context(), "idempotency: response body over MaxResponseBytes; storing the response without its body",
 			"method", r.Method, "route", route, "limit", m.maxResp)
 	}
-	m.emit(r, event.ReasonStored, nil)
-}
-
-// detached returns a context for finishing the key: it keeps the request's
-// values but not its cancellation, because the client's connection being
-// cut (the very case keys exist for) must not stop the response from being
-// stored.
-func (m *Server) detached(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(r.Context()), m.storeTimeout)
-}
-
-func (m *Server) release(r *http.Request, route, skey, token, why string) {
-	ctx, cancel := m.detached(r)
-	defer cancel()
-	if err := m.store.Release(ctx, skey, token); err != nil {
-		if errors.Is(err, ErrLockLost) {
-			// The store works; the key was simply no longer this
-			// request's to release.
-			m.log.WarnContext(r.Context(), "idempotency: the key was no longer held when releasing it (its lease had ended, or a retry took it over); nothing to release",
-				"method", r.Method, "route", route, "why", why)
-			return
-		}
-		m.emit(r, event.ReasonStoreError, err)
-		m.log.ErrorContext(r.Context(), "idempotency: releasing the key failed; retries get 409 until its lease ends",
-			"err", err, "method", r.Method, "route", route, "why", why)
-		return
-	}
-	m.emit(r, event.ReasonReleased, nil)
-}
-
-// settle finishes the key of a request whose outcome is unknown (a panic,
-// a hijack): renewal stops, then the key is released if the handler called
-// Release, and completed with the unknown outcome otherwise.
-func (m *Server) settle(rn *renewal, r *http.Request, route, skey, token string, cancelContext bool, why string) {
-	if rn.stop(cancelContext) {
-		m.release(r, route, skey, token, why+" after Release")
-		return
-	}
-	m.unknown(r, route, skey, token, why)
-}
-
-// unknown completes the key with the unknown-outcome response, so that
-// retries are told so rather than run the handler again.
-func (m *Server) unknown(r *http.Request, route, skey, token, why string) {
-	ctx, cancel := m.detached(r)
-	defer cancel()
-	m.emit(r, event.ReasonOutcomeUnknown, nil)
-	if err := m.store.Complete(ctx, skey, token, m.unknownResponse(), m.ttl); err != nil {
-		if !errors.Is(err, ErrLockLost) {
-			m.emit(r, event.ReasonStoreError, err)
-		}
-		m.log.ErrorContext(r.Context(), "idempotency: the handler's outcome is unknown and recording that failed; a retry may run the request again",
-			"err", err, "method", r.Method, "route", route, "why", why)
-		return
-	}
-	m.log.WarnContext(r.Context(), "idempotency: the handler's outcome is unknown; retries with its key get 500 until the key expires, without running the handler",
-		"method", r.Method, "route", route, "why", why, "ttl", m.ttl)
+	sess.Complete(resp)
 }
 
 // unknownResponse is the response stored for a key whose outcome is
@@ -715,11 +613,10 @@ func (m *Server) unknownResponse() *Response {
 }
 
 func (m *Server) storeFailed(w http.ResponseWriter, r *http.Request, next http.Handler, route, op string, err error) {
-	m.emit(r, event.ReasonStoreError, err)
 	if m.cfg.FailOpen {
 		m.log.WarnContext(r.Context(), "idempotency: store failed; running the request without duplicate protection (FailOpen)",
 			"op", op, "err", err, "method", r.Method, "route", route)
-		next.ServeHTTP(w, unprotectedRequest(r))
+		next.ServeHTTP(w, r.WithContext(Unprotected(r.Context())))
 		return
 	}
 	m.log.ErrorContext(r.Context(), "idempotency: store failed; refusing the request with 503 rather than running it unprotected",
@@ -767,32 +664,12 @@ func bodyAllowed(status int) bool {
 	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
 }
 
-func (m *Server) emit(r *http.Request, reason string, err error) {
-	if m.cfg.Observer == nil {
-		return
-	}
-	m.emitOp(r.Context(), operation(r), reason, err)
-}
-
 // operation is the Operation of r's events.
 func operation(r *http.Request) string {
 	if op := event.Operation(r.Context()); op != "" {
 		return op
 	}
 	return r.Pattern // low-cardinality; a raw path never goes here
-}
-
-func (m *Server) emitOp(ctx context.Context, op, reason string, err error) {
-	if m.cfg.Observer == nil {
-		return
-	}
-	m.cfg.Observer.Observe(ctx, event.Event{
-		Kind:       event.Idempotency,
-		Dependency: m.cfg.Name,
-		Operation:  op,
-		Reason:     reason,
-		Err:        err,
-	})
 }
 
 type problemBody struct {

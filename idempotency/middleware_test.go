@@ -392,8 +392,9 @@ func TestReleaseAndStoreRules(t *testing.T) {
 		released bool
 	}{
 		{200, false}, {201, false}, {204, false}, {302, false},
-		{400, false}, {404, false}, {409, false}, {429, false},
-		{500, true}, {502, true}, {503, true}, {504, true},
+		{400, false}, {404, false}, {409, false}, {422, false}, {499, false},
+		{408, true}, {425, true}, {429, true},
+		{500, true}, {501, true}, {502, true}, {503, true}, {504, true},
 	}
 	for _, tt := range tests {
 		t.Run(strconv.Itoa(tt.status), func(t *testing.T) {
@@ -418,6 +419,45 @@ func TestReleaseAndStoreRules(t *testing.T) {
 				t.Error("second response not replayed")
 			}
 		})
+	}
+}
+
+// A 429 says the request was not processed: the key is released, so the
+// retry with the same key, after Retry-After, reaches the handler again,
+// and only the definite answer that follows is stored and replayed.
+func TestTooManyRequestsReleasesTheKey(t *testing.T) {
+	var runs atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			w.Header().Set("Retry-After", "3")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, "charged")
+	})
+	ev := &events{}
+	mw := newMW(idempotency.Config{Observer: ev}, h)
+	first := serve(mw, request{key: "k", body: "b"})
+	wantCode(t, first, http.StatusTooManyRequests)
+	if got := first.Header().Get("Retry-After"); got != "3" {
+		t.Errorf("Retry-After %q, want the handler's 3", got)
+	}
+	second := serve(mw, request{key: "k", body: "b"})
+	wantCode(t, second, http.StatusCreated)
+	if second.Header().Get(idempotency.HeaderReplayed) != "" {
+		t.Error("the retry after a 429 was replayed; want it run")
+	}
+	third := serve(mw, request{key: "k", body: "b"})
+	wantCode(t, third, http.StatusCreated)
+	if third.Header().Get(idempotency.HeaderReplayed) != "true" || third.Body.String() != "charged" {
+		t.Errorf("third: replayed %q body %q, want the stored 201 replayed", third.Header().Get(idempotency.HeaderReplayed), third.Body)
+	}
+	if n := runs.Load(); n != 2 {
+		t.Errorf("handler ran %d times, want 2: once refused with 429, once charged", n)
+	}
+	if ev.count(event.ReasonReleased) != 1 || ev.count(event.ReasonStored) != 1 || ev.count(event.ReasonReplayed) != 1 {
+		t.Errorf("events %v, want one released, one stored, one replayed", ev.n)
 	}
 }
 
@@ -734,8 +774,8 @@ func TestLeaseAndTTLReachTheStore(t *testing.T) {
 	if leases[2] != 10*time.Second {
 		t.Errorf("lease with a 1s deadline = %v, want the configured 10s", leases[2])
 	}
-	if ttl != idempotency.DefaultTTL {
-		t.Errorf("TTL = %v, want %v", ttl, idempotency.DefaultTTL)
+	if ttl != 24*time.Hour {
+		t.Errorf("TTL = %v, want the default, 24h", ttl)
 	}
 }
 

@@ -26,10 +26,8 @@ type recorder struct {
 // hijackKey is what settling a request's key on a hijack needs, kept in the
 // recorder rather than in a closure so that it costs no allocation.
 type hijackKey struct {
-	s                  *Server
-	rn                 *renewal
-	r                  *http.Request
-	route, skey, token string
+	m    *Server
+	sess *Session
 }
 
 func (r *recorder) Header() http.Header { return r.w.Header() }
@@ -75,8 +73,8 @@ func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, rw, err := http.NewResponseController(r.w).Hijack()
 	if err == nil && !r.hijacked {
 		r.hijacked = true
-		if k := r.hj; k.s != nil {
-			k.s.settle(k.rn, k.r, k.route, k.skey, k.token, false, "hijacked")
+		if k := r.hj; k.sess != nil {
+			k.sess.settle(false, k.m.unknownResponse(), "hijacked")
 		}
 	}
 	return c, rw, err

@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 		// pgx's pool and go-redis keep background goroutines until Close,
 		// which the tests' cleanups call; these are their health checkers.
 		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.Cleanup(stopCluster),
 	)
 }
 
@@ -117,7 +118,7 @@ func testLostAnswers(t *testing.T, store idempotency.Store) {
 		if err != nil {
 			t.Fatalf("payment %d: %v", i, err)
 		}
-		if v := header.Get(guardgrpc.MDReplayed); len(v) == 1 && v[0] == "true" {
+		if v := header.Get(idempotency.HeaderReplayed); len(v) == 1 && v[0] == "true" {
 			replayed++
 		}
 	}
@@ -133,7 +134,7 @@ func testLostAnswers(t *testing.T, store idempotency.Store) {
 // panicking is a Health service that charges each order, except that
 // orders whose number is 1 mod 5 panic right after their charge, and
 // orders 3 mod 5 panic without charging on their first run, having called
-// ReleaseKey. charges counts the charges per order.
+// idempotency.Release. charges counts the charges per order.
 type panicking struct {
 	healthpb.UnimplementedHealthServer
 	mu      sync.Mutex
@@ -148,7 +149,7 @@ func (p *panicking) Check(ctx context.Context, req *healthpb.HealthCheckRequest)
 	first := p.runs[req.Service] == 1
 	if n%5 == 3 && first {
 		p.mu.Unlock()
-		if err := guardgrpc.ReleaseKey(ctx); err != nil {
+		if err := idempotency.Release(ctx); err != nil {
 			panic(err)
 		}
 		panic("failed before charging")
@@ -195,7 +196,7 @@ func testPanicAfterCharge(t *testing.T, store idempotency.Store) {
 		var header metadata.MD
 		_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: order}, grpc.Header(&header))
 		cancel()
-		replayed := len(header.Get(guardgrpc.MDReplayed)) == 1
+		replayed := len(header.Get(idempotency.HeaderReplayed)) == 1
 		switch i % 5 {
 		case 1:
 			if status.Code(err) != codes.Internal || !strings.Contains(status.Convert(err).Message(), "outcome unknown") || !replayed {
@@ -234,10 +235,10 @@ func TestLostAnswersChargeOnceMemstore(t *testing.T) { testLostAnswers(t, newMem
 
 func TestPanicAfterChargeMemstore(t *testing.T) { testPanicAfterCharge(t, newMemstore(t)) }
 
-func newMemstore(t *testing.T) idempotency.Store {
+func newMemstore(tb testing.TB) idempotency.Store {
 	s, err := memstore.New(memstore.Config{})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return s
 }
@@ -246,43 +247,65 @@ func TestLostAnswersChargeOnceRedis(t *testing.T) { testLostAnswers(t, newRedis(
 
 func TestPanicAfterChargeRedis(t *testing.T) { testPanicAfterCharge(t, newRedis(t)) }
 
-func newRedis(t *testing.T) idempotency.Store {
+// newRedis returns a store on the Redis at GUARDRAIL_TEST_REDIS_ADDR, its
+// keys under a prefix of the test's own, deleted when the test ends.
+func newRedis(tb testing.TB) idempotency.Store {
 	addr := os.Getenv("GUARDRAIL_TEST_REDIS_ADDR")
 	if addr == "" {
-		t.Skip("GUARDRAIL_TEST_REDIS_ADDR is not set (host:port of a Redis server to test against)")
+		tb.Skip("GUARDRAIL_TEST_REDIS_ADDR is not set (host:port of a Redis server to test against)")
 	}
 	client := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { client.Close() })
 	if err := client.Ping(context.Background()).Err(); err != nil {
-		t.Fatalf("Redis at %s: %v", addr, err)
+		client.Close()
+		tb.Fatalf("Redis at %s: %v", addr, err)
 	}
-	s, err := redisstore.New(client, redisstore.Config{Prefix: "guardgrpc-test:"})
+	prefix := "guardrail-integration:" + idempotency.NewToken()[:12] + ":"
+	tb.Cleanup(func() {
+		ctx := context.Background()
+		iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
+		for iter.Next(ctx) {
+			client.Del(ctx, iter.Val())
+		}
+		client.Close()
+	})
+	s, err := redisstore.New(client, redisstore.Config{Prefix: prefix})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return s
 }
+
+func TestLostAnswersChargeOnceRedisCluster(t *testing.T) { testLostAnswers(t, newCluster(t)) }
+
+func TestPanicAfterChargeRedisCluster(t *testing.T) { testPanicAfterCharge(t, newCluster(t)) }
 
 func TestLostAnswersChargeOncePostgres(t *testing.T) { testLostAnswers(t, newPostgres(t)) }
 
 func TestPanicAfterChargePostgres(t *testing.T) { testPanicAfterCharge(t, newPostgres(t)) }
 
-func newPostgres(t *testing.T) idempotency.Store {
+// newPostgres returns a store on the PostgreSQL at
+// GUARDRAIL_TEST_POSTGRES_DSN, in a table of the test's own, dropped when
+// the test ends.
+func newPostgres(tb testing.TB) idempotency.Store {
 	dsn := os.Getenv("GUARDRAIL_TEST_POSTGRES_DSN")
 	if dsn == "" {
-		t.Skip("GUARDRAIL_TEST_POSTGRES_DSN is not set (a PostgreSQL connection string to test against)")
+		tb.Skip("GUARDRAIL_TEST_POSTGRES_DSN is not set (a PostgreSQL connection string to test against)")
 	}
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(pool.Close)
-	s, err := pgstore.New(pool, pgstore.Config{Table: "guardgrpc_idempotency_test"})
+	table := "guardrail_integration_" + idempotency.NewToken()[:12]
+	tb.Cleanup(func() {
+		pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+table)
+		pool.Close()
+	})
+	s, err := pgstore.New(pool, pgstore.Config{Table: table})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return s
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/guardrail-go/guardrail/extra/guardgrpc"
+	"github.com/guardrail-go/guardrail/idempotency"
 	"github.com/guardrail-go/guardrail/idempotency/memstore"
 )
 
@@ -31,7 +32,7 @@ type payments struct {
 func (p *payments) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 	if req.Service == "refused" {
 		// Nothing was charged: say so, so that a retry may run again.
-		if err := guardgrpc.ReleaseKey(ctx); err != nil {
+		if err := idempotency.Release(ctx); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 		panic("the bank refused the connection")
@@ -101,7 +102,7 @@ func ExampleKeyConfig() {
 		}
 		var header metadata.MD
 		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: service}, grpc.Header(&header))
-		replayed := len(header.Get(guardgrpc.MDReplayed)) == 1
+		replayed := len(header.Get(idempotency.HeaderReplayed)) == 1
 		if account == "" {
 			account = "-"
 		}

@@ -79,7 +79,7 @@ func FuzzParseKey(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		key, err := guardgrpc.ParseKey([]string{s}, 255)
+		key, err := idempotency.ParseKey([]string{s}, 255)
 		if err != nil {
 			if !errorsIs(err, idempotency.ErrInvalidKey) {
 				t.Fatalf("ParseKey(%q): %v, not ErrInvalidKey", s, err)

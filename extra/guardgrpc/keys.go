@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,29 +25,30 @@ import (
 	"github.com/guardrail-go/guardrail/idempotency"
 )
 
-// MDReplayed is the response header of a replayed call:
-// "idempotent-replayed: true".
-const MDReplayed = "idempotent-replayed"
-
-// KeyConfig configures idempotency keys on unary calls: the gRPC form of
-// the idempotency package's HTTP middleware, on the same Store and with
-// the same semantics. A call carrying an idempotency-key runs its handler
-// once per key; a retry with the same key and request gets the stored
-// answer (with the header idempotent-replayed: true); the same key while
-// the first call runs gets ABORTED with a pushback; the same key with
-// another request gets FAILED_PRECONDITION; a malformed key gets
+// KeyConfig configures idempotency keys on unary calls: the gRPC mapping
+// of the idempotency package's protocol (idempotency.Keys), on the same
+// Store and with the same semantics as its HTTP middleware. A call
+// carrying an idempotency-key runs its handler once per key; a retry with
+// the same key and request gets the stored answer (with the header
+// idempotent-replayed: true, idempotency.HeaderReplayed); the same key
+// while the first call runs gets ABORTED with a pushback; the same key
+// with another request gets FAILED_PRECONDITION; a malformed key gets
 // INVALID_ARGUMENT; a call that Scope cannot attribute to a caller gets
 // PERMISSION_DENIED; a store failure gets UNAVAILABLE with a pushback (or
 // runs unprotected with FailOpen).
 //
-// What is stored: a success (the marshalled response message) and an
-// error the caller caused (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS,
-// PERMISSION_DENIED, UNAUTHENTICATED, FAILED_PRECONDITION, OUT_OF_RANGE,
-// UNIMPLEMENTED, CANCELLED by the handler, ABORTED), status details
-// included. Any other error, the server's (UNAVAILABLE, INTERNAL, UNKNOWN,
-// DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, DATA_LOSS), and a handler that
-// fails after its client went away release the key, so a retry runs the
-// handler again, as a 5xx does over HTTP.
+// Which answers are stored is the one table every transport shares (see
+// idempotency.Keys and docs/idempotency.md): a success and a definite
+// refusal (INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE,
+// UNAUTHENTICATED, PERMISSION_DENIED, NOT_FOUND, ALREADY_EXISTS, CANCELLED
+// by the handler), status details included, are stored and replayed for
+// TTL. An answer that says the call was not processed, or may succeed if
+// sent again, releases the key so that a retry runs the handler again, as
+// a 429 or a 5xx does over HTTP: RESOURCE_EXHAUSTED (a quota: come back
+// later), UNAVAILABLE, ABORTED (a concurrency conflict aborted it, and
+// nothing was committed), DEADLINE_EXCEEDED, UNIMPLEMENTED, and the
+// server's failures (UNKNOWN, INTERNAL, DATA_LOSS); so does a handler that
+// answers CANCELLED after its client went away.
 //
 // A panic is neither: the handler may have committed its side effect
 // before it panicked, and nothing says whether it did, so releasing the
@@ -59,11 +59,14 @@ const MDReplayed = "idempotent-replayed"
 // find out what happened before trying again with a new key. The panic is
 // then re-raised, so a recovering interceptor outside this one (or the
 // process) sees it as before. A handler that knows it committed nothing
-// calls ReleaseKey first: its key is then released however it ends.
+// calls idempotency.Release first: its key is then released however it
+// ends. idempotency.Held and idempotency.Confirm work in the handler as
+// they do over HTTP: the call's key is renewed while the handler runs.
 //
 // A KeyConfig is a plain value that NewServer reads once, safe to share;
 // its Store, Scope and NewReply must be safe for concurrent use. NewServer
-// refuses a KeyConfig that sets neither Scope nor SingleTenant.
+// refuses a KeyConfig that sets neither Scope nor SingleTenant, naming
+// every invalid field.
 type KeyConfig struct {
 	// Store holds the keys. Required.
 	Store idempotency.Store
@@ -107,90 +110,96 @@ type KeyConfig struct {
 	// code does.
 	NewReply func(method string) (proto.Message, error)
 
-	// MaxKeyLength caps the key's length in bytes. Zero means
-	// idempotency.DefaultMaxKeyLength (255); negative is invalid.
+	// MaxKeyLength caps the key's length in bytes. Zero means 255, as over
+	// HTTP; negative is invalid.
 	MaxKeyLength int
 
 	// TTL is how long an answer, or an unknown outcome (a panic), is kept
-	// for replay. Zero means
-	// idempotency.DefaultTTL (24 h); negative is invalid.
+	// for replay. Zero means 24 hours; negative is invalid.
 	TTL time.Duration
 
 	// Lease is how long a key stays locked without renewal; while the
 	// handler runs it is renewed every third of it. A call whose deadline
 	// is later than Lease from now gets that deadline plus one second.
-	// Zero means idempotency.DefaultLease (30 s); negative is invalid.
+	// Zero means 30 seconds; negative is invalid.
 	Lease time.Duration
 
-	// StoreTimeout bounds each store call. Zero means
-	// idempotency.DefaultStoreTimeout (2 s); negative is invalid.
+	// CancelOnLeaseLost cancels the handler's context as soon as its
+	// key's lease is known lost, with an error matching
+	// idempotency.ErrLeaseLost as the cause, as
+	// idempotency.Config.CancelOnLeaseLost does over HTTP. False leaves
+	// the context alone; the handler can still ask with idempotency.Held
+	// and idempotency.Confirm.
+	CancelOnLeaseLost bool
+
+	// StoreTimeout bounds each store call. Zero means 2 seconds; negative
+	// is invalid.
 	StoreTimeout time.Duration
 
 	// RetryAfter is the pushback sent when the store fails, and the most
-	// sent while the key is in flight. Zero means
-	// idempotency.DefaultRetryAfter (1 s); negative is invalid.
+	// sent while the key is in flight. Zero means 1 second; negative is
+	// invalid.
 	RetryAfter time.Duration
 
 	// FailOpen runs calls unprotected when the store fails, instead of
 	// refusing them. A retry may then run twice.
 	FailOpen bool
 
-	// Logger receives store failures. Nil means slog.Default().
+	// Logger receives store failures, failed lease renewals and lost
+	// leases. Nil means slog.Default().
 	Logger *slog.Logger
 }
 
 type keys struct {
 	cfg     KeyConfig
-	obs     event.Observer
+	keys    *idempotency.Keys
 	methods map[string]bool // nil: all
 	maxLen  int
-	ttl     time.Duration
-	lease   time.Duration
-	timeout time.Duration
 	retry   time.Duration
 	log     *slog.Logger
 	replies sync.Map // method -> protoreflect.MessageType
 }
 
 func newKeys(cfg KeyConfig, obs event.Observer) (*keys, error) {
+	var errs []error
 	if cfg.Store == nil {
-		return nil, invalid("KeyConfig.Store is nil; want an idempotency.Store")
+		errs = append(errs, invalid("KeyConfig.Store is nil; want an idempotency.Store"))
 	}
 	switch {
 	case cfg.Scope == nil && !cfg.SingleTenant:
-		return nil, invalid("KeyConfig.Scope is nil and KeyConfig.SingleTenant is false; want exactly one of them: " +
-			"without a scope every caller's keys would share one namespace, and a caller who learnt another's key " +
-			"would be replayed that caller's stored answer (set Scope to return the authenticated caller, or " +
-			"SingleTenant when every caller is trusted alike)")
+		errs = append(errs, invalid("KeyConfig.Scope is nil and KeyConfig.SingleTenant is false; want exactly one of them: "+
+			"without a scope every caller's keys would share one namespace, and a caller who learnt another's key "+
+			"would be replayed that caller's stored answer (set Scope to return the authenticated caller, or "+
+			"SingleTenant when every caller is trusted alike)"))
 	case cfg.Scope != nil && cfg.SingleTenant:
-		return nil, invalid("KeyConfig.Scope is set and KeyConfig.SingleTenant is true; want exactly one of them: " +
-			"SingleTenant puts every caller in one scope, which contradicts scoping keys by caller")
+		errs = append(errs, invalid("KeyConfig.Scope is set and KeyConfig.SingleTenant is true; want exactly one of them: "+
+			"SingleTenant puts every caller in one scope, which contradicts scoping keys by caller"))
 	}
-	k := &keys{cfg: cfg, obs: obs, log: cfg.Logger}
-	var err error
-	pick := func(name string, v, def time.Duration) time.Duration {
-		switch {
-		case v < 0 && err == nil:
-			err = invalid("KeyConfig.%s is %v; want 0 (the default) or more", name, v)
-		case v <= 0:
-			return def
+	for _, f := range [...]struct {
+		name string
+		v    time.Duration
+	}{{"TTL", cfg.TTL}, {"Lease", cfg.Lease}, {"StoreTimeout", cfg.StoreTimeout}, {"RetryAfter", cfg.RetryAfter}} {
+		if f.v < 0 {
+			errs = append(errs, invalid("KeyConfig.%s is %v; want 0 (the default) or more", f.name, f.v))
 		}
-		return v
 	}
-	k.ttl = pick("TTL", cfg.TTL, idempotency.DefaultTTL)
-	k.lease = pick("Lease", cfg.Lease, idempotency.DefaultLease)
-	k.timeout = pick("StoreTimeout", cfg.StoreTimeout, idempotency.DefaultStoreTimeout)
-	k.retry = pick("RetryAfter", cfg.RetryAfter, idempotency.DefaultRetryAfter)
+	if cfg.MaxKeyLength < 0 {
+		errs = append(errs, invalid("KeyConfig.MaxKeyLength is %d; want 0 (the default) or more", cfg.MaxKeyLength))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	ks, err := idempotency.NewKeys(cfg.Store, idempotency.KeysConfig{
+		TTL: cfg.TTL, Lease: cfg.Lease, StoreTimeout: cfg.StoreTimeout,
+		CancelOnLeaseLost: cfg.CancelOnLeaseLost,
+		Logger:            cfg.Logger, Observer: obs,
+	})
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case cfg.MaxKeyLength < 0:
-		return nil, invalid("KeyConfig.MaxKeyLength is %d; want 0 (the default) or more", cfg.MaxKeyLength)
-	case cfg.MaxKeyLength == 0:
-		k.maxLen = idempotency.DefaultMaxKeyLength
-	default:
-		k.maxLen = cfg.MaxKeyLength
+	k := &keys{cfg: cfg, keys: ks, maxLen: cfg.MaxKeyLength, retry: cfg.RetryAfter, log: cfg.Logger}
+	if k.retry == 0 {
+		k.retry = time.Second
 	}
 	if cfg.Methods != nil {
 		k.methods = make(map[string]bool, len(cfg.Methods))
@@ -202,71 +211,6 @@ func newKeys(cfg KeyConfig, obs event.Observer) (*keys, error) {
 		k.log = slog.Default()
 	}
 	return k, nil
-}
-
-// ParseKey returns the idempotency key carried by the values of an
-// idempotency-key metadata entry, by the rules of the HTTP middleware: one
-// value, either an RFC 8941 string ("...") or a bare value of visible
-// ASCII without DQUOTE, comma, semicolon or backslash, at most maxLen
-// bytes. It fails with an error that Is idempotency.ErrNoKey or
-// idempotency.ErrInvalidKey.
-func ParseKey(values []string, maxLen int) (string, error) {
-	switch len(values) {
-	case 0:
-		return "", idempotency.ErrNoKey
-	case 1:
-	default:
-		return "", fmt.Errorf("%w: %d values, want one", idempotency.ErrInvalidKey, len(values))
-	}
-	v := strings.Trim(values[0], " \t")
-	if v == "" {
-		return "", fmt.Errorf("%w: empty", idempotency.ErrInvalidKey)
-	}
-	if len(v) > 2*maxLen+2 {
-		return "", fmt.Errorf("%w: longer than %d characters", idempotency.ErrInvalidKey, maxLen)
-	}
-	key := v
-	if v[0] == '"' {
-		var b strings.Builder
-		closed := false
-		for i := 1; i < len(v); i++ {
-			c := v[i]
-			switch {
-			case c == '\\':
-				i++
-				if i == len(v) || (v[i] != '"' && v[i] != '\\') {
-					return "", fmt.Errorf("%w: bad escape at %d", idempotency.ErrInvalidKey, i)
-				}
-				b.WriteByte(v[i])
-			case c == '"':
-				if i != len(v)-1 {
-					return "", fmt.Errorf("%w: unexpected %q after the key", idempotency.ErrInvalidKey, v[i+1:])
-				}
-				closed = true
-			case c < 0x20 || c > 0x7e:
-				return "", fmt.Errorf("%w: character %q at %d", idempotency.ErrInvalidKey, c, i)
-			default:
-				b.WriteByte(c)
-			}
-		}
-		if !closed {
-			return "", fmt.Errorf("%w: missing closing quote", idempotency.ErrInvalidKey)
-		}
-		key = b.String()
-	} else {
-		for i := 0; i < len(v); i++ {
-			if c := v[i]; c < 0x21 || c > 0x7e || c == '"' || c == ',' || c == ';' || c == '\\' {
-				return "", fmt.Errorf("%w: character %q at %d", idempotency.ErrInvalidKey, c, i)
-			}
-		}
-	}
-	if key == "" {
-		return "", fmt.Errorf("%w: empty", idempotency.ErrInvalidKey)
-	}
-	if len(key) > maxLen {
-		return "", fmt.Errorf("%w: longer than %d characters", idempotency.ErrInvalidKey, maxLen)
-	}
-	return key, nil
 }
 
 // hashParts hashes length-prefixed parts with SHA-256, so that no part can
@@ -283,48 +227,50 @@ func hashParts(parts ...[]byte) [sha256.Size]byte {
 	return sum
 }
 
-// stored reports whether an error answer is the caller's doing, and so is
-// stored and replayed, rather than the server's, which releases the key.
-func stored(c codes.Code) bool {
+// answerStatus is gRPC's half of the one table of stored and released
+// answers (see idempotency.Keys): the HTTP status of the same meaning,
+// under which an answer with code c is recorded, and which decides, by
+// the rule every transport shares, whether it is stored and replayed
+// (2xx, 4xx) or releases the key so that a retry runs the call again
+// (408, 425, 429, 5xx). The gRPC status itself is in the stored body. The
+// statuses are google.rpc.Code's HTTP mapping, but for ABORTED.
+func answerStatus(c codes.Code) int {
 	switch c {
-	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.PermissionDenied,
-		codes.Unauthenticated, codes.FailedPrecondition, codes.OutOfRange, codes.Unimplemented,
-		codes.Canceled, codes.Aborted:
-		return true
-	}
-	return false
-}
-
-// httpStatus is the status a stored gRPC answer is recorded under in the
-// Store (which speaks HTTP): 200 for a success, else the code's HTTP
-// mapping. The gRPC status itself is in the body.
-func httpStatus(c codes.Code) int {
-	switch c {
+	// Stored: the call was processed, and its answer is the outcome.
 	case codes.OK:
 		return 200
-	case codes.NotFound, codes.Unimplemented:
-		return 404
-	case codes.AlreadyExists, codes.Aborted:
-		return 409
-	case codes.PermissionDenied:
-		return 403
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+		return 400 // the request is wrong, or the system is not in a state to run it: sending it again changes nothing
 	case codes.Unauthenticated:
 		return 401
+	case codes.PermissionDenied:
+		return 403
+	case codes.NotFound:
+		return 404
+	case codes.AlreadyExists:
+		return 409
 	case codes.Canceled:
-		return 499
-	}
-	return 400
-}
+		return 499 // the handler's own answer; a handler that gives up because its client went away releases the key (see run)
 
-func (k *keys) emit(ctx context.Context, method, reason string, err error) {
-	if k.obs == nil {
-		return
+	// Released: the call was not processed, or may succeed if sent again.
+	case codes.ResourceExhausted:
+		return 429 // a quota or rate limit refused it: come back later, as 429 says over HTTP
+	case codes.Aborted:
+		// A concurrency conflict aborted it (a transaction abort, a
+		// failed sequencer check): nothing was committed, and the client
+		// is told to retry. google.rpc maps it to 409, but a 409 over
+		// HTTP is a definite conflict with the resource (ALREADY_EXISTS
+		// here) and is stored; a stored ABORTED would answer every retry
+		// with the key with the same abort until the key expires.
+		return 503
+	case codes.Unavailable:
+		return 503 // not processed: the server, or what it depends on, is unavailable
+	case codes.DeadlineExceeded:
+		return 504 // the call ran out of time; a handler that committed must answer its commit, as with a 5xx over HTTP
+	case codes.Unimplemented:
+		return 501 // nothing ran here; a retry that reaches a server implementing the method must run
 	}
-	k.obs.Observe(ctx, event.Event{Kind: event.Idempotency, Operation: method, Reason: reason, Err: err})
-}
-
-func (k *keys) pushback(ctx context.Context, d time.Duration) {
-	grpc.SetTrailer(ctx, metadata.Pairs(MDPushback, strconv.FormatInt((d+time.Millisecond-1).Milliseconds(), 10)))
+	return 500 // UNKNOWN, INTERNAL, DATA_LOSS, and any code gRPC may add: the server failed
 }
 
 // handle runs one unary call under its idempotency key.
@@ -332,11 +278,11 @@ func (k *keys) handle(ctx context.Context, req any, method string, handler grpc.
 	if k.methods != nil && !k.methods[method] {
 		return handler(ctx, req)
 	}
-	key, err := ParseKey(metadata.ValueFromIncomingContext(ctx, MDIdempotencyKey), k.maxLen)
+	key, err := idempotency.ParseKey(metadata.ValueFromIncomingContext(ctx, MDIdempotencyKey), k.maxLen)
 	switch {
 	case errors.Is(err, idempotency.ErrNoKey):
 		if !k.cfg.Required {
-			return handler(unprotectedCall(ctx), req)
+			return handler(idempotency.Unprotected(ctx), req)
 		}
 		return nil, status.Error(codes.InvalidArgument, "idempotency: this method requires an idempotency-key: a unique value per intended operation, sent again unchanged on every retry")
 	case err != nil:
@@ -363,38 +309,26 @@ func (k *keys) handle(ctx context.Context, req any, method string, handler grpc.
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "idempotency: marshalling the request: %v", err)
 	}
-	fp := idempotency.Fingerprint(hashParts([]byte(method), body))
-	sum := hashParts([]byte(scope), []byte("grpc"), []byte(method), []byte(key))
-	skey := hex.EncodeToString(sum[:])
-
-	lease := k.lease
-	if dl, ok := ctx.Deadline(); ok {
-		if d := time.Until(dl) + time.Second; d > lease {
-			lease = d
-		}
-	}
-	bctx, cancel := context.WithTimeout(ctx, k.timeout)
-	res, err := k.cfg.Store.Begin(bctx, skey, fp, lease)
-	cancel()
-	if err == nil && (res.State < idempotency.StateAcquired || res.State > idempotency.StateMismatch ||
-		res.State == idempotency.StateCompleted && (res.Response == nil || res.Response.Status < 100 || res.Response.Status > 999)) {
-		err = fmt.Errorf("idempotency: store returned invalid result %v", res.State)
-	}
+	res, sess, err := k.keys.Begin(ctx, idempotency.Request{
+		Scope:       []string{scope, "grpc", method},
+		Key:         key,
+		Fingerprint: idempotency.Fingerprint(hashParts([]byte(method), body)),
+		Operation:   method,
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
-		k.emit(ctx, method, event.ReasonStoreError, err)
-		k.log.ErrorContext(ctx, "idempotency: store failed", "err", err, "method", method, "op", "begin")
 		if k.cfg.FailOpen {
-			return handler(unprotectedCall(ctx), req)
+			k.log.WarnContext(ctx, "idempotency: store failed; running the call without duplicate protection (FailOpen)", "err", err, "method", method, "op", "begin")
+			return handler(idempotency.Unprotected(ctx), req)
 		}
+		k.log.ErrorContext(ctx, "idempotency: store failed; refusing the call with UNAVAILABLE rather than running it unprotected", "err", err, "method", method, "op", "begin")
 		k.pushback(ctx, k.retry)
 		return nil, status.Error(codes.Unavailable, "idempotency: the key store is unavailable; retry later")
 	}
 	switch res.State {
 	case idempotency.StateInFlight:
-		k.emit(ctx, method, event.ReasonConflict, nil)
 		d := k.retry
 		if res.RetryIn > 0 && res.RetryIn < d {
 			d = res.RetryIn
@@ -402,22 +336,22 @@ func (k *keys) handle(ctx context.Context, req any, method string, handler grpc.
 		k.pushback(ctx, d)
 		return nil, status.Error(codes.Aborted, "idempotency: a call with the same idempotency-key is still being processed; retry after the pushback")
 	case idempotency.StateMismatch:
-		k.emit(ctx, method, event.ReasonMismatch, nil)
 		return nil, status.Error(codes.FailedPrecondition, "idempotency: this idempotency-key was used with a different request; a key must not be reused across different requests of a method")
 	case idempotency.StateCompleted:
-		k.emit(ctx, method, event.ReasonReplayed, nil)
 		return k.replay(ctx, method, res.Response)
 	}
-	return k.run(ctx, req, method, handler, skey, res.Token, lease)
+	return k.run(ctx, req, handler, sess)
 }
 
-// run runs the handler holding the key, renews the lease while it runs,
-// then stores the answer or releases the key; a panic completes the key
-// with an unknown outcome (unless the handler called ReleaseKey) and goes
-// on up.
-func (k *keys) run(ctx context.Context, req any, method string, handler grpc.UnaryHandler, skey, token string, lease time.Duration) (reply any, err error) {
-	stop := k.renew(ctx, skey, token, lease)
-	kr := &keyRun{}
+func (k *keys) pushback(ctx context.Context, d time.Duration) {
+	grpc.SetTrailer(ctx, metadata.Pairs(MDPushback, strconv.FormatInt((d+time.Millisecond-1).Milliseconds(), 10)))
+}
+
+// run runs the handler under the session, then hands its answer to the
+// session, which stores it or releases the key by answerStatus; a panic
+// ends the session with an unknown outcome (unless the handler called
+// idempotency.Release) and goes on up.
+func (k *keys) run(ctx context.Context, req any, handler grpc.UnaryHandler, sess *idempotency.Session) (reply any, err error) {
 	returned := false
 	defer func() {
 		if returned {
@@ -427,105 +361,40 @@ func (k *keys) run(ctx context.Context, req any, method string, handler grpc.Una
 		// committed before it panicked: record the outcome as unknown,
 		// unless it released the key, then let the panic go on up.
 		v := recover()
-		stop()
-		if kr.finish() {
-			k.release(ctx, method, skey, token, "panic after ReleaseKey")
-		} else {
-			k.unknown(ctx, method, skey, token)
-		}
+		sess.Unknown(&idempotency.Response{Status: 500, Body: unknownStatus}, "panic")
 		if v != nil {
 			panic(v)
 		}
 	}()
-	reply, err = handler(context.WithValue(ctx, keyRunKey{}, kr), req)
+	reply, err = handler(sess.Context(), req)
 	returned = true
-	stop()
-	if kr.finish() {
-		k.release(ctx, method, skey, token, "released by the handler")
-		return reply, err
-	}
 
-	var resp *idempotency.Response
 	if err == nil {
 		m, ok := reply.(proto.Message)
 		if !ok {
-			k.release(ctx, method, skey, token, "reply is not a protocol buffer message")
+			sess.Release("reply is not a protocol buffer message")
 			return reply, nil
 		}
 		body, merr := proto.Marshal(m)
 		if merr != nil {
-			k.release(ctx, method, skey, token, "marshalling the reply failed")
+			sess.Release("marshalling the reply failed")
 			return reply, nil
 		}
-		resp = &idempotency.Response{Status: 200, Body: body}
-	} else {
-		st := status.Convert(err)
-		if !stored(st.Code()) || (st.Code() == codes.Canceled && ctx.Err() != nil) {
-			k.release(ctx, method, skey, token, "code "+st.Code().String())
-			return nil, err
-		}
-		body, merr := proto.Marshal(st.Proto())
-		if merr != nil {
-			k.release(ctx, method, skey, token, "marshalling the status failed")
-			return nil, err
-		}
-		resp = &idempotency.Response{Status: httpStatus(st.Code()), Body: body}
+		sess.Complete(&idempotency.Response{Status: 200, Body: body})
+		return reply, nil
 	}
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.timeout)
-	defer cancel()
-	if cerr := k.cfg.Store.Complete(dctx, skey, token, resp, k.ttl); cerr != nil {
-		k.emit(ctx, method, event.ReasonStoreError, cerr)
-		k.log.ErrorContext(ctx, "idempotency: storing the answer failed; a retry may run the call again", "err", cerr, "method", method)
-		return reply, err
+	st := status.Convert(err)
+	if st.Code() == codes.Canceled && ctx.Err() != nil {
+		sess.Release("client gone") // the handler gave up because its client went away
+		return nil, err
 	}
-	k.emit(ctx, method, event.ReasonStored, nil)
-	return reply, err
-}
-
-// renew extends the lease every third of it while the handler runs, on a
-// timer rather than a goroutine. The returned stop waits for a renewal in
-// progress.
-func (k *keys) renew(ctx context.Context, skey, token string, lease time.Duration) (stop func()) {
-	var mu sync.Mutex
-	stopped := false
-	var t *time.Timer
-	every := max(lease/3, time.Millisecond)
-	mu.Lock() // the callback reads t: it must see it set
-	defer mu.Unlock()
-	t = time.AfterFunc(every, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
-		}
-		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.timeout)
-		err := k.cfg.Store.Extend(ectx, skey, token, lease)
-		cancel()
-		if err != nil {
-			k.log.WarnContext(ctx, "idempotency: renewing the key's lease failed", "err", err)
-			if errors.Is(err, idempotency.ErrLockLost) {
-				return
-			}
-		}
-		t.Reset(every)
-	})
-	return func() {
-		t.Stop()
-		mu.Lock()
-		stopped = true
-		mu.Unlock()
+	body, merr := proto.Marshal(st.Proto())
+	if merr != nil {
+		sess.Release("marshalling the status failed")
+		return nil, err
 	}
-}
-
-func (k *keys) release(ctx context.Context, method, skey, token, why string) {
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.timeout)
-	defer cancel()
-	if err := k.cfg.Store.Release(dctx, skey, token); err != nil {
-		k.emit(ctx, method, event.ReasonStoreError, err)
-		k.log.WarnContext(ctx, "idempotency: releasing the key failed", "err", err, "method", method, "why", why)
-		return
-	}
-	k.emit(ctx, method, event.ReasonReleased, nil)
+	sess.Complete(&idempotency.Response{Status: answerStatus(st.Code()), Body: body})
+	return nil, err
 }
 
 // unknownStatus is the answer stored for a key whose handler panicked.
@@ -537,27 +406,9 @@ var unknownStatus = func() []byte {
 	return b
 }()
 
-// unknown completes the key with the unknown-outcome answer, so that
-// retries are told so rather than run the handler again.
-func (k *keys) unknown(ctx context.Context, method, skey, token string) {
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.timeout)
-	defer cancel()
-	k.emit(ctx, method, event.ReasonOutcomeUnknown, nil)
-	if err := k.cfg.Store.Complete(dctx, skey, token, &idempotency.Response{Status: 500, Body: unknownStatus}, k.ttl); err != nil {
-		if !errors.Is(err, idempotency.ErrLockLost) {
-			k.emit(ctx, method, event.ReasonStoreError, err)
-		}
-		k.log.ErrorContext(ctx, "idempotency: the handler's outcome is unknown and recording that failed; a retry may run the call again",
-			"err", err, "method", method)
-		return
-	}
-	k.log.WarnContext(ctx, "idempotency: the handler's outcome is unknown; retries with its key get INTERNAL until the key expires, without running the handler",
-		"method", method, "ttl", k.ttl)
-}
-
 // replay answers with a stored answer.
 func (k *keys) replay(ctx context.Context, method string, r *idempotency.Response) (any, error) {
-	grpc.SetHeader(ctx, metadata.Pairs(MDReplayed, "true"))
+	grpc.SetHeader(ctx, metadata.Pairs(idempotency.HeaderReplayed, "true"))
 	if r.Status != 200 {
 		var sp spb.Status
 		if err := proto.Unmarshal(r.Body, &sp); err != nil {

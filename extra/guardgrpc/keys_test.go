@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/extra/guardgrpc"
 	"github.com/guardrail-go/guardrail/idempotency"
 	"github.com/guardrail-go/guardrail/idempotency/memstore"
@@ -79,8 +83,8 @@ func testLostAnswerChargesOnce(t *testing.T, store idempotency.Store) {
 	if got := h.calls.Load(); got != 1 {
 		t.Fatalf("handler ran %d times, want once: the retry must get the stored answer", got)
 	}
-	if got := header.Get(guardgrpc.MDReplayed); len(got) != 1 || got[0] != "true" {
-		t.Fatalf("header %v, want %s: true", header, guardgrpc.MDReplayed)
+	if got := header.Get(idempotency.HeaderReplayed); len(got) != 1 || got[0] != "true" {
+		t.Fatalf("header %v, want %s: true", header, idempotency.HeaderReplayed)
 	}
 }
 
@@ -185,6 +189,24 @@ func newMemstore(t testing.TB) *memstore.Store {
 	return s
 }
 
+// extendSignal passes calls to a store and sends on extended after each
+// Extend that succeeded.
+type extendSignal struct {
+	idempotency.Store
+	extended chan struct{}
+}
+
+func (e *extendSignal) Extend(ctx context.Context, key, token string, lease time.Duration) error {
+	err := e.Store.Extend(ctx, key, token, lease)
+	if err == nil {
+		select {
+		case e.extended <- struct{}{}:
+		default:
+		}
+	}
+	return err
+}
+
 func TestLeaseRenewedWhileHandlerRuns(t *testing.T) {
 	// Renewed every third of the lease: a renewal may be late by two thirds
 	// (667 ms) before the lock lapses, which a busy machine under the race
@@ -197,7 +219,8 @@ func TestLeaseRenewedWhileHandlerRuns(t *testing.T) {
 		<-gate
 		return serving, nil
 	}}
-	srv := newServer(t, guardgrpc.ServerConfig{MaxTimeout: -1, Keys: &guardgrpc.KeyConfig{Store: newMemstore(t), SingleTenant: true, Lease: lease, Logger: slog.New(slog.DiscardHandler)}})
+	store := &extendSignal{Store: newMemstore(t), extended: make(chan struct{}, 1)}
+	srv := newServer(t, guardgrpc.ServerConfig{MaxTimeout: -1, Keys: &guardgrpc.KeyConfig{Store: store, SingleTenant: true, Lease: lease, Logger: slog.New(slog.DiscardHandler)}})
 	cl := dial(t, serve(t, h, grpc.UnaryInterceptor(srv.UnaryServerInterceptor())), nil)
 	done := make(chan error)
 	go func() {
@@ -206,16 +229,274 @@ func TestLeaseRenewedWhileHandlerRuns(t *testing.T) {
 		done <- err
 	}()
 	<-in
-	time.Sleep(2 * lease) // leases pass while the handler runs
+	// Three renewals, a third of the lease apart: the third comes a whole
+	// lease after the lock, which only renewal holds by then.
+	for range 3 {
+		<-store.extended
+	}
 	_, err := cl.Check(metadata.AppendToOutgoingContext(ctxTimeout(t, 5*time.Second), guardgrpc.MDIdempotencyKey, "slow"), &healthpb.HealthCheckRequest{})
 	close(gate)
 	if status.Code(err) != codes.Aborted {
-		t.Fatalf("same key after %v of a running handler: %v, want ABORTED (the lease is renewed)", 2*lease, err)
+		t.Fatalf("same key after three renewals of a running handler: %v, want ABORTED (the lease is renewed)", err)
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	if got := h.calls.Load(); got != 1 {
 		t.Fatalf("handler ran %d times, want 1", got)
+	}
+}
+
+// bareKeyServer serves h behind a guardgrpc Server with keys configured
+// by kc, and returns a plain client of it: no retries, so that every call
+// the test makes is one call, and the handler's count is exact. Calls
+// keep the deadline they have: none, and their lease is kc.Lease.
+func bareKeyServer(t *testing.T, kc guardgrpc.KeyConfig, obs event.Observer, h *health) healthpb.HealthClient {
+	t.Helper()
+	if kc.Logger == nil {
+		kc.Logger = slog.New(slog.DiscardHandler)
+	}
+	kc.SingleTenant = true
+	srv := newServer(t, guardgrpc.ServerConfig{Keys: &kc, Observer: obs, MaxTimeout: -1})
+	return dial(t, serve(t, h, grpc.UnaryInterceptor(srv.UnaryServerInterceptor())), nil)
+}
+
+// The gRPC half of the one table of stored and released answers: each
+// code is answered once, then the same call with the same key is sent
+// again. A stored answer is replayed without the handler running; a
+// released one lets the retry reach the handler, which then succeeds.
+func TestAnswerTable(t *testing.T) {
+	tests := []struct {
+		code   codes.Code
+		stored bool
+	}{
+		{codes.InvalidArgument, true},
+		{codes.FailedPrecondition, true},
+		{codes.OutOfRange, true},
+		{codes.Unauthenticated, true},
+		{codes.PermissionDenied, true},
+		{codes.NotFound, true},
+		{codes.AlreadyExists, true},
+		{codes.Canceled, true}, // by the handler, its client still there
+		{codes.ResourceExhausted, false},
+		{codes.Unavailable, false},
+		{codes.Aborted, false},
+		{codes.DeadlineExceeded, false},
+		{codes.Unimplemented, false},
+		{codes.Unknown, false},
+		{codes.Internal, false},
+		{codes.DataLoss, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.code.String(), func(t *testing.T) {
+			h := &health{check: func(_ context.Context, n int64, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+				if n == 1 {
+					return nil, status.Error(tt.code, "first answer")
+				}
+				return serving, nil
+			}}
+			cl := bareKeyServer(t, guardgrpc.KeyConfig{Store: newMemstore(t)}, nil, h)
+			_, err := cl.Check(withKey(t, "k"), &healthpb.HealthCheckRequest{})
+			if status.Code(err) != tt.code {
+				t.Fatalf("first call: %v, want %v", err, tt.code)
+			}
+			var header metadata.MD
+			_, err = cl.Check(withKey(t, "k"), &healthpb.HealthCheckRequest{}, grpc.Header(&header))
+			replayed := len(header.Get(idempotency.HeaderReplayed)) == 1
+			switch {
+			case tt.stored && (status.Code(err) != tt.code || !replayed):
+				t.Errorf("retry: %v (replayed %v), want %v replayed", err, replayed, tt.code)
+			case !tt.stored && (err != nil || replayed):
+				t.Errorf("retry: %v (replayed %v), want it run and succeed", err, replayed)
+			}
+			want := int64(2)
+			if tt.stored {
+				want = 1
+			}
+			if got := h.calls.Load(); got != want {
+				t.Errorf("handler ran %d times, want %d", got, want)
+			}
+		})
+	}
+}
+
+// RESOURCE_EXHAUSTED with a pushback is gRPC's 429 with Retry-After: the
+// call was not processed, so its key is released and the retry with the
+// same key reaches the handler again.
+func TestResourceExhaustedReleasesTheKey(t *testing.T) {
+	h := &health{check: func(ctx context.Context, n int64, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+		if n == 1 {
+			grpc.SetTrailer(ctx, metadata.Pairs(guardgrpc.MDPushback, "3000"))
+			return nil, status.Error(codes.ResourceExhausted, "quota exceeded")
+		}
+		return serving, nil
+	}}
+	ev := &keyEvents{}
+	cl := bareKeyServer(t, guardgrpc.KeyConfig{Store: newMemstore(t)}, ev, h)
+	var trailer metadata.MD
+	_, err := cl.Check(withKey(t, "q"), &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
+	if status.Code(err) != codes.ResourceExhausted || len(trailer.Get(guardgrpc.MDPushback)) != 1 {
+		t.Fatalf("first call: %v, trailer %v; want RESOURCE_EXHAUSTED with the handler's pushback", err, trailer)
+	}
+	if _, err := cl.Check(withKey(t, "q"), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("retry with the same key: %v, want it run and succeed", err)
+	}
+	var header metadata.MD
+	if _, err := cl.Check(withKey(t, "q"), &healthpb.HealthCheckRequest{}, grpc.Header(&header)); err != nil || len(header.Get(idempotency.HeaderReplayed)) != 1 {
+		t.Fatalf("third call: %v, header %v; want the stored success replayed", err, header)
+	}
+	if got := h.calls.Load(); got != 2 {
+		t.Errorf("handler ran %d times, want 2: once refused, once served", got)
+	}
+	if ev.count(event.ReasonReleased) != 1 || ev.count(event.ReasonStored) != 1 || ev.count(event.ReasonReplayed) != 1 {
+		t.Errorf("events %v, want one released, one stored, one replayed", ev.reasons())
+	}
+}
+
+// lostOnRelease is a store on which every Release finds the lock lost, as
+// when the lease ended and a retry took the key over.
+type lostOnRelease struct{ *memstore.Store }
+
+func (lostOnRelease) Release(context.Context, string, string) error { return idempotency.ErrLockLost }
+
+// Releasing a key that is no longer the call's is benign: the key is
+// someone else's, or expired. The handler's answer goes back unchanged,
+// the log says so, and no store_error is emitted, as over HTTP.
+func TestReleaseOfALostKeyIsNotAStoreError(t *testing.T) {
+	h := &health{check: func(context.Context, int64, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+		return nil, status.Error(codes.Unavailable, "database down")
+	}}
+	var logs lockedLog
+	ev := &keyEvents{}
+	cl := bareKeyServer(t, guardgrpc.KeyConfig{Store: lostOnRelease{newMemstore(t)}, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, ev, h)
+	_, err := cl.Check(withKey(t, "l"), &healthpb.HealthCheckRequest{})
+	if status.Code(err) != codes.Unavailable || status.Convert(err).Message() != "database down" {
+		t.Fatalf("answer %v, want the handler's UNAVAILABLE", err)
+	}
+	if n := ev.count(event.ReasonStoreError); n != 0 {
+		t.Errorf("%d store_error events, want none", n)
+	}
+	if s := logs.String(); !strings.Contains(s, "no longer held when releasing it") || !strings.Contains(s, "level=WARN") || strings.Contains(s, "level=ERROR") {
+		t.Errorf("log: %s", s)
+	}
+}
+
+// keyEvents counts idempotency events by reason.
+type keyEvents struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (e *keyEvents) Observe(ctx context.Context, ev event.Event) context.Context {
+	if ev.Kind != event.Idempotency {
+		return ctx
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.n == nil {
+		e.n = map[string]int{}
+	}
+	e.n[ev.Reason]++
+	return ctx
+}
+
+func (e *keyEvents) count(reason string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n[reason]
+}
+
+func (e *keyEvents) reasons() map[string]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.n)
+}
+
+// lockedLog is a log destination safe for concurrent writers.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A handler behind the interceptor holds its key as one behind the HTTP
+// middleware does: Held and Confirm say so, and say the lease is lost
+// once the handler has returned; a call without a key is unprotected.
+func TestHeldAndConfirmInAHandler(t *testing.T) {
+	var handlerCtx context.Context
+	var held, confirmed error
+	h := &health{check: func(ctx context.Context, _ int64, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+		handlerCtx = ctx
+		held, confirmed = idempotency.Held(ctx), idempotency.Confirm(ctx)
+		return serving, nil
+	}}
+	cl := bareKeyServer(t, guardgrpc.KeyConfig{Store: newMemstore(t)}, nil, h)
+	if _, err := cl.Check(withKey(t, "held"), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if held != nil || confirmed != nil {
+		t.Fatalf("in the handler: Held %v, Confirm %v; want nil", held, confirmed)
+	}
+	if err := idempotency.Held(handlerCtx); !errors.Is(err, idempotency.ErrLeaseLost) {
+		t.Errorf("Held after the handler returned: %v, want ErrLeaseLost", err)
+	}
+	if _, err := cl.Check(ctxTimeout(t, 10*time.Second), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if held != nil || confirmed != nil {
+		t.Errorf("without a key: Held %v, Confirm %v; want nil (unprotected)", held, confirmed)
+	}
+}
+
+func TestKeyConfigReportsEveryInvalidField(t *testing.T) {
+	_, err := guardgrpc.NewServer(guardgrpc.ServerConfig{Keys: &guardgrpc.KeyConfig{
+		Store: newMemstore(t), SingleTenant: true, TTL: -1, Lease: -1, StoreTimeout: -1, RetryAfter: -1, MaxKeyLength: -1,
+	}})
+	if !errors.Is(err, guardgrpc.ErrInvalidConfig) {
+		t.Fatalf("NewServer: %v, want ErrInvalidConfig", err)
+	}
+	for _, want := range []string{"KeyConfig.TTL", "KeyConfig.Lease", "KeyConfig.StoreTimeout", "KeyConfig.RetryAfter", "KeyConfig.MaxKeyLength"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+}
+
+// lostOnExtend is a store on which every renewal finds the lock lost.
+type lostOnExtend struct{ *memstore.Store }
+
+func (lostOnExtend) Extend(context.Context, string, string, time.Duration) error {
+	return idempotency.ErrLockLost
+}
+
+// With CancelOnLeaseLost, a renewal that finds the lock lost cancels the
+// handler's context, with ErrLeaseLost as the cause; the handler, which
+// gives up without an answer, has nothing stored.
+func TestCancelOnLeaseLost(t *testing.T) {
+	var cause error
+	h := &health{check: func(ctx context.Context, _ int64, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+		<-ctx.Done() // the first renewal, a third of the lease in, finds the lock lost
+		cause = context.Cause(ctx)
+		return nil, status.Error(codes.Unavailable, "gave up: lease lost")
+	}}
+	cl := bareKeyServer(t, guardgrpc.KeyConfig{Store: lostOnExtend{newMemstore(t)}, Lease: 30 * time.Millisecond, CancelOnLeaseLost: true}, nil, h)
+	// No deadline, which would make the lease the deadline plus a second.
+	_, err := cl.Check(metadata.AppendToOutgoingContext(context.Background(), guardgrpc.MDIdempotencyKey, "cancel"), &healthpb.HealthCheckRequest{})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("answer %v, want the handler's UNAVAILABLE", err)
+	}
+	if !errors.Is(cause, idempotency.ErrLeaseLost) || !errors.Is(cause, idempotency.ErrLockLost) {
+		t.Errorf("context cause %v, want ErrLeaseLost and ErrLockLost", cause)
 	}
 }

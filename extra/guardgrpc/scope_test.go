@@ -103,8 +103,8 @@ func TestPanicAfterChargeIsAnUnknownOutcome(t *testing.T) {
 	if status.Code(err) != codes.Internal || !strings.Contains(status.Convert(err).Message(), "outcome unknown for this idempotency-key") {
 		t.Fatalf("retry after a panic: %v, want INTERNAL outcome unknown", err)
 	}
-	if got := header.Get(guardgrpc.MDReplayed); len(got) != 1 || got[0] != "true" {
-		t.Fatalf("header %v, want %s: true", header, guardgrpc.MDReplayed)
+	if got := header.Get(idempotency.HeaderReplayed); len(got) != 1 || got[0] != "true" {
+		t.Fatalf("header %v, want %s: true", header, idempotency.HeaderReplayed)
 	}
 	if got := h.calls.Load(); got != 1 {
 		t.Fatalf("handler ran (charged) %d times, want once: a panic must not release the key", got)
@@ -119,12 +119,12 @@ func TestPanicAfterChargeIsAnUnknownOutcome(t *testing.T) {
 	}
 }
 
-func TestReleaseKeyBeforePanicLetsTheRetryRun(t *testing.T) {
+func TestReleaseBeforePanicLetsTheRetryRun(t *testing.T) {
 	var panics atomic.Int64
 	h := &health{check: func(ctx context.Context, n int64, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 		if n == 1 {
-			if err := guardgrpc.ReleaseKey(ctx); err != nil {
-				t.Errorf("ReleaseKey: %v", err)
+			if err := idempotency.Release(ctx); err != nil {
+				t.Errorf("idempotency.Release: %v", err)
 			}
 			panic("nothing committed")
 		}
@@ -136,7 +136,7 @@ func TestReleaseKeyBeforePanicLetsTheRetryRun(t *testing.T) {
 	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("retry after a released panic: %v, %v; want SERVING", resp, err)
 	}
-	if got := header.Get(guardgrpc.MDReplayed); len(got) != 0 {
+	if got := header.Get(idempotency.HeaderReplayed); len(got) != 0 {
 		t.Fatalf("header %v: the retry ran, it must not be marked replayed", header)
 	}
 	if got, p := h.calls.Load(), panics.Load(); got != 2 || p != 1 {
@@ -144,12 +144,12 @@ func TestReleaseKeyBeforePanicLetsTheRetryRun(t *testing.T) {
 	}
 }
 
-func TestReleaseKeyOnASuccessReleases(t *testing.T) {
+func TestReleaseOnASuccessReleases(t *testing.T) {
 	var handlerCtx context.Context
 	h := &health{check: func(ctx context.Context, n int64, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 		handlerCtx = ctx
-		if err := guardgrpc.ReleaseKey(ctx); err != nil {
-			t.Errorf("ReleaseKey: %v", err)
+		if err := idempotency.Release(ctx); err != nil {
+			t.Errorf("idempotency.Release: %v", err)
 		}
 		return serving, nil
 	}}
@@ -162,18 +162,18 @@ func TestReleaseKeyOnASuccessReleases(t *testing.T) {
 	if got := h.calls.Load(); got != 2 {
 		t.Fatalf("handler ran %d times, want 2: a released key is not stored", got)
 	}
-	if err := guardgrpc.ReleaseKey(handlerCtx); !errors.Is(err, idempotency.ErrLeaseLost) {
-		t.Fatalf("ReleaseKey after the handler returned: %v, want ErrLeaseLost", err)
+	if err := idempotency.Release(handlerCtx); !errors.Is(err, idempotency.ErrLeaseLost) {
+		t.Fatalf("idempotency.Release after the handler returned: %v, want ErrLeaseLost", err)
 	}
-	if err := guardgrpc.ReleaseKey(context.Background()); !errors.Is(err, idempotency.ErrNoLease) {
-		t.Fatalf("ReleaseKey outside a call: %v, want ErrNoLease", err)
+	if err := idempotency.Release(context.Background()); !errors.Is(err, idempotency.ErrNoLease) {
+		t.Fatalf("idempotency.Release outside a call: %v, want ErrNoLease", err)
 	}
 }
 
-func TestReleaseKeyUnprotected(t *testing.T) {
+func TestReleaseUnprotected(t *testing.T) {
 	h := &health{check: func(ctx context.Context, _ int64, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-		if err := guardgrpc.ReleaseKey(ctx); err != nil {
-			t.Errorf("ReleaseKey in a call without a key: %v, want nil", err)
+		if err := idempotency.Release(ctx); err != nil {
+			t.Errorf("idempotency.Release in a call without a key: %v, want nil", err)
 		}
 		return serving, nil
 	}}

@@ -192,18 +192,6 @@ func TestSchemaQualifiedTable(t *testing.T) {
 	}
 }
 
-func BenchmarkMiddleware(b *testing.B) {
-	pool := newPool(b, "")
-	s, _ := testTable(b, pool)
-	storetest.BenchmarkMiddleware(b, s)
-}
-
-func BenchmarkExtend(b *testing.B) {
-	pool := newPool(b, "")
-	s, _ := testTable(b, pool)
-	storetest.BenchmarkExtend(b, s)
-}
-
 func TestNewRefusesBadTables(t *testing.T) {
 	db := (*pgxpool.Pool)(nil) // never used: New does no I/O
 	for _, table := range []string{"a.b.c", "billing.", ".keys", strings.Repeat("x", 64), "a\x00b"} {

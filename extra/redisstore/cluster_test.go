@@ -438,15 +438,3 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatalf("%d keys ran, want %d", len(runs), keys)
 	}
 }
-
-// BenchmarkClusterWait is the cost of Config.Replicas: one POST through
-// the middleware on the cluster, not waiting and waiting for one replica.
-func BenchmarkClusterWait(b *testing.B) {
-	cl := sharedCluster(b)
-	for _, r := range []int{0, 1} {
-		b.Run("replicas="+strconv.Itoa(r), func(b *testing.B) {
-			client := cl.client(b)
-			storetest.BenchmarkMiddleware(b, mustNew(client, redisstore.Config{Prefix: "bench:" + idempotency.NewToken()[:8] + ":", Replicas: r}))
-		})
-	}
-}

@@ -150,18 +150,6 @@ func TestCorruptValue(t *testing.T) {
 	}
 }
 
-func BenchmarkMiddleware(b *testing.B) {
-	addr := redisAddr(b)
-	client := newClient(b, addr, redis.Options{})
-	storetest.BenchmarkMiddleware(b, mustNew(client, redisstore.Config{Prefix: testPrefix(b, client)}))
-}
-
-func BenchmarkExtend(b *testing.B) {
-	addr := redisAddr(b)
-	client := newClient(b, addr, redis.Options{})
-	storetest.BenchmarkExtend(b, mustNew(client, redisstore.Config{Prefix: testPrefix(b, client)}))
-}
-
 // mustNew is redisstore.New for a client that is never nil.
 func mustNew(client redis.Scripter, cfg redisstore.Config) *redisstore.Store {
 	s, err := redisstore.New(client, cfg)

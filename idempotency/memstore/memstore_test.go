@@ -155,18 +155,6 @@ func TestBytesAccounting(t *testing.T) {
 	})
 }
 
-func BenchmarkMiddleware(b *testing.B) {
-	storetest.BenchmarkMiddleware(b, must(memstore.New(memstore.Config{MaxEntries: 1 << 24, MaxBytes: 1 << 33})))
-}
-
-func BenchmarkMiddlewareParallel(b *testing.B) {
-	storetest.BenchmarkMiddlewareParallel(b, must(memstore.New(memstore.Config{MaxEntries: 1 << 24, MaxBytes: 1 << 33})))
-}
-
-func BenchmarkExtend(b *testing.B) {
-	storetest.BenchmarkExtend(b, must(memstore.New(memstore.Config{MaxEntries: 1 << 24, MaxBytes: 1 << 33})))
-}
-
 func TestNewRefusesNegativeLimits(t *testing.T) {
 	for _, tt := range []struct {
 		cfg  memstore.Config

@@ -26,8 +26,11 @@ import (
 // against the store: a response lost after the charge was committed, a
 // client that gives up after the commit, 50 concurrent requests with one
 // key, a store outage, a handler that outlives its lease three times over,
-// a handler that charges and then panics, and 100 payments through a fault
-// Injector that loses responses, placed inside and outside the middleware.
+// a handler that charges and then panics, 100 payments through a fault
+// Injector that loses responses, placed inside and outside the middleware,
+// answers that say the request was not processed (429, 503, 408, 425,
+// 500: the key is released and the retry runs) next to definite ones
+// (stored), and a release that finds its lock taken over (benign).
 // It never runs in a bubble; the lease test takes about three seconds of
 // real time.
 func RunHTTP(t *testing.T, h Harness) {
@@ -43,6 +46,8 @@ func RunHTTP(t *testing.T, h Harness) {
 		{"PanicAfterCharge", testPanicAfterCharge},
 		{"LoseResponseInsideMiddleware", testLoseResponse(true)},
 		{"LoseResponseOutsideMiddleware", testLoseResponse(false)},
+		{"NotProcessedReleasesTheKey", testNotProcessedReleases},
+		{"LostLockOnReleaseIsBenign", testLostLockOnRelease},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, h.New(t)) })

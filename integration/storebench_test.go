@@ -1,7 +1,8 @@
-package storetest
+package integration
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -11,7 +12,50 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail/idempotency"
+	"github.com/guardrail-go/guardrail/idempotency/memstore"
 )
+
+// The idempotency benchmarks, on each store: what the HTTP middleware
+// adds to a request, and what a lease renewal costs. Run them with
+//
+//	go test -run '^$' -bench 'Memstore|Redis|Postgres|Cluster' ./integration
+//
+// with GUARDRAIL_TEST_REDIS_ADDR and GUARDRAIL_TEST_POSTGRES_DSN set for
+// the stores on a server.
+
+func BenchmarkMemstoreMiddleware(b *testing.B) { benchMiddleware(b, bigMemstore(b)) }
+
+func BenchmarkMemstoreMiddlewareParallel(b *testing.B) {
+	benchMiddlewareParallel(b, bigMemstore(b))
+}
+
+func BenchmarkMemstoreExtend(b *testing.B) { benchExtend(b, bigMemstore(b)) }
+
+func BenchmarkRedisMiddleware(b *testing.B) { benchMiddleware(b, newRedis(b)) }
+
+func BenchmarkRedisExtend(b *testing.B) { benchExtend(b, newRedis(b)) }
+
+func BenchmarkPostgresMiddleware(b *testing.B) { benchMiddleware(b, newPostgres(b)) }
+
+func BenchmarkPostgresExtend(b *testing.B) { benchExtend(b, newPostgres(b)) }
+
+// BenchmarkClusterWait is the cost of redisstore.Config.Replicas: one
+// POST through the middleware on the cluster, not waiting and waiting for
+// one replica.
+func BenchmarkClusterWait(b *testing.B) {
+	for _, r := range []int{0, 1} {
+		b.Run("replicas="+strconv.Itoa(r), func(b *testing.B) { benchMiddleware(b, newClusterStore(b, r)) })
+	}
+}
+
+// bigMemstore is a memstore whose limits no benchmark reaches.
+func bigMemstore(b *testing.B) idempotency.Store {
+	s, err := memstore.New(memstore.Config{MaxEntries: 1 << 24, MaxBytes: 1 << 33})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
 
 // benchHandler answers like a small JSON API.
 var benchHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -27,15 +71,24 @@ func benchKey(prefix string) string {
 	return prefix + strconv.FormatInt(benchSeq.Add(1), 36)
 }
 
-// BenchmarkMiddleware measures one request through the middleware on s,
-// next to the same request on the bare handler, so the added latency is
-// the difference within one run:
+// benchMiddlewareFor returns the middleware on s around benchHandler.
+func benchMiddlewareFor(b *testing.B, s idempotency.Store) http.Handler {
+	srv, err := idempotency.New(s, idempotency.Config{SingleTenant: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return srv.Middleware(benchHandler)
+}
+
+// benchMiddleware measures one request through the middleware on s, next
+// to the same request on the bare handler, so the added latency is the
+// difference within one run:
 //
 //   - bare: the handler alone;
 //   - nokey: a request without a key, passed through;
 //   - first: a new key each time (lock, run, store: two store round trips);
 //   - replay: the same key each time (one round trip, handler not run).
-func BenchmarkMiddleware(b *testing.B, s idempotency.Store) {
+func benchMiddleware(b *testing.B, s idempotency.Store) {
 	body := `{"order":"o-1","amount":4200}`
 	serve := func(b *testing.B, h http.Handler, key string) {
 		req := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(body))
@@ -48,7 +101,7 @@ func BenchmarkMiddleware(b *testing.B, s idempotency.Store) {
 			b.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
 	}
-	mw := middleware(s, idempotency.Config{Logger: discardLogger()})(benchHandler)
+	mw := benchMiddlewareFor(b, s)
 	prefix := idempotency.NewToken()[:8] + "-"
 	b.Run("bare", func(b *testing.B) {
 		b.ReportAllocs()
@@ -78,10 +131,10 @@ func BenchmarkMiddleware(b *testing.B, s idempotency.Store) {
 	})
 }
 
-// BenchmarkMiddlewareParallel is BenchmarkMiddleware under b.RunParallel:
-// the throughput of the middleware on s with every core busy, next to the
+// benchMiddlewareParallel is benchMiddleware under b.RunParallel: the
+// throughput of the middleware on s with every core busy, next to the
 // bare handler's in the same run.
-func BenchmarkMiddlewareParallel(b *testing.B, s idempotency.Store) {
+func benchMiddlewareParallel(b *testing.B, s idempotency.Store) {
 	body := `{"order":"o-1","amount":4200}`
 	serve := func(pb *testing.PB, h http.Handler, key func() string) {
 		for pb.Next() {
@@ -92,11 +145,11 @@ func BenchmarkMiddlewareParallel(b *testing.B, s idempotency.Store) {
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)
 			if rec.Code != http.StatusCreated {
-				panic("storetest: status " + strconv.Itoa(rec.Code) + ": " + rec.Body.String())
+				panic("integration: status " + strconv.Itoa(rec.Code) + ": " + rec.Body.String())
 			}
 		}
 	}
-	mw := middleware(s, idempotency.Config{Logger: discardLogger()})(benchHandler)
+	mw := benchMiddlewareFor(b, s)
 	prefix := idempotency.NewToken()[:8] + "-"
 	b.Run("bare", func(b *testing.B) {
 		b.ReportAllocs()
@@ -115,10 +168,10 @@ func BenchmarkMiddlewareParallel(b *testing.B, s idempotency.Store) {
 	})
 }
 
-// BenchmarkExtend measures one lease renewal (Store.Extend on a held lock),
+// benchExtend measures one lease renewal (Store.Extend on a held lock),
 // the cost a slow handler pays every third of its lease, next to Begin on
 // a new key (one lock, the middleware's first call) in the same run.
-func BenchmarkExtend(b *testing.B, s idempotency.Store) {
+func benchExtend(b *testing.B, s idempotency.Store) {
 	ctx := context.Background()
 	prefix := idempotency.NewToken()[:8] + "-"
 	fp := idempotency.Fingerprint{1}
