@@ -680,9 +680,6 @@ func (b *Breaker) Metrics() Metrics {
 	return m
 }
 
-// Name returns the breaker's Config.Name.
-func (b *Breaker) Name() string { return b.name }
-
 // Timed reports whether the breaker uses call durations (slow-call tracking
 // is on), so a caller knows whether to measure them for Done.
 func (b *Breaker) Timed() bool { return b.cfg.slowCall > 0 }

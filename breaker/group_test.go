@@ -37,8 +37,8 @@ func TestGroupCreatesPerKey(t *testing.T) {
 		if ts := r.list(); len(ts) != 1 || ts[0].Dependency != "us-east" {
 			t.Fatalf("transitions %+v, want one for us-east", ts)
 		}
-		if us.Name() != "us-east" {
-			t.Fatalf("Name = %q", us.Name())
+		if n := us.Config().Name; n != "us-east" {
+			t.Fatalf("Config().Name = %q", n)
 		}
 	})
 }
@@ -138,8 +138,8 @@ func TestGroupRemoveAndRange(t *testing.T) {
 	g.Remove("missing")
 	n := 0
 	g.Range(func(key string, b *breaker.Breaker) bool {
-		if key == "b" || b.Name() != key {
-			t.Fatalf("Range gave %q -> %q", key, b.Name())
+		if key == "b" || b.Config().Name != key {
+			t.Fatalf("Range gave %q -> %q", key, b.Config().Name)
 		}
 		n++
 		return false // stops
