@@ -169,14 +169,6 @@ func (c *Cache[K, V]) Delete(key K) {
 	}
 }
 
-// Len returns the number of keys held, expired ones included until they are
-// looked up or evicted.
-func (c *Cache[K, V]) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.order.Len()
-}
-
 func (c *Cache[K, V]) removeLocked(el *list.Element) {
 	delete(c.entries, el.Value.(*entry[K, V]).key)
 	c.order.Remove(el)

@@ -109,13 +109,9 @@ func (e *PanicError) Unwrap() error {
 // methods may be called from any goroutine once Wait has returned, not
 // before.
 type Part[T any] struct {
-	name  string
 	value T
 	err   error
 }
-
-// Name returns the part's name.
-func (p *Part[T]) Name() string { return p.name }
 
 // Value returns the part's result and true if it succeeded, or the zero T
 // and false. Call it after Fanout.Wait.
@@ -142,7 +138,7 @@ func Optional[T any](g *Fanout, name string, timeout time.Duration, fn func(cont
 }
 
 func start[T any](g *Fanout, name string, timeout time.Duration, required bool, fn func(context.Context) (T, error)) *Part[T] {
-	p := &Part[T]{name: name}
+	p := new(Part[T])
 	g.wg.Go(func() {
 		ctx, cancel := g.ctx, context.CancelFunc(func() {})
 		if timeout > 0 {

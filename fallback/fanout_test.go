@@ -102,7 +102,7 @@ func TestSlowOptionalPartGivesPartialAnswerInTime(t *testing.T) {
 		if g.Partial() {
 			fallback.MarkPartial(rec.Header())
 		}
-		if !fallback.IsPartial(rec.Header()) || rec.Header().Get("Cache-Control") != "no-store" {
+		if rec.Header().Get(fallback.HeaderPartial) != "true" || rec.Header().Get("Cache-Control") != "no-store" {
 			t.Errorf("headers %v, want X-Partial: true and Cache-Control: no-store", rec.Header())
 		}
 	})
@@ -172,7 +172,7 @@ func TestOptionalFailureIsPartial(t *testing.T) {
 		}
 		bv, bok := b.Value()
 		cv, cok := c.Value()
-		if bv != "ok" || !bok || cv != "" || cok || !g.Partial() || c.Err() == nil || c.Name() != "C" {
+		if bv != "ok" || !bok || cv != "" || cok || !g.Partial() || c.Err() == nil {
 			t.Errorf("B=%q,%v C=%q,%v partial=%v; want B ok, C missing, partial", bv, bok, cv, cok, g.Partial())
 		}
 	})
