@@ -294,18 +294,6 @@ func (l *Limiter) Allow(key string) error {
 	return nil
 }
 
-// Len returns the number of keys tracked, at most MaxKeys.
-func (l *Limiter) Len() int {
-	n := 0
-	for i := range l.shards {
-		s := &l.shards[i]
-		s.mu.Lock()
-		n += len(s.keys)
-		s.mu.Unlock()
-	}
-	return n
-}
-
 func (l *Limiter) observe(ctx context.Context, wait time.Duration, err error) {
 	if l.obs == nil {
 		return
