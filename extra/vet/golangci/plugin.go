@@ -24,10 +24,10 @@ import (
 	"golang.org/x/tools/go/analysis"
 )
 
-// Name is the linter's name in golangci-lint's configuration.
-const Name = "guardrail"
+// name is the linter's name in golangci-lint's configuration.
+const name = "guardrail"
 
-func init() { register.Plugin(Name, New) }
+func init() { register.Plugin(name, New) }
 
 // Settings are the plugin's settings in .golangci.yml.
 type Settings struct {
@@ -35,14 +35,15 @@ type Settings struct {
 	Checks []string `json:"checks"`
 }
 
-// Plugin is the golangci-lint plugin. It holds settings only and is safe
-// for concurrent use.
-type Plugin struct {
+// plugin is the golangci-lint plugin New returns. It holds settings only
+// and is safe for concurrent use.
+type plugin struct {
 	settings Settings
 }
 
-// New decodes the plugin's settings (unknown keys are an error) and
-// checks the names they hold.
+// New decodes the plugin's settings (unknown keys are an error), checks the
+// names they hold and returns the plugin golangci-lint registers as
+// "guardrail".
 func New(conf any) (register.LinterPlugin, error) {
 	s, err := register.DecodeSettings[Settings](conf)
 	if err != nil {
@@ -51,7 +52,7 @@ func New(conf any) (register.LinterPlugin, error) {
 	if _, err := vet.ByName(s.Checks); err != nil {
 		return nil, err
 	}
-	return &Plugin{settings: s}, nil
+	return &plugin{settings: s}, nil
 }
 
 // Analyzers returns the analyzers conf selects, for drivers that take a
@@ -65,9 +66,9 @@ func Analyzers(conf any) ([]*analysis.Analyzer, error) {
 }
 
 // BuildAnalyzers returns the analyzers the settings select.
-func (p *Plugin) BuildAnalyzers() ([]*analysis.Analyzer, error) {
+func (p *plugin) BuildAnalyzers() ([]*analysis.Analyzer, error) {
 	return vet.ByName(p.settings.Checks)
 }
 
 // GetLoadMode tells golangci-lint the analyzers need type information.
-func (p *Plugin) GetLoadMode() string { return register.LoadModeTypesInfo }
+func (p *plugin) GetLoadMode() string { return register.LoadModeTypesInfo }

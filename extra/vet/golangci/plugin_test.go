@@ -8,7 +8,7 @@ import (
 )
 
 func TestRegistered(t *testing.T) {
-	newPlugin, err := register.GetPlugin(golangci.Name)
+	newPlugin, err := register.GetPlugin("guardrail")
 	if err != nil {
 		t.Fatal(err)
 	}
