@@ -178,8 +178,8 @@ func (in *Injector) Counters() []Counter {
 	return out
 }
 
-// ResetCounters sets every counter to zero.
-func (in *Injector) ResetCounters() {
+// resetCounters sets every counter to zero, for the admin endpoint.
+func (in *Injector) resetCounters() {
 	for _, rs := range in.state.Load().rules {
 		rs.counter.matched.Store(0)
 		rs.counter.fired.Store(0)
