@@ -29,8 +29,8 @@ const name = "guardrail"
 
 func init() { register.Plugin(name, New) }
 
-// Settings are the plugin's settings in .golangci.yml.
-type Settings struct {
+// settings are the plugin's settings in .golangci.yml.
+type settings struct {
 	// Checks names the analyzers to run; empty means all of them.
 	Checks []string `json:"checks"`
 }
@@ -38,14 +38,16 @@ type Settings struct {
 // plugin is the golangci-lint plugin New returns. It holds settings only
 // and is safe for concurrent use.
 type plugin struct {
-	settings Settings
+	settings settings
 }
 
-// New decodes the plugin's settings (unknown keys are an error), checks the
-// names they hold and returns the plugin golangci-lint registers as
-// "guardrail".
+// New decodes the plugin's settings from .golangci.yml (one key, checks:
+// the names of the analyzers to run, all of them when empty; any other key
+// is an error), checks the names and returns the plugin golangci-lint
+// registers as "guardrail". Its BuildAnalyzers returns the analyzers the
+// settings select, for drivers that take a plain list too.
 func New(conf any) (register.LinterPlugin, error) {
-	s, err := register.DecodeSettings[Settings](conf)
+	s, err := register.DecodeSettings[settings](conf)
 	if err != nil {
 		return nil, err
 	}
@@ -53,16 +55,6 @@ func New(conf any) (register.LinterPlugin, error) {
 		return nil, err
 	}
 	return &plugin{settings: s}, nil
-}
-
-// Analyzers returns the analyzers conf selects, for drivers that take a
-// plain list: New(conf) followed by BuildAnalyzers.
-func Analyzers(conf any) ([]*analysis.Analyzer, error) {
-	p, err := New(conf)
-	if err != nil {
-		return nil, err
-	}
-	return p.BuildAnalyzers()
 }
 
 // BuildAnalyzers returns the analyzers the settings select.
