@@ -68,9 +68,10 @@ const (
 // half-open.
 //
 // Half-open, it admits exactly HalfOpenProbes concurrent probes and rejects
-// the rest with ErrTooManyProbes. A probe reported as Failure (or slow)
-// opens it again; CloseAfter consecutive successful probes close it with an
-// empty window. A probe reported as Ignored (the caller gave up) frees its
+// the rest with an error that Is ErrOpen but is no *OpenError, since no
+// retry time is known. A probe reported as Failure (or slow) opens it
+// again; CloseAfter consecutive successful probes close it with an empty
+// window. A probe reported as Ignored (the caller gave up) frees its
 // slot without counting. If no probe reports for OpenFor while every slot
 // is taken, the probes are presumed lost and the breaker opens again, so a
 // probe whose result never comes cannot wedge it.
@@ -178,7 +179,8 @@ func (p Permit) Probe() bool { return p.b != nil && p.w&stateMask == uint64(Half
 
 // Allow asks to make one call. It returns a Permit to report the call's
 // outcome with, or an error that Is ErrOpen: the breaker's *OpenError while
-// open, ErrTooManyProbes while half-open with every probe slot taken.
+// open; while half-open with every probe slot taken, an error that is no
+// *OpenError.
 //
 // Closed, Allow reads no clock, takes no lock and allocates nothing.
 func (b *Breaker) Allow() (Permit, error) {
@@ -242,7 +244,7 @@ func (b *Breaker) allowSlow(w uint64, now int64) (Permit, error) {
 		}
 		if now-b.lastProbe < int64(b.cfg.openFor) {
 			b.mu.Unlock()
-			return Permit{}, ErrTooManyProbes
+			return Permit{}, errTooManyProbes
 		}
 		b.setLocked(w, Open, 0, transition{Reason: ReasonProbeTimeout, Cause: "no probe reported within " + b.cfg.openFor.String()}, now)
 		e := b.openErr.Load()
@@ -679,9 +681,6 @@ func (b *Breaker) Metrics() Metrics {
 	}
 	return m
 }
-
-// Name returns the breaker's Config.Name.
-func (b *Breaker) Name() string { return b.name }
 
 // Timed reports whether the breaker uses call durations (slow-call tracking
 // is on), so a caller knows whether to measure them for Done.

@@ -358,7 +358,7 @@ func TestSlowProbeReopens(t *testing.T) {
 		r := &recorder{}
 		b := mustNew(breaker.Config{MinRequests: 1, SlowCall: time.Second, OpenJitter: -1, Observer: r})
 		trip(t, b, 1)
-		time.Sleep(breaker.DefaultOpenFor)
+		time.Sleep(defaultOpenFor)
 		p, err := b.Allow()
 		if err != nil {
 			t.Fatal(err)
@@ -446,7 +446,7 @@ func TestResetForgetsOpenings(t *testing.T) {
 		b.Reset() // closed already: no transition
 		trip(t, b, 1)
 		ts := r.list()
-		if len(ts) != 3 || ts[2].Delay != breaker.DefaultOpenFor {
+		if len(ts) != 3 || ts[2].Delay != defaultOpenFor {
 			t.Fatalf("transitions %+v, want the second opening to count as the first", ts)
 		}
 	})
@@ -535,7 +535,7 @@ func TestLateResultDropped(t *testing.T) {
 		trip(t, b, 2)
 
 		slow.Done(breaker.Failure, 0) // ends while open
-		time.Sleep(breaker.DefaultOpenFor)
+		time.Sleep(defaultOpenFor)
 		probe, err := b.Allow()
 		if err != nil {
 			t.Fatal(err)
@@ -612,7 +612,7 @@ func TestCloseAfterConsecutiveProbes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := mustNew(breaker.Config{MinRequests: 1, HalfOpenProbes: 2, CloseAfter: 3, OpenJitter: -1})
 		trip(t, b, 1)
-		time.Sleep(breaker.DefaultOpenFor)
+		time.Sleep(defaultOpenFor)
 		p1, _ := b.Allow()
 		p2, _ := b.Allow()
 		if _, err := b.Allow(); err != breaker.ErrTooManyProbes {
@@ -633,7 +633,7 @@ func TestDefaultCloseAfterIsProbes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := mustNew(breaker.Config{MinRequests: 1, HalfOpenProbes: 3, OpenJitter: -1})
 		trip(t, b, 1)
-		time.Sleep(breaker.DefaultOpenFor)
+		time.Sleep(defaultOpenFor)
 		ps := make([]breaker.Permit, 3)
 		for i := range ps {
 			ps[i], _ = b.Allow()
@@ -758,10 +758,10 @@ func TestExecutePanicCountsAsFailure(t *testing.T) {
 		}
 		panics()
 		wantState(t, b, breaker.Open)
-		time.Sleep(breaker.DefaultOpenFor)
+		time.Sleep(defaultOpenFor)
 		panics() // the probe
 		wantState(t, b, breaker.Open)
-		time.Sleep(breaker.DefaultOpenFor)
+		time.Sleep(defaultOpenFor)
 		if err := b.Execute(func() error { return nil }); err != nil {
 			t.Fatalf("next probe = %v, want admitted", err)
 		}
@@ -901,8 +901,8 @@ func TestDefaultConfigMatchesZero(t *testing.T) {
 }
 
 func TestName(t *testing.T) {
-	if got := mustNew(breaker.Config{Name: "db"}).Name(); got != "db" {
-		t.Fatalf("Name = %q", got)
+	if got := mustNew(breaker.Config{Name: "db"}).Config().Name; got != "db" {
+		t.Fatalf("Config().Name = %q", got)
 	}
 }
 
@@ -965,10 +965,10 @@ func TestExecuteSlowProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := mustNew(breaker.Config{MinRequests: 1, SlowCall: time.Second, OpenJitter: -1})
 		trip(t, b, 1)
-		time.Sleep(breaker.DefaultOpenFor)
+		time.Sleep(defaultOpenFor)
 		b.Execute(func() error { time.Sleep(time.Second); return nil })
 		wantState(t, b, breaker.Open)
-		time.Sleep(breaker.DefaultOpenFor)
+		time.Sleep(defaultOpenFor)
 		b.Execute(func() error { time.Sleep(999 * time.Millisecond); return nil })
 		wantState(t, b, breaker.Closed)
 	})
@@ -986,7 +986,7 @@ func TestCountWindowCapsMinRequests(t *testing.T) {
 func TestConfigReportsTheEffectiveSettings(t *testing.T) {
 	b := mustNew(breaker.Config{Name: "pricing", OpenJitter: -1, CountWindow: 2})
 	c := b.Config()
-	if c.Window != breaker.DefaultWindow || c.FailureRate != breaker.DefaultFailureRate || c.OpenFor != breaker.DefaultOpenFor ||
+	if c.Window != breaker.DefaultWindow || c.FailureRate != 0.5 || c.OpenFor != 30*time.Second ||
 		c.MinRequests != 2 || c.OpenJitter != -1 || c.HalfOpenProbes != 1 || c.CloseAfter != 1 || c.Name != "pricing" {
 		t.Fatalf("effective config = %+v", c)
 	}

@@ -26,7 +26,7 @@ func TestHalfOpenAdmitsExactlyProbes(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := mustNew(breaker.Config{MinRequests: 1, HalfOpenProbes: probes, OpenJitter: -1})
 				trip(t, b, 1)
-				time.Sleep(breaker.DefaultOpenFor)
+				time.Sleep(defaultOpenFor)
 
 				const callers = 200
 				var reached, tooMany, other atomic.Int64
@@ -73,7 +73,7 @@ func TestHalfOpenNeverOverAdmits(t *testing.T) {
 		const probes = 2
 		b := mustNew(breaker.Config{MinRequests: 1, HalfOpenProbes: probes, CloseAfter: 1 << 30, OpenJitter: -1})
 		trip(t, b, 1)
-		time.Sleep(breaker.DefaultOpenFor)
+		time.Sleep(defaultOpenFor)
 		var inFlight, peak atomic.Int64
 		var wg sync.WaitGroup
 		for range 8 {

@@ -14,16 +14,24 @@ import (
 
 // Defaults used for zero Config fields. They are the safe defaults of
 // guardrail: a 10 s window in 10 buckets, at least 20 calls, a 50 % failure
-// rate, open for 30 s plus up to 20 % jitter, one probe.
+// rate, open for 30 s plus up to 20 % jitter, one probe. DefaultConfig
+// returns them all.
 const (
-	DefaultWindow         = 10 * time.Second
-	DefaultBuckets        = 10
-	DefaultMinRequests    = 20
-	DefaultFailureRate    = 0.5
-	DefaultSlowRate       = 0.5
-	DefaultOpenFor        = 30 * time.Second
-	DefaultOpenJitter     = 0.2
-	DefaultHalfOpenProbes = 1
+	// DefaultWindow is the length of the time window of a zero
+	// Config.Window.
+	DefaultWindow = 10 * time.Second
+	// DefaultMinRequests is the volume a zero Config.MinRequests asks for.
+	DefaultMinRequests = 20
+)
+
+// The other defaults, which DefaultConfig spells out.
+const (
+	defaultBuckets        = 10
+	defaultFailureRate    = 0.5
+	defaultSlowRate       = 0.5
+	defaultOpenFor        = 30 * time.Second
+	defaultOpenJitter     = 0.2
+	defaultHalfOpenProbes = 1
 )
 
 // maxBuckets bounds the work of summing the window on a failure.
@@ -77,10 +85,9 @@ type Config struct {
 	Window time.Duration
 	// Buckets is the number of buckets the time window is cut into; the
 	// window slides one bucket at a time, so it covers between
-	// Window*(Buckets-1)/Buckets and Window of history. Zero means
-	// DefaultBuckets (10), or one bucket per nanosecond of a Window shorter
-	// than that; allowed values are 1 to 1000, and at most Window in
-	// nanoseconds.
+	// Window*(Buckets-1)/Buckets and Window of history. Zero means 10
+	// buckets, or one bucket per nanosecond of a Window shorter than that;
+	// allowed values are 1 to 1000, and at most Window in nanoseconds.
 	Buckets int
 	// CountWindow, when positive, replaces the time window by the last
 	// CountWindow calls (at most 1<<20, one byte per call). Zero means a
@@ -115,8 +122,7 @@ type Config struct {
 	// between them, which is a strong signal too.
 	ConsecutiveFailures int
 	// FailureRate trips the breaker when failures/calls >= FailureRate
-	// (inclusive). Zero means DefaultFailureRate (0.5); allowed values are
-	// in (0, 1].
+	// (inclusive). Zero means 0.5; allowed values are in (0, 1].
 	FailureRate float64
 	// SlowCall is the duration at or above which a call counts as slow, for
 	// the slow-call rate; a slow failure counts as both, an ignored call as
@@ -124,20 +130,20 @@ type Config struct {
 	// invalid.
 	SlowCall time.Duration
 	// SlowRate trips the breaker when slow/calls >= SlowRate (inclusive);
-	// used only when SlowCall is set. Zero means DefaultSlowRate (0.5);
-	// allowed values are in (0, 1].
+	// used only when SlowCall is set. Zero means 0.5; allowed values are
+	// in (0, 1].
 	SlowRate float64
 
 	// OpenFor is how long the breaker stays open before it admits a probe.
-	// Zero means DefaultOpenFor (30 s); a negative value is invalid. It is
-	// also how long a half-open breaker waits for a probe to report before
-	// it gives up on the probes and opens again.
+	// Zero means 30 s; a negative value is invalid. It is also how long a
+	// half-open breaker waits for a probe to report before it gives up on
+	// the probes and opens again.
 	OpenFor time.Duration
 	// OpenJitter adds a random 0..OpenJitter fraction of the open time, so
 	// that many instances that tripped together do not probe in lockstep.
-	// Zero means DefaultOpenJitter (0.2); a negative value turns the jitter
-	// off, for a single instance or a test that needs exact open times;
-	// other allowed values are in (0, 1].
+	// Zero means 0.2; a negative value turns the jitter off, for a single
+	// instance or a test that needs exact open times; other allowed values
+	// are in (0, 1].
 	OpenJitter float64
 	// OpenBackoff, when above 1, multiplies the open time on each
 	// consecutive re-open (a probe failed) up to MaxOpenFor; the count
@@ -150,8 +156,7 @@ type Config struct {
 	MaxOpenFor time.Duration
 
 	// HalfOpenProbes is the number of probes admitted concurrently while
-	// half-open. Zero means DefaultHalfOpenProbes (1); a negative value is
-	// invalid.
+	// half-open. Zero means 1; a negative value is invalid.
 	HalfOpenProbes int
 	// CloseAfter is the number of consecutive successful probes that close
 	// the breaker. Zero means HalfOpenProbes; a negative value is invalid.
@@ -191,15 +196,15 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Window:         DefaultWindow,
-		Buckets:        DefaultBuckets,
+		Buckets:        defaultBuckets,
 		MinRequests:    DefaultMinRequests,
-		FailureRate:    DefaultFailureRate,
-		SlowRate:       DefaultSlowRate,
-		OpenFor:        DefaultOpenFor,
-		OpenJitter:     DefaultOpenJitter,
-		MaxOpenFor:     10 * DefaultOpenFor,
-		HalfOpenProbes: DefaultHalfOpenProbes,
-		CloseAfter:     DefaultHalfOpenProbes,
+		FailureRate:    defaultFailureRate,
+		SlowRate:       defaultSlowRate,
+		OpenFor:        defaultOpenFor,
+		OpenJitter:     defaultOpenJitter,
+		MaxOpenFor:     10 * defaultOpenFor,
+		HalfOpenProbes: defaultHalfOpenProbes,
+		CloseAfter:     defaultHalfOpenProbes,
 	}
 }
 
@@ -288,7 +293,7 @@ func (c Config) normalizeWindow(n *normalized, bad func(string, any, string)) {
 	}
 	switch {
 	case n.buckets == 0:
-		n.buckets = min(DefaultBuckets, int(min(n.window, maxBuckets)))
+		n.buckets = min(defaultBuckets, int(min(n.window, maxBuckets)))
 	case n.buckets < 0 || n.buckets > maxBuckets:
 		bad("Buckets", c.Buckets, "1 to 1000, or zero for the default")
 	case time.Duration(n.buckets) > n.window:
@@ -322,14 +327,14 @@ func (c Config) normalizeTrip(n *normalized, bad func(string, any, string)) {
 	default:
 		n.consecutive = uint32(c.ConsecutiveFailures)
 	}
-	n.failureRate = rate(c.FailureRate, DefaultFailureRate, "FailureRate", bad)
+	n.failureRate = rate(c.FailureRate, defaultFailureRate, "FailureRate", bad)
 	switch {
 	case c.SlowCall > 0:
 		n.slowCall = int64(c.SlowCall)
 	case c.SlowCall < 0:
 		bad("SlowCall", c.SlowCall, "a positive duration, or zero for no slow-call tracking")
 	}
-	n.slowRate = rate(c.SlowRate, DefaultSlowRate, "SlowRate", bad)
+	n.slowRate = rate(c.SlowRate, defaultSlowRate, "SlowRate", bad)
 }
 
 // normalizeOpen checks and applies the fields of the open and half-open
@@ -338,16 +343,16 @@ func (c Config) normalizeTrip(n *normalized, bad func(string, any, string)) {
 func (c Config) normalizeOpen(n *normalized, bad func(string, any, string)) {
 	switch n.openFor = c.OpenFor; {
 	case n.openFor == 0:
-		n.openFor = DefaultOpenFor
+		n.openFor = defaultOpenFor
 	case n.openFor < 0:
 		bad("OpenFor", c.OpenFor, "a positive duration, or zero for the default")
-		n.openFor = DefaultOpenFor
+		n.openFor = defaultOpenFor
 	}
 	switch j := c.OpenJitter; {
 	case j < 0:
 		n.jitter = 0
 	case j == 0:
-		n.jitter = DefaultOpenJitter
+		n.jitter = defaultOpenJitter
 	case !(j > 0 && j <= 1): // also NaN
 		bad("OpenJitter", j, "a value in (0, 1], zero for the default or negative for none")
 	default:
@@ -371,7 +376,7 @@ func (c Config) normalizeOpen(n *normalized, bad func(string, any, string)) {
 	}
 	switch n.probes = c.HalfOpenProbes; {
 	case n.probes == 0:
-		n.probes = DefaultHalfOpenProbes
+		n.probes = defaultHalfOpenProbes
 	case n.probes < 0:
 		bad("HalfOpenProbes", c.HalfOpenProbes, "a positive count, or zero for the default")
 	}

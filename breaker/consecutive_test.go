@@ -118,10 +118,10 @@ func TestConsecutiveFailuresHalfOpen(t *testing.T) {
 				b := mustNew(withRun(w.cfg, 2, r))
 				stale, _ := b.Allow() // issued while closed, reported after the trip
 				trip(t, b, 2)
-				time.Sleep(breaker.DefaultOpenFor)
+				time.Sleep(defaultOpenFor)
 				calls(b, breaker.Failure, 1) // the probe fails
 				wantState(t, b, breaker.Open)
-				time.Sleep(breaker.DefaultOpenFor)
+				time.Sleep(defaultOpenFor)
 				calls(b, breaker.Success, 1) // the probe passes
 				wantState(t, b, breaker.Closed)
 				stale.Done(breaker.Failure, 0) // from an earlier state: dropped

@@ -12,10 +12,10 @@ import (
 // due.
 var ErrOpen = errors.New("breaker: open")
 
-// ErrTooManyProbes is returned while half-open when every probe slot is
-// taken. It Is ErrOpen. The next chance comes when a probe reports, so no
-// retry time is known.
-var ErrTooManyProbes error = &rejectError{"breaker: half-open, all probe slots taken"}
+// errTooManyProbes is returned while half-open when every probe slot is
+// taken. It Is ErrOpen, but is no *OpenError: the next chance comes when a
+// probe reports, so no retry time is known.
+var errTooManyProbes error = &rejectError{"breaker: half-open, all probe slots taken"}
 
 type rejectError struct{ msg string }
 

@@ -288,15 +288,6 @@ func (g *Group) removeLocked(b *Breaker) {
 	g.ring = g.ring[:last]
 }
 
-// Remove drops the breaker for key, if any.
-func (g *Group) Remove(key string) {
-	g.mu.Lock()
-	if b := g.m[key]; b != nil {
-		g.removeLocked(b)
-	}
-	g.mu.Unlock()
-}
-
 // Len returns the number of breakers held.
 func (g *Group) Len() int {
 	g.mu.RLock()

@@ -27,3 +27,6 @@ func mustGroup(cfg breaker.GroupConfig) *breaker.Group {
 	}
 	return g
 }
+
+// defaultOpenFor is the open time of a zero Config (before jitter).
+var defaultOpenFor = breaker.DefaultConfig().OpenFor

@@ -6,9 +6,9 @@ import (
 	"sync"
 )
 
-// DefaultMaxKeys is the number of compartments a Group keeps before it
-// drops its idle ones.
-const DefaultMaxKeys = 1000
+// defaultMaxKeys is the number of compartments a Group keeps before it
+// drops its idle ones, when GroupConfig.MaxKeys is zero.
+const defaultMaxKeys = 1000
 
 // Group holds one Bulkhead per key (a host, a method), created on demand
 // with the same Config. It stays bounded without tracking use: past its
@@ -28,14 +28,14 @@ type Group struct {
 }
 
 // GroupConfig configures a Group, as breaker.GroupConfig does a group of
-// breakers. Its zero value is valid: unbounded compartments, at most
-// DefaultMaxKeys of them kept. It is a plain value that NewGroup copies.
+// breakers. Its zero value is valid: unbounded compartments, at most 1000
+// of them kept. It is a plain value that NewGroup copies.
 type GroupConfig struct {
 	// Config is the configuration of every compartment in the group.
 	// NewGroup validates it as New does.
 	Config Config
 	// MaxKeys bounds the compartments kept before idle ones are dropped.
-	// Zero means DefaultMaxKeys (1000); a negative value is invalid.
+	// Zero means 1000; a negative value is invalid.
 	MaxKeys int
 }
 
@@ -46,9 +46,9 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 	maxKeys := cfg.MaxKeys
 	switch {
 	case maxKeys == 0:
-		maxKeys = DefaultMaxKeys
+		maxKeys = defaultMaxKeys
 	case maxKeys < 0:
-		errs = append(errs, &configError{"GroupConfig.MaxKeys", maxKeys, "0 (the default, " + strconv.Itoa(DefaultMaxKeys) + ") or more"})
+		errs = append(errs, &configError{"GroupConfig.MaxKeys", maxKeys, "0 (the default, " + strconv.Itoa(defaultMaxKeys) + ") or more"})
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

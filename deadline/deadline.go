@@ -13,7 +13,6 @@
 package deadline
 
 import (
-	"context"
 	"math"
 	"net/http"
 	"strconv"
@@ -38,20 +37,6 @@ const (
 // maxDigits bounds the numbers read: 15 decimal digits of milliseconds is
 // 31,000 years, far past any clamp, and keeps parsing free of overflow.
 const maxDigits = 15
-
-// FormatTimeout formats d for X-Request-Timeout: whole milliseconds, rounded
-// down, never negative.
-func FormatTimeout(d time.Duration) string {
-	if d < 0 {
-		d = 0
-	}
-	return strconv.FormatInt(int64(d/time.Millisecond), 10)
-}
-
-// FormatDeadline formats t for X-Request-Deadline: unix epoch milliseconds.
-func FormatDeadline(t time.Time) string {
-	return strconv.FormatInt(t.UnixMilli(), 10)
-}
 
 // ParseTimeout parses an X-Request-Timeout value into the time left, capped
 // at limit when limit is positive. It reports false for anything but plain
@@ -100,32 +85,12 @@ func FromHeader(h http.Header, now time.Time, limit time.Duration) (time.Duratio
 }
 
 // Set writes both deadline headers into h for a request leaving at now with
-// time left d. A negative d is sent as 0.
+// time left d: X-Request-Timeout in whole milliseconds, rounded down, and
+// X-Request-Deadline in unix epoch milliseconds. A negative d is sent as 0.
 func Set(h http.Header, now time.Time, d time.Duration) {
 	d = max(d, 0)
-	h.Set(HeaderTimeout, FormatTimeout(d))
-	h.Set(HeaderDeadline, FormatDeadline(now.Add(d)))
-}
-
-// Left returns the time left on ctx at now, and false when ctx has no deadline.
-func Left(ctx context.Context, now time.Time) (time.Duration, bool) {
-	dl, ok := ctx.Deadline()
-	if !ok {
-		return 0, false
-	}
-	return dl.Sub(now), true
-}
-
-// WithReserve returns a context whose deadline is reserve earlier than ctx's,
-// keeping that much time for the caller's own work after the calls it makes
-// under the returned context (serialising the answer, say). For a ctx without
-// a deadline it is context.WithCancel(ctx).
-func WithReserve(ctx context.Context, reserve time.Duration) (context.Context, context.CancelFunc) {
-	dl, ok := ctx.Deadline()
-	if !ok {
-		return context.WithCancel(ctx)
-	}
-	return context.WithDeadline(ctx, dl.Add(-max(reserve, 0)))
+	h.Set(HeaderTimeout, strconv.FormatInt(int64(d/time.Millisecond), 10))
+	h.Set(HeaderDeadline, strconv.FormatInt(now.Add(d).UnixMilli(), 10))
 }
 
 func parseMillis(v string) (int64, bool) {

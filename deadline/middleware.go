@@ -10,30 +10,30 @@ import (
 
 // Server-side defaults.
 const (
-	// DefaultMax is the longest a request may ask a server to work when the
+	// defaultMax is the longest a request may ask a server to work when the
 	// server sets no maximum of its own.
-	DefaultMax = 30 * time.Second
-	// DefaultReserve is kept back from the caller's deadline for writing the
+	defaultMax = 30 * time.Second
+	// defaultReserve is kept back from the caller's deadline for writing the
 	// answer.
-	DefaultReserve = 10 * time.Millisecond
+	defaultReserve = 10 * time.Millisecond
 )
 
-// Config configures a Server. The zero value is valid: DefaultMax, a
-// DefaultReserve and a 504 for expired requests. It is a plain value that
-// New copies; Expired and Now are called concurrently, from the requests'
-// goroutines.
+// Config configures a Server. The zero value is valid: at most 30 s of
+// work, a 10 ms reserve and a 504 for expired requests. It is a plain value
+// that New copies; Expired and Now are called concurrently, from the
+// requests' goroutines.
 type Config struct {
 	// Max caps the deadline a request may ask for, and is the deadline of a
 	// request that announces none: a caller cannot make the server work
-	// longer than the server allows. Zero means DefaultMax; a negative value
+	// longer than the server allows. Zero means 30 s; a negative value
 	// means no limit: no cap, and no deadline for requests without the
 	// headers.
 	Max time.Duration
 
 	// Reserve is subtracted from the caller's time left so the answer can be
-	// written before the caller gives up. Zero means DefaultReserve; a
-	// negative value means no limit: nothing is kept back. A positive
-	// Reserve must be below Max, or no request could ever run.
+	// written before the caller gives up. Zero means 10 ms; a negative
+	// value means no limit: nothing is kept back. A positive Reserve must
+	// be below Max, or no request could ever run.
 	Reserve time.Duration
 
 	// Expired answers a request whose deadline has already passed (or is
@@ -77,11 +77,11 @@ func (e *configError) Is(target error) bool { return target == ErrInvalidConfig 
 func New(cfg Config) (*Server, error) {
 	s := &Server{max: cfg.Max, reserve: cfg.Reserve, expired: cfg.Expired, now: cfg.Now}
 	if s.max == 0 {
-		s.max = DefaultMax
+		s.max = defaultMax
 	}
 	switch {
 	case s.reserve == 0:
-		s.reserve = DefaultReserve
+		s.reserve = defaultReserve
 	case s.reserve < 0:
 		s.reserve = 0
 	}

@@ -70,14 +70,14 @@ func TestMiddlewareSetsClampedDeadline(t *testing.T) {
 	}{
 		{"relative", deadline.Config{}, map[string]string{deadline.HeaderTimeout: "1900"}, 1890 * time.Millisecond, true, 200},
 		{"relative trusted over absolute", deadline.Config{}, map[string]string{
-			deadline.HeaderTimeout: "800", deadline.HeaderDeadline: deadline.FormatDeadline(now.Add(time.Minute))}, 790 * time.Millisecond, true, 200},
-		{"absolute", deadline.Config{}, map[string]string{deadline.HeaderDeadline: deadline.FormatDeadline(now.Add(time.Second))}, 990 * time.Millisecond, true, 200},
+			deadline.HeaderTimeout: "800", deadline.HeaderDeadline: epochMillis(now.Add(time.Minute))}, 790 * time.Millisecond, true, 200},
+		{"absolute", deadline.Config{}, map[string]string{deadline.HeaderDeadline: epochMillis(now.Add(time.Second))}, 990 * time.Millisecond, true, 200},
 		{"clamped to max", deadline.Config{Max: 2 * time.Second}, map[string]string{deadline.HeaderTimeout: "3600000"}, 1990 * time.Millisecond, true, 200},
 		{"no header gets max", deadline.Config{Max: 5 * time.Second, Reserve: -1}, nil, 5 * time.Second, true, 200},
 		{"no header no max", deadline.Config{Max: -1}, nil, -1, true, 200},
 		{"garbage ignored", deadline.Config{Max: time.Second, Reserve: -1}, map[string]string{deadline.HeaderTimeout: "-5"}, time.Second, true, 200},
 		{"custom reserve", deadline.Config{Reserve: 200 * time.Millisecond}, map[string]string{deadline.HeaderTimeout: "1900"}, 1700 * time.Millisecond, true, 200},
-		{"expired absolute", deadline.Config{}, map[string]string{deadline.HeaderDeadline: deadline.FormatDeadline(now.Add(-time.Second))}, 0, false, 504},
+		{"expired absolute", deadline.Config{}, map[string]string{deadline.HeaderDeadline: epochMillis(now.Add(-time.Second))}, 0, false, 504},
 		{"zero relative", deadline.Config{}, map[string]string{deadline.HeaderTimeout: "0"}, 0, false, 504},
 		{"eaten by reserve", deadline.Config{}, map[string]string{deadline.HeaderTimeout: "5"}, 0, false, 504},
 	}
@@ -191,12 +191,12 @@ func TestInjectedClockDoesNotMoveTheContextDeadline(t *testing.T) {
 		s := mustNew(t, deadline.Config{Reserve: -1, Now: func() time.Time { return injected }})
 		for name, h := range map[string]http.Header{
 			"relative": {deadline.HeaderTimeout: {"1900"}},
-			"absolute": {deadline.HeaderDeadline: {deadline.FormatDeadline(injected.Add(1900 * time.Millisecond))}},
+			"absolute": {deadline.HeaderDeadline: {epochMillis(injected.Add(1900 * time.Millisecond))}},
 			"none":     {},
 		} {
 			want := 1900 * time.Millisecond
 			if name == "none" {
-				want = deadline.DefaultMax
+				want = 30 * time.Second // the default Max
 			}
 			var left time.Duration
 			var ctxErr error

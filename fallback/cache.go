@@ -24,10 +24,10 @@ type CacheConfig struct {
 	// TTL is how long after it was stored a value may still be served as a
 	// fallback: the staleness the business accepts (a price a minute old, a
 	// profile an hour old). Older values are dropped, never served. Zero
-	// means DefaultTTL.
+	// means a minute.
 	TTL time.Duration
 	// MaxEntries bounds the number of keys; when full, the value stored
-	// longest ago is evicted. Zero means DefaultMaxEntries.
+	// longest ago is evicted. Zero means 10,000.
 	MaxEntries int
 	// ShouldFallback reports whether a call's error may be answered with a
 	// stale value. Nil means every error. Return false for errors that say
@@ -62,12 +62,12 @@ type entry[K comparable, V any] struct {
 
 // Defaults of CacheConfig.
 const (
-	// DefaultTTL is how long a value may be served as a fallback when
+	// defaultTTL is how long a value may be served as a fallback when
 	// CacheConfig.TTL is zero.
-	DefaultTTL = time.Minute
-	// DefaultMaxEntries is the number of keys kept when
+	defaultTTL = time.Minute
+	// defaultMaxEntries is the number of keys kept when
 	// CacheConfig.MaxEntries is zero.
-	DefaultMaxEntries = 10_000
+	defaultMaxEntries = 10_000
 )
 
 // ErrInvalidConfig is the sentinel of every error NewCache returns for a
@@ -85,10 +85,10 @@ func (e *configError) Is(target error) bool { return target == ErrInvalidConfig 
 func NewCache[K comparable, V any](c CacheConfig) (*Cache[K, V], error) {
 	var errs []error
 	if c.TTL < 0 {
-		errs = append(errs, &configError{fmt.Sprintf("fallback: CacheConfig.TTL is %v; want 0 (the default %v) or more", c.TTL, DefaultTTL)})
+		errs = append(errs, &configError{fmt.Sprintf("fallback: CacheConfig.TTL is %v; want 0 (the default %v) or more", c.TTL, defaultTTL)})
 	}
 	if c.MaxEntries < 0 {
-		errs = append(errs, &configError{fmt.Sprintf("fallback: CacheConfig.MaxEntries is %d; want 0 (the default %d) or more", c.MaxEntries, DefaultMaxEntries)})
+		errs = append(errs, &configError{fmt.Sprintf("fallback: CacheConfig.MaxEntries is %d; want 0 (the default %d) or more", c.MaxEntries, defaultMaxEntries)})
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -101,10 +101,10 @@ func NewCache[K comparable, V any](c CacheConfig) (*Cache[K, V], error) {
 		order:     list.New(),
 	}
 	if cache.ttl == 0 {
-		cache.ttl = DefaultTTL
+		cache.ttl = defaultTTL
 	}
 	if cache.max == 0 {
-		cache.max = DefaultMaxEntries
+		cache.max = defaultMaxEntries
 	}
 	return cache, nil
 }
@@ -167,14 +167,6 @@ func (c *Cache[K, V]) Delete(key K) {
 	if el, ok := c.entries[key]; ok {
 		c.removeLocked(el)
 	}
-}
-
-// Len returns the number of keys held, expired ones included until they are
-// looked up or evicted.
-func (c *Cache[K, V]) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.order.Len()
 }
 
 func (c *Cache[K, V]) removeLocked(el *list.Element) {

@@ -2,20 +2,15 @@ package fallback
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync"
 	"time"
 )
 
-// ErrRequired means a required part of a request failed, so the request
-// failed.
-var ErrRequired = errors.New("fallback: required part failed")
-
-// PartError is the error Fanout.Wait returns when a required part failed. It
-// Is ErrRequired and unwraps to the part's error. It is not modified after
-// it is returned, so it is safe to share.
+// PartError is the error Fanout.Wait returns when a required part failed:
+// the only error Wait returns. It unwraps to the part's error. It is not
+// modified after it is returned, so it is safe to share.
 type PartError struct {
 	// Part is the failed part's name.
 	Part string
@@ -25,11 +20,8 @@ type PartError struct {
 
 // Error returns "fallback: required part failed: <part>: <error>".
 func (e *PartError) Error() string {
-	return ErrRequired.Error() + ": " + e.Part + ": " + e.Err.Error()
+	return "fallback: required part failed: " + e.Part + ": " + e.Err.Error()
 }
-
-// Is reports whether target is ErrRequired.
-func (e *PartError) Is(target error) bool { return target == ErrRequired }
 
 // Unwrap returns the part's error.
 func (e *PartError) Unwrap() error { return e.Err }
@@ -44,7 +36,7 @@ func (e *PartError) Unwrap() error { return e.Err }
 // When a required part fails, the fanout's context is cancelled at once, so
 // the other parts stop and Wait returns the failure before the deadline,
 // not at it. When an optional part fails or times out, the request goes on
-// without it and Partial reports true, so the answer can say it is partial
+// without it and Missing names it, so the answer can say it is partial
 // ({"reviews": null, "partial": true} and MarkPartial on the response)
 // instead of failing as a whole.
 //
@@ -70,15 +62,12 @@ func NewFanout(ctx context.Context) *Fanout {
 	return &Fanout{ctx: ctx, cancel: cancel}
 }
 
-// ErrPanicked means a part of a Fanout panicked.
-var ErrPanicked = errors.New("fallback: part panicked")
-
 // PanicError is a part's panic, recovered in the part's goroutine, where
 // the stack still shows where it happened. Wait panics with it once every
 // other part has stopped, so that the panic reaches the request's goroutine
 // (and its recovery middleware) with the part's stack instead of Wait's.
-// It Is ErrPanicked and, when the panic value is an error, unwraps to it.
-// It is not modified after it is made, so it is safe to share.
+// When the panic value is an error, it unwraps to it. It is not modified
+// after it is made, so it is safe to share.
 type PanicError struct {
 	// Part is the name of the part that panicked.
 	Part string
@@ -96,9 +85,6 @@ func (e *PanicError) Error() string {
 	return fmt.Sprintf("fallback: part %s panicked: %v\n\n%s", e.Part, e.Value, e.Stack)
 }
 
-// Is reports whether target is ErrPanicked.
-func (e *PanicError) Is(target error) bool { return target == ErrPanicked }
-
 // Unwrap returns the panic value if it is an error, or nil.
 func (e *PanicError) Unwrap() error {
 	err, _ := e.Value.(error)
@@ -109,13 +95,9 @@ func (e *PanicError) Unwrap() error {
 // methods may be called from any goroutine once Wait has returned, not
 // before.
 type Part[T any] struct {
-	name  string
 	value T
 	err   error
 }
-
-// Name returns the part's name.
-func (p *Part[T]) Name() string { return p.name }
 
 // Value returns the part's result and true if it succeeded, or the zero T
 // and false. Call it after Fanout.Wait.
@@ -133,7 +115,7 @@ func Required[T any](g *Fanout, name string, timeout time.Duration, fn func(cont
 }
 
 // Optional starts fn as a part the request can do without: if it fails or
-// times out, the request goes on and Partial reports true. A timeout above
+// times out, the request goes on and Missing names it. A timeout above
 // zero bounds the part (within the request's deadline), so that a slow
 // optional dependency costs at most that much; zero, or a negative value,
 // which means no limit, leaves the request's deadline only.
@@ -142,7 +124,7 @@ func Optional[T any](g *Fanout, name string, timeout time.Duration, fn func(cont
 }
 
 func start[T any](g *Fanout, name string, timeout time.Duration, required bool, fn func(context.Context) (T, error)) *Part[T] {
-	p := &Part[T]{name: name}
+	p := new(Part[T])
 	g.wg.Go(func() {
 		ctx, cancel := g.ctx, context.CancelFunc(func() {})
 		if timeout > 0 {
@@ -205,16 +187,9 @@ func (g *Fanout) Wait() error {
 	return g.err
 }
 
-// Partial reports whether an optional part failed or timed out, so the
-// result lacks it. Call it after Wait.
-func (g *Fanout) Partial() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.missing) > 0
-}
-
-// Missing returns the names of the optional parts that failed, in the order
-// they failed. Call it after Wait.
+// Missing returns the names of the optional parts that failed or timed
+// out, in the order they failed, so the result lacks them: the answer is
+// partial when it is not empty. Call it after Wait.
 func (g *Fanout) Missing() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -19,7 +19,3 @@ func MarkPartial(h http.Header) {
 	h.Set(HeaderPartial, "true")
 	h.Set("Cache-Control", "no-store")
 }
-
-// IsPartial reports whether h marks a partial response (X-Partial: true),
-// for clients and tests.
-func IsPartial(h http.Header) bool { return h.Get(HeaderPartial) == "true" }

@@ -39,7 +39,7 @@ func (in *Injector) Admin(cfg AdminConfig) http.Handler {
 	mux.HandleFunc("PUT /rules", in.adminPut)
 	mux.HandleFunc("POST /rules", in.adminPut)
 	mux.HandleFunc("POST /counters/reset", func(w http.ResponseWriter, r *http.Request) {
-		in.ResetCounters()
+		in.resetCounters()
 		in.adminGet(w, r)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -63,7 +63,7 @@ func (in *Injector) adminGet(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (in *Injector) adminPut(w http.ResponseWriter, r *http.Request) {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxConfigSize))
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxConfigSize))
 	if err != nil {
 		status := http.StatusBadRequest
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {

@@ -146,7 +146,7 @@ func TestAdminMethodsAndLimits(t *testing.T) {
 	if code, _ := adminDo(t, admin, "GET", "/nope", "", ""); code != http.StatusNotFound {
 		t.Errorf("GET /nope = %d, want 404", code)
 	}
-	big := `{"rules":[` + strings.Repeat(" ", MaxConfigSize) + `]}`
+	big := `{"rules":[` + strings.Repeat(" ", maxConfigSize) + `]}`
 	if code, _ := adminDo(t, admin, "PUT", "/rules", big, ""); code != http.StatusRequestEntityTooLarge {
 		t.Errorf("huge PUT = %d, want 413", code)
 	}

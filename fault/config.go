@@ -12,8 +12,8 @@ import (
 	"time"
 )
 
-// MaxConfigSize is the largest config document ParseConfig accepts.
-const MaxConfigSize = 1 << 20
+// maxConfigSize is the largest config document ParseConfig accepts: 1 MiB.
+const maxConfigSize = 1 << 20
 
 // NewRand returns the random source a seed stands for in a config file or on
 // a command line, for Config.Rand: uniform draws in [0, 1) from a PCG
@@ -290,10 +290,11 @@ func specOf(r Rule) ruleSpec {
 // errors: a *RuleError naming the rule and the field, or for the document as
 // a whole an error that Is ErrInvalidConfig. When the file has a seed, the returned
 // Config's Rand is NewRand(seed); otherwise it is nil. An empty document is
-// an empty Config.
+// an empty Config; one larger than 1 MiB is an error that Is
+// ErrInvalidConfig, read no further.
 func ParseConfig(data []byte) (Config, error) {
-	if len(data) > MaxConfigSize {
-		return Config{}, fmt.Errorf("%w: document larger than %d bytes", ErrInvalidConfig, MaxConfigSize)
+	if len(data) > maxConfigSize {
+		return Config{}, fmt.Errorf("%w: document larger than %d bytes", ErrInvalidConfig, maxConfigSize)
 	}
 	var cfg Config
 	err := cfg.UnmarshalJSON(data)

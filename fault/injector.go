@@ -12,14 +12,14 @@ import (
 	"time"
 )
 
-// DefaultHeader is the request header that asks for a fault when
-// Config.HeaderFaults is set.
-const DefaultHeader = "X-Fault"
+// defaultHeader is the request header that asks for a fault when
+// Config.HeaderFaults is set and Config.Header is empty.
+const defaultHeader = "X-Fault"
 
-// HeaderRule is the name under which Counters reports faults asked for by
+// headerRule is the name under which Counters reports faults asked for by
 // the X-Fault header. Rule names cannot contain parentheses, so it never
 // collides with a rule.
-const HeaderRule = "(header)"
+const headerRule = "(header)"
 
 // ErrClosed is returned for a request whose fault was cut short because the
 // Injector was closed.
@@ -40,7 +40,7 @@ type Config struct {
 	// left on, any caller could break the server.
 	HeaderFaults bool
 	// Header names the header read when HeaderFaults is set. Empty means
-	// DefaultHeader.
+	// X-Fault.
 	Header string
 	// Rand returns uniform draws in [0, 1) for every random choice
 	// (probabilities, latency draws). It is called from the goroutines of
@@ -91,7 +91,7 @@ type counter struct {
 // Counter reports how often one rule matched a request and how often it
 // fired (injected its fault). It is a snapshot, a plain value.
 type Counter struct {
-	Rule    string `json:"rule"`    // the rule's name, or HeaderRule
+	Rule    string `json:"rule"`    // the rule's name, or "(header)"
 	Kind    string `json:"kind"`    // the rule's fault: "latency", "error"... as in a config file
 	Matched uint64 `json:"matched"` // requests the rule matched
 	Fired   uint64 `json:"fired"`   // requests it injected its fault into
@@ -115,7 +115,7 @@ func New(cfg Config) (*Injector, error) {
 func (in *Injector) Reconfigure(cfg Config) error {
 	rules, err := normalizeRules(cfg.Rules)
 	if cfg.Header == "" {
-		cfg.Header = DefaultHeader
+		cfg.Header = defaultHeader
 	} else if !validToken(cfg.Header) {
 		err = errors.Join(err, fmt.Errorf("%w: Config.Header is %q; want a header name", ErrInvalidConfig, cfg.Header))
 	}
@@ -161,7 +161,7 @@ func (in *Injector) Config() Config {
 }
 
 // Counters returns one Counter per rule, in rule order, followed by one per
-// kind of fault asked for by the X-Fault header (Rule HeaderRule), if any.
+// kind of fault asked for by the X-Fault header (Rule "(header)"), if any.
 func (in *Injector) Counters() []Counter {
 	s := in.state.Load()
 	out := make([]Counter, 0, len(s.rules))
@@ -171,15 +171,15 @@ func (in *Injector) Counters() []Counter {
 	}
 	for i := range in.header {
 		if n := in.header[i].matched.Load(); n > 0 {
-			out = append(out, Counter{Rule: HeaderRule, Kind: string(kinds[i]), Matched: n,
+			out = append(out, Counter{Rule: headerRule, Kind: string(kinds[i]), Matched: n,
 				Fired: in.header[i].fired.Load()})
 		}
 	}
 	return out
 }
 
-// ResetCounters sets every counter to zero.
-func (in *Injector) ResetCounters() {
+// resetCounters sets every counter to zero, for the admin endpoint.
+func (in *Injector) resetCounters() {
 	for _, rs := range in.state.Load().rules {
 		rs.counter.matched.Store(0)
 		rs.counter.fired.Store(0)

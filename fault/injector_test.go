@@ -282,7 +282,7 @@ func TestReconfigureKeepsCountersByName(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("counters = %+v, want %+v", got, want)
 	}
-	in.ResetCounters()
+	in.resetCounters()
 	if c := in.Counters()[0]; c.Matched != 0 || c.Fired != 0 {
 		t.Errorf("after reset: %+v", c)
 	}

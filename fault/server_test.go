@@ -454,7 +454,7 @@ func TestServerHeaderFaults(t *testing.T) {
 			t.Errorf("match key in header: status = %d, want 400", got)
 		}
 		fired := u.in.Counters()
-		want := []Counter{{HeaderRule, kindLatency, 1, 1}, {HeaderRule, kindError, 1, 1}}
+		want := []Counter{{headerRule, kindLatency, 1, 1}, {headerRule, kindError, 1, 1}}
 		if len(fired) != 2 || fired[0] != want[0] || fired[1] != want[1] {
 			t.Errorf("counters = %+v, want %+v", fired, want)
 		}

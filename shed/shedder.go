@@ -450,6 +450,3 @@ func (s *Shedder) Load() (inFlight, limit int) {
 	defer s.mu.Unlock()
 	return s.inFlight, s.limitInt()
 }
-
-// Name returns Config.Name, the name the shedder's events carry.
-func (s *Shedder) Name() string { return s.name }

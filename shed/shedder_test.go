@@ -277,7 +277,7 @@ func isReason(err error, reason string) bool {
 	return errors.Is(err, shed.ErrShed) && errors.As(err, &e) && e.Reason == reason
 }
 
-func TestLoadAndName(t *testing.T) {
+func TestLoad(t *testing.T) {
 	s := mustNew(t, shed.Config{Name: "checkout", Limit: 4, Shares: map[shed.Priority]float64{shed.Normal: 1}})
 	tok, err := s.Acquire(context.Background(), shed.Normal)
 	if err != nil {
@@ -287,8 +287,8 @@ func TestLoadAndName(t *testing.T) {
 		t.Fatalf("Load = %d, %d; want 1, 4", in, limit)
 	}
 	tok.Release()
-	if in, _ := s.Load(); in != 0 || s.Name() != "checkout" {
-		t.Fatalf("after release: in flight %d, name %q", in, s.Name())
+	if in, _ := s.Load(); in != 0 {
+		t.Fatalf("after release: in flight %d", in)
 	}
 }
 

@@ -15,8 +15,9 @@ import (
 	"github.com/guardrail-go/guardrail/internal/series"
 )
 
-// DefaultInterval is the default summary interval of rejection bursts.
-const DefaultInterval = 10 * time.Second
+// defaultInterval is the summary interval of rejection bursts of a zero
+// Config.Interval.
+const defaultInterval = 10 * time.Second
 
 // Messages of the records, one per kind of record, so a log query can
 // select them; docs/metrics.md lists them.
@@ -59,7 +60,7 @@ type Config struct {
 	// Interval is how often a burst of rejections is summarised: one
 	// record at its start, then at most one per Interval per dependency
 	// and kind of rejection while it lasts, and one when a whole Interval
-	// passed without any. Zero means DefaultInterval (10 s); a negative
+	// passed without any. Zero means 10 s; a negative
 	// value is invalid (a burst always needs an interval to be summarised
 	// over).
 	Interval time.Duration
@@ -139,7 +140,7 @@ func New(cfg Config) (*Observer, error) {
 	iv := cfg.Interval
 	switch {
 	case iv == 0:
-		iv = DefaultInterval
+		iv = defaultInterval
 	case iv < 0:
 		return nil, &series.ConfigError{Pkg: "slogobs", Field: "Config.Interval", Value: iv.String(),
 			Want: "0 (the default, 10s) or more", Sentinel: ErrInvalidConfig}

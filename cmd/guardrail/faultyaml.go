@@ -13,13 +13,17 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
+// maxFaultConfig is the largest fault rule file read: the 1 MiB that
+// fault.ParseConfig accepts.
+const maxFaultConfig = 1 << 20
+
 // parseFaultConfig reads a fault rule file in JSON or YAML. The fault package
 // reads JSON only, so that its module needs nothing outside the standard
 // library; YAML is re-encoded as JSON here, so that one strict decoder checks
 // both formats.
 func parseFaultConfig(data []byte) (fault.Config, error) {
-	if len(data) > fault.MaxConfigSize {
-		return fault.Config{}, fmt.Errorf("%w: document larger than %d bytes", fault.ErrInvalidConfig, fault.MaxConfigSize)
+	if len(data) > maxFaultConfig {
+		return fault.Config{}, fmt.Errorf("%w: document larger than %d bytes", fault.ErrInvalidConfig, maxFaultConfig)
 	}
 	if !json.Valid(data) {
 		var err error
@@ -102,7 +106,7 @@ func yamlBodies(admin http.Handler) http.Handler {
 			admin.ServeHTTP(w, r)
 			return
 		}
-		data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, fault.MaxConfigSize))
+		data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxFaultConfig))
 		if err != nil {
 			status := http.StatusBadRequest
 			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {

@@ -144,7 +144,7 @@ func TestParseFaultConfigErrors(t *testing.T) {
 		{`header: "X Bad"`, `fault: invalid config: header: "X Bad" is not a header name`},
 		{`{1: 2}`, `fault: invalid config: key 1 is not a string`},
 		{`seed: -1`, `seed: got a JSON number -1, want an integer`},
-		{strings.Repeat(" ", fault.MaxConfigSize+1), `larger than`},
+		{strings.Repeat(" ", maxFaultConfig+1), `larger than`},
 	}
 	for _, tt := range tests {
 		_, err := parseFaultConfig([]byte(tt.doc))

@@ -3,13 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
+	"go/token"
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/guardrail-go/guardrail/extra/vet"
 	"golang.org/x/tools/go/analysis"
+	"golang.org/x/tools/go/analysis/checker"
+	"golang.org/x/tools/go/packages"
 )
 
 func init() {
@@ -90,7 +94,7 @@ func runVet(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // printing findings to stdout (paths relative to the directory) and package
 // errors to stderr. It returns the number of findings.
 func vetPackages(ctx context.Context, dir string, patterns []string, analyzers []*analysis.Analyzer, stdout, stderr io.Writer) (int, error) {
-	findings, pkgErrs, err := vet.Check(ctx, vet.CheckConfig{Dir: dir, Analyzers: analyzers}, patterns...)
+	findings, pkgErrs, err := vetCheck(ctx, dir, nil, analyzers, patterns...)
 	if err != nil {
 		return 0, err
 	}
@@ -102,8 +106,8 @@ func vetPackages(ctx context.Context, dir string, patterns []string, analyzers [
 		wd, _ = filepath.Abs(dir)
 	}
 	for _, f := range findings {
-		if rel, err := filepath.Rel(wd, f.Pos.Filename); err == nil && !strings.HasPrefix(rel, "..") {
-			f.Pos.Filename = rel
+		if rel, err := filepath.Rel(wd, f.pos.Filename); err == nil && !strings.HasPrefix(rel, "..") {
+			f.pos.Filename = rel
 		}
 		fmt.Fprintln(stdout, f)
 	}
@@ -111,4 +115,85 @@ func vetPackages(ctx context.Context, dir string, patterns []string, analyzers [
 		return 0, fmt.Errorf("%d package error(s)", len(pkgErrs))
 	}
 	return len(findings), nil
+}
+
+// finding is one diagnostic of a check, with its position resolved.
+type finding struct {
+	check   string         // the analyzer's name
+	pos     token.Position // where the finding is
+	message string         // starts with "[check] "
+}
+
+// String formats f as file:line:col: message.
+func (f finding) String() string {
+	return fmt.Sprintf("%s:%d:%d: %s", f.pos.Filename, f.pos.Line, f.pos.Column, f.message)
+}
+
+// vetCheck loads the packages patterns match, with the go command run in dir
+// (empty: the current directory) with env (nil: this process's), and runs
+// the analyzers on them. It returns the findings sorted by position and
+// without duplicates (a package and its test variant share files), and the
+// errors of packages that could not be loaded or analyzed, which are
+// skipped. err is for a failure to load anything at all.
+func vetCheck(ctx context.Context, dir string, env []string, analyzers []*analysis.Analyzer, patterns ...string) (findings []finding, pkgErrs []error, err error) {
+	pcfg := &packages.Config{
+		Context: ctx,
+		Dir:     dir,
+		Env:     env,
+		Mode:    packages.LoadSyntax | packages.NeedModule,
+	}
+	pkgs, err := packages.Load(pcfg, patterns...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("vet: loading packages: %w", err)
+	}
+	if len(pkgs) == 0 {
+		return nil, nil, fmt.Errorf("vet: no packages match %s", strings.Join(patterns, " "))
+	}
+	seenErr := map[string]bool{}
+	addErr := func(e error) {
+		if !seenErr[e.Error()] {
+			seenErr[e.Error()] = true
+			pkgErrs = append(pkgErrs, e)
+		}
+	}
+	packages.Visit(pkgs, nil, func(p *packages.Package) {
+		for _, e := range p.Errors {
+			addErr(e)
+		}
+	})
+	graph, err := checker.Analyze(analyzers, pkgs, nil)
+	if err != nil {
+		return nil, pkgErrs, fmt.Errorf("vet: %w", err)
+	}
+	seen := map[finding]bool{}
+	for act := range graph.All() {
+		if !act.IsRoot {
+			continue
+		}
+		if act.Err != nil {
+			addErr(fmt.Errorf("%s: %w", act.Package.PkgPath, act.Err))
+			continue
+		}
+		for _, d := range act.Diagnostics {
+			f := finding{check: act.Analyzer.Name, pos: act.Package.Fset.Position(d.Pos), message: d.Message}
+			if !seen[f] {
+				seen[f] = true
+				findings = append(findings, f)
+			}
+		}
+	}
+	sort.Slice(findings, func(i, j int) bool {
+		a, b := findings[i], findings[j]
+		if a.pos.Filename != b.pos.Filename {
+			return a.pos.Filename < b.pos.Filename
+		}
+		if a.pos.Line != b.pos.Line {
+			return a.pos.Line < b.pos.Line
+		}
+		if a.pos.Column != b.pos.Column {
+			return a.pos.Column < b.pos.Column
+		}
+		return a.message < b.message
+	})
+	return findings, pkgErrs, nil
 }

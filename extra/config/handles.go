@@ -266,7 +266,7 @@ func (e *rateLimitEntry) build(cfg ratelimit.Config) (*ratelimit.Limiter, error)
 
 // RateLimiter builds the per-client rate limiter of server name. key says
 // which client a request is charged to, as ratelimit.Config.Key: it cannot
-// come from a file. Nil means the peer's address (ratelimit.RemoteAddr),
+// come from a file. Nil means the host of the peer's address (RemoteAddr),
 // which behind a proxy is the proxy's. A reload that changes the server's
 // rate_limit section rebuilds the limiter with the same key function, and
 // every client starts again with a full bucket; one that does not change

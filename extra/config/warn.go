@@ -178,7 +178,7 @@ func (c *checkedFile) warnings() []Diagnostic {
 		w = append(w, c.hedgeWarnings(d)...)
 		// A breaker with no minimum.
 		if b := s.Breaker; b != nil && val(b.MinRequests) == 1 && val(b.Mode) != "disabled" {
-			w = append(w, c.warn(c.where(name, "breaker.min_requests"), "is 1: at low traffic one early failure opens the breaker for %v; keep a minimum of calls (the default is %d) so that the rate means something", orDur(val(b.OpenFor), breaker.DefaultOpenFor), breaker.DefaultMinRequests))
+			w = append(w, c.warn(c.where(name, "breaker.min_requests"), "is 1: at low traffic one early failure opens the breaker for %v; keep a minimum of calls (the default is %d) so that the rate means something", orDur(val(b.OpenFor), breaker.DefaultConfig().OpenFor), breaker.DefaultMinRequests))
 		}
 		// Attempts that cannot fit the deadline.
 		if wc := d.worstCase(); d.Deadline > 0 && wc > d.Deadline {

@@ -20,9 +20,6 @@ import (
 	"github.com/guardrail-go/guardrail/shed"
 )
 
-// DefaultMaxLabelValues is the default cap of distinct values per label.
-const DefaultMaxLabelValues = series.DefaultMaxValues
-
 // ErrInvalidConfig is the error every invalid Config field Is. The error
 // New returns names the field, what it held and what is allowed.
 var ErrInvalidConfig = errors.New("prom: invalid config")
@@ -45,7 +42,7 @@ type Config struct {
 	// kept and every later one is exported as "other", so a raw URL path
 	// or user ID passed as an operation cannot grow the series without
 	// bound. Values longer than 128 bytes or not valid UTF-8 are always
-	// "other". Zero means DefaultMaxLabelValues (100); a negative value is
+	// "other". Zero means 100, as in extra/otel; a negative value is
 	// invalid.
 	MaxLabelValues int
 

@@ -32,7 +32,7 @@ func FuzzKey(f *testing.F) {
 				t.Fatalf("status %d", w.Code)
 			}
 		}
-		if n, m := byHeader.Len(), byAddr.Len(); n > maxKeys || m > maxKeys {
+		if n, m := ratelimit.Len(byHeader), ratelimit.Len(byAddr); n > maxKeys || m > maxKeys {
 			t.Fatalf("Len = %d, %d; want at most %d", n, m, maxKeys)
 		}
 	})

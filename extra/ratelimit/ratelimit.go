@@ -226,7 +226,7 @@ func New(cfg Config) (*Limiter, error) {
 		shards:   make([]shard, n),
 	}
 	if l.key == nil {
-		l.key = RemoteAddr
+		l.key = remoteAddr
 	}
 	refill := math.Ceil(float64(burst) / r * float64(time.Second))
 	l.refill = int64(min(refill, math.MaxInt64/2))
@@ -250,9 +250,9 @@ type configError struct{ msg string }
 func (e *configError) Error() string        { return e.msg }
 func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
 
-// RemoteAddr is the default Config.Key: the host part of r.RemoteAddr (the
+// remoteAddr is the default Config.Key: the host part of r.RemoteAddr (the
 // whole of it when it has no port). It never fails.
-func RemoteAddr(r *http.Request) (string, error) {
+func remoteAddr(r *http.Request) (string, error) {
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		return host, nil
 	}
@@ -292,18 +292,6 @@ func (l *Limiter) Allow(key string) error {
 		return &LimitedError{RetryAfter: wait}
 	}
 	return nil
-}
-
-// Len returns the number of keys tracked, at most MaxKeys.
-func (l *Limiter) Len() int {
-	n := 0
-	for i := range l.shards {
-		s := &l.shards[i]
-		s.mu.Lock()
-		n += len(s.keys)
-		s.mu.Unlock()
-	}
-	return n
 }
 
 func (l *Limiter) observe(ctx context.Context, wait time.Duration, err error) {

@@ -235,14 +235,14 @@ func TestIdleKeysEvicted(t *testing.T) {
 		for i := range 1000 {
 			l.Allow("idle-" + strconv.Itoa(i))
 		}
-		if n := l.Len(); n != 1000 {
+		if n := ratelimit.Len(l); n != 1000 {
 			t.Fatalf("Len = %d; want 1000", n)
 		}
 		time.Sleep(1900 * time.Millisecond)
 		for i := range 1000 {
 			l.Allow("busy-" + strconv.Itoa(i%10))
 		}
-		if n := l.Len(); n != 1010 {
+		if n := ratelimit.Len(l); n != 1010 {
 			t.Fatalf("before the refill time: Len = %d; want 1010 (nothing evicted)", n)
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -251,7 +251,7 @@ func TestIdleKeysEvicted(t *testing.T) {
 		for i := range 10_000 {
 			l.Allow("new-" + strconv.Itoa(i))
 		}
-		if n := l.Len(); n != 10_010 {
+		if n := ratelimit.Len(l); n != 10_010 {
 			t.Errorf("after the refill time: Len = %d; want 10010 (the idle keys swept, the busy ones kept)", n)
 		}
 	})
@@ -270,7 +270,7 @@ func TestMaxKeysKeepsRecent(t *testing.T) {
 				t.Fatalf("hot key admitted again after %d other keys: it lost its bucket", i)
 			}
 		}
-		if n := l.Len(); n > 1000 {
+		if n := ratelimit.Len(l); n > 1000 {
 			t.Fatalf("Len = %d; want at most MaxKeys 1000", n)
 		}
 	}
@@ -301,7 +301,7 @@ func TestMillionKeysBoundedMemory(t *testing.T) {
 		k := strconv.AppendInt(key[:0], int64(i), 10)
 		l.Allow(string(k))
 	}
-	n := l.Len()
+	n := ratelimit.Len(l)
 	grown := int64(liveHeap()) - int64(before)
 	runtime.KeepAlive(l)
 	t.Logf("1,000,000 keys: %d tracked, live heap grew %.1f MB (%.0f B per tracked key)", n, float64(grown)/(1<<20), float64(grown)/float64(n))

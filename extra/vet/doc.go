@@ -51,7 +51,7 @@ func ByName(names []string) ([]*analysis.Analyzer, error) {
 			}
 		}
 		if !found {
-			return nil, &UnknownCheckError{Name: n}
+			return nil, &unknownCheckError{name: n}
 		}
 		want[n] = true
 	}
@@ -64,12 +64,11 @@ func ByName(names []string) ([]*analysis.Analyzer, error) {
 	return out, nil
 }
 
-// UnknownCheckError reports a check name that is not one of Analyzers.
-type UnknownCheckError struct {
-	// Name is the name asked for.
-	Name string
+// unknownCheckError reports a check name that is not one of Analyzers.
+type unknownCheckError struct {
+	name string // the name asked for
 }
 
-func (e *UnknownCheckError) Error() string {
-	return "vet: unknown check " + `"` + e.Name + `"` + "; want timeout, deadline, retryloop, stacked, idempotency or tiers"
+func (e *unknownCheckError) Error() string {
+	return "vet: unknown check " + `"` + e.name + `"` + "; want timeout, deadline, retryloop, stacked, idempotency or tiers"
 }

@@ -7,8 +7,13 @@ import (
 )
 
 // The settings golangci-lint passes from .golangci.yml select the checks.
-func ExampleAnalyzers() {
-	as, err := golangci.Analyzers(map[string]any{"checks": []string{"deadline"}})
-	fmt.Println(len(as), as[0].Name, err)
-	// Output: 1 deadline <nil>
+func ExampleNew() {
+	p, err := golangci.New(map[string]any{"checks": []string{"deadline"}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	as, err := p.BuildAnalyzers()
+	fmt.Println(len(as), as[0].Name, err, p.GetLoadMode())
+	// Output: 1 deadline <nil> typesinfo
 }

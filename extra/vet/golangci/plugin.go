@@ -24,50 +24,43 @@ import (
 	"golang.org/x/tools/go/analysis"
 )
 
-// Name is the linter's name in golangci-lint's configuration.
-const Name = "guardrail"
+// name is the linter's name in golangci-lint's configuration.
+const name = "guardrail"
 
-func init() { register.Plugin(Name, New) }
+func init() { register.Plugin(name, New) }
 
-// Settings are the plugin's settings in .golangci.yml.
-type Settings struct {
+// settings are the plugin's settings in .golangci.yml.
+type settings struct {
 	// Checks names the analyzers to run; empty means all of them.
 	Checks []string `json:"checks"`
 }
 
-// Plugin is the golangci-lint plugin. It holds settings only and is safe
-// for concurrent use.
-type Plugin struct {
-	settings Settings
+// plugin is the golangci-lint plugin New returns. It holds settings only
+// and is safe for concurrent use.
+type plugin struct {
+	settings settings
 }
 
-// New decodes the plugin's settings (unknown keys are an error) and
-// checks the names they hold.
+// New decodes the plugin's settings from .golangci.yml (one key, checks:
+// the names of the analyzers to run, all of them when empty; any other key
+// is an error), checks the names and returns the plugin golangci-lint
+// registers as "guardrail". Its BuildAnalyzers returns the analyzers the
+// settings select, for drivers that take a plain list too.
 func New(conf any) (register.LinterPlugin, error) {
-	s, err := register.DecodeSettings[Settings](conf)
+	s, err := register.DecodeSettings[settings](conf)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := vet.ByName(s.Checks); err != nil {
 		return nil, err
 	}
-	return &Plugin{settings: s}, nil
-}
-
-// Analyzers returns the analyzers conf selects, for drivers that take a
-// plain list: New(conf) followed by BuildAnalyzers.
-func Analyzers(conf any) ([]*analysis.Analyzer, error) {
-	p, err := New(conf)
-	if err != nil {
-		return nil, err
-	}
-	return p.BuildAnalyzers()
+	return &plugin{settings: s}, nil
 }
 
 // BuildAnalyzers returns the analyzers the settings select.
-func (p *Plugin) BuildAnalyzers() ([]*analysis.Analyzer, error) {
+func (p *plugin) BuildAnalyzers() ([]*analysis.Analyzer, error) {
 	return vet.ByName(p.settings.Checks)
 }
 
 // GetLoadMode tells golangci-lint the analyzers need type information.
-func (p *Plugin) GetLoadMode() string { return register.LoadModeTypesInfo }
+func (p *plugin) GetLoadMode() string { return register.LoadModeTypesInfo }

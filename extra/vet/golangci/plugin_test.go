@@ -8,7 +8,7 @@ import (
 )
 
 func TestRegistered(t *testing.T) {
-	newPlugin, err := register.GetPlugin(golangci.Name)
+	newPlugin, err := register.GetPlugin("guardrail")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,11 @@ func TestRegistered(t *testing.T) {
 }
 
 func TestAllByDefault(t *testing.T) {
-	as, err := golangci.Analyzers(nil)
+	p, err := golangci.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := p.BuildAnalyzers()
 	if err != nil {
 		t.Fatal(err)
 	}

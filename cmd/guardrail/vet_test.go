@@ -1,4 +1,4 @@
-package vet_test
+package main
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/guardrail-go/guardrail/extra/vet"
 )
 
-const demo = `package demo
+const vetDemo = `package demo
 
 import (
 	"context"
@@ -26,9 +26,9 @@ func Fetch(ctx context.Context) {
 }
 `
 
-// TestCheck runs the driver on a module of its own, the way the guardrail
-// command does: each finding once, sorted, a suppressed one left out.
-func TestCheck(t *testing.T) {
+// TestVetCheck runs the driver on a module of its own: each finding once,
+// sorted, a suppressed one left out.
+func TestVetCheck(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string) {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
@@ -36,10 +36,10 @@ func TestCheck(t *testing.T) {
 		}
 	}
 	write("go.mod", "module example.com/demo\n\ngo 1.26\n")
-	write("demo.go", demo)
+	write("demo.go", vetDemo)
 	write("demo_test.go", "package demo\n\nimport \"net/http\"\n\nfunc helper() { http.Get(\"http://x\") }\n")
 	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-	got, pkgErrs, err := vet.Check(context.Background(), vet.CheckConfig{Dir: dir, Env: env}, "./...")
+	got, pkgErrs, err := vetCheck(context.Background(), dir, env, vet.Analyzers(), "./...")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestCheck(t *testing.T) {
 	}
 	var lines []string
 	for _, f := range got {
-		lines = append(lines, filepath.Base(f.Pos.Filename)+":"+itoa(f.Pos.Line)+" "+f.Check)
+		lines = append(lines, filepath.Base(f.pos.Filename)+":"+strconv.Itoa(f.pos.Line)+" "+f.check)
 	}
 	want := []string{"demo.go:9 deadline", "demo.go:10 timeout"}
 	if strings.Join(lines, "; ") != strings.Join(want, "; ") {
@@ -59,25 +59,13 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-func TestCheckNoPackages(t *testing.T) {
+func TestVetCheckNoPackages(t *testing.T) {
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module example.com/empty\n\ngo 1.26\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module example.com/empty\n\ngo 1.26\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	env := append(os.Environ(), "GOWORK=off")
-	if _, _, err := vet.Check(context.Background(), vet.CheckConfig{Dir: dir, Env: env}, "./..."); err == nil {
+	if _, _, err := vetCheck(context.Background(), dir, env, vet.Analyzers(), "./..."); err == nil {
 		t.Fatal("no error for a pattern matching nothing")
 	}
-}
-
-func TestByName(t *testing.T) {
-	as, err := vet.ByName([]string{"stacked", "timeout"})
-	if err != nil || len(as) != 2 || as[0].Name != "timeout" || as[1].Name != "stacked" {
-		t.Fatalf("ByName = %v, %v; want timeout, stacked in Analyzers order", as, err)
-	}
-	if _, err := vet.ByName([]string{"tiemout"}); err == nil || !strings.Contains(err.Error(), `"tiemout"`) {
-		t.Fatalf("ByName(tiemout) error = %v", err)
-	}
-}
-
-func itoa(n int) string {
-	return strconv.Itoa(n)
 }

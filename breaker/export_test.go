@@ -1,0 +1,5 @@
+package breaker
+
+// ErrTooManyProbes is the rejection of a half-open breaker whose probe
+// slots are all taken.
+var ErrTooManyProbes = errTooManyProbes
