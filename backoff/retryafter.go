@@ -5,12 +5,12 @@ import (
 	"time"
 )
 
-// MaxParsedRetryAfter is the parsing cap of ParseRetryAfter and
+// maxParsedRetryAfter is the parsing cap of ParseRetryAfter and
 // ParseRetryAfterValues: a longer delay is returned as this one, so an
 // absurd header cannot park a client for years nor overflow a Duration.
 // It is not a policy: callers apply their own, shorter limit of how long
 // they agree to wait (guardrail.Policy.MaxRetryAfter, 30 s by default).
-const MaxParsedRetryAfter = 24 * time.Hour
+const maxParsedRetryAfter = 24 * time.Hour
 
 // maxRetryAfterLen bounds the input looked at; the longest valid form (an
 // RFC 850 date) has 41 bytes.
@@ -28,8 +28,8 @@ var httpDateLayouts = [...]string{
 // 10.2.3): either delay-seconds ("120") or an HTTP-date, which is turned into
 // a delay relative to now. It reports false for anything else: garbage,
 // negative or fractional numbers, empty values. A date in the past yields
-// (0, true): retry now. A delay above MaxParsedRetryAfter is capped to
-// it. It never panics, and looks at no more than 64 bytes.
+// (0, true): retry now. A delay above 24 hours is capped to 24 hours,
+// which no caller waits for anyway. It never panics, and looks at no more than 64 bytes.
 //
 // A response may carry the header more than once; use
 // ParseRetryAfterValues on all of them rather than this on the first.
@@ -50,8 +50,8 @@ func ParseRetryAfter(value string, now time.Time) (time.Duration, bool) {
 		switch {
 		case d < 0:
 			return 0, true
-		case d > MaxParsedRetryAfter:
-			return MaxParsedRetryAfter, true
+		case d > maxParsedRetryAfter:
+			return maxParsedRetryAfter, true
 		}
 		return d, true
 	}
@@ -59,7 +59,7 @@ func ParseRetryAfter(value string, now time.Time) (time.Duration, bool) {
 }
 
 func parseSeconds(s string) (time.Duration, bool) {
-	const limit = int64(MaxParsedRetryAfter / time.Second)
+	const limit = int64(maxParsedRetryAfter / time.Second)
 	var n int64
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -71,7 +71,7 @@ func parseSeconds(s string) (time.Duration, bool) {
 		}
 	}
 	if n > limit {
-		return MaxParsedRetryAfter, true
+		return maxParsedRetryAfter, true
 	}
 	return time.Duration(n) * time.Second, true
 }
@@ -83,7 +83,7 @@ func parseSeconds(s string) (time.Duration, bool) {
 // longer than asked costs itself a little time, one that retries sooner
 // adds load the server asked to be spared. Invalid fields are ignored; it
 // reports false when no field is valid. Like ParseRetryAfter it never
-// panics and caps at MaxParsedRetryAfter.
+// panics and caps at 24 hours.
 func ParseRetryAfterValues(values []string, now time.Time) (time.Duration, bool) {
 	var longest time.Duration
 	found := false

@@ -288,8 +288,8 @@ func (g *Group) removeLocked(b *Breaker) {
 	g.ring = g.ring[:last]
 }
 
-// Len returns the number of breakers held.
-func (g *Group) Len() int {
+// len returns the number of breakers held.
+func (g *Group) len() int {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	return len(g.m)

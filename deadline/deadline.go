@@ -38,11 +38,11 @@ const (
 // 31,000 years, far past any clamp, and keeps parsing free of overflow.
 const maxDigits = 15
 
-// ParseTimeout parses an X-Request-Timeout value into the time left, capped
+// parseTimeout parses an X-Request-Timeout value into the time left, capped
 // at limit when limit is positive. It reports false for anything but plain
 // decimal digits (no sign, no spaces inside, at most 15 digits): negative,
 // fractional, or garbage values are ignored, never trusted.
-func ParseTimeout(v string, limit time.Duration) (time.Duration, bool) {
+func parseTimeout(v string, limit time.Duration) (time.Duration, bool) {
 	ms, ok := parseMillis(v)
 	if !ok {
 		return 0, false
@@ -59,10 +59,10 @@ func millis(ms int64) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// ParseDeadline parses an X-Request-Deadline value (epoch ms) into the time
+// parseDeadline parses an X-Request-Deadline value (epoch ms) into the time
 // left at now, capped at limit when limit is positive. A deadline in the past
 // yields (0, true): the caller has already given up. Garbage yields false.
-func ParseDeadline(v string, now time.Time, limit time.Duration) (time.Duration, bool) {
+func parseDeadline(v string, now time.Time, limit time.Duration) (time.Duration, bool) {
 	ms, ok := parseMillis(v)
 	if !ok {
 		return 0, false
@@ -75,13 +75,15 @@ func ParseDeadline(v string, now time.Time, limit time.Duration) (time.Duration,
 }
 
 // FromHeader returns the time left that h announces at now: X-Request-Timeout
-// if it parses, else X-Request-Deadline, each capped at limit when limit is
-// positive. It reports false when neither header holds a valid value.
+// if it parses (whole milliseconds), else X-Request-Deadline (unix epoch
+// milliseconds; a deadline past is 0 left), each capped at limit when limit
+// is positive. It reports false when neither header holds a valid value:
+// garbage, signs, fractions and absurd lengths are ignored, never a panic.
 func FromHeader(h http.Header, now time.Time, limit time.Duration) (time.Duration, bool) {
-	if d, ok := ParseTimeout(h.Get(HeaderTimeout), limit); ok {
+	if d, ok := parseTimeout(h.Get(HeaderTimeout), limit); ok {
 		return d, true
 	}
-	return ParseDeadline(h.Get(HeaderDeadline), now, limit)
+	return parseDeadline(h.Get(HeaderDeadline), now, limit)
 }
 
 // Set writes both deadline headers into h for a request leaving at now with

@@ -33,7 +33,7 @@ func TestParseTimeout(t *testing.T) {
 		{strings.Repeat("9", 10000), 0, 0, false},
 	}
 	for _, tt := range tests {
-		got, ok := deadline.ParseTimeout(tt.in, tt.limit)
+		got, ok := deadline.ParseTimeoutForTest(tt.in, tt.limit)
 		if got != tt.want || ok != tt.ok {
 			t.Errorf("ParseTimeout(%.20q, %v) = %v, %v; want %v, %v", tt.in, tt.limit, got, ok, tt.want, tt.ok)
 		}
@@ -56,7 +56,7 @@ func TestParseDeadline(t *testing.T) {
 		{"negative", "-1", 0, 0, false},
 	}
 	for _, tt := range tests {
-		got, ok := deadline.ParseDeadline(tt.in, now, tt.limit)
+		got, ok := deadline.ParseDeadlineForTest(tt.in, now, tt.limit)
 		if got != tt.want || ok != tt.ok {
 			t.Errorf("%s: ParseDeadline(%q) = %v, %v; want %v, %v", tt.name, tt.in, got, ok, tt.want, tt.ok)
 		}
@@ -86,7 +86,7 @@ func TestSetRoundTrips(t *testing.T) {
 	if got := h.Get(deadline.HeaderTimeout); got != "1234" {
 		t.Errorf("timeout header = %q, want 1234", got)
 	}
-	if got, ok := deadline.ParseDeadline(h.Get(deadline.HeaderDeadline), now, 0); !ok || got != 1234*time.Millisecond {
+	if got, ok := deadline.ParseDeadlineForTest(h.Get(deadline.HeaderDeadline), now, 0); !ok || got != 1234*time.Millisecond {
 		t.Errorf("deadline header parses back to %v, %v", got, ok)
 	}
 	deadline.Set(h, now, -time.Second)
@@ -101,10 +101,10 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		const limit = 30 * time.Second
-		if d, ok := deadline.ParseTimeout(s, limit); d < 0 || d > limit || (!ok && d != 0) {
+		if d, ok := deadline.ParseTimeoutForTest(s, limit); d < 0 || d > limit || (!ok && d != 0) {
 			t.Fatalf("ParseTimeout(%q) = %v, %v", s, d, ok)
 		}
-		if d, ok := deadline.ParseDeadline(s, now, limit); d < 0 || d > limit || (!ok && d != 0) {
+		if d, ok := deadline.ParseDeadlineForTest(s, now, limit); d < 0 || d > limit || (!ok && d != 0) {
 			t.Fatalf("ParseDeadline(%q) = %v, %v", s, d, ok)
 		}
 	})
@@ -124,7 +124,7 @@ func FuzzFromHeader(f *testing.F) {
 		if d < 0 || d > limit || (!ok && d != 0) {
 			t.Fatalf("FromHeader(%q, %q) = %v, %v", timeout, dl, d, ok)
 		}
-		if rel, relOK := deadline.ParseTimeout(timeout, limit); relOK && (!ok || d != rel) {
+		if rel, relOK := deadline.ParseTimeoutForTest(timeout, limit); relOK && (!ok || d != rel) {
 			t.Fatalf("FromHeader(%q, %q) = %v, %v; want the relative header's %v", timeout, dl, d, ok, rel)
 		}
 	})

@@ -72,10 +72,6 @@ func retryAfter(resp *http.Response) (time.Duration, bool) {
 	return backoff.ParseRetryAfterValues(resp.Header.Values("Retry-After"), time.Now())
 }
 
-// HeaderIdempotencyKey is the header that makes a POST or PATCH safe to
-// retry (draft-ietf-httpapi-idempotency-key-header).
-const HeaderIdempotencyKey = "Idempotency-Key"
-
 // idempotent reports whether repeating req is harmless: its method is
 // idempotent in RFC 9110 terms, or it carries an idempotency key (the
 // X-Idempotency-Key spelling too, as net/http's own transport accepts).
@@ -93,5 +89,9 @@ func idempotentMethod(method string) bool {
 }
 
 func hasKey(h http.Header) bool {
-	return h.Get(HeaderIdempotencyKey) != "" || h.Get("X-Idempotency-Key") != ""
+	return h.Get(headerIdempotencyKey) != "" || h.Get("X-Idempotency-Key") != ""
 }
+
+// headerIdempotencyKey is the header that makes a POST or PATCH safe to
+// retry: idempotency.HeaderKey, which the server's middleware reads.
+const headerIdempotencyKey = "Idempotency-Key"

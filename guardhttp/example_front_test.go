@@ -11,6 +11,7 @@ import (
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/guardhttp"
+	"github.com/guardrail-go/guardrail/idempotency"
 )
 
 // The *Transport under a client built by NewClient gives its budget and
@@ -41,13 +42,13 @@ func ExampleNewClient_metrics() {
 
 	t := client.Transport.(*guardhttp.Transport)
 	fmt.Println("retry tokens at most:", t.RetryBudget().Max())
-	t.Breakers().Range(func(key string, b *breaker.Breaker) bool {
-		fmt.Println("breakers:", t.Breakers().Len(), "state:", b.State())
+	t.Breakers().Range(func(_ string, b *breaker.Breaker) bool {
+		fmt.Println("breaker state:", b.State())
 		return true
 	})
 	// Output:
 	// retry tokens at most: 10
-	// breakers: 1 state: closed
+	// breaker state: closed
 }
 
 // The key a request was given is on its error, to send the same intent
@@ -63,8 +64,8 @@ func ExampleIdempotencyKeyError() {
 
 	// An order ID makes the key the same wherever and whenever it is sent.
 	req, _ := http.NewRequest("POST", "http://orders.internal/orders", nil)
-	req.Header.Set(guardhttp.HeaderIdempotencyKey, "order-82")
-	fmt.Println(req.Header.Get(guardhttp.HeaderIdempotencyKey))
+	req.Header.Set(idempotency.HeaderKey, "order-82")
+	fmt.Println(req.Header.Get(idempotency.HeaderKey))
 	// Output:
 	// resend with Idempotency-Key of 32 hex digits
 	// order-82

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail/event"
+	"github.com/guardrail-go/guardrail/idempotency"
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
@@ -142,16 +143,16 @@ func TestAttemptHeaders(t *testing.T) {
 	var vals [4]string
 	var digits [40]byte
 	h := c.header(dl, time.Now(), c.n, &vals, &digits)
-	for key, want := range map[string]string{"X-Caller": "yes", deadline.HeaderRetryAttempt: "2", HeaderIdempotencyKey: "k1"} {
+	for key, want := range map[string]string{"X-Caller": "yes", deadline.HeaderRetryAttempt: "2", idempotency.HeaderKey: "k1"} {
 		if got := h[key]; len(got) != 1 || got[0] != want {
 			t.Errorf("%s = %q, want [%q]", key, got, want)
 		}
 	}
-	if d, ok := deadline.ParseTimeout(h.Get(deadline.HeaderTimeout), 0); !ok || d < 59*time.Second || d > time.Minute {
+	if d, ok := deadline.FromHeader(h, time.Now(), 0); !ok || d < 59*time.Second || d > time.Minute {
 		t.Errorf("%s = %q, want about a minute", deadline.HeaderTimeout, h.Get(deadline.HeaderTimeout))
 	}
 	h.Add(deadline.HeaderRetryAttempt, "appended") // must not spill into the next key's value
-	if got := h[HeaderIdempotencyKey]; len(got) != 1 || got[0] != "k1" {
+	if got := h[idempotency.HeaderKey]; len(got) != 1 || got[0] != "k1" {
 		t.Errorf("appending to one header changed another: %q", got)
 	}
 	if len(req.Header) != len(before) || req.Header.Get("X-Caller") != "yes" {

@@ -430,7 +430,7 @@ func TestDeadlineAndRetryHeaders(t *testing.T) {
 		if got, want := s.header.Get(deadline.HeaderRetryAttempt), []string{"", "1", "2"}[i]; got != want {
 			t.Errorf("attempt %d: X-Retry-Attempt = %q, want %q", i+1, got, want)
 		}
-		got, ok := deadline.ParseTimeout(s.header.Get(deadline.HeaderTimeout), 0)
+		got, ok := deadline.FromHeader(s.header, s.at, 0) // X-Request-Timeout first
 		if !ok {
 			t.Fatalf("attempt %d: X-Request-Timeout = %q", i+1, s.header.Get(deadline.HeaderTimeout))
 		}
@@ -440,7 +440,7 @@ func TestDeadlineAndRetryHeaders(t *testing.T) {
 			t.Errorf("attempt %d: X-Request-Timeout = %v, caller had %v left (reserve %v): off by %v",
 				i+1, got, s.timeLeft, reserve, diff)
 		}
-		abs, ok := deadline.ParseDeadline(s.header.Get(deadline.HeaderDeadline), s.at, 0)
+		abs, ok := deadline.FromHeader(http.Header{deadline.HeaderDeadline: s.header.Values(deadline.HeaderDeadline)}, s.at, 0)
 		if !ok {
 			t.Fatalf("attempt %d: X-Request-Deadline = %q", i+1, s.header.Get(deadline.HeaderDeadline))
 		}
@@ -459,7 +459,7 @@ func TestAttemptTimeoutIsAnnouncedWhenItComesFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	readAll(t, resp)
-	got, ok := deadline.ParseTimeout(sc.requests()[0].header.Get(deadline.HeaderTimeout), 0)
+	got, ok := deadline.FromHeader(sc.requests()[0].header, time.Now(), 0)
 	if !ok || got > 300*time.Millisecond || got < 290*time.Millisecond {
 		t.Errorf("X-Request-Timeout = %v, want the attempt's 300ms", got)
 	}

@@ -546,7 +546,7 @@ func (c *call) header(dl time.Time, now time.Time, n int, vals *[4]string, digit
 		k++
 	}
 	if c.idemKey != "" {
-		keys[k], vals[k] = HeaderIdempotencyKey, c.idemKey
+		keys[k], vals[k] = headerIdempotencyKey, c.idemKey
 		k++
 	}
 	for i := range k {

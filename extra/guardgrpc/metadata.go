@@ -15,9 +15,9 @@ const (
 	// before retrying (gRPC's retry design, A6): a non-negative number of
 	// milliseconds, or a negative or malformed value meaning "do not retry".
 	MDPushback = "grpc-retry-pushback-ms"
-	// MDPreviousAttempts is the header grpc-go's own retries set on a
+	// mdPreviousAttempts is the header grpc-go's own retries set on a
 	// retried attempt: the number of attempts before this one.
-	MDPreviousAttempts = "grpc-previous-rpc-attempts"
+	mdPreviousAttempts = "grpc-previous-rpc-attempts"
 	// MDRetryAttempt is guardrail's attempt header, the gRPC spelling of
 	// X-Retry-Attempt: 1 on the first retry, absent on the original.
 	MDRetryAttempt = "x-retry-attempt"
@@ -34,11 +34,11 @@ const (
 // milliseconds.
 const maxPushback = 1<<31 - 1
 
-// ParsePushback parses one grpc-retry-pushback-ms value. It returns the
+// parsePushback parses one grpc-retry-pushback-ms value. It returns the
 // delay and true for a non-negative decimal integer of at most 2^31-1
 // milliseconds; false for anything else: gRPC's retry design says that a
 // negative or malformed pushback means the client must not retry.
-func ParsePushback(v string) (time.Duration, bool) {
+func parsePushback(v string) (time.Duration, bool) {
 	if v == "" || len(v) > 10 {
 		return 0, false
 	}
@@ -65,23 +65,23 @@ func pushback(md metadata.MD) (d time.Duration, present, retry bool) {
 	case 0:
 		return 0, false, true
 	case 1:
-		d, ok := ParsePushback(v[0])
+		d, ok := parsePushback(v[0])
 		return d, true, ok
 	}
 	return 0, true, false
 }
 
-// ParseAttempt parses an attempt count from x-retry-attempt or
+// parseAttempt parses an attempt count from x-retry-attempt or
 // grpc-previous-rpc-attempts: a decimal number of at most 9 digits, spaces
 // around it ignored. It reports false for anything else, which the server
 // treats as an original call.
-func ParseAttempt(v string) (int, bool) { return shed.ParseRetryAttempt(v) }
+func parseAttempt(v string) (int, bool) { return shed.ParseRetryAttempt(v) }
 
 // ParsePriority parses an x-request-priority value (see shed.ParsePriority)
 // and caps it at maxPriority: metadata may lower a call's priority, never
 // raise it above what the server allows. A missing or unknown value is
 // Normal, also capped. An invalid maxPriority means Normal.
-func ParsePriority(v string, maxPriority shed.Priority) shed.Priority {
+func parsePriority(v string, maxPriority shed.Priority) shed.Priority {
 	if maxPriority < shed.Sheddable || maxPriority > shed.Critical {
 		maxPriority = shed.Normal
 	}
@@ -96,9 +96,9 @@ func ParsePriority(v string, maxPriority shed.Priority) shed.Priority {
 // grpc-go's grpc-previous-rpc-attempts or guardrail's x-retry-attempt above
 // zero.
 func isRetry(md metadata.MD) bool {
-	for _, k := range [...]string{MDRetryAttempt, MDPreviousAttempts} {
+	for _, k := range [...]string{MDRetryAttempt, mdPreviousAttempts} {
 		if v := md[k]; len(v) > 0 {
-			if n, ok := ParseAttempt(v[0]); ok && n > 0 {
+			if n, ok := parseAttempt(v[0]); ok && n > 0 {
 				return true
 			}
 		}

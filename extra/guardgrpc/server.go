@@ -18,16 +18,16 @@ import (
 
 // Defaults used for zero ServerConfig fields.
 const (
-	// DefaultMaxTimeout caps the deadline a call may ask the server to
+	// defaultMaxTimeout caps the deadline a call may ask the server to
 	// work for, and is the deadline of a call that announces none, as the
 	// HTTP deadline middleware's default.
-	DefaultMaxTimeout = 30 * time.Second
-	// DefaultShedPushback is the pushback sent with a shed call.
-	DefaultShedPushback = time.Second
+	defaultMaxTimeout = 30 * time.Second
+	// defaultShedPushback is the pushback sent with a shed call.
+	defaultShedPushback = time.Second
 )
 
 // ServerConfig configures a Server. The zero value is valid: deadlines
-// clamped to DefaultMaxTimeout, no shedding, no idempotency keys.
+// clamped to defaultMaxTimeout, no shedding, no idempotency keys.
 //
 // A ServerConfig is a plain value that NewServer reads once, so changing
 // it afterwards has no effect, and it is safe to share; the values it
@@ -45,7 +45,7 @@ type ServerConfig struct {
 
 	// ShedPushback is the grpc-retry-pushback-ms a shed call's trailer
 	// carries: how long the client should wait before retrying. Zero means
-	// DefaultShedPushback; negative means "do not retry" (a negative
+	// defaultShedPushback; negative means "do not retry" (a negative
 	// pushback), for a server that wants shed calls to fail at once. A
 	// call shed by TapHandle carries no trailer (gRPC sends none from
 	// there): clients then use their own backoff.
@@ -67,7 +67,7 @@ type ServerConfig struct {
 	// clamped, so a client cannot make the server work longer than it
 	// allows. A call whose deadline has passed is answered
 	// DEADLINE_EXCEEDED without running the handler. Zero means
-	// DefaultMaxTimeout; negative means no cap (and no deadline for calls
+	// defaultMaxTimeout; negative means no cap (and no deadline for calls
 	// without one).
 	MaxTimeout time.Duration
 
@@ -120,14 +120,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	switch pb := cfg.ShedPushback; {
 	case pb == 0:
-		s.pushback = metadata.Pairs(MDPushback, strconv.FormatInt(DefaultShedPushback.Milliseconds(), 10))
+		s.pushback = metadata.Pairs(MDPushback, strconv.FormatInt(defaultShedPushback.Milliseconds(), 10))
 	case pb < 0:
 		s.pushback = metadata.Pairs(MDPushback, "-1")
 	default:
 		s.pushback = metadata.Pairs(MDPushback, strconv.FormatInt((pb+time.Millisecond-1).Milliseconds(), 10))
 	}
 	if s.maxTimeout == 0 {
-		s.maxTimeout = DefaultMaxTimeout
+		s.maxTimeout = defaultMaxTimeout
 	}
 	return s, nil
 }
@@ -184,7 +184,7 @@ func (s *Server) acquire(ctx context.Context, method string, md metadata.MD) (sh
 	if s.cfg.Priority != nil {
 		p = s.cfg.Priority(ctx, method)
 	} else {
-		p = ParsePriority(first(md, MDPriority), s.cfg.MaxPriority)
+		p = parsePriority(first(md, MDPriority), s.cfg.MaxPriority)
 	}
 	if s.cfg.Observer != nil && event.Operation(ctx) == "" {
 		ctx = event.WithOperation(ctx, method)

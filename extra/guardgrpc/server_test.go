@@ -236,7 +236,7 @@ func TestRetryAwareAdmission(t *testing.T) {
 	waitFor(t, func() bool { return h.inFlight.Load() >= 6 })
 	// The one retry token goes to the first retry (grpc-go's header)...
 	wg.Go(func() {
-		cl.Check(metadata.AppendToOutgoingContext(ctx, guardgrpc.MDPreviousAttempts, "1"), &healthpb.HealthCheckRequest{})
+		cl.Check(metadata.AppendToOutgoingContext(ctx, "grpc-previous-rpc-attempts", "1"), &healthpb.HealthCheckRequest{})
 	})
 	waitFor(t, func() bool { return h.inFlight.Load() >= 7 })
 	// ...and the next retry (guardrail's header) is shed, while an
