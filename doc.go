@@ -7,9 +7,11 @@
 // in one holds in all.
 //
 // Zero values. A zero field of a Config, or of a Policy, means the default
-// its comment documents, and a zero Config is valid and safe. Defaults are
-// exported as constants (breaker.DefaultWindow) or, where people want to
-// start from ours, as a DefaultConfig function.
+// its comment documents, with its value, and a zero Config is valid and
+// safe. A default is also exported as a constant where code outside its
+// package needs it (guardrail.DefaultMaxAttempts, which the adapters and
+// the policy file report), or, where people want to start from ours, as a
+// DefaultConfig function (breaker.DefaultConfig).
 //
 // Negative values. A negative duration or size turns that limit off, and
 // only in the fields whose comment says "negative means no limit" (a
@@ -48,9 +50,12 @@
 //
 // Names. A duration's name says what it bounds (AttemptTimeout,
 // MinAttemptTime, OpenFor); a count's name says what it counts
-// (MaxAttempts). Every package has a sentinel error per condition, with the
-// package name as the prefix of its message, and a typed error only where it
-// carries data; the typed error Is its sentinel.
+// (MaxAttempts). A package has a sentinel error per condition callers test
+// for, with the package name as the prefix of its message, and a typed
+// error only where it carries data; a typed error that stands for such a
+// condition Is its sentinel (breaker.OpenError Is breaker.ErrOpen), and one
+// that is the only error its function returns needs none
+// (fallback.PartError).
 //
 // Events. Every package reports through one event.Observer, in the
 // vocabulary of package event. A nil Observer costs nothing.
