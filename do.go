@@ -168,24 +168,7 @@ func DoHedged[T any](ctx context.Context, p *Policy, c Call, op func(context.Con
 // call is the state of one Do: the settings it runs under, then what its
 // attempts did. It lives on Do's stack.
 type call struct {
-	// Settings of the call, fixed by init.
-	ctx            context.Context
-	s              *settings
-	obs            event.Observer
-	dependency     string
-	operation      string // event.Operation(ctx); set only when observed
-	idempotent     bool   // a failed attempt may be repeated
-	effects        bool   // a lost answer makes the outcome unknown
-	maxAttempts    int
-	attemptTimeout time.Duration // 0: none
-	breaker        *breaker.Breaker
-	bulkhead       *bulkhead.Bulkhead
-	throttle       *throttle.Throttler
-	discard        func(any)
-	hold           func(any, *bulkhead.Slot)
-	deadline       time.Time
-	hasDeadline    bool
-	timed          bool // attempt durations are needed (an observer, a breaker that times)
+	settled
 
 	// State of the attempts.
 	ref      time.Time // what clock measures from; zero before its first read
@@ -204,6 +187,30 @@ type call struct {
 	lost     bool            // the last attempt got no answer after it may have been received
 	timer    *time.Timer
 	outcome  string // the CallEnd outcome of a call that fails; "" means event.OutcomeError
+}
+
+// settled is what a call runs under: the Policy's settings refined by the
+// Call, set by init and begin and never written once the first attempt
+// starts, so that the hedges of a hedged call read a copy of it on their
+// goroutines.
+type settled struct {
+	ctx            context.Context
+	s              *settings
+	obs            event.Observer
+	dependency     string
+	operation      string // event.Operation(ctx); set only when observed
+	idempotent     bool   // a failed attempt may be repeated
+	effects        bool   // a lost answer makes the outcome unknown
+	maxAttempts    int
+	attemptTimeout time.Duration // 0: none
+	breaker        *breaker.Breaker
+	bulkhead       *bulkhead.Bulkhead
+	throttle       *throttle.Throttler
+	discard        func(any)
+	hold           func(any, *bulkhead.Slot)
+	deadline       time.Time
+	hasDeadline    bool
+	timed          bool // attempt durations are needed (an observer, a breaker that times)
 }
 
 // init resolves the call's settings into cl, a zero call: the Policy's,
@@ -553,6 +560,16 @@ func (c *call) failed(err error, timedOut bool) error {
 	if c.lost && !c.idempotent {
 		return c.giveUp(ErrOutcomeUnknown, 0)
 	}
+	switch {
+	case !v.Retryable:
+		return c.lastErr
+	case !c.idempotent && !v.Unsent:
+		c.refuse(event.ReasonNotIdempotent)
+		return c.lastErr
+	case c.attempts-c.hedges >= c.maxAttempts:
+		c.refuse(event.ReasonAttempts)
+		return c.lastErr
+	}
 	delay, reason, stop := c.retryDelay(v)
 	if stop != nil {
 		return stop
@@ -594,19 +611,10 @@ func (c *call) callerDone(err, perr error) error {
 	return c.giveUp(ErrDeadline, 0)
 }
 
-// retryDelay decides whether the failure v may be retried at all, and
-// after what delay: it returns the error that ends the call when not.
+// retryDelay returns the delay before retrying the failure v, and the
+// reason for it, or the error that ends the call when the server asked for
+// a longer wait than MaxRetryAfter allows.
 func (c *call) retryDelay(v Verdict) (time.Duration, string, error) {
-	switch {
-	case !v.Retryable:
-		return 0, "", c.lastErr
-	case !c.idempotent && !v.Unsent:
-		c.refuse(event.ReasonNotIdempotent)
-		return 0, "", c.lastErr
-	case c.attempts-c.hedges >= c.maxAttempts:
-		c.refuse(event.ReasonAttempts)
-		return 0, "", c.lastErr
-	}
 	if v.RetryAfter > 0 {
 		if c.s.maxRetryAfter >= 0 && v.RetryAfter > c.s.maxRetryAfter {
 			// Retrying sooner than the server asked would defeat its request.

@@ -14,7 +14,6 @@ import (
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/event"
-	"github.com/guardrail-go/guardrail/throttle"
 )
 
 // Defaults of a zero HedgeConfig. The 95th percentile hedges about one call
@@ -265,23 +264,6 @@ func (r *latencyRing) add(d time.Duration) {
 	r.scratch = s
 }
 
-// hedgeCall is what the hedges of a call read of it: fields that do not
-// change during the call, copied so that the call itself stays on Do's
-// stack and no goroutine reads what the caller writes.
-type hedgeCall struct {
-	ctx            context.Context
-	s              *settings
-	obs            event.Observer
-	breaker        *breaker.Breaker
-	bulkhead       *bulkhead.Bulkhead
-	throttle       *throttle.Throttler
-	discard        func(any)
-	hold           bool // the winner's slot goes to Call.Hold
-	attemptTimeout time.Duration
-	dependency     string
-	operation      string
-}
-
 // hedgeResult is what one hedge attempt produced.
 type hedgeResult[T any] struct {
 	v       T
@@ -296,7 +278,7 @@ type hedgeResult[T any] struct {
 // round is one attempt of a hedged call and the hedges sent after it. It
 // is shared by the caller and the hedges' goroutines, under mu.
 type round[T any] struct {
-	c       hedgeCall
+	c       settled // the call's, copied: the call itself stays on Do's stack, and no goroutine reads what the caller writes
 	op      func(context.Context) (T, error)
 	delay   time.Duration
 	base    int // the attempt number of the caller's attempt
@@ -338,9 +320,7 @@ func hedgedAttempt[T any](c *call, op func(context.Context) (T, error), actx con
 	} else {
 		cancel = func() { cancelCause(nil) }
 	}
-	r := &round[T]{c: hedgeCall{ctx: c.ctx, s: c.s, obs: c.obs, breaker: c.breaker, bulkhead: c.bulkhead, throttle: c.throttle,
-		discard: c.discard, hold: c.hold != nil, attemptTimeout: c.attemptTimeout, dependency: c.dependency, operation: c.operation},
-		op: op, delay: d, base: c.attempts, wake: make(chan struct{}, 1)}
+	r := &round[T]{c: c.settled, op: op, delay: d, base: c.attempts, wake: make(chan struct{}, 1)}
 	r.cancels = append(make([]context.CancelCauseFunc, 0, h.maxHedges+1), cancelCause)
 	r.mu.Lock()
 	r.timer = time.AfterFunc(d, r.launch)
@@ -575,7 +555,7 @@ func (r *round[T]) run(actx context.Context, cancel context.CancelCauseFunc, per
 	win := err == nil && r.won == nil && !(r.over && r.primary)
 	if win {
 		r.won = &hedgeResult[T]{v: v, permit: permit, start: start, end: now, actx: actx, attempt: n}
-		if c.hold {
+		if c.hold != nil {
 			r.won.slot, kept = slot, true
 		}
 		r.over = true
