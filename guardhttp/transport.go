@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/guardrail-go/guardrail/event"
+	"github.com/guardrail-go/guardrail/internal/readlimit"
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/breaker"
@@ -358,16 +359,14 @@ func (c *call) prepareBody() error {
 		c.bodyMode = bodyOnce
 		return nil
 	}
-	var b bytes.Buffer
-	if req.ContentLength > 0 {
-		b.Grow(int(req.ContentLength) + 1)
-	}
-	_, err := b.ReadFrom(io.LimitReader(req.Body, s.maxBuffered+1))
-	c.buf = b.Bytes()
+	// Memory follows the bytes read, never the declared length, and a
+	// limit of math.MaxInt64 does not wrap to "read nothing".
+	data, over, err := readlimit.ReadAtMost(req.Body, s.maxBuffered)
+	c.buf = data
 	if err != nil {
 		return err
 	}
-	if int64(len(c.buf)) > s.maxBuffered {
+	if over {
 		c.bodyMode = bodyOnce
 		return nil
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail/event"
+	"github.com/guardrail-go/guardrail/internal/readlimit"
 )
 
 // Header names.
@@ -503,16 +504,14 @@ func (m *Server) readBody(r *http.Request) ([]byte, int, error) {
 	if m.maxBody >= 0 && r.ContentLength > m.maxBody {
 		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("idempotency: request body of %d bytes is over the limit of %d", r.ContentLength, m.maxBody)
 	}
-	src := io.Reader(r.Body)
-	if m.maxBody >= 0 {
-		src = io.LimitReader(r.Body, m.maxBody+1)
-	}
-	body, err := io.ReadAll(src)
+	// Memory follows the bytes read, and a limit of math.MaxInt64 does not
+	// wrap to "read nothing".
+	body, over, err := readlimit.ReadAtMost(r.Body, m.maxBody)
 	r.Body.Close()
 	if err != nil {
 		return nil, http.StatusBadRequest, fmt.Errorf("idempotency: reading the request body: %w", err)
 	}
-	if m.maxBody >= 0 && int64(len(body)) > m.maxBody {
+	if over {
 		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("idempotency: request body is over the limit of %d bytes", m.maxBody)
 	}
 	return body, 0, nil
