@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/guardrail-go/guardrail/extra/config"
 )
@@ -42,7 +41,7 @@ func runCheck(_ context.Context, args []string, stdout, _ io.Writer) error {
 		return usageError{"check takes one FILE"}
 	}
 	path := operands[0]
-	data, err := os.ReadFile(path)
+	data, err := readInputFile(path)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -59,7 +58,7 @@ func (f *faultFlags) config(fs *flag.FlagSet) (cfg fault.Config, seed uint64, fr
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	if f.rulesFile != "" {
-		data, err := os.ReadFile(f.rulesFile)
+		data, err := readInputFile(f.rulesFile)
 		if err != nil {
 			return cfg, 0, false, err
 		}

@@ -3,6 +3,7 @@ package config
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -131,7 +132,15 @@ func New(name string, data []byte, opts Options) (*Registry, error) {
 	return r, nil
 }
 
+// readFile reads the policy file at path, at most maxFileSize+1 bytes (the
+// parser refuses more), refusing what is not a regular file: a FIFO would
+// hang Load and Reload, a device such as /dev/zero never ends.
 func readFile(path string) ([]byte, time.Time, int64, error) {
+	if st, err := os.Stat(path); err != nil {
+		return nil, time.Time{}, 0, err
+	} else if !st.Mode().IsRegular() {
+		return nil, time.Time{}, 0, fmt.Errorf("config: %s: not a regular file (%v)", path, st.Mode().Type())
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, time.Time{}, 0, err
@@ -140,6 +149,9 @@ func readFile(path string) ([]byte, time.Time, int64, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, time.Time{}, 0, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, time.Time{}, 0, fmt.Errorf("config: %s: not a regular file once opened", path)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
 	return data, st.ModTime(), st.Size(), err
