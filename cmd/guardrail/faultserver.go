@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -16,6 +17,10 @@ func init() {
 	})
 }
 
+// maxBodySize bounds --body-size: the answer is kept in memory, and 64 MiB
+// is more than any test of a slow or truncated body needs.
+const maxBodySize = 64 << 20
+
 // runFaultServer serves 200 with a fixed body to every request, except for
 // the faults its rules inject.
 func runFaultServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -23,7 +28,7 @@ func runFaultServer(ctx context.Context, args []string, stdout, stderr io.Writer
 	var ff faultFlags
 	ff.register(fs, "127.0.0.1:8081", "127.0.0.1:8082")
 	body := fs.String("body", "ok\n", "the answer's body")
-	size := fs.Int("body-size", 0, "answer with this many bytes instead of --body (repeating it)")
+	size := fs.Int("body-size", 0, fmt.Sprintf("answer with this many bytes instead of --body (repeating it), at most %d", maxBodySize))
 	help := flagHelp(`usage: guardrail fault-server [flags]
 
 Serves "200 ok" to every request, except for the faults injected by the
@@ -36,8 +41,12 @@ Flags:
 	if err := parseFlags(fs, args, stdout, help); err != nil {
 		return err
 	}
-	if *size < 0 {
+	switch {
+	case *size < 0:
 		return usageError{"--body-size is negative"}
+	case *size > maxBodySize:
+		// The answer is built in memory once, before the server listens.
+		return usageError{fmt.Sprintf("--body-size %d is over the %d bytes an answer may hold", *size, maxBodySize)}
 	}
 	answer := *body
 	if *size > 0 {

@@ -264,6 +264,7 @@ func TestFaultServerUsageErrors(t *testing.T) {
 		{[]string{"--nope"}, "flag provided but not defined: -nope"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"--body-size", "-1"}, "--body-size is negative"},
+		{[]string{"--body-size", "10000000000"}, "--body-size 10000000000 is over the 67108864 bytes"},
 	}
 	for _, tt := range tests {
 		err := runFaultServer(t.Context(), append([]string{"--listen", "127.0.0.1:0"}, tt.args...), io.Discard, io.Discard)
