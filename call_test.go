@@ -3,6 +3,7 @@ package guardrail_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -232,4 +233,21 @@ func TestNegativeMaxRetryAfterIsNoLimit(t *testing.T) {
 			t.Errorf("waited %v; want the minute the server asked for", waited)
 		}
 	})
+}
+
+// TestRetryValidateNamesEveryField: Validate names each invalid field the
+// way its owner does, and Is ErrInvalidConfig.
+func TestRetryValidateNamesEveryField(t *testing.T) {
+	err := guardrail.Retry{MaxAttempts: -1, AttemptTimeout: -1}.Validate("svc: Config")
+	if !errors.Is(err, guardrail.ErrInvalidConfig) {
+		t.Fatalf("Validate: %v; want ErrInvalidConfig", err)
+	}
+	for _, want := range []string{"svc: Config.MaxAttempts is -1;", "svc: Config.AttemptTimeout is -1ns;"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate: %q does not say %q", err, want)
+		}
+	}
+	if err := (guardrail.Retry{}).Validate("svc: Config"); err != nil {
+		t.Errorf("the zero Retry: %v; want valid", err)
+	}
 }

@@ -163,15 +163,24 @@ type Retry struct {
 
 // Validate reports every field of r that holds an invalid value, as Do
 // would at first use of a Policy holding it, for adapters and
-// configuration that embed a Retry and want to fail at construction. The
-// error Is ErrInvalidConfig.
-func (r Retry) Validate() error {
+// configuration that embed a Retry and want to fail at construction.
+// owner is how the caller names the struct that holds r, as the prefix of
+// each field's name: "guardhttp: Config" reports
+// "guardhttp: Config.MaxAttempts is -1; want ...". The error Is
+// ErrInvalidConfig.
+func (r Retry) Validate(owner string) error {
 	var errs []error
 	r.check(func(field string, v any, want string) {
-		errs = append(errs, fmt.Errorf("%w: Retry.%s is %v; want %s", ErrInvalidConfig, field, v, want))
+		errs = append(errs, &fieldError{fmt.Sprintf("%s.%s is %v; want %s", owner, field, v, want)})
 	})
 	return errors.Join(errs...)
 }
+
+// fieldError is an invalid field reported by Retry.Validate.
+type fieldError struct{ msg string }
+
+func (e *fieldError) Error() string        { return e.msg }
+func (e *fieldError) Is(target error) bool { return target == ErrInvalidConfig }
 
 // check reports each invalid field of r to bad.
 func (r *Retry) check(bad func(field string, v any, want string)) {

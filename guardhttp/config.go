@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
-	"strings"
 	"time"
 
 	"github.com/guardrail-go/guardrail/event"
@@ -269,12 +268,8 @@ func (c *Config) validate() error {
 	bad := func(msg string, err error) {
 		errs = append(errs, &configError{msg: "guardhttp: Config." + msg, err: err})
 	}
-	if err := c.Retry.Validate(); err != nil {
-		// One error per field, each "guardrail: invalid config: Retry.X ...":
-		// named here as the embedded field it is, Config.X.
-		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-			bad(strings.TrimPrefix(e.Error(), guardrail.ErrInvalidConfig.Error()+": Retry."), e)
-		}
+	if err := c.Retry.Validate("guardhttp: Config"); err != nil {
+		errs = append(errs, &configError{msg: err.Error(), err: err})
 	}
 	if c.MaxBufferedBody < 0 {
 		bad(fmt.Sprintf("MaxBufferedBody is %d; want 0 (the default, %d bytes) or more", c.MaxBufferedBody, DefaultMaxBufferedBody), nil)

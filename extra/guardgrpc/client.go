@@ -298,12 +298,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 // validate reports every invalid field of cfg.
 func (cfg *ClientConfig) validate() error {
 	var errs []error
-	if err := cfg.Retry.Validate(); err != nil {
-		// One error per field, each "guardrail: invalid config: Retry.X ...":
-		// named here as the embedded field it is, ClientConfig.X.
-		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-			errs = append(errs, &configError{msg: "guardgrpc: ClientConfig." + strings.TrimPrefix(e.Error(), guardrail.ErrInvalidConfig.Error()+": Retry."), err: e})
-		}
+	if err := cfg.Retry.Validate("guardgrpc: ClientConfig"); err != nil {
+		errs = append(errs, &configError{msg: err.Error(), err: err})
 	}
 	for _, m := range cfg.IdempotentMethods {
 		if !strings.HasPrefix(m, "/") {
