@@ -631,7 +631,7 @@ func (c *call) retryDelay(v Verdict) (time.Duration, string, error) {
 // refuses.
 func (c *call) grant(delay time.Duration, reason string) error {
 	if c.hasDeadline {
-		if left := c.deadline.Sub(c.ended()); delay+c.s.minAttempt > left {
+		if left := c.deadline.Sub(c.ended()); delay > left || left-delay < c.s.minAttempt { // no overflow for a huge delay
 			// No sleeping toward a deadline the retry would miss.
 			c.refuse(event.ReasonDeadline)
 			retryIn := time.Duration(0)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"syscall"
@@ -281,6 +282,17 @@ func TestRetryAfterBeyondCapOrDeadlineEndsAtOnce(t *testing.T) {
 		dep = &counter{errs: []error{guardrail.RetryAfterError(errBoom, time.Hour), nil}}
 		if _, err := guardrail.Do(context.Background(), p, dep.op); err != nil || dep.at[1] != time.Hour {
 			t.Fatalf("no limit: retry at %v, err %v; want after the hour asked", dep.at, err)
+		}
+
+		// With no limit, a Retry-After of the longest Duration over a
+		// deadline ends at once too: the deadline check must not overflow.
+		ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		dep = &counter{errs: []error{guardrail.RetryAfterError(errBoom, math.MaxInt64)}}
+		start = time.Now()
+		_, err = guardrail.Do(ctx, p, dep.op)
+		if !errors.As(err, &ge) || ge.Kind != guardrail.ErrDeadline || dep.calls != 1 || time.Since(start) != 0 {
+			t.Fatalf("Retry-After MaxInt64 with no limit: %d calls after %v, err %v; want 1 call, ErrDeadline at once", dep.calls, time.Since(start), err)
 		}
 	})
 }

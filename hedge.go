@@ -192,7 +192,14 @@ func (h *hedger) paused(now time.Time) bool { return now.UnixNano() < h.pausedUn
 
 // overloaded pauses hedging after an overload answer.
 func (h *hedger) overloaded(now time.Time, retryAfter time.Duration) {
-	until := now.Add(max(h.pause, retryAfter)).UnixNano()
+	// Saturate: the end of a pause of centuries is past what a Unix time
+	// in nanoseconds holds, and wrapping would end the pause at once.
+	until := now.UnixNano()
+	if d := max(h.pause, retryAfter).Nanoseconds(); d > math.MaxInt64-until {
+		until = math.MaxInt64
+	} else {
+		until += d
+	}
 	for {
 		cur := h.pausedUntil.Load()
 		if cur >= until || h.pausedUntil.CompareAndSwap(cur, until) {

@@ -3,6 +3,7 @@ package guardrail_test
 import (
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -374,5 +375,41 @@ func TestDoKeepsACapturingClosureOffTheHeap(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("Do with a capturing closure: %v allocations per call, want 0", allocs)
+	}
+}
+
+// A pause (or a Retry-After) so long that its end is past what a Unix
+// time in nanoseconds holds still pauses hedging, instead of wrapping to
+// a moment in the past.
+func TestHedgePauseDoesNotOverflow(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		pause      time.Duration
+		retryAfter time.Duration
+	}{
+		{"OverloadPause", math.MaxInt64, time.Millisecond},
+		{"Retry-After", time.Second, math.MaxInt64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := &guardrail.Policy{Idempotent: true, Retry: guardrail.Retry{MaxAttempts: 1, MaxRetryAfter: -1},
+					Hedge: &guardrail.HedgeConfig{Delay: 10 * time.Millisecond, OverloadPause: tc.pause}}
+				_, _ = guardrail.DoHedged(context.Background(), p, guardrail.Call{}, func(ctx context.Context) (int, error) {
+					return 0, guardrail.RetryAfterError(errors.New("503"), tc.retryAfter)
+				})
+				var calls atomic.Int64
+				if _, err := guardrail.DoHedged(context.Background(), p, guardrail.Call{}, func(ctx context.Context) (int, error) {
+					calls.Add(1)
+					time.Sleep(50 * time.Millisecond)
+					return 1, nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				synctest.Wait()
+				if got := calls.Load(); got != 1 {
+					t.Fatalf("%d attempts of a slow call after the overload answer; want 1, no hedge", got)
+				}
+			})
+		})
 	}
 }

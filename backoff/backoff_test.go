@@ -155,3 +155,30 @@ func BenchmarkFullJitter(b *testing.B) {
 	}
 	_ = sink
 }
+
+// FuzzDelay: for any window, retry number, previous delay and draw, every
+// strategy's delay lies in [0, cap] (the window's cap after defaults), and
+// never wraps.
+func FuzzDelay(f *testing.F) {
+	f.Add(int64(base), int64(cap_), 3, int64(0), 0.5)
+	f.Add(int64(math.MaxInt64), int64(math.MaxInt64), math.MaxInt, int64(math.MaxInt64), 0.999999)
+	f.Add(int64(-1), int64(1), -5, int64(-7), math.NaN())
+	f.Add(int64(1), int64(math.MaxInt64/3+1), 61, int64(math.MaxInt64/3+1), 1.0)
+	f.Fuzz(func(t *testing.T, b, c int64, retry int, prev int64, u float64) {
+		for name, s := range map[string]backoff.Strategy{
+			"full":         backoff.FullJitter(time.Duration(b), time.Duration(c)),
+			"equal":        backoff.EqualJitter(time.Duration(b), time.Duration(c)),
+			"decorrelated": backoff.Decorrelated(time.Duration(b), time.Duration(c)),
+			"exponential":  backoff.Exponential(time.Duration(b), time.Duration(c)),
+		} {
+			// The largest delay the strategy gives is its cap: the
+			// exponential delay of a retry past any overflow.
+			top := backoff.Exponential(time.Duration(b), time.Duration(c)).Delay(math.MaxInt, 0, 0)
+			d := s.Delay(retry, time.Duration(prev), u)
+			if d < 0 || d > top {
+				t.Fatalf("%s(%v, %v).Delay(%d, %v, %v) = %v; want within [0, %v]",
+					name, time.Duration(b), time.Duration(c), retry, time.Duration(prev), u, d, top)
+			}
+		}
+	})
+}

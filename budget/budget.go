@@ -172,7 +172,14 @@ func (b *Budget) refill(now time.Time) {
 	if elapsed <= 0 {
 		return
 	}
-	add := int64(float64(elapsed) / float64(time.Second) * b.perSecond * unit)
+	// Earned tokens past a full bucket are worth nothing; capping them
+	// before the conversion keeps a huge rate or a long pause from
+	// overflowing the int64.
+	earned := float64(elapsed) / float64(time.Second) * b.perSecond * unit
+	add := b.max
+	if earned < float64(b.max) {
+		add = int64(earned)
+	}
 	if add < 1 || !b.refilled.CompareAndSwap(last, n) {
 		return
 	}

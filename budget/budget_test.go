@@ -207,3 +207,46 @@ func mustNew(cfg budget.Config) *budget.Budget {
 	}
 	return b
 }
+
+// A refill rate so large that the tokens earned overflow an int64 fills
+// the bucket; it must not wrap negative and earn nothing.
+func TestHugeMinPerSecondRefillsToMax(t *testing.T) {
+	for _, rate := range []float64{1e12, 1e300, math.MaxFloat64} {
+		synctest.Test(t, func(t *testing.T) {
+			b := mustNew(budget.Config{Max: 3, MinPerSecond: rate})
+			for b.TryRetry() {
+			}
+			time.Sleep(time.Hour)
+			if !b.TryRetry() {
+				t.Fatalf("MinPerSecond %g: retry refused after an hour", rate)
+			}
+			if got := b.Tokens(); got != 2 {
+				t.Fatalf("MinPerSecond %g: tokens %v after an hour and one retry, want 2", rate, got)
+			}
+		})
+	}
+}
+
+// FuzzRefill: whatever the rate and the time that passes, the tokens stay
+// within [0, Max] and never fall while no retry is spent.
+func FuzzRefill(f *testing.F) {
+	f.Add(1.0, 2.0, int64(time.Second))
+	f.Add(1e300, 10.0, int64(math.MaxInt64))
+	f.Add(1e-300, 1.0, int64(1))
+	f.Fuzz(func(t *testing.T, rate, maxTokens float64, elapsed int64) {
+		if _, err := budget.New(budget.Config{Max: maxTokens, MinPerSecond: rate}); err != nil {
+			return
+		}
+		synctest.Test(t, func(t *testing.T) {
+			b, _ := budget.New(budget.Config{Max: maxTokens, MinPerSecond: rate})
+			b.TryRetry()
+			before := b.Tokens()
+			time.Sleep(time.Duration(max(elapsed, 0) % int64(1000*time.Hour)))
+			b.TryRetry()
+			b.Deposit()
+			if got := b.Tokens(); got < 0 || got > b.Max() || got < before-1 {
+				t.Fatalf("rate %g max %g: tokens %v (before %v, max %v)", rate, maxTokens, got, before, b.Max())
+			}
+		})
+	})
+}

@@ -99,15 +99,15 @@ func New(cfg Config) (*Throttler, error) {
 	}
 	t := &Throttler{k: cfg.K, width: max(int64(cfg.Window)/nBuckets, 1), epoch: time.Now()}
 	for i := range t.buckets {
-		t.buckets[i].slot.Store(-1)
+		t.buckets[i].slot.Store(math.MinInt64) // no slot: empty
 	}
 	return t, nil
 }
 
 // bucket returns the bucket of time now, reset if it held older counts.
 func (t *Throttler) bucket(now time.Time) *bucket {
-	slot := int64(now.Sub(t.epoch)) / t.width
-	b := &t.buckets[slot%nBuckets]
+	slot := t.slot(now)
+	b := &t.buckets[(slot%nBuckets+nBuckets)%nBuckets] // a time before epoch has a negative slot
 	if old := b.slot.Load(); old != slot && b.slot.CompareAndSwap(old, slot) {
 		b.requests.Store(0)
 		b.accepts.Store(0)
@@ -115,12 +115,28 @@ func (t *Throttler) bucket(now time.Time) *bucket {
 	return b
 }
 
+// slot numbers the step of the window that now falls in, counted from
+// the Throttler's creation; negative for a time before it, which the
+// twins that take the time may be given.
+func (t *Throttler) slot(now time.Time) int64 {
+	d := int64(now.Sub(t.epoch)) // saturates rather than wraps
+	s := d / t.width
+	if d < 0 && d%t.width != 0 {
+		s-- // floor, so that steps before epoch are as wide as those after
+	}
+	return s
+}
+
 // counts sums the buckets still in the window at now.
 func (t *Throttler) counts(now time.Time) (requests, accepts int64) {
-	slot := int64(now.Sub(t.epoch)) / t.width
+	slot := t.slot(now)
+	lo := int64(math.MinInt64) // the newest slot out of the window
+	if slot > math.MinInt64+nBuckets {
+		lo = slot - nBuckets
+	}
 	for i := range t.buckets {
 		b := &t.buckets[i]
-		if s := b.slot.Load(); s > slot-nBuckets && s <= slot {
+		if s := b.slot.Load(); s > lo && s <= slot {
 			requests += b.requests.Load()
 			accepts += b.accepts.Load()
 		}

@@ -74,3 +74,53 @@ func ExampleThrottler() {
 	fmt.Println(th.Admit(now, 0.99), th.Admit(now, 0.1))
 	// Output: true false
 }
+
+// The twins that take the time accept any time, also one before the
+// Throttler was made: counts land in the window they fall in, and nothing
+// panics.
+func TestTimesBeforeCreation(t *testing.T) {
+	th, err := throttle.New(throttle.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	past := time.Now().Add(-time.Hour)
+	for range 10 {
+		th.Record(past, false)
+	}
+	if th.Admit(past, 0.5) {
+		t.Fatal("10 refusals and no accept an hour ago: want a rejection at that time")
+	}
+	if !th.Admit(time.Now(), 0.5) {
+		t.Fatal("an hour later the refusals are out of the window: want the request admitted")
+	}
+}
+
+// FuzzThrottler: any sequence of times, outcomes and draws keeps the
+// rejection probability in [0, 1) and never panics.
+func FuzzThrottler(f *testing.F) {
+	f.Add(int64(time.Minute), []byte{0, 1, 2, 250, 255})
+	f.Add(int64(1), []byte{128, 7})
+	f.Add(int64(math.MaxInt64), []byte{1})
+	f.Fuzz(func(t *testing.T, window int64, ops []byte) {
+		th, err := throttle.New(throttle.Config{Window: time.Duration(window)})
+		if err != nil {
+			return
+		}
+		base := time.Now()
+		for i, op := range ops {
+			// Times spread far either side of creation, saturating.
+			at := base.Add(time.Duration(int64(int8(op)) * int64(i+1) * int64(time.Hour) * 1000))
+			switch op % 3 {
+			case 0:
+				th.Record(at, false)
+			case 1:
+				th.Record(at, true)
+			default:
+				th.Admit(at, float64(op)/256)
+			}
+		}
+		if p := th.RejectProbability(); !(p >= 0 && p < 1) {
+			t.Fatalf("RejectProbability %v", p)
+		}
+	})
+}
