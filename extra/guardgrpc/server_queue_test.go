@@ -213,27 +213,15 @@ func TestExpiredCallIsNotShed(t *testing.T) {
 		sh := queueShedder(t)
 		srv := newServer(t, guardgrpc.ServerConfig{Shedder: sh})
 		h := &health{}
-		type answer struct {
-			err     error
-			trailer metadata.MD
+		reached := make(chan error, 1)
+		cl := dial(t, serve(t, h, grpc.UnaryInterceptor(expireAhead(srv.UnaryServerInterceptor(), reached))), nil)
+		var tr metadata.MD
+		_, err := cl.Check(ctxTimeout(t, time.Minute), &healthpb.HealthCheckRequest{}, grpc.Trailer(&tr))
+		if status.Code(err) != codes.DeadlineExceeded || tr.Get(guardgrpc.MDPushback) != nil {
+			t.Fatalf("call that arrived expired: %v, trailer %v; want DEADLINE_EXCEEDED and no pushback", err, tr)
 		}
-		got := make(chan answer, 1)
-		in := srv.UnaryServerInterceptor()
-		slow := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-			<-ctx.Done()
-			var tr metadata.MD
-			ctx = grpc.NewContextWithServerTransportStream(ctx, &trailerStream{method: info.FullMethod, trailer: &tr})
-			resp, err := in(ctx, req, info, handler)
-			got <- answer{err, tr}
-			return resp, err
-		}
-		cl := dial(t, serve(t, h, grpc.UnaryInterceptor(slow)), nil)
-		if _, err := cl.Check(ctxTimeout(t, 50*time.Millisecond), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.DeadlineExceeded {
-			t.Fatalf("client got %v, want DEADLINE_EXCEEDED", err)
-		}
-		a := <-got
-		if status.Code(a.err) != codes.DeadlineExceeded || a.trailer.Get(guardgrpc.MDPushback) != nil {
-			t.Fatalf("server answered %v, trailer %v; want DEADLINE_EXCEEDED and no pushback", a.err, a.trailer)
+		if err := <-reached; status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("interceptor returned %v, want DEADLINE_EXCEEDED", err)
 		}
 		if st := sh.Stats(); st.Shed != 0 || st.Admitted != 0 || h.calls.Load() != 0 {
 			t.Fatalf("shed %d, admitted %d, handler ran %d times; want 0, 0 and 0", st.Shed, st.Admitted, h.calls.Load())
@@ -289,16 +277,17 @@ func TestExpiredCallIsNotShed(t *testing.T) {
 	})
 }
 
-// trailerStream is a grpc.ServerTransportStream that records the trailer.
-type trailerStream struct {
-	method  string
-	trailer *metadata.MD
-}
-
-func (s *trailerStream) Method() string               { return s.method }
-func (s *trailerStream) SetHeader(metadata.MD) error  { return nil }
-func (s *trailerStream) SendHeader(metadata.MD) error { return nil }
-func (s *trailerStream) SetTrailer(md metadata.MD) error {
-	*s.trailer = metadata.Join(*s.trailer, md)
-	return nil
+// expireAhead is an interceptor, installed ahead of next, that is slower
+// than a deadline of its own: next gets the call with that deadline
+// passed, while the client, whose deadline is far, waits for the answer.
+// What next returned goes to reached.
+func expireAhead(next grpc.UnaryServerInterceptor, reached chan<- error) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		<-ctx.Done()
+		resp, err := next(ctx, req, info, handler)
+		reached <- err
+		return resp, err
+	}
 }
