@@ -45,3 +45,21 @@ func BenchmarkShedCall(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAdmittedCall is one call admitted by a Shedder with room, over
+// loopback TCP, through ServerOptions.
+func BenchmarkAdmittedCall(b *testing.B) {
+	sh := newShedder(b, shed.Config{Limit: 100})
+	cl := dial(b, serve(b, &health{}, newServer(b, guardgrpc.ServerConfig{Shedder: sh}).ServerOptions()...), nil)
+	ctx := context.Background()
+	req := &healthpb.HealthCheckRequest{}
+	if _, err := cl.Check(ctx, req); err != nil { // connect outside the timing
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := cl.Check(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
