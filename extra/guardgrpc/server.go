@@ -33,7 +33,9 @@ const (
 // it afterwards has no effect, and it is safe to share; the values it
 // points to must be safe for concurrent use.
 type ServerConfig struct {
-	// Shedder, when not nil, admits or sheds every call. Its events
+	// Shedder, when not nil, admits or sheds every call, in the
+	// interceptors: a call waits in its queue, if it has one, on the
+	// call's own goroutine, never past the call's deadline. Its events
 	// (event.Admit, event.Shed) carry the full method as the operation.
 	Shedder *shed.Shedder
 
@@ -47,8 +49,9 @@ type ServerConfig struct {
 	// carries: how long the client should wait before retrying. Zero means
 	// defaultShedPushback; negative means "do not retry" (a negative
 	// pushback), for a server that wants shed calls to fail at once. A
-	// call shed by TapHandle carries no trailer (gRPC sends none from
-	// there): clients then use their own backoff.
+	// call that was not shed carries none: one whose deadline passed
+	// (DEADLINE_EXCEEDED), or whose client went away (CANCELLED), before
+	// or while it waited for a slot.
 	ShedPushback time.Duration
 
 	// Priority returns a call's priority for shedding (by method, by
@@ -132,92 +135,76 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// ServerOptions returns the options that install the Server: TapHandle
-// when it sheds, and its unary and stream interceptors. grpc-go runs
-// chained interceptors in the order of the options: put the interceptors
-// that KeyConfig.Scope or ServerConfig.Priority read from (an
-// authentication interceptor) before these.
+// ServerOptions returns the options that install the Server: its unary
+// and stream interceptors. grpc-go runs chained interceptors in the order
+// of the options: put the interceptors that KeyConfig.Scope or
+// ServerConfig.Priority read from (an authentication interceptor) before
+// these.
 func (s *Server) ServerOptions() []grpc.ServerOption {
-	opts := []grpc.ServerOption{
+	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(s.StreamServerInterceptor()),
 	}
-	if s.shedder != nil {
-		opts = append(opts, grpc.InTapHandle(s.TapHandle))
-	}
-	return opts
 }
 
-type tokenKey struct{}
-
-// admitted is a call admitted by TapHandle: its token, and the fallback
-// that frees it should no interceptor run for the call.
-type admitted struct {
-	tok  shed.Token
-	stop func() bool
+// TapHandle is a tap.ServerInHandle that admits every call and takes
+// nothing: shedding happens in the interceptors.
+//
+// grpc-go runs a tap handle on a connection's reader goroutine, which must
+// not block, and a Shedder with a queue may wait; it has no admission that
+// never waits, and a refusal it did not make itself would be missing from
+// its counts and events. So the interceptors admit, on the call's own
+// goroutine, where a queued call's cancellation is seen and a shed call
+// gets its pushback trailer.
+//
+// Deprecated: install the interceptors alone (ServerOptions does);
+// TapHandle sheds nothing.
+func (s *Server) TapHandle(ctx context.Context, _ *tap.Info) (context.Context, error) {
+	return ctx, nil
 }
 
-// TapHandle is a tap.ServerInHandle that sheds calls before grpc-go
-// creates their stream, decodes their message or starts their handler:
-// the cheapest place to refuse work. A shed call is answered with
-// ShedCode and no trailer (gRPC sends none from a tap handle). An admitted
-// call's slot is released by the interceptors when the handler returns;
-// install them too (ServerOptions does). Should grpc-go end the call
-// before any interceptor runs (an unknown method, a request that does not
-// decode), the slot is freed when the call's context ends.
-func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context, error) {
+// admit takes the call's slot, waiting in the shedder's queue if it has
+// one, never past ctx's deadline. It returns nil when there is no
+// shedder. A call whose deadline passed while it waited gets
+// DEADLINE_EXCEEDED, one whose client went away CANCELLED; neither is a
+// refusal of the server, so neither gets the pushback. A shed call gets
+// ShedCode, and the pushback trailer set through setTrailer.
+func (s *Server) admit(ctx context.Context, method string, setTrailer func(metadata.MD)) (release func(), err error) {
 	if s.shedder == nil {
-		return ctx, nil
+		return nil, nil
 	}
-	tok, err := s.acquire(ctx, info.FullMethodName, info.Header)
-	if err != nil {
-		return ctx, status.Error(s.code, err.Error())
-	}
-	a := &admitted{tok: tok}
-	a.stop = context.AfterFunc(ctx, tok.Ignore)
-	return context.WithValue(ctx, tokenKey{}, a), nil
-}
-
-// acquire admits a call through the shedder.
-func (s *Server) acquire(ctx context.Context, method string, md metadata.MD) (shed.Token, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
 	var p shed.Priority
 	if s.cfg.Priority != nil {
 		p = s.cfg.Priority(ctx, method)
 	} else {
 		p = parsePriority(first(md, MDPriority), s.cfg.MaxPriority)
 	}
+	actx := ctx
 	if s.cfg.Observer != nil && event.Operation(ctx) == "" {
-		ctx = event.WithOperation(ctx, method)
+		actx = event.WithOperation(ctx, method)
 	}
+	var tok shed.Token
 	if isRetry(md) {
-		return s.shedder.AcquireRetry(ctx, p)
+		tok, err = s.shedder.AcquireRetry(actx, p)
+	} else {
+		tok, err = s.shedder.Acquire(actx, p)
 	}
-	return s.shedder.Acquire(ctx, p)
-}
-
-// admit returns the call's slot: the one TapHandle took, or one taken
-// now. A refused call gets its status error, and the pushback trailer set
-// through setTrailer.
-func (s *Server) admit(ctx context.Context, method string, setTrailer func(metadata.MD)) (release func(ctx context.Context), err error) {
-	if s.shedder == nil {
-		return nil, nil
-	}
-	if a, ok := ctx.Value(tokenKey{}).(*admitted); ok {
-		if !a.stop() {
-			return nil, nil // freed already: the call's context ended
-		}
-		return a.release, nil
-	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	tok, err := s.acquire(ctx, method, md)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ended(ctx)
+		}
 		setTrailer(s.pushback)
 		return nil, status.Error(s.code, err.Error())
 	}
-	return func(ctx context.Context) { releaseToken(ctx, tok) }, nil
+	if ctx.Err() != nil {
+		// Granted as the call ended: the handler would not run, and its
+		// zero latency says nothing of the server's.
+		tok.Ignore()
+		return nil, ended(ctx)
+	}
+	return func() { releaseToken(ctx, tok) }, nil
 }
-
-func (a *admitted) release(ctx context.Context) { releaseToken(ctx, a.tok) }
 
 // releaseToken frees a slot; a call whose client went away says nothing
 // about the server's latency.
@@ -229,44 +216,67 @@ func releaseToken(ctx context.Context, tok shed.Token) {
 	tok.Release()
 }
 
-// clamp applies MaxTimeout to ctx. It reports false when the deadline has
-// already passed.
-func (s *Server) clamp(ctx context.Context) (context.Context, context.CancelFunc, bool) {
+// clamp applies MaxTimeout to ctx. It returns the answer to a call whose
+// context has already ended (its deadline passed, or its client went
+// away), and then no context.
+func (s *Server) clamp(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if ctx.Err() != nil {
+		return nil, nil, ended(ctx)
+	}
 	if s.maxTimeout < 0 {
-		return ctx, nil, ctx.Err() == nil
+		return ctx, nil, nil
 	}
 	now := time.Now()
 	if dl, ok := ctx.Deadline(); ok {
-		if !dl.After(now) || ctx.Err() != nil {
-			return ctx, nil, false
+		if !dl.After(now) {
+			return nil, nil, errExpired
 		}
 		if dl.Sub(now) <= s.maxTimeout {
-			return ctx, nil, true
+			return ctx, nil, nil
 		}
 	}
 	ctx, cancel := context.WithDeadline(ctx, now.Add(s.maxTimeout))
-	return ctx, cancel, true
+	return ctx, cancel, nil
 }
 
-var errExpired = status.Error(codes.DeadlineExceeded, "guardgrpc: the call's deadline passed before its handler started")
+var (
+	errExpired  = status.Error(codes.DeadlineExceeded, "guardgrpc: the call's deadline passed before its handler started")
+	errCanceled = status.Error(codes.Canceled, "guardgrpc: the call was cancelled before its handler started")
+)
 
-// UnaryServerInterceptor returns the unary interceptor: admission (unless
-// TapHandle admitted the call), the deadline clamp, then idempotency keys.
+// ended is the answer to a call whose context ended before its handler
+// started: DEADLINE_EXCEEDED when its deadline passed, CANCELLED when its
+// client went away (the client has reset the stream then, so only the
+// server's own interceptors and stats handlers see the code).
+func ended(ctx context.Context) error {
+	if ctx.Err() == context.Canceled {
+		return errCanceled
+	}
+	return errExpired
+}
+
+// UnaryServerInterceptor returns the unary interceptor: the deadline
+// check and clamp, admission, then idempotency keys. A call whose deadline
+// has passed is answered DEADLINE_EXCEEDED without reaching the Shedder.
+// Admission waits in the Shedder's queue, if it has one, at most until the
+// clamped deadline; a call whose deadline passes there gets
+// DEADLINE_EXCEEDED too, without the pushback (the Shedder counts it with
+// the reason expired, apart from the calls it refused).
 func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		release, err := s.admit(ctx, info.FullMethod, func(md metadata.MD) { grpc.SetTrailer(ctx, md) })
+		cctx, cancel, err := s.clamp(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if cancel != nil {
+			defer cancel()
+		}
+		release, err := s.admit(cctx, info.FullMethod, func(md metadata.MD) { grpc.SetTrailer(ctx, md) })
 		if err != nil {
 			return nil, err
 		}
 		if release != nil {
-			defer release(ctx)
-		}
-		cctx, cancel, ok := s.clamp(ctx)
-		if !ok {
-			return nil, errExpired
-		}
-		if cancel != nil {
-			defer cancel()
+			defer release()
 		}
 		if s.keys != nil {
 			return s.keys.handle(cctx, req, info.FullMethod, handler)
@@ -275,26 +285,25 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	}
 }
 
-// StreamServerInterceptor returns the stream interceptor: admission
-// (unless TapHandle admitted the call) and the deadline clamp.
-// Idempotency keys apply to unary calls only.
+// StreamServerInterceptor returns the stream interceptor: the deadline
+// check and clamp, then admission, as UnaryServerInterceptor. Idempotency
+// keys apply to unary calls only.
 func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		ctx := ss.Context()
-		release, err := s.admit(ctx, info.FullMethod, ss.SetTrailer)
+		cctx, cancel, err := s.clamp(ss.Context())
 		if err != nil {
 			return err
-		}
-		if release != nil {
-			defer release(ctx)
-		}
-		cctx, cancel, ok := s.clamp(ctx)
-		if !ok {
-			return errExpired
 		}
 		if cancel != nil {
 			defer cancel()
 			ss = &ctxStream{ServerStream: ss, ctx: cctx}
+		}
+		release, err := s.admit(cctx, info.FullMethod, ss.SetTrailer)
+		if err != nil {
+			return err
+		}
+		if release != nil {
+			defer release()
 		}
 		return handler(srv, ss)
 	}

@@ -62,10 +62,10 @@ func newBlocking() *blocking {
 }
 
 func TestOverloadShedsFastWithBoundedGoroutines(t *testing.T) {
-	for _, tap := range []bool{true, false} {
+	for _, all := range []bool{true, false} {
 		name := "interceptor"
-		if tap {
-			name = "tap"
+		if all {
+			name = "ServerOptions"
 		}
 		t.Run(name, func(t *testing.T) {
 			const limit, callers = 10, 100 // 10x overload
@@ -73,7 +73,7 @@ func TestOverloadShedsFastWithBoundedGoroutines(t *testing.T) {
 			srv := newServer(t, guardgrpc.ServerConfig{Shedder: sh})
 			h := newBlocking()
 			opts := srv.ServerOptions()
-			if !tap {
+			if !all {
 				opts = []grpc.ServerOption{grpc.UnaryInterceptor(srv.UnaryServerInterceptor())}
 			}
 			cl := dial(t, serve(t, h, opts...), nil)
@@ -106,7 +106,7 @@ func TestOverloadShedsFastWithBoundedGoroutines(t *testing.T) {
 						return
 					}
 					shedCalls.Add(1)
-					if !tap && trailer.Get(guardgrpc.MDPushback) == nil {
+					if trailer.Get(guardgrpc.MDPushback) == nil {
 						t.Errorf("shed call has no %s trailer", guardgrpc.MDPushback)
 					}
 					mu.Lock()
@@ -148,13 +148,10 @@ func TestOverloadShedsFastWithBoundedGoroutines(t *testing.T) {
 			if st := sh.Stats(); st.Shed != callers-limit+uint64(len(seq)) {
 				t.Fatalf("shedder shed %d, want %d", st.Shed, callers-limit+len(seq))
 			}
-			// The test's own callers account for one goroutine each. Shed
-			// in the tap, a call gets no server goroutine at all; shed in
-			// the interceptor, it holds one only while it is refused.
-			bound := int64(callers + 2*limit + 30)
-			if !tap {
-				bound = 2*callers + 30
-			}
+			// The test's own callers account for one goroutine each; shed
+			// in the interceptor, a call holds a server goroutine only
+			// while it is refused.
+			bound := int64(2*callers + 30)
 			if extra := peak.Load() - int64(base); extra > bound {
 				t.Fatalf("%d goroutines above idle under overload, want at most %d", extra, bound)
 			}
@@ -286,15 +283,8 @@ func TestExpiredDeadlineRejectedWithoutHandler(t *testing.T) {
 	h := &health{}
 	srv := newServer(t, guardgrpc.ServerConfig{})
 	reached := make(chan error, 1)
-	// An interceptor ahead of ours that is slower than the call's deadline.
-	slow := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		<-ctx.Done()
-		_, err := srv.UnaryServerInterceptor()(ctx, req, info, handler)
-		reached <- err
-		return nil, err
-	}
-	cl := dial(t, serve(t, h, grpc.ChainUnaryInterceptor(slow)), nil)
-	_, err := cl.Check(ctxTimeout(t, 100*time.Millisecond), &healthpb.HealthCheckRequest{})
+	cl := dial(t, serve(t, h, grpc.ChainUnaryInterceptor(expireAhead(srv.UnaryServerInterceptor(), reached))), nil)
+	_, err := cl.Check(ctxTimeout(t, time.Minute), &healthpb.HealthCheckRequest{})
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("err = %v, want DEADLINE_EXCEEDED", err)
 	}
