@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/tap"
 
 	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/shed"
@@ -145,22 +144,6 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 		grpc.ChainUnaryInterceptor(s.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(s.StreamServerInterceptor()),
 	}
-}
-
-// TapHandle is a tap.ServerInHandle that admits every call and takes
-// nothing: shedding happens in the interceptors.
-//
-// grpc-go runs a tap handle on a connection's reader goroutine, which must
-// not block, and a Shedder with a queue may wait; it has no admission that
-// never waits, and a refusal it did not make itself would be missing from
-// its counts and events. So the interceptors admit, on the call's own
-// goroutine, where a queued call's cancellation is seen and a shed call
-// gets its pushback trailer.
-//
-// Deprecated: install the interceptors alone (ServerOptions does);
-// TapHandle sheds nothing.
-func (s *Server) TapHandle(ctx context.Context, _ *tap.Info) (context.Context, error) {
-	return ctx, nil
 }
 
 // admit takes the call's slot, waiting in the shedder's queue if it has

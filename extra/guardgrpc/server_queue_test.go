@@ -11,7 +11,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/tap"
 
 	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/extra/guardgrpc"
@@ -171,39 +170,6 @@ func TestQueuedCallsOnOneConnection(t *testing.T) {
 	}
 }
 
-// TestTapNeverWaits calls TapHandle with the Shedder full and room in its
-// queue: it must return at once and take nothing, leaving admission (and
-// any wait) to the interceptor, on the call's own goroutine.
-func TestTapNeverWaits(t *testing.T) {
-	sh := queueShedder(t)
-	tok, err := sh.Acquire(context.Background(), shed.Critical)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tok.Release()
-	srv := newServer(t, guardgrpc.ServerConfig{Shedder: sh})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := srv.TapHandle(ctx, &tap.Info{FullMethodName: checkMethod, Header: metadata.MD{}})
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("TapHandle = %v, want nil: the interceptor decides", err)
-		}
-	case <-time.After(10 * time.Second):
-		cancel()
-		<-done
-		t.Fatal("TapHandle waited in the shedder's queue")
-	}
-	if st := sh.Stats(); st.Queued != 0 || st.Admitted != 1 || st.Shed != 0 {
-		t.Fatalf("queued %d, admitted %d, shed %d after the tap; want 0, 1 (the test's own) and 0", st.Queued, st.Admitted, st.Shed)
-	}
-}
-
 // TestExpiredCallIsNotShed sends calls whose deadline passes before
 // admission, or while they wait in the queue, to a server with a
 // Shedder: each must get DEADLINE_EXCEEDED with no pushback, and the
@@ -225,20 +191,6 @@ func TestExpiredCallIsNotShed(t *testing.T) {
 		}
 		if st := sh.Stats(); st.Shed != 0 || st.Admitted != 0 || h.calls.Load() != 0 {
 			t.Fatalf("shed %d, admitted %d, handler ran %d times; want 0, 0 and 0", st.Shed, st.Admitted, h.calls.Load())
-		}
-	})
-	t.Run("in the tap", func(t *testing.T) {
-		sh := queueShedder(t)
-		srv := newServer(t, guardgrpc.ServerConfig{Shedder: sh})
-		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
-		defer cancel()
-		// grpc-go answers DEADLINE_EXCEEDED itself for a context the tap
-		// returns expired; the tap must neither shed it nor count it.
-		if _, err := srv.TapHandle(ctx, &tap.Info{FullMethodName: checkMethod, Header: metadata.MD{}}); err != nil {
-			t.Fatalf("TapHandle on an expired call = %v, want nil (grpc-go answers DEADLINE_EXCEEDED)", err)
-		}
-		if st := sh.Stats(); st.Shed != 0 {
-			t.Fatalf("the tap shed %d expired calls, want 0", st.Shed)
 		}
 	})
 	t.Run("while queued", func(t *testing.T) {
