@@ -2,8 +2,9 @@
 // modules: the gRPC transport's idempotency keys end to end against every
 // store (memory, Redis, a Redis Cluster of the tests' own, PostgreSQL),
 // the twin of what idempotency/storetest.RunHTTP checks for HTTP in each
-// store's own tests; the idempotency benchmarks on those stores; and the
-// copies each module keeps of shared code. It is a module of its own that
+// store's own tests; the idempotency benchmarks on those stores; the
+// copies each module keeps of shared code; and the type-check of every Go
+// block of README.md and docs/, against the packages of every module. It is a module of its own that
 // is never published, so no user's module graph gets go-redis, pgx and
 // gRPC for tests they never run.
 //
