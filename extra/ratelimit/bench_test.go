@@ -17,6 +17,16 @@ func TestAdmitDoesNotAllocate(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { _ = l.Allow("known") }); n != 0 {
 		t.Errorf("admitting a known key: %v allocs; want 0", n)
 	}
+	byAddr := mustNew(t, ratelimit.Config{Rate: 1e9, Burst: 1 << 30}).Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for _, addr := range []string{"192.0.2.1:1234", "[2001:db8::1]:443", "[fe80::1%eth0]:80", "garbage"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = addr
+		w := &discard{h: http.Header{}}
+		byAddr.ServeHTTP(w, r)
+		if n := testing.AllocsPerRun(1000, func() { byAddr.ServeHTTP(w, r) }); n != 0 {
+			t.Errorf("admitting a known peer %q: %v allocs; want 0", addr, n)
+		}
+	}
 	strict := mustNew(t, ratelimit.Config{Key: headerKey, Rate: 0.1, Burst: 1}) // Retry-After of at most 10 s: a shared header value
 	h := strict.Middleware(http.NotFoundHandler())
 	r := httptest.NewRequest("GET", "/", nil)

@@ -68,6 +68,8 @@ func TestConfigErrors(t *testing.T) {
 		{ratelimit.Config{Rate: zero() / zero()}, "ratelimit: Config.Rate is NaN"},
 		{ratelimit.Config{Burst: -2}, "ratelimit: Config.Burst is -2; want a positive count"},
 		{ratelimit.Config{MaxKeys: -1}, "ratelimit: Config.MaxKeys is -1; want a positive count"},
+		{ratelimit.Config{IPv6PrefixBits: -1}, "ratelimit: Config.IPv6PrefixBits is -1; want a prefix length of 1 to 128 bits, or 0 for the default 64"},
+		{ratelimit.Config{IPv6PrefixBits: 129}, "ratelimit: Config.IPv6PrefixBits is 129; want a prefix length of 1 to 128 bits"},
 		// Every invalid field is named, not only the first.
 		{ratelimit.Config{Rate: -1, Burst: -2, MaxKeys: -1}, "ratelimit: Config.Rate is -1; want a finite number of requests per second above 0, or 0 for the default 10\n" +
 			"ratelimit: Config.Burst is -2; want a positive count, or 0 for Rate rounded up\n" +
