@@ -82,6 +82,19 @@ func BenchmarkAllow(b *testing.B) {
 			_ = l.Allow("abuser")
 		}
 	})
+	b.Run("new_key_full_table_refilled", func(b *testing.B) {
+		l := mustNew(b, ratelimit.Config{Rate: 1e9, Burst: 1 << 30, MaxKeys: 1000}) // full again at once, but not idle
+		keys := make([]string, 1<<16)
+		for i := range keys {
+			keys[i] = "k" + strconv.Itoa(i)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			_ = l.Allow(keys[i%len(keys)])
+			i++
+		}
+	})
 	b.Run("new_key_full_table", func(b *testing.B) {
 		l := mustNew(b, ratelimit.Config{Rate: 1, MaxKeys: 1000})
 		keys := make([]string, 1<<16)
@@ -105,11 +118,22 @@ func BenchmarkMiddleware(b *testing.B) {
 	r := httptest.NewRequest("GET", "/", nil)
 	r.Header.Set("X-Client", "alice")
 	w := httptest.NewRecorder()
+	byAddr := mustNew(b, ratelimit.Config{Rate: 1e9, Burst: 1 << 30}).Middleware(noop)
 	for _, tc := range []struct {
-		name string
-		h    http.Handler
-	}{{"bare", noop}, {"limited", l.Middleware(noop)}} {
+		name   string
+		h      http.Handler
+		remote string
+	}{
+		{"bare", noop, ""},
+		{"limited", l.Middleware(noop), ""},
+		{"by_addr_ipv4", byAddr, "192.0.2.1:1234"},
+		{"by_addr_ipv6", byAddr, "[2001:db8:85a3::8a2e:370:7334]:443"},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
+			r := r.Clone(r.Context())
+			if tc.remote != "" {
+				r.RemoteAddr = tc.remote
+			}
 			b.ReportAllocs()
 			for b.Loop() {
 				tc.h.ServeHTTP(w, r)

@@ -146,10 +146,11 @@ type Config struct {
 	// MaxKeys is the number of keys tracked at most. A key is dropped only
 	// when its bucket is full, which is what it would start with again: a
 	// key that is spending keeps its bucket, whatever other keys arrive.
-	// When the table is full of such keys, a new key is charged to an
-	// overflow bucket (with Rate and Burst) that it shares with the other
-	// new keys of its shard until room frees up, so a table too small for
-	// the clients admits less than their limits, never more. Zero means
+	// When the table is full and its least recently seen keys are all
+	// spending, a new key is charged to an overflow bucket (with Rate and
+	// Burst) that it shares with the other new keys of its shard until room
+	// frees up, so a table too small for the clients admits less than
+	// their limits, never more. Zero means
 	// DefaultMaxKeys (100,000); a negative value is invalid. Each key costs
 	// about 175 bytes (see Limiter).
 	MaxKeys int
@@ -181,8 +182,8 @@ type Config struct {
 //
 // Admitting a request of a known key takes one shard lock and allocates
 // nothing; so does the middleware's refusal with a Retry-After of up to a
-// minute (Allow's refusal allocates its error).
-// A new key allocates its bucket.
+// minute (Allow's refusal allocates its error). A new key allocates its
+// bucket, unless it takes the place of a full one, which it reuses.
 type Limiter struct {
 	name     string
 	key      func(*http.Request) (string, error) // nil: the default, by address
@@ -367,7 +368,8 @@ func (l *Limiter) addrHash(remote string) uint64 {
 // calling next. A request over its key's rate is answered at once with 429
 // Too Many Requests, a Retry-After header in whole seconds (at least 1, and
 // never early: the same request sent after it is admitted, if the key sent
-// nothing in between) and no body; next does not run. A request whose Key
+// nothing in between, nor, for a new key charged to the overflow bucket of
+// a full table, any other such key) and no body; next does not run. A request whose Key
 // fails is answered 400 Bad Request, also without running next.
 func (l *Limiter) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -393,7 +395,8 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 	})
 }
 
-// Allow charges one request to key, for servers that are not HTTP. It
+// Allow charges one request to key, for servers that are not HTTP; key is
+// used as it is (an address is not grouped by its prefix). It
 // returns nil when the request is admitted, or a *LimitedError (which Is
 // ErrLimited) saying when to retry. Allow does not report to the Observer:
 // the caller knows more about the request than the limiter does.

@@ -259,7 +259,7 @@ func TestIdleKeysEvicted(t *testing.T) {
 	})
 }
 
-// Past MaxKeys the least recently seen key goes; a key in use stays.
+// Past MaxKeys a key in use stays, however many other keys arrive.
 func TestMaxKeysKeepsRecent(t *testing.T) {
 	l := mustNew(t, ratelimit.Config{Rate: 0.001, Burst: 1, MaxKeys: 1000})
 	if err := l.Allow("hot"); err != nil {
