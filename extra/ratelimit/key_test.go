@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -239,6 +241,36 @@ func TestFullTableOverflow(t *testing.T) {
 					t.Errorf("later-%d, request %d: %d; want admitted (a bucket of its own)", i, j, c)
 				}
 			}
+		}
+		if n := ratelimit.Len(l); n > maxKeys {
+			t.Errorf("Len = %d; want at most %d", n, maxKeys)
+		}
+	})
+}
+
+// Under concurrency too, a flood of new keys in a full table neither
+// resets a spending bucket nor grows the table.
+func TestJunkFloodConcurrent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const maxKeys = 64
+		l := mustNew(t, ratelimit.Config{Rate: 1, Burst: 3, MaxKeys: maxKeys})
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 200 {
+					if l.Allow("abuser") == nil {
+						admitted.Add(1)
+					}
+					for j := range 50 {
+						l.Allow("junk-" + strconv.Itoa(g) + "-" + strconv.Itoa(i) + "-" + strconv.Itoa(j))
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if got := admitted.Load(); got != 3 {
+			t.Errorf("abuser admitted %d of 1600 in one instant; want its burst, 3", got)
 		}
 		if n := ratelimit.Len(l); n > maxKeys {
 			t.Errorf("Len = %d; want at most %d", n, maxKeys)
