@@ -150,9 +150,9 @@ type Config struct {
 	// spending, a new key is charged to an overflow bucket (with Rate and
 	// Burst) that it shares with the other new keys of its shard until room
 	// frees up, so a table too small for the clients admits less than
-	// their limits, never more. Zero means
-	// DefaultMaxKeys (100,000); a negative value is invalid. Each key costs
-	// about 175 bytes (see Limiter).
+	// their limits, never more. Zero means DefaultMaxKeys (100,000); a
+	// negative value is invalid. Each key costs about 175 bytes (see
+	// Limiter).
 	MaxKeys int
 
 	// Observer receives an event.Shed with Reason event.ReasonRateLimit for
@@ -369,8 +369,9 @@ func (l *Limiter) addrHash(remote string) uint64 {
 // Too Many Requests, a Retry-After header in whole seconds (at least 1, and
 // never early: the same request sent after it is admitted, if the key sent
 // nothing in between, nor, for a new key charged to the overflow bucket of
-// a full table, any other such key) and no body; next does not run. A request whose Key
-// fails is answered 400 Bad Request, also without running next.
+// a full table, any other such key) and no body; next does not run. A
+// request whose Key fails is answered 400 Bad Request, also without
+// running next.
 func (l *Limiter) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var h uint64
@@ -396,9 +397,9 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 }
 
 // Allow charges one request to key, for servers that are not HTTP; key is
-// used as it is (an address is not grouped by its prefix). It
-// returns nil when the request is admitted, or a *LimitedError (which Is
-// ErrLimited) saying when to retry. Allow does not report to the Observer:
+// used as it is (an address is not grouped by its prefix). It returns nil
+// when the request is admitted, or a *LimitedError (which Is ErrLimited)
+// saying when to retry. Allow does not report to the Observer:
 // the caller knows more about the request than the limiter does.
 func (l *Limiter) Allow(key string) error {
 	if wait, ok := l.allow(maphash.String(l.seed, key), time.Now()); !ok {

@@ -359,7 +359,7 @@ func TestDefaultKeyRemoteAddr(t *testing.T) {
 		t.Errorf("other host: %d", c)
 	}
 	if c := do("garbage"); c != http.StatusNotFound {
-		t.Errorf("no port: %d", c)
+		t.Errorf("not an address: %d; want admitted (the first of their shared bucket)", c)
 	}
 }
 
