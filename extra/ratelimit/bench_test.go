@@ -17,6 +17,16 @@ func TestAdmitDoesNotAllocate(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { _ = l.Allow("known") }); n != 0 {
 		t.Errorf("admitting a known key: %v allocs; want 0", n)
 	}
+	byAddr := mustNew(t, ratelimit.Config{Rate: 1e9, Burst: 1 << 30}).Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for _, addr := range []string{"192.0.2.1:1234", "[2001:db8::1]:443", "[fe80::1%eth0]:80", "garbage"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = addr
+		w := &discard{h: http.Header{}}
+		byAddr.ServeHTTP(w, r)
+		if n := testing.AllocsPerRun(1000, func() { byAddr.ServeHTTP(w, r) }); n != 0 {
+			t.Errorf("admitting a known peer %q: %v allocs; want 0", addr, n)
+		}
+	}
 	strict := mustNew(t, ratelimit.Config{Key: headerKey, Rate: 0.1, Burst: 1}) // Retry-After of at most 10 s: a shared header value
 	h := strict.Middleware(http.NotFoundHandler())
 	r := httptest.NewRequest("GET", "/", nil)
@@ -72,6 +82,19 @@ func BenchmarkAllow(b *testing.B) {
 			_ = l.Allow("abuser")
 		}
 	})
+	b.Run("new_key_full_table_refilled", func(b *testing.B) {
+		l := mustNew(b, ratelimit.Config{Rate: 1e9, Burst: 1 << 30, MaxKeys: 1000}) // full again at once, but not idle
+		keys := make([]string, 1<<16)
+		for i := range keys {
+			keys[i] = "k" + strconv.Itoa(i)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			_ = l.Allow(keys[i%len(keys)])
+			i++
+		}
+	})
 	b.Run("new_key_full_table", func(b *testing.B) {
 		l := mustNew(b, ratelimit.Config{Rate: 1, MaxKeys: 1000})
 		keys := make([]string, 1<<16)
@@ -95,11 +118,22 @@ func BenchmarkMiddleware(b *testing.B) {
 	r := httptest.NewRequest("GET", "/", nil)
 	r.Header.Set("X-Client", "alice")
 	w := httptest.NewRecorder()
+	byAddr := mustNew(b, ratelimit.Config{Rate: 1e9, Burst: 1 << 30}).Middleware(noop)
 	for _, tc := range []struct {
-		name string
-		h    http.Handler
-	}{{"bare", noop}, {"limited", l.Middleware(noop)}} {
+		name   string
+		h      http.Handler
+		remote string
+	}{
+		{"bare", noop, ""},
+		{"limited", l.Middleware(noop), ""},
+		{"by_addr_ipv4", byAddr, "192.0.2.1:1234"},
+		{"by_addr_ipv6", byAddr, "[2001:db8:85a3::8a2e:370:7334]:443"},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
+			r := r.Clone(r.Context())
+			if tc.remote != "" {
+				r.RemoteAddr = tc.remote
+			}
 			b.ReportAllocs()
 			for b.Loop() {
 				tc.h.ServeHTTP(w, r)

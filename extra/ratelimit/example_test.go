@@ -43,3 +43,33 @@ func Example() {
 	// alice 429 Retry-After: 1
 	// bob 200 ok
 }
+
+// With the default key, a client is its IP address, and an IPv6 client is
+// its /64: a host that answers from another address of its block is still
+// the same client.
+func Example_byAddress() {
+	l, err := ratelimit.New(ratelimit.Config{Rate: 1, Burst: 1})
+	if err != nil {
+		panic(err)
+	}
+	h := l.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for _, peer := range []string{
+		"[2001:db8:1:2::1]:50000",
+		"[2001:db8:1:2:dead:beef:1:2]:50001", // the same /64
+		"[2001:db8:1:3::1]:50000",            // the next /64
+		"192.0.2.1:40000",
+		"[::ffff:192.0.2.1]:40001", // the same IPv4 client, over a dual-stack listener
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = peer
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(peer, w.Code)
+	}
+	// Output:
+	// [2001:db8:1:2::1]:50000 200
+	// [2001:db8:1:2:dead:beef:1:2]:50001 429
+	// [2001:db8:1:3::1]:50000 200
+	// 192.0.2.1:40000 200
+	// [::ffff:192.0.2.1]:40001 429
+}

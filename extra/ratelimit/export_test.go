@@ -11,3 +11,7 @@ func Len(l *Limiter) int {
 	}
 	return n
 }
+
+// ClientPrefix is the client the default key charges a request from the
+// peer address remote to, with IPv6 grouped by prefixes of v6bits.
+var ClientPrefix = clientPrefix

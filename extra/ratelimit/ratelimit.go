@@ -11,9 +11,10 @@
 // request retried after it is admitted.
 //
 // The buckets are golang.org/x/time/rate limiters. Memory is bounded by
-// Config.MaxKeys: idle keys are dropped once their bucket has refilled (a
-// full bucket is what a new key gets, so dropping it changes nothing) and,
-// past MaxKeys, the least recently seen key is dropped.
+// Config.MaxKeys: a key is dropped only once its bucket has refilled (a full
+// bucket is what a new key gets, so dropping it changes nothing), never
+// while it is spending, so flooding the table with new keys cannot reset a
+// client's bucket.
 package ratelimit
 
 import (
@@ -22,9 +23,10 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
-	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +43,10 @@ const (
 	// DefaultMaxKeys is the number of keys a zero Config tracks at most:
 	// about 17 MB (see Limiter).
 	DefaultMaxKeys = 100_000
+	// DefaultIPv6PrefixBits is the prefix length by which a zero Config's
+	// default key groups IPv6 clients: a /64, the block a single site or
+	// host is usually given, inside which it can pick any address.
+	DefaultIPv6PrefixBits = 64
 )
 
 // maxShards bounds the number of independently locked parts of the key
@@ -50,6 +56,10 @@ const (
 	maxShards   = 64
 	minPerShard = 16
 )
+
+// evictScan is the number of the least recently seen keys of a full shard
+// that a new key looks at for one whose bucket is full.
+const evictScan = 4
 
 // maxRetryAfter caps Retry-After, in seconds (34 years), for a Rate so low
 // that the wait would overflow a time.Duration.
@@ -81,18 +91,25 @@ func (e *LimitedError) Error() string {
 func (e *LimitedError) Is(target error) bool { return target == ErrLimited }
 
 // Config configures a Limiter. The zero Config is valid: each client
-// address may send DefaultRate requests per second, in bursts of as many,
-// and at most DefaultMaxKeys addresses are tracked. New copies it.
+// address (each IPv6 /64) may send DefaultRate requests per second, in
+// bursts of as many, and at most DefaultMaxKeys addresses are tracked. New
+// copies it.
 type Config struct {
 	// Name labels the limiter's events (Event.Dependency), for example the
 	// server's name. Empty is fine.
 	Name string
 
 	// Key returns the client a request is charged to: an API key, an
-	// authenticated principal, an address. Nil means the host part of
-	// Request.RemoteAddr, the address of the peer: behind a proxy, every
-	// request then shares the proxy's bucket, so read the client address
-	// from a header your proxy sets (and that clients cannot) instead.
+	// authenticated principal, an address. Nil means the IP address of
+	// Request.RemoteAddr, the peer, with or without a port: an IPv4
+	// address (IPv4-mapped IPv6 included) is one client, and an IPv6
+	// address is charged to its prefix of IPv6PrefixBits (a /64 by
+	// default), because a host can use any address of its block. A
+	// RemoteAddr that is not an IP address is charged to one bucket shared
+	// by all such requests, so that garbage cannot buy a bucket per value.
+	// Behind a proxy, every request shares the proxy's bucket, so read the
+	// client address from a header your proxy sets (and that clients
+	// cannot) instead.
 	//
 	// An empty key is a key like any other: return "" for the requests you
 	// mean to limit as a whole (anonymous traffic, say), which then share
@@ -110,6 +127,13 @@ type Config struct {
 	// share a bucket with a probability of about MaxKeys/2^64 per new key.
 	Key func(*http.Request) (string, error)
 
+	// IPv6PrefixBits is the length of the prefix by which the default Key
+	// groups IPv6 addresses: every address of one prefix shares a bucket.
+	// Zero means DefaultIPv6PrefixBits (64); allowed values are 1 to 128
+	// (128 gives each address its own bucket, as IPv4 has). It does not
+	// apply when Key is set.
+	IPv6PrefixBits int
+
 	// Rate is the sustained number of requests per second each key may
 	// make. Zero means DefaultRate (10); allowed values are finite and
 	// positive (0.1 is one request every 10 s).
@@ -119,12 +143,16 @@ type Config struct {
 	// up (one second of traffic), at least 1; a negative value is invalid.
 	Burst int
 
-	// MaxKeys is the number of keys tracked at most. Past it, the least
-	// recently seen key is dropped; it starts again with a full bucket if it
-	// comes back, so a table too small for the clients lets them burst more
-	// often than they should (never less). Zero means DefaultMaxKeys
-	// (100,000); a negative value is invalid. Each key costs about 175 bytes
-	// (see Limiter).
+	// MaxKeys is the number of keys tracked at most. A key is dropped only
+	// when its bucket is full, which is what it would start with again: a
+	// key that is spending keeps its bucket, whatever other keys arrive.
+	// When the table is full and its least recently seen keys are all
+	// spending, a new key is charged to an overflow bucket (with Rate and
+	// Burst) that it shares with the other new keys of its shard until room
+	// frees up, so a table too small for the clients admits less than
+	// their limits, never more. Zero means DefaultMaxKeys (100,000); a
+	// negative value is invalid. Each key costs about 175 bytes (see
+	// Limiter).
 	MaxKeys int
 
 	// Observer receives an event.Shed with Reason event.ReasonRateLimit for
@@ -142,19 +170,24 @@ type Config struct {
 // a 64-bit hash, and its bucket and table entry take about 175 bytes
 // (measured: 1,000,000 distinct keys through a limiter with the default
 // MaxKeys of 100,000 leave it holding 99,968 keys in 16.7 MB of live heap;
-// it never holds more, whatever the number of keys). A key idle long enough for its bucket to refill is dropped
-// on a later request to its shard (each request looks at two of the least
-// recently seen keys of its shard), because a full bucket is what a new key
-// gets anyway: dropping it loses nothing. When the table is full, the least
-// recently seen key of the shard is dropped.
+// it never holds more, whatever the number of keys). A key idle long enough
+// for its bucket to refill is dropped on a later request to its shard (each
+// request looks at two of the least recently seen keys of its shard),
+// because a full bucket is what a new key gets anyway: dropping it loses
+// nothing. When a shard is full, a new key takes the place of one of its
+// four least recently seen keys whose bucket is full; if none is, the new
+// key shares the shard's overflow bucket. A bucket below full is never
+// dropped: forgetting it would hand a client that floods new keys a fresh
+// bucket of its own.
 //
 // Admitting a request of a known key takes one shard lock and allocates
 // nothing; so does the middleware's refusal with a Retry-After of up to a
-// minute (Allow's refusal allocates its error).
-// A new key allocates its bucket.
+// minute (Allow's refusal allocates its error). A new key allocates its
+// bucket, unless it takes the place of a full one, which it reuses.
 type Limiter struct {
 	name     string
-	key      func(*http.Request) (string, error)
+	key      func(*http.Request) (string, error) // nil: the default, by address
+	v6bits   int
 	limit    rate.Limit
 	burst    int
 	refill   int64 // ns for an empty bucket to fill: a key idle this long is dropped
@@ -170,6 +203,9 @@ type shard struct {
 	mu   sync.Mutex
 	keys map[uint64]*entry
 	lru  entry // sentinel: lru.next is the most recently seen, lru.prev the least
+	// over is the bucket of the new keys that found the shard full of
+	// buckets below full.
+	over *rate.Limiter
 	_    [32]byte
 }
 
@@ -206,6 +242,13 @@ func New(cfg Config) (*Limiter, error) {
 	case maxKeys < 0:
 		errs = append(errs, invalid("MaxKeys", maxKeys, "a positive count, or 0 for the default 100000"))
 	}
+	v6bits := cfg.IPv6PrefixBits
+	switch {
+	case v6bits == 0:
+		v6bits = DefaultIPv6PrefixBits
+	case v6bits < 0 || v6bits > 128:
+		errs = append(errs, invalid("IPv6PrefixBits", v6bits, "a prefix length of 1 to 128 bits, or 0 for the default 64"))
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -216,6 +259,7 @@ func New(cfg Config) (*Limiter, error) {
 	l := &Limiter{
 		name:     cfg.Name,
 		key:      cfg.Key,
+		v6bits:   v6bits,
 		limit:    rate.Limit(r),
 		burst:    burst,
 		perShard: maxKeys / n,
@@ -225,15 +269,13 @@ func New(cfg Config) (*Limiter, error) {
 		epoch:    time.Now(),
 		shards:   make([]shard, n),
 	}
-	if l.key == nil {
-		l.key = remoteAddr
-	}
 	refill := math.Ceil(float64(burst) / r * float64(time.Second))
 	l.refill = int64(min(refill, math.MaxInt64/2))
 	for i := range l.shards {
 		s := &l.shards[i]
 		s.keys = make(map[uint64]*entry)
 		s.lru.next, s.lru.prev = &s.lru, &s.lru
+		s.over = rate.NewLimiter(l.limit, l.burst)
 	}
 	return l, nil
 }
@@ -250,30 +292,101 @@ type configError struct{ msg string }
 func (e *configError) Error() string        { return e.msg }
 func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
 
-// remoteAddr is the default Config.Key: the host part of r.RemoteAddr (the
-// whole of it when it has no port). It never fails.
-func remoteAddr(r *http.Request) (string, error) {
-	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		return host, nil
+// clientPrefix is the client the default Config.Key charges a request
+// from the peer address remote to: an IPv4 address (an IPv4-mapped IPv6
+// one unmapped) as a /32, an IPv6 address as its prefix of v6bits, without
+// its zone. remote is "ip:port", "[ip]:port", "ip" or "[ip]"; anything else
+// is not an address (ok false). remote comes from the network or from code
+// that copied it from a header: it is untrusted.
+func clientPrefix(remote string, v6bits int) (netip.Prefix, bool) {
+	a, ok := parseAddr(remote)
+	if !ok {
+		return netip.Prefix{}, false
 	}
-	return r.RemoteAddr, nil
+	a = a.Unmap()
+	bits := 32
+	if a.Is6() {
+		bits = v6bits
+	}
+	p, err := a.Prefix(bits)
+	return p, err == nil
+}
+
+// parseAddr reads the IP address of remote: "ip:port", "[ip]:port", "ip"
+// or "[ip]", with or without a zone (which it drops). The port is not
+// read: it does not say who the client is. Neither a zone nor a string that
+// cannot be an address costs an allocation.
+func parseAddr(remote string) (netip.Addr, bool) {
+	host := remote
+	if strings.HasPrefix(remote, "[") {
+		end := strings.IndexByte(remote, ']')
+		if end < 0 || end+1 < len(remote) && remote[end+1] != ':' {
+			return netip.Addr{}, false
+		}
+		host = remote[1:end]
+	} else if i := strings.IndexByte(remote, ':'); i >= 0 && strings.IndexByte(remote[i+1:], ':') < 0 {
+		host = remote[:i] // IPv4 and a port; an IPv6 address has two colons or more
+	}
+	if i := strings.IndexByte(host, '%'); i >= 0 {
+		host = host[:i]
+	}
+	// The longest address is 45 bytes (ffff:...:255.255.255.255); looking
+	// at the bytes first keeps junk away from the parser's error values.
+	if len(host) == 0 || len(host) > 45 {
+		return netip.Addr{}, false
+	}
+	for i := range len(host) {
+		switch c := host[i]; {
+		case '0' <= c && c <= '9', 'a' <= c && c <= 'f', 'A' <= c && c <= 'F', c == '.', c == ':':
+		default:
+			return netip.Addr{}, false
+		}
+	}
+	a, err := netip.ParseAddr(host)
+	return a, err == nil
+}
+
+// addrHash is the table hash of the client of a request from remote, under
+// the default Config.Key. Every remote that is not an address hashes alike.
+func (l *Limiter) addrHash(remote string) uint64 {
+	// One tag byte keeps an IPv4 client apart from the IPv6 prefix
+	// ::ffff:a.b.c.d/128 and both apart from the shared bucket of
+	// non-addresses.
+	var b [17]byte
+	if p, ok := clientPrefix(remote, l.v6bits); ok {
+		b[0] = 6
+		if p.Addr().Is4() {
+			b[0] = 4
+		}
+		a := p.Addr().As16()
+		copy(b[1:], a[:])
+	}
+	return maphash.Bytes(l.seed, b[:])
 }
 
 // Middleware returns a handler that charges each request to its key before
 // calling next. A request over its key's rate is answered at once with 429
 // Too Many Requests, a Retry-After header in whole seconds (at least 1, and
 // never early: the same request sent after it is admitted, if the key sent
-// nothing in between) and no body; next does not run. A request whose Key
-// fails is answered 400 Bad Request, also without running next.
+// nothing in between, nor, for a new key charged to the overflow bucket of
+// a full table, any other such key) and no body; next does not run. A
+// request whose Key fails is answered 400 Bad Request, also without
+// running next.
 func (l *Limiter) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key, err := l.key(r)
-		if err != nil {
-			l.observe(r.Context(), 0, err)
-			w.WriteHeader(http.StatusBadRequest)
-			return
+		var h uint64
+		if l.key == nil {
+			h = l.addrHash(r.RemoteAddr)
+		} else {
+			key, err := l.key(r)
+			if err != nil {
+				l.observe(r.Context(), 0, err)
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+			h = maphash.String(l.seed, key)
 		}
-		if wait, ok := l.allow(key, time.Now()); !ok {
+		if wait, ok := l.allow(h, time.Now()); !ok {
 			l.observe(r.Context(), wait, nil)
 			w.Header()["Retry-After"] = retryAfterHeader(wait)
 			w.WriteHeader(http.StatusTooManyRequests)
@@ -283,12 +396,13 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 	})
 }
 
-// Allow charges one request to key, for servers that are not HTTP. It
-// returns nil when the request is admitted, or a *LimitedError (which Is
-// ErrLimited) saying when to retry. Allow does not report to the Observer:
+// Allow charges one request to key, for servers that are not HTTP; key is
+// used as it is (an address is not grouped by its prefix). It returns nil
+// when the request is admitted, or a *LimitedError (which Is ErrLimited)
+// saying when to retry. Allow does not report to the Observer:
 // the caller knows more about the request than the limiter does.
 func (l *Limiter) Allow(key string) error {
-	if wait, ok := l.allow(key, time.Now()); !ok {
+	if wait, ok := l.allow(maphash.String(l.seed, key), time.Now()); !ok {
 		return &LimitedError{RetryAfter: wait}
 	}
 	return nil
@@ -308,57 +422,74 @@ func (l *Limiter) observe(ctx context.Context, wait time.Duration, err error) {
 	})
 }
 
-// allow charges one request to key at now. When it refuses, wait is the
-// Retry-After: whole seconds, at least one, after which the bucket holds a
-// token again.
-func (l *Limiter) allow(key string, now time.Time) (wait time.Duration, ok bool) {
-	h := maphash.String(l.seed, key)
+// allow charges one request to the key of hash h at now. When it refuses,
+// wait is the Retry-After: whole seconds, at least one, after which the
+// bucket holds a token again.
+func (l *Limiter) allow(h uint64, now time.Time) (wait time.Duration, ok bool) {
 	s := &l.shards[h&l.mask]
 	clock := int64(now.Sub(l.epoch))
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	l.sweep(s, clock)
+	var lim *rate.Limiter
 	e := s.keys[h]
 	if e == nil {
-		e = l.insert(s, h, clock)
+		e = l.insert(s, h, now)
 	} else {
 		e.unlink()
 	}
-	e.last = clock
-	s.pushFront(e)
-	l.sweep(s, clock)
-	if e.lim.AllowN(now, 1) {
+	if e != nil {
+		e.last = clock
+		s.pushFront(e)
+		lim = e.lim
+	} else {
+		lim = s.over
+	}
+	if lim.AllowN(now, 1) {
 		return 0, true
 	}
 	// Refused: the reservation says when a token will be there; cancel it,
 	// so that being refused costs the client nothing.
-	res := e.lim.ReserveN(now, 1)
+	res := lim.ReserveN(now, 1)
 	d := res.DelayFrom(now)
 	res.CancelAt(now)
 	secs := int64(min(max(math.Ceil(d.Seconds()), 1), maxRetryAfter))
 	// The rate package computes in floating point: make sure a token is
 	// really there after the whole seconds, so that Retry-After is never
 	// early.
-	for secs < maxRetryAfter && e.lim.TokensAt(now.Add(time.Duration(secs)*time.Second)) < 1 {
+	for secs < maxRetryAfter && lim.TokensAt(now.Add(time.Duration(secs)*time.Second)) < 1 {
 		secs++
 	}
 	return time.Duration(secs) * time.Second, false
 }
 
-// insert adds a new key to s, dropping the least recently seen key when s
-// is full (and reusing its entry). The caller holds s.mu.
-func (l *Limiter) insert(s *shard, h uint64, clock int64) *entry {
-	var e *entry
-	if len(s.keys) >= l.perShard {
-		e = s.lru.prev
-		e.unlink()
-		delete(s.keys, e.hash)
-	} else {
-		e = new(entry)
+// insert adds a new key to s, or returns nil when s is full and none of its
+// evictScan least recently seen keys has a full bucket: the key then uses
+// s.over. A key whose bucket is full is dropped for the new one (and its
+// entry and bucket reused: a full bucket is a new one); a bucket below full
+// never is, or a client could reset its own by sending new keys. The
+// caller holds s.mu.
+func (l *Limiter) insert(s *shard, h uint64, now time.Time) *entry {
+	if len(s.keys) < l.perShard {
+		e := &entry{hash: h, lim: rate.NewLimiter(l.limit, l.burst)}
+		s.keys[h] = e
+		return e
 	}
-	e.hash = h
-	e.lim = rate.NewLimiter(l.limit, l.burst)
-	s.keys[h] = e
-	return e
+	e := s.lru.prev
+	for range evictScan {
+		if e == &s.lru {
+			return nil
+		}
+		if e.lim.TokensAt(now) >= float64(l.burst) {
+			e.unlink()
+			delete(s.keys, e.hash)
+			e.hash = h
+			s.keys[h] = e
+			return e
+		}
+		e = e.prev
+	}
+	return nil
 }
 
 // sweep drops up to two keys of s whose buckets have refilled since their

@@ -68,6 +68,8 @@ func TestConfigErrors(t *testing.T) {
 		{ratelimit.Config{Rate: zero() / zero()}, "ratelimit: Config.Rate is NaN"},
 		{ratelimit.Config{Burst: -2}, "ratelimit: Config.Burst is -2; want a positive count"},
 		{ratelimit.Config{MaxKeys: -1}, "ratelimit: Config.MaxKeys is -1; want a positive count"},
+		{ratelimit.Config{IPv6PrefixBits: -1}, "ratelimit: Config.IPv6PrefixBits is -1; want a prefix length of 1 to 128 bits, or 0 for the default 64"},
+		{ratelimit.Config{IPv6PrefixBits: 129}, "ratelimit: Config.IPv6PrefixBits is 129; want a prefix length of 1 to 128 bits"},
 		// Every invalid field is named, not only the first.
 		{ratelimit.Config{Rate: -1, Burst: -2, MaxKeys: -1}, "ratelimit: Config.Rate is -1; want a finite number of requests per second above 0, or 0 for the default 10\n" +
 			"ratelimit: Config.Burst is -2; want a positive count, or 0 for Rate rounded up\n" +
@@ -257,7 +259,7 @@ func TestIdleKeysEvicted(t *testing.T) {
 	})
 }
 
-// Past MaxKeys the least recently seen key goes; a key in use stays.
+// Past MaxKeys a key in use stays, however many other keys arrive.
 func TestMaxKeysKeepsRecent(t *testing.T) {
 	l := mustNew(t, ratelimit.Config{Rate: 0.001, Burst: 1, MaxKeys: 1000})
 	if err := l.Allow("hot"); err != nil {
@@ -357,7 +359,7 @@ func TestDefaultKeyRemoteAddr(t *testing.T) {
 		t.Errorf("other host: %d", c)
 	}
 	if c := do("garbage"); c != http.StatusNotFound {
-		t.Errorf("no port: %d", c)
+		t.Errorf("not an address: %d; want admitted (the first of their shared bucket)", c)
 	}
 }
 
