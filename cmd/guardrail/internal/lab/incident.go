@@ -716,7 +716,7 @@ func (c *counters) snapshot(n int) []int64 {
 type incDB struct {
 	p       incParams
 	runCtx  context.Context
-	addr    string
+	addr    atomic.Pointer[string] // the listener of the primary now; a new one after each refusal
 	handler http.Handler // what the DB's server runs: h, maybe under middleware
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -797,24 +797,38 @@ func (db *incDB) work() {
 	}
 }
 
-// listenDB listens on a loopback port below the ephemeral range, so that
-// the port is still free when the DB comes back after refusing: an
-// outgoing connection could take an ephemeral one meanwhile.
-func listenDB(rng *rand.Rand) (net.Listener, error) {
-	var err error
-	for range 200 {
-		var ln net.Listener
-		if ln, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rng.IntN(12000))); err == nil {
-			return ln, nil
-		}
-	}
-	return nil, fmt.Errorf("incident: no free port for the DB: %w", err)
-}
+// dbHost is the name the tiers call the DB by. Their transports dial it
+// to the DB's current listener: a primary that comes back after refusing
+// listens on a new port, as a failed-over database comes back at a new
+// address behind a stable name, and no port is ever bound twice (another
+// process may have taken it meanwhile).
+const dbHost = "incident-db.invalid:80"
 
-func (db *incDB) serveOn(ln net.Listener) {
+// listen starts a new primary on a new loopback port.
+func (db *incDB) listen() error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("incident: the DB could not listen: %w", err)
+	}
+	addr := ln.Addr().String()
+	db.addr.Store(&addr)
 	srv := &http.Server{Handler: db.handler, ReadHeaderTimeout: 10 * time.Second}
 	db.srv = srv
 	db.srvWG.Go(func() { _ = srv.Serve(ln) })
+	return nil
+}
+
+// dial is a transport's DialContext: dbHost goes to the DB's current
+// listener, any other address to next.
+func (db *incDB) dial(next func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr == dbHost {
+			if cur := db.addr.Load(); cur != nil {
+				addr = *cur
+			}
+		}
+		return next(ctx, network, addr)
+	}
 }
 
 // fail starts an outage: the queue is lost, and the DB refuses connections
@@ -833,7 +847,7 @@ func (db *incDB) fail(variant string) {
 	}
 }
 
-// recover ends the outage: a fresh primary on the same address.
+// recover ends the outage: a fresh primary, behind the same name.
 func (db *incDB) recover(variant string) error {
 	db.mu.Lock()
 	db.epoch++
@@ -842,16 +856,7 @@ func (db *incDB) recover(variant string) error {
 	if variant != "refuse" {
 		return nil
 	}
-	var err error
-	for range 100 {
-		var ln net.Listener
-		if ln, err = net.Listen("tcp", db.addr); err == nil {
-			db.serveOn(ln)
-			return nil
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return fmt.Errorf("incident: the DB could not listen again on %s: %w", db.addr, err)
+	return db.listen()
 }
 
 // close stops the DB and its workers; the queries still queued are dropped.
@@ -999,7 +1004,13 @@ func (p incParams) build(runCtx context.Context, guarded bool, start time.Time, 
 		sys.close() // nothing has served a request yet
 		return nil, err
 	}
-	newTransport := func() *http.Transport { t := p.pooled(); sys.transports = append(sys.transports, t); return t }
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second} // http.DefaultTransport's
+	newTransport := func() *http.Transport {
+		t := p.pooled()
+		t.DialContext = db.dial(dialer.DialContext)
+		sys.transports = append(sys.transports, t)
+		return t
+	}
 
 	type caller func(r *http.Request, url string) int
 	var tierClient func(tier int) (caller, error)
@@ -1073,18 +1084,15 @@ func (p incParams) build(runCtx context.Context, guarded bool, start time.Time, 
 		db.in.addAt(time.Now())
 		dbH.ServeHTTP(w, r)
 	}))
-	ln, err := listenDB(rng)
-	if err != nil {
+	if err := db.listen(); err != nil {
 		return fail(err)
 	}
-	db.addr = ln.Addr().String()
-	db.serveOn(ln)
 	for range p.workers {
 		db.workers.Go(db.work)
 	}
 
 	// The tiers, from the DB up: data, order, BFF.
-	next := "http://" + db.addr + "/query"
+	next := "http://" + dbHost + "/query"
 	for tier := range 3 {
 		call, err := tierClient(tier)
 		if err != nil {

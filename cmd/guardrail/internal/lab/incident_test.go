@@ -6,7 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -89,19 +89,21 @@ func TestIncidentDBFailsOver(t *testing.T) {
 				ran: newCounters(start, time.Second, time.Minute), lost: newCounters(start, time.Second, time.Minute)}
 			db.cond = sync.NewCond(&db.mu)
 			db.handler = db
-			ln, err := listenDB(rand.New(rand.NewPCG(1, 2)))
-			if err != nil {
+			if err := db.listen(); err != nil {
 				t.Fatal(err)
 			}
-			db.addr = ln.Addr().String()
-			db.serveOn(ln)
+			first := *db.addr.Load()
 			for range p.workers {
 				db.workers.Go(db.work)
 			}
 			defer db.close()
-			c := newHTTPClient(true)
+			viaName := func(c *http.Client) *http.Client {
+				c.Transport.(*http.Transport).DialContext = db.dial((&net.Dialer{}).DialContext)
+				return c
+			}
+			c := viaName(newHTTPClient(true))
 			defer c.CloseIdleConnections()
-			url := "http://" + db.addr + "/"
+			url := "http://" + dbHost + "/"
 			if _, err := get(context.Background(), c, url); err != nil {
 				t.Fatalf("before the outage: %v", err)
 			}
@@ -121,7 +123,7 @@ func TestIncidentDBFailsOver(t *testing.T) {
 				ctx, cancelHung := context.WithCancel(context.Background())
 				defer cancelHung()
 				hung.Go(func() {
-					_, err := get(ctx, newHTTPClient(false), url)
+					_, err := get(ctx, viaName(newHTTPClient(false)), url)
 					hungErr <- err
 				})
 				ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -139,9 +141,14 @@ func TestIncidentDBFailsOver(t *testing.T) {
 				t.Fatal(err)
 			}
 			// A fresh connection: the old pool's may be the hung ones.
-			c2 := newHTTPClient(false)
+			c2 := viaName(newHTTPClient(false))
 			if _, err := get(context.Background(), c2, url); err != nil {
 				t.Fatalf("after the outage: %v", err)
+			}
+			// A primary that refused comes back on a new port, behind the
+			// same name: no port is bound twice.
+			if again := *db.addr.Load(); (variant == "refuse") != (again != first) {
+				t.Errorf("%s: listener %s before the outage, %s after", variant, first, again)
 			}
 			if variant == "hang" {
 				select {
