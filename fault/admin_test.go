@@ -226,6 +226,8 @@ func TestAdminRefusesRequestsFromWebPages(t *testing.T) {
 			map[string]string{"Content-Type": "application/json", "Sec-Fetch-Site": "cross-site"}, hang, 403},
 		{"cross-site counter reset", "POST", "/counters/reset", "",
 			map[string]string{"Origin": "https://evil.example"}, "", 403},
+		{"no-cors counter reset with a body", "POST", "/counters/reset", "",
+			map[string]string{"Content-Type": "text/plain"}, "x", 415},
 		{"rebound name, GET", "GET", "/rules", "evil.example", nil, "", 403},
 		{"rebound name with port, PUT", "PUT", "/rules", "evil.example:8082",
 			map[string]string{"Content-Type": "application/json", "Origin": "http://evil.example:8082"}, hang, 403},
