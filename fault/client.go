@@ -1,6 +1,8 @@
 package fault
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -199,16 +201,28 @@ func (b *stallBody) Close() error {
 }
 
 // truncateBody replaces resp.Body with one that ends early in
-// io.ErrUnexpectedEOF. A body of unknown length is read whole first.
+// io.ErrUnexpectedEOF. Of a body of unknown length the first truncWindow
+// bytes are read to learn the length; a longer body is cut as it streams,
+// as the server side does.
 func truncateBody(resp *http.Response, t Truncate) error {
 	if resp.ContentLength < 0 {
-		data, err := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
+		head, err := io.ReadAll(io.LimitReader(resp.Body, truncWindow+1))
 		if err != nil {
+			_ = resp.Body.Close()
 			return err
 		}
-		resp.ContentLength = int64(max(len(data), 1))
-		resp.Body = io.NopCloser(strings.NewReader(string(data)))
+		if len(head) > truncWindow {
+			room := int64(t.Bytes)
+			if room == 0 {
+				room = truncWindow / 2
+			}
+			resp.Body = &truncStream{src: resp.Body, room: room,
+				br: bufio.NewReader(io.MultiReader(bytes.NewReader(head), resp.Body))}
+			return nil
+		}
+		_ = resp.Body.Close()
+		resp.ContentLength = int64(max(len(head), 1))
+		resp.Body = io.NopCloser(bytes.NewReader(head))
 	}
 	resp.Body = &truncBody{src: resp.Body, room: t.cut(resp.ContentLength)}
 	return nil
@@ -232,3 +246,35 @@ func (b *truncBody) Read(p []byte) (int, error) {
 }
 
 func (b *truncBody) Close() error { return b.src.Close() }
+
+// truncStream cuts a body of unknown length after room bytes. It hands out
+// a byte only once the next one has arrived, so a body that ends before
+// the cut still misses its last byte.
+type truncStream struct {
+	src  io.ReadCloser
+	br   *bufio.Reader
+	room int64
+}
+
+func (b *truncStream) Read(p []byte) (int, error) {
+	if b.room <= 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if b.br.Buffered() < 2 {
+		if _, err := b.br.Peek(2); b.br.Buffered() < 2 {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, err
+		}
+	}
+	n := int(min(int64(len(p)), b.room, int64(b.br.Buffered()-1)))
+	n, _ = b.br.Read(p[:n])
+	b.room -= int64(n)
+	return n, nil
+}
+
+func (b *truncStream) Close() error { return b.src.Close() }

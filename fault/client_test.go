@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -153,6 +154,12 @@ func TestClientTruncate(t *testing.T) {
 				ContentLength: -1, Request: r}, nil
 		}), Truncate{Bytes: 3}, "012", 10},
 		{"real server", realTransport(t), Truncate{Bytes: 4}, "0123", 10},
+		{"unknown length past the window", unknownLength(strings.Repeat("y", truncWindow+5)),
+			Truncate{Bytes: 3}, "yyy", -1},
+		{"unknown length past the window, half", unknownLength(strings.Repeat("y", 3*truncWindow)),
+			Truncate{}, strings.Repeat("y", truncWindow/2), -1},
+		{"unknown length past the window, bytes past the end", unknownLength(strings.Repeat("y", truncWindow+5)),
+			Truncate{Bytes: 1 << 20}, strings.Repeat("y", truncWindow+4), -1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := counting(t, &calls)
@@ -167,9 +174,73 @@ func TestClientTruncate(t *testing.T) {
 				t.Errorf("err = %v, want io.ErrUnexpectedEOF", err)
 			}
 			if string(got) != tt.want || resp.ContentLength != tt.wantCL {
-				t.Errorf("got %q of %d, want %q of %d", got, resp.ContentLength, tt.want, tt.wantCL)
+				t.Errorf("got %d bytes %.20q of %d, want %d bytes %.20q of %d",
+					len(got), got, resp.ContentLength, len(tt.want), tt.want, tt.wantCL)
 			}
 		})
+	}
+}
+
+func unknownLength(body string) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader(body)),
+			ContentLength: -1, Request: r}, nil
+	})
+}
+
+// generated is a body of unknown length, size bytes long, made as it is
+// read; it counts what was read of it.
+type generated struct {
+	size   int64
+	read   atomic.Int64
+	closed atomic.Bool
+}
+
+func (e *generated) Read(p []byte) (int, error) {
+	left := e.size - e.read.Load()
+	if left <= 0 {
+		return 0, io.EOF
+	}
+	p = p[:min(int64(len(p)), left)]
+	for i := range p {
+		p[i] = "0123456789"[i%10]
+	}
+	e.read.Add(int64(len(p)))
+	return len(p), nil
+}
+
+func (e *generated) Close() error { e.closed.Store(true); return nil }
+
+// A truncated body of unknown length is cut as it streams: memory and what
+// is read from the dependency stay far below the body's size.
+func TestClientTruncateLargeBody(t *testing.T) {
+	src := &generated{size: 256 << 20}
+	_, client := newTransport(t, always(Truncate{Bytes: 10}), roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Body: src, ContentLength: -1, Request: r}, nil
+	}))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	resp, err := client.Get("http://dep.test/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	runtime.ReadMemStats(&after)
+	t.Logf("read %d bytes; %d KiB read from the dependency; allocated %d KiB",
+		len(got), src.read.Load()>>10, (after.TotalAlloc-before.TotalAlloc)>>10)
+	if !errors.Is(err, io.ErrUnexpectedEOF) || string(got) != "0123456789" {
+		t.Errorf("got %q, %v; want 0123456789, io.ErrUnexpectedEOF", got, err)
+	}
+	if r := src.read.Load(); r > 1<<20 {
+		t.Errorf("read %d KiB of the dependency's body to send 10 bytes", r>>10)
+	}
+	if d := after.TotalAlloc - before.TotalAlloc; d > 4<<20 {
+		t.Errorf("allocated %d KiB to send 10 bytes", d>>10)
+	}
+	if !src.closed.Load() {
+		t.Error("the dependency's body was not closed")
 	}
 }
 

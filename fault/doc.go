@@ -22,7 +22,8 @@
 //
 // Rules can be written in Go, or read from a JSON or YAML file with
 // ParseConfig, and changed at run time through the admin endpoint (Admin),
-// which accepts only loopback clients unless told otherwise. A request may ask
+// which accepts only loopback clients unless told otherwise, and refuses
+// what a web page can make a browser send to it. A request may ask
 // for its own fault with the X-Fault header only when Config.HeaderFaults is
 // set: left on, it would let any caller break the server.
 package fault

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"syscall"
 	"time"
 
@@ -99,4 +100,49 @@ func ExampleParseRule() {
 	fmt.Printf("%T %+v %v %s\n", r.Fault, r.Fault, r.Probability, r.Match.Path)
 	// Output:
 	// fault.Status {Code:503 RetryAfter:2s RetryAfterDate:false RetryAfterRaw: Body:} 0.1 /api/**
+}
+
+// The admin endpoint on loopback: curl-like requests with a JSON body
+// change the rules; what a web page can make a browser send does not.
+func ExampleInjector_Admin() {
+	in, err := fault.New(fault.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer in.Close()
+	admin, err := in.Admin(fault.AdminConfig{Hosts: []string{"ops.internal"}})
+	if err != nil {
+		panic(err)
+	}
+	srv := httptest.NewServer(admin)
+	defer srv.Close()
+
+	put := func(contentType, origin string) int {
+		req, _ := http.NewRequest("PUT", srv.URL+"/rules", strings.NewReader(`{"rules":[{"kind":"hang"}]}`))
+		req.Header.Set("Content-Type", contentType)
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	fmt.Println("cross-site text/plain:", put("text/plain", "https://evil.example"))
+	fmt.Println("cross-site JSON:", put("application/json", "https://evil.example"))
+	fmt.Println("rules:", len(in.Config().Rules))
+	fmt.Println("curl with JSON:", put("application/json", ""))
+	fmt.Println("rules:", len(in.Config().Rules))
+
+	_, err = in.Admin(fault.AdminConfig{Hosts: []string{"ops.internal/admin"}})
+	fmt.Println(err)
+	// Output:
+	// cross-site text/plain: 415
+	// cross-site JSON: 403
+	// rules: 0
+	// curl with JSON: 200
+	// rules: 1
+	// fault: invalid config: AdminConfig.Hosts[0] is "ops.internal/admin"; want a host name or host:port
 }

@@ -333,6 +333,13 @@ func (s StallBody) validate() (string, error) {
 // At least one byte is always missing (an empty body is announced as one
 // byte). A response that cannot carry a body (HEAD, 204, 304) is cut before
 // its headers instead.
+//
+// The body streams: at most 64 KiB of it is ever held. A body of unknown
+// length is held up to that much to learn its length; one longer than
+// that keeps its unknown length (server side it goes out chunked, without
+// its terminating chunk) and is cut at Bytes, or at 32 KiB when Bytes is
+// zero. Past the cut the handler's writes fail, so a reverse proxy stops
+// reading its upstream.
 // Like every Fault, it is a plain value, safe for concurrent use.
 type Truncate struct {
 	Bytes int // body bytes sent; zero means half the body

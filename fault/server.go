@@ -1,7 +1,6 @@
 package fault
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -219,19 +218,30 @@ func (s *stallWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 var errTruncated = errors.New("fault: response body truncated")
 
+// truncWindow bounds what a Truncate holds of a body of unknown length
+// while it learns whether the body ends: a body that ends within it is
+// sent under a Content-Length, a longer one is streamed and cut.
+const truncWindow = 64 << 10
+
 // truncWriter sends part of the body under a Content-Length that promises
 // all of it. When the handler declares a Content-Length the body streams
-// through up to the cut; otherwise it is buffered to learn its length.
+// through up to the cut. Otherwise the first truncWindow bytes are held to
+// learn the length; a body longer than that goes out chunked, as the
+// handler wrote it, and is cut the same way, so memory never follows the
+// body's size.
 type truncWriter struct {
 	w           http.ResponseWriter
 	rc          *http.ResponseController
 	t           Truncate
 	code        int
 	wroteHeader bool
-	stream      bool  // Content-Length known: write through
+	stream      bool  // the headers went out: write through
 	room        int64 // stream: bytes left before the cut
 	cut         bool  // stream: the cut happened
-	buf         bytes.Buffer
+	chunked     bool  // stream of unknown length: the last byte is held back
+	held        [1]byte
+	hasHeld     bool   // chunked: held[0] is the last byte written, not sent
+	buf         []byte // not streaming: the body so far, at most truncWindow bytes
 }
 
 func (t *truncWriter) Header() http.Header { return t.w.Header() }
@@ -258,9 +268,40 @@ func (t *truncWriter) Write(p []byte) (int, error) {
 	if !t.wroteHeader {
 		t.WriteHeader(http.StatusOK)
 	}
-	if !t.stream {
-		return t.buf.Write(p)
+	switch {
+	case !bodyAllowed(t.code):
+		return 0, http.ErrBodyNotAllowed
+	case t.chunked:
+		return t.sendHeld(p)
+	case t.stream:
+		return t.send(p)
+	case len(p) <= truncWindow-len(t.buf):
+		t.buf = append(t.buf, p...)
+		return len(p), nil
 	}
+	// Longer than the window: the length stays unknown, so stream it.
+	t.stream, t.chunked = true, true
+	t.room = int64(t.t.Bytes)
+	if t.room == 0 {
+		t.room = truncWindow / 2 // half of what can be known of the body
+	}
+	h := t.w.Header()
+	h.Del("Content-Length")
+	if h.Get("Content-Type") == "" {
+		h.Set("Content-Type", http.DetectContentType(t.buf))
+	}
+	t.w.WriteHeader(t.code)
+	buf := t.buf
+	t.buf = nil
+	if _, err := t.sendHeld(buf); err != nil {
+		return 0, err
+	}
+	return t.sendHeld(p)
+}
+
+// send writes p through up to the cut. At the cut it flushes what was
+// sent, since the handler (a reverse proxy) may abort on the error.
+func (t *truncWriter) send(p []byte) (int, error) {
 	if t.cut {
 		return 0, errTruncated
 	}
@@ -270,11 +311,33 @@ func (t *truncWriter) Write(p []byte) (int, error) {
 		return n, err
 	}
 	n, err := t.w.Write(p[:t.room])
+	t.room -= int64(n)
 	t.cut = true
 	if err != nil {
 		return n, err
 	}
+	_ = t.rc.Flush()
 	return n, errTruncated
+}
+
+// sendHeld sends p but holds its last byte back until more comes, so that
+// a body which ends before the cut still misses its last byte.
+func (t *truncWriter) sendHeld(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if t.hasHeld {
+		if _, err := t.send(t.held[:]); err != nil {
+			return 0, err
+		}
+		t.hasHeld = false
+	}
+	n, err := t.send(p[:len(p)-1])
+	if err != nil {
+		return n, err
+	}
+	t.held[0], t.hasHeld = p[len(p)-1], true
+	return len(p), nil
 }
 
 func (t *truncWriter) Flush() {
@@ -296,7 +359,7 @@ func (t *truncWriter) finish() {
 		_ = t.rc.Flush()
 		return
 	}
-	body := t.buf.Bytes()
+	body := t.buf
 	h := t.w.Header()
 	h.Del("Transfer-Encoding")
 	h.Set("Content-Length", strconv.Itoa(max(len(body), 1)))

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -320,6 +324,10 @@ func TestServerTruncate(t *testing.T) {
 		{"streamed 10 bytes", Truncate{Bytes: 10}, true, body, 100, 10},
 		{"bytes past the end", Truncate{Bytes: 1000}, false, body, 100, 99},
 		{"empty body", Truncate{}, false, "", 1, 0},
+		{"window", Truncate{}, false, strings.Repeat("x", truncWindow), truncWindow, truncWindow / 2},
+		{"past the window", Truncate{Bytes: 10}, false, strings.Repeat("x", truncWindow+1), -1, 10},
+		{"past the window, half", Truncate{}, false, strings.Repeat("x", 3*truncWindow), -1, truncWindow / 2},
+		{"past the window, bytes past the end", Truncate{Bytes: 1 << 20}, false, strings.Repeat("x", truncWindow+1), -1, truncWindow},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -536,6 +544,80 @@ func TestServerHangWithUnreadBodyEndsWithClient(t *testing.T) {
 				t.Errorf("err = %v, want the client's deadline", err)
 			}
 			u.waitExit(t)
+		})
+	}
+}
+
+// A chunked upstream far larger than what the truncate fault sends, behind
+// a reverse proxy as in fault-proxy: the fault streams the cut instead of
+// buffering the body, so the proxy stops reading the upstream soon after
+// the cut and memory stays bounded.
+func TestServerTruncateLargeChunkedBody(t *testing.T) {
+	const bodySize = 256 << 20
+	tests := []struct {
+		name     string
+		fault    Truncate
+		wantRead int
+	}{
+		{"10 bytes", Truncate{Bytes: 10}, 10},
+		{"past the window", Truncate{Bytes: 100 << 10}, 100 << 10},
+		{"half", Truncate{}, truncWindow / 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var wrote atomic.Int64
+			chunk := []byte(strings.Repeat("0123456789abcdef", 2048)) // 32 KiB
+			origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/octet-stream")
+				for wrote.Load() < bodySize {
+					n, err := w.Write(chunk)
+					wrote.Add(int64(n))
+					if err != nil {
+						return
+					}
+				}
+			}))
+			defer origin.Close()
+			target, _ := url.Parse(origin.URL)
+			tr := &http.Transport{}
+			defer tr.CloseIdleConnections()
+			proxy := httputil.NewSingleHostReverseProxy(target)
+			proxy.Transport = tr
+			proxy.ErrorLog = log.New(io.Discard, "", 0)
+			u := newUpstream(t, always(tt.fault), proxy.ServeHTTP)
+
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			resp, err := u.get(t.Context(), t, "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			u.waitExit(t)
+			runtime.ReadMemStats(&after)
+			t.Logf("client read %d bytes; upstream wrote %d KiB of %d MiB; allocated %d KiB",
+				len(got), wrote.Load()>>10, bodySize>>20, (after.TotalAlloc-before.TotalAlloc)>>10)
+
+			if !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Errorf("read err = %v, want io.ErrUnexpectedEOF", err)
+			}
+			if len(got) != tt.wantRead {
+				t.Errorf("read %d bytes, want %d", len(got), tt.wantRead)
+			}
+			if string(got[:min(len(got), 10)]) != "0123456789" {
+				t.Errorf("body starts %q, want the upstream's bytes", got[:min(len(got), 10)])
+			}
+			// The upstream stops once the proxy gives up its connection; what
+			// it wrote past the cut sits in socket buffers, far below the body.
+			origin.Close()
+			if w := wrote.Load(); w > 32<<20 {
+				t.Errorf("upstream wrote %d MiB of %d MiB; the proxy read on after the cut", w>>20, bodySize>>20)
+			}
+			if d := after.TotalAlloc - before.TotalAlloc; d > 32<<20 {
+				t.Errorf("allocated %d MiB for a %d MiB body cut at %d bytes", d>>20, bodySize>>20, tt.wantRead)
+			}
 		})
 	}
 }

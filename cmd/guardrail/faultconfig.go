@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,7 @@ type faultFlags struct {
 	listen       string
 	admin        string
 	allowRemote  bool
+	adminHosts   []string
 	rulesFile    string
 	seed         uint64
 	headerFaults bool
@@ -38,6 +40,8 @@ func (f *faultFlags) register(fs *flag.FlagSet, listen, admin string) {
 	fs.StringVar(&f.listen, "listen", listen, "address to serve on")
 	fs.StringVar(&f.admin, "admin", admin, "address of the admin endpoint (rules and counters); empty disables it")
 	fs.BoolVar(&f.allowRemote, "admin-allow-remote", false, "let non-loopback clients use the admin endpoint")
+	fs.Func("admin-host", "a name clients may reach the admin endpoint by, besides localhost and IP addresses, e.g. ops.internal or ops.internal:8092 (repeatable)",
+		func(s string) error { f.adminHosts = append(f.adminHosts, s); return nil })
 	fs.StringVar(&f.rulesFile, "rules", "", "rules file, JSON or YAML")
 	fs.Uint64Var(&f.seed, "seed", 0, "random seed, to replay the same faults (default: the file's seed, or a random one, printed)")
 	fs.BoolVar(&f.headerFaults, "header-faults", false, "let requests ask for their own fault with the X-Fault header (unsafe outside tests)")
@@ -144,6 +148,13 @@ func serveFaults(ctx context.Context, name string, fs *flag.FlagSet, f *faultFla
 	}
 	defer in.Close()
 
+	var adminHandler http.Handler
+	if f.admin != "" {
+		if adminHandler, err = f.adminEndpoint(in); err != nil {
+			return err
+		}
+	}
+
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return err
@@ -158,7 +169,7 @@ func serveFaults(ctx context.Context, name string, fs *flag.FlagSet, f *faultFla
 			ln.Close()
 			return err
 		}
-		servers = append(servers, &http.Server{Handler: yamlBodies(in.Admin(fault.AdminConfig{AllowRemote: f.allowRemote})),
+		servers = append(servers, &http.Server{Handler: adminHandler,
 			ReadHeaderTimeout: 10 * time.Second, ErrorLog: logger})
 		listeners = append(listeners, aln)
 	}
@@ -197,6 +208,22 @@ func serveFaults(ctx context.Context, name string, fs *flag.FlagSet, f *faultFla
 	}
 	wg.Wait()
 	return serveErr
+}
+
+// adminEndpoint returns the Injector's admin endpoint, taking YAML bodies
+// too, or a usage error naming every bad --admin-host.
+func (f *faultFlags) adminEndpoint(in *fault.Injector) (http.Handler, error) {
+	h, err := in.Admin(fault.AdminConfig{AllowRemote: f.allowRemote, Hosts: f.adminHosts})
+	if err != nil {
+		var bad []string
+		for _, host := range f.adminHosts {
+			if _, err := in.Admin(fault.AdminConfig{Hosts: []string{host}}); err != nil {
+				bad = append(bad, strconv.Quote(host))
+			}
+		}
+		return nil, usageError{fmt.Sprintf("--admin-host %s: want a host name or host:port", strings.Join(bad, ", "))}
+	}
+	return yamlBodies(h), nil
 }
 
 // loopbackAddr reports whether a listen address is on loopback only.

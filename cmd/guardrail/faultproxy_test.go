@@ -5,10 +5,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestFaultProxy(t *testing.T) {
@@ -78,5 +80,49 @@ func TestFaultProxyUsageErrors(t *testing.T) {
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: err = %v, want a usage error containing %q", tt.args, err, tt.want)
 		}
+	}
+}
+
+// A truncate in front of a large chunked upstream sends the cut and stops
+// reading the upstream, without holding its body.
+func TestFaultProxyTruncateLargeUpstream(t *testing.T) {
+	noLeaks(t)
+	const bodySize = 256 << 20
+	var wrote atomic.Int64
+	done := make(chan struct{})
+	chunk := []byte(strings.Repeat("0123456789abcdef", 2048))
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(done)
+		for wrote.Load() < bodySize {
+			n, err := w.Write(chunk)
+			wrote.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}))
+	defer upstream.Close()
+	r := start(t, runFaultProxy, "--to", upstream.URL, "--fault", "truncate; bytes=10")
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	resp, body, err := r.get(t, "/big")
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream is still being read")
+	}
+	runtime.ReadMemStats(&after)
+	t.Logf("client got %d bytes; upstream wrote %d KiB of %d MiB; allocated %d KiB",
+		len(body), wrote.Load()>>10, bodySize>>20, (after.TotalAlloc-before.TotalAlloc)>>10)
+	if resp == nil || !errors.Is(err, io.ErrUnexpectedEOF) || body != "0123456789" {
+		t.Errorf("got %q, %v; want the first 10 bytes and io.ErrUnexpectedEOF", body, err)
+	}
+	if w := wrote.Load(); w > 32<<20 {
+		t.Errorf("upstream wrote %d MiB of %d MiB", w>>20, bodySize>>20)
+	}
+	if d := after.TotalAlloc - before.TotalAlloc; d > 32<<20 {
+		t.Errorf("allocated %d MiB to send 10 bytes", d>>20)
 	}
 }

@@ -36,6 +36,12 @@ rules (from --rules, --fault and the quick flags --latency, --error-rate,
 --status, --retry-after, --reset-rate). Rules and counters can be read and
 changed at run time on the admin endpoint: GET/PUT /rules.
 
+The admin endpoint takes a body sent as application/json or
+application/yaml only, and refuses requests from other web sites and Host
+names other than localhost, IP addresses and --admin-host:
+
+  curl -X PUT -H 'Content-Type: application/yaml' --data-binary @rules.yaml ADMIN/rules
+
 Flags:
 `, fs)
 	if err := parseFlags(fs, args, stdout, help); err != nil {

@@ -150,9 +150,27 @@ func (r *running) adminGet(t *testing.T) adminView {
 	return v
 }
 
+// adminPut sends a rules file as curl does with -H 'Content-Type: application/json'.
 func (r *running) adminPut(t *testing.T, body string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest("PUT", r.admin+"/rules", strings.NewReader(body))
+	return r.adminSend(t, "PUT", "/rules", body, map[string]string{"Content-Type": "application/json"})
+}
+
+// adminSend sends a request to the admin endpoint with the given headers;
+// a "Host" entry sets the Host header.
+func (r *running) adminSend(t *testing.T, method, path, body string, header map[string]string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, r.admin+path, strings.NewReader(body))
+	if body == "" {
+		req.Body = nil
+	}
+	for k, v := range header {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
 	resp, err := r.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -261,6 +279,8 @@ func TestFaultServerUsageErrors(t *testing.T) {
 		{[]string{"--status", "200"}, "status: 200 is not an error status"},
 		{[]string{"--fault", "boom"}, `--fault "boom": fault: rule: kind: "boom" is not a fault kind`},
 		{[]string{"--admin", "0.0.0.0:0"}, "is not a loopback address"},
+		{[]string{"--admin", "127.0.0.1:0", "--admin-host", "ok.example", "--admin-host", "a/b", "--admin-host", "x:y"},
+			`--admin-host "a/b", "x:y": want a host name or host:port`},
 		{[]string{"--nope"}, "flag provided but not defined: -nope"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"--body-size", "-1"}, "--body-size is negative"},
@@ -285,5 +305,66 @@ func TestFaultServerUsageErrors(t *testing.T) {
 	err = runFaultServer(t.Context(), []string{"--rules", bad}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "bad.json: fault: rule 0 (rule-0): delay: missing") {
 		t.Errorf("bad rules file: err = %v", err)
+	}
+}
+
+// What a web page can make a browser send to the admin endpoint changes
+// nothing; curl with a JSON or YAML type still works.
+func TestFaultServerAdminRefusesWebPages(t *testing.T) {
+	noLeaks(t)
+	r := start(t, runFaultServer, "--fault", "error; status=418", "--seed", "1", "--admin-host", "ops.internal")
+	before := r.adminGet(t)
+	hang := `{"rules":[{"name":"all","kind":"hang"}]}`
+	for _, tt := range []struct {
+		name   string
+		path   string
+		body   string
+		header map[string]string
+		want   int
+	}{
+		{"cross-site text/plain", "/rules", hang, map[string]string{"Content-Type": "text/plain", "Origin": "https://evil.example"}, 415},
+		{"text/plain YAML", "/rules", "rules: [{name: all, kind: hang}]", map[string]string{"Content-Type": "text/plain"}, 415},
+		{"form", "/rules", hang, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415},
+		{"cross-origin JSON", "/rules", hang, map[string]string{"Content-Type": "application/json", "Origin": "https://evil.example"}, 403},
+		{"cross-origin YAML", "/rules", "rules: [{name: all, kind: hang}]",
+			map[string]string{"Content-Type": "application/yaml", "Sec-Fetch-Site": "cross-site"}, 403},
+		{"rebound name", "/rules", hang, map[string]string{"Content-Type": "application/json", "Host": "evil.example"}, 403},
+		{"cross-site reset", "/counters/reset", "", map[string]string{"Origin": "https://evil.example"}, 403},
+	} {
+		if code, msg := r.adminSend(t, "POST", tt.path, tt.body, tt.header); code != tt.want {
+			t.Errorf("%s: POST %s = %d %q, want %d", tt.name, tt.path, code, msg, tt.want)
+		}
+	}
+	if code, _ := r.adminSend(t, "GET", "/rules", "", map[string]string{"Host": "evil.example:8082"}); code != 403 {
+		t.Errorf("GET with a rebound name = %d, want 403", code)
+	}
+	after := r.adminGet(t)
+	if len(after.Rules) != 1 || after.Rules[0]["status"] != 418.0 || after.Counters[0] != before.Counters[0] {
+		t.Errorf("after the refused requests: %+v, want %+v", after, before)
+	}
+	if resp, _, err := r.get(t, "/"); err != nil || resp.StatusCode != 418 {
+		t.Errorf("GET / after the refused requests: %v %v, want 418", resp, err)
+	}
+
+	for _, tt := range []struct {
+		name   string
+		body   string
+		header map[string]string
+	}{
+		{"YAML", "rules: [{name: y, kind: error, status: 503}]", map[string]string{"Content-Type": "application/yaml"}},
+		{"YAML sent as JSON", "rules: [{name: y, kind: error, status: 503}]", map[string]string{"Content-Type": "application/json"}},
+		{"JSON by a listed name", `{"rules":[{"name":"y","kind":"error","status":503}]}`,
+			map[string]string{"Content-Type": "application/json", "Host": "ops.internal:8092"}},
+	} {
+		if code, msg := r.adminSend(t, "PUT", "/rules", tt.body, tt.header); code != 200 {
+			t.Errorf("%s: PUT = %d %q, want 200", tt.name, code, msg)
+		}
+		if v := r.adminGet(t); len(v.Rules) != 1 || v.Rules[0]["status"] != 503.0 {
+			t.Errorf("%s: rules = %+v, want the 503 rule", tt.name, v.Rules)
+		}
+		r.adminPut(t, `{"rules":[]}`)
+	}
+	if code, msg := r.adminSend(t, "POST", "/counters/reset", "", nil); code != 200 {
+		t.Errorf("curl's counter reset = %d %q", code, msg)
 	}
 }

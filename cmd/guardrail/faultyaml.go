@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/guardrail-go/guardrail/fault"
@@ -97,12 +99,16 @@ func jsonValue(v any, depth int) (any, error) {
 }
 
 // yamlBodies lets the fault admin endpoint, which reads JSON, take the
-// rule files of PUT and POST /rules in YAML too: a body that is not JSON
-// is re-encoded as JSON before admin reads it, and one that is not YAML
-// either is answered 400 with the parser's error.
+// rule files of PUT and POST /rules in YAML too. A body sent as JSON or as
+// YAML (application/yaml, application/x-yaml, text/yaml, text/x-yaml) that
+// is not JSON is re-encoded as JSON, and sent on as application/json,
+// before admin reads it; one that is not YAML either is answered 400 with
+// the parser's error. A body of any other type goes on untouched, for the
+// admin endpoint to refuse: a web page can make a browser send text/plain
+// or a form anywhere, but not a YAML or JSON type to another site.
 func yamlBodies(admin http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPut && r.Method != http.MethodPost {
+		if (r.Method != http.MethodPut && r.Method != http.MethodPost) || !jsonOrYAML(r.Header.Get("Content-Type")) {
 			admin.ServeHTTP(w, r)
 			return
 		}
@@ -123,6 +129,20 @@ func yamlBodies(admin http.Handler) http.Handler {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(data))
 		r.ContentLength = int64(len(data))
+		r.Header.Set("Content-Type", "application/json")
 		admin.ServeHTTP(w, r)
 	})
+}
+
+// jsonOrYAML reports whether a Content-Type is a JSON or a YAML type.
+func jsonOrYAML(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return false
+	}
+	switch mt {
+	case "application/json", "application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml":
+		return true
+	}
+	return strings.HasSuffix(mt, "+json") || strings.HasSuffix(mt, "+yaml")
 }
