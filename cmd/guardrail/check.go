@@ -57,9 +57,9 @@ func runCheck(_ context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	switch {
 	case len(rep.Errors) > 0:
-		return fmt.Errorf("%s: %d error(s)", path, len(rep.Errors))
+		return fmt.Errorf("%s: %d error(s)", safe(path), len(rep.Errors))
 	case *strict && len(rep.Warnings) > 0:
-		return fmt.Errorf("%s: %d warning(s), and --strict fails on warnings", path, len(rep.Warnings))
+		return fmt.Errorf("%s: %d warning(s), and --strict fails on warnings", safe(path), len(rep.Warnings))
 	}
 	return nil
 }
