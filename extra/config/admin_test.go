@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -456,4 +457,57 @@ func TestAdminActsOnLiveValuesAfterReload(t *testing.T) {
 	if st := cur.Breakers.Get(host).State(); st != breaker.Closed {
 		t.Errorf("the old HTTP breaker of svc is %v; want it left alone", st)
 	}
+}
+
+// FuzzAdminAction: whatever path, query, headers and body a caller sends,
+// the endpoint answers one of its documented codes, never panics, never
+// makes a breaker, and changes a breaker only when it answers 200.
+func FuzzAdminAction(f *testing.F) {
+	f.Add("ledger", "open", "reason=drill", "application/json", `{"reason":"drill"}`, "")
+	f.Add("svc", "open", "key=127.0.0.1:1&reason=x", "", "", "")
+	f.Add("svc", "reset", "", "application/json", `{"key":"127.0.0.1:1","reason":"r"}`, "")
+	f.Add("ledger", "close", "reason=x", "text/plain", "reason=x", "https://evil.example")
+	f.Add("nope", "open", "reason=%00", "application/json; charset=utf-8", `{"reason":"`+strings.Repeat("x", 600)+`"}`, "")
+	f.Add("ledger", "open", "", "application/json", `{"reason": 1}`, "")
+	f.Add("ledger", "open", "", "application/problem+json", `{"reason":"x","extra":true}`, "null")
+	f.Fuzz(func(t *testing.T, dep, action, query, ctype, body, origin string) {
+		reg := quietRegistry(t, testFile)
+		cfg, _, _ := reg.HTTPConfig("svc")
+		cfg.Breakers.Get("127.0.0.1:1") // a host a call used
+		a, err := NewAdmin(reg, AdminConfig{Authorize: allowAll})
+		if err != nil {
+			t.Fatal(err)
+		}
+		target := "/breakers/" + url.PathEscape(dep) + "/" + url.PathEscape(action) + "?" + query
+		req, err := http.NewRequest(http.MethodPost, "http://127.0.0.1:9901"+target, strings.NewReader(body))
+		if err != nil {
+			return // not a request a client can send
+		}
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		rec := httptest.NewRecorder()
+		a.ServeHTTP(rec, req)
+		switch rec.Code {
+		case http.StatusOK, http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound,
+			http.StatusMethodNotAllowed, http.StatusUnsupportedMediaType, http.StatusMovedPermanently, http.StatusTemporaryRedirect:
+		default:
+			t.Fatalf("%s: answered %d %s", target, rec.Code, rec.Body)
+		}
+		if keys := breakerKeys(t, reg, "svc"); len(keys) != 1 {
+			t.Fatalf("%s: svc holds breakers %q after the action; want only the one a call made", target, keys)
+		}
+		if keys := breakerKeys(t, reg, "other"); len(keys) != 0 {
+			t.Fatalf("%s: other holds breakers %q; want none", target, keys)
+		}
+		changed := cfg.Breakers.Get("127.0.0.1:1").Metrics().Forced
+		p, _ := reg.Policy("ledger")
+		changed = changed || p.Policy().Breaker.Metrics().Forced
+		if changed && rec.Code != http.StatusOK {
+			t.Fatalf("%s: a breaker changed, and the answer was %d", target, rec.Code)
+		}
+	})
 }
