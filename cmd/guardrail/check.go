@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -47,9 +48,13 @@ func runCheck(_ context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	rep, _ := config.Parse(path, data)
 	if *jsonOut {
-		enc := json.NewEncoder(stdout)
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+		if _, err := stdout.Write(jsonSafe(buf.Bytes())); err != nil {
 			return err
 		}
 	} else if err := writeReport(stdout, rep); err != nil {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/guardrail-go/guardrail/extra/config"
@@ -91,4 +92,38 @@ func safe(s string) string {
 		}
 	}
 	return s
+}
+
+// jsonSafe returns the JSON text js with every rune that does not print as
+// itself written as a \u escape, which decodes to the same string:
+// encoding/json escapes the ASCII control characters but leaves DEL, the
+// C1 controls and the bidi overrides raw, and --json output ends up in CI
+// logs that terminals render.
+func jsonSafe(js []byte) []byte {
+	var out []byte
+	for i := 0; i < len(js); {
+		r, n := utf8.DecodeRune(js[i:])
+		if r == '\n' || strconv.IsPrint(r) || (r == utf8.RuneError && n == 1) {
+			// Invalid UTF-8 never comes out of encoding/json.
+			if out != nil {
+				out = append(out, js[i:i+n]...)
+			}
+			i += n
+			continue
+		}
+		if out == nil {
+			out = append(make([]byte, 0, len(js)+16), js[:i]...)
+		}
+		if r > 0xffff {
+			r1, r2 := utf16.EncodeRune(r)
+			out = fmt.Appendf(out, "\\u%04x\\u%04x", r1, r2)
+		} else {
+			out = fmt.Appendf(out, "\\u%04x", r)
+		}
+		i += n
+	}
+	if out == nil {
+		return js
+	}
+	return out
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -112,6 +114,47 @@ func FuzzCheckReportIsTerminalSafe(f *testing.F) {
 				t.Fatal(err)
 			}
 			checkLines(t, b.String())
+			checkJSON(t, rep)
 		}
 	})
+}
+
+// checkJSON fails t if the --json rendering of rep holds a rune that may
+// not reach a terminal raw, or decodes to another value than
+// encoding/json's own.
+func checkJSON(t *testing.T, rep *config.Report) {
+	t.Helper()
+	js, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	safeJS := jsonSafe(js)
+	checkLines(t, string(safeJS))
+	var want, got any
+	if err := json.Unmarshal(js, &want); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(safeJS, &got); err != nil {
+		t.Fatalf("the escaped JSON does not decode: %v\n%s", err, safeJS)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("the escaped JSON decodes to another value:\n%s\nwant\n%s", safeJS, js)
+	}
+}
+
+// guardrail check --json escapes what encoding/json leaves raw (DEL, C1
+// controls, bidi overrides) as \u escapes that decode to the same text.
+func TestCheckJSONEscapesTerminalControls(t *testing.T) {
+	_, out, _ := runCheckOn(t, injectionFile, "--json")
+	checkLines(t, out)
+	for _, want := range []string{`"name": "pay\u001b[2J\u001b[Hments"`, `team-\u202ekcehc`, `"name": "thanh-toán"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the JSON report lacks %s:\n%s", want, out)
+		}
+	}
+	rep, _ := config.Parse("policy.yaml", []byte(injectionFile))
+	checkJSON(t, rep)
+	if got := string(jsonSafe([]byte(`"a\u00e9` + "\U0001F600\u202e\u0085\x7f\U000E0001" + `"`))); got != `"a\u00e9😀\u202e\u0085\u007f\udb40\udc01"` {
+		t.Errorf("jsonSafe = %s", got)
+	}
 }
