@@ -444,10 +444,19 @@ func (r *Registry) breakersOf(dep, key string) ([]*breaker.Breaker, []string, er
 		msg = fmt.Sprintf("dependency %s has no breaker with key %s", quoteList([]string{dep}), quoteList([]string{key}))
 	}
 	if len(all) == 0 {
-		return nil, nil, &notFound{msg + "; it has none yet: the first call to a key makes its breaker, and none was made under the settings in force"}
+		return nil, nil, &notFound{msg + ": the first call to a key makes its breaker, and no call has made one under the settings in force"}
 	}
-	return nil, nil, &notFound{msg + "; its keys are " + quoteList(all)}
+	more := ""
+	if len(all) > maxListedKeys {
+		more = fmt.Sprintf(" and %d more (GET / lists them all)", len(all)-maxListedKeys)
+		all = all[:maxListedKeys]
+	}
+	return nil, nil, &notFound{msg + "; its keys are " + quoteList(all) + more}
 }
+
+// maxListedKeys bounds the keys an error of breakersOf names: a group may
+// hold a thousand.
+const maxListedKeys = 20
 
 // quoteList renders names as a list of Go-quoted strings, so that a name
 // sent by a caller cannot forge the message around it.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -225,6 +226,7 @@ func TestAdminRefusesCrossSiteRequests(t *testing.T) {
 		{"cross-site form", "/breakers/ledger/open", "reason=pwned", map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, http.StatusUnsupportedMediaType},
 		{"cross-site JSON by Origin", "/breakers/ledger/open", `{"reason":"pwned"}`, map[string]string{"Content-Type": "application/json", "Origin": "https://evil.example"}, http.StatusForbidden},
 		{"cross-site by Sec-Fetch-Site", "/breakers/ledger/open?reason=pwned", "", map[string]string{"Sec-Fetch-Site": "cross-site"}, http.StatusForbidden},
+		{"cross-site text/plain to a rebound Host", "/breakers/ledger/open?reason=pwned", "reason=pwned", map[string]string{"Content-Type": "text/plain", "Origin": "https://evil.example", "Host": "evil.example"}, http.StatusForbidden},
 		{"rebound Host", "/breakers/ledger/open?reason=pwned", "", map[string]string{"Host": "evil.example"}, http.StatusForbidden},
 		{"rebound Host, JSON", "/breakers/ledger/open", `{"reason":"pwned"}`, map[string]string{"Host": "evil.example", "Content-Type": "application/json"}, http.StatusForbidden},
 	} {
@@ -510,4 +512,21 @@ func FuzzAdminAction(f *testing.F) {
 			t.Fatalf("%s: a breaker changed, and the answer was %d", target, rec.Code)
 		}
 	})
+}
+
+// The error of an unknown key names at most 20 of the keys that exist.
+func TestAdminNotFoundListsSomeKeys(t *testing.T) {
+	reg := quietRegistry(t, testFile)
+	cfg, _, _ := reg.HTTPConfig("svc")
+	for i := range 25 {
+		cfg.Breakers.Get(fmt.Sprintf("h%02d.internal:443", i))
+	}
+	a, err := NewAdmin(reg, AdminConfig{Authorize: allowAll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := adminPost(t, newServer(t, a).URL, "/breakers/svc/open?reason=drill&key=nope", "", nil)
+	if code != http.StatusNotFound || !strings.Contains(body, `"h19.internal:443" and 5 more`) || strings.Contains(body, "h20") {
+		t.Errorf("unknown key among 25: %d %s; want 404 naming h00 to h19 and 5 more", code, body)
+	}
 }
