@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -47,9 +48,13 @@ func runCheck(_ context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	rep, _ := config.Parse(path, data)
 	if *jsonOut {
-		enc := json.NewEncoder(stdout)
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+		if _, err := stdout.Write(jsonSafe(buf.Bytes())); err != nil {
 			return err
 		}
 	} else if err := writeReport(stdout, rep); err != nil {
@@ -57,9 +62,9 @@ func runCheck(_ context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	switch {
 	case len(rep.Errors) > 0:
-		return fmt.Errorf("%s: %d error(s)", path, len(rep.Errors))
+		return fmt.Errorf("%s: %d error(s)", safe(path), len(rep.Errors))
 	case *strict && len(rep.Warnings) > 0:
-		return fmt.Errorf("%s: %d warning(s), and --strict fails on warnings", path, len(rep.Warnings))
+		return fmt.Errorf("%s: %d warning(s), and --strict fails on warnings", safe(path), len(rep.Warnings))
 	}
 	return nil
 }

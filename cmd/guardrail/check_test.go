@@ -112,6 +112,7 @@ func TestCheckBrokenCopies(t *testing.T) {
 		name, old, new, marker, want string
 	}{
 		{"no unit", "    attempt_timeout: 1500ms\n", "    attempt_timeout: 5\n", "attempt_timeout: 5", `dependencies.payments.attempt_timeout: "5" has no unit; write 5s`},
+		{"no unit, milliseconds", "    attempt_timeout: 1500ms\n", "    attempt_timeout: 700\n", "attempt_timeout: 700", `dependencies.payments.attempt_timeout: "700" has no unit; write 700ms`},
 		{"unknown key", "    max_attempts: 2\n", "    max_attemps: 2\n", "max_attemps", "did you mean max_attempts?"},
 		{"no reason", "    reason: \"Catalog is", "    owner2: \"Catalog is", "owner2", "dependencies.catalog.owner2: is not a known setting"},
 		{"core breaker error", "      min_requests: 50\n", "      min_requests: 0.5\n", "min_requests: 0.5", `dependencies.payments.breaker.min_requests: is "0.5"; want a whole number`},

@@ -3,14 +3,18 @@ package config
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/admin"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/throttle"
@@ -29,14 +33,31 @@ type AdminConfig struct {
 	AuthorizeRead func(*http.Request) error
 	// ReadOnly serves the listing only; every write is refused with 403.
 	ReadOnly bool
-	// Logger receives one line per write, with its reason. Nil means the
-	// Registry's logger.
+	// Logger receives one line per write, with its reason, and the error
+	// of every refused authorisation, which the caller is not told. Nil
+	// means the Registry's logger.
 	Logger *slog.Logger
+	// Hosts lists the names, besides loopback names and literal IP
+	// addresses, that requests may carry in their Host header, as
+	// admin.Config.Hosts: "ops.example.com" on any port,
+	// "ops.example.com:9901" on that port only. Nil means none: the
+	// endpoint answers http://127.0.0.1:9901/ and http://localhost:9901/,
+	// and refuses a request for any other name with 403, which defeats
+	// DNS rebinding.
+	Hosts []string
 }
 
 // errNoAuthorize is the error of NewAdmin for a Config that would leave
 // writes open.
-var errNoAuthorize = fmt.Errorf("%w: AdminConfig.Authorize is nil and ReadOnly is false; want an Authorize hook, or ReadOnly: true, since the admin endpoint can force breakers open", ErrInvalidConfig)
+var errNoAuthorize = errors.New("AdminConfig.Authorize is nil and ReadOnly is false; want an Authorize hook, or ReadOnly: true, since the admin endpoint can force breakers open")
+
+// forbidden is what a caller whose authorisation failed is told: the
+// hook's error may say what a valid credential looks like, so it goes to
+// the log only.
+const forbidden = "forbidden"
+
+// maxBodyBytes bounds the JSON body of an admin action.
+const maxBodyBytes = 4 << 10
 
 // maxReasonLength bounds the reason of an admin action, which goes to the
 // log.
@@ -48,7 +69,7 @@ type Admin struct {
 	reg *Registry
 	cfg AdminConfig
 	log *slog.Logger
-	mux *http.ServeMux
+	h   http.Handler // the mux behind the guard
 }
 
 // NewAdmin returns the admin endpoint of reg. It lists every breaker,
@@ -56,24 +77,57 @@ type Admin struct {
 // forces a breaker open, closed or reset (POST
 // /breakers/{dependency}/{open|close|reset}?key=KEY&reason=TEXT, where KEY
 // is the host of an HTTP dependency or the failure domain of a gRPC one:
-// its target, or its target and full method name). A reason of at most
-// 500 bytes is required, and logged with the action. The error Is
-// ErrInvalidConfig when cfg has no Authorize and is not ReadOnly.
+// its target, or its target and full method name; key and reason may come
+// in a JSON body instead). A reason of at most 500 bytes is required, and
+// logged with the action. An action applies to breakers that exist: an
+// unknown dependency or key is answered 404 with what exists, and the
+// endpoint never creates a breaker.
+//
+// Every request passes an admin.Guard first, which refuses a Host outside
+// cfg.Hosts and the loopback names (403), a cross-origin write (403) and a
+// write whose body is not JSON (415), so that a web page cannot drive the
+// endpoint through an operator's browser.
+//
+// The error Is ErrInvalidConfig, and names every invalid field, when cfg
+// has no Authorize and is not ReadOnly, or an entry of cfg.Hosts is not a
+// host name or host:port.
 func NewAdmin(reg *Registry, cfg AdminConfig) (*Admin, error) {
+	var errs []error
 	if cfg.Authorize == nil && !cfg.ReadOnly {
-		return nil, errNoAuthorize
+		errs = append(errs, errNoAuthorize)
 	}
-	a := &Admin{reg: reg, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	guard, err := admin.New(admin.Config{Hosts: cfg.Hosts})
+	if err != nil {
+		errs = append(errs, hostsError(cfg.Hosts))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	a := &Admin{reg: reg, cfg: cfg, log: cfg.Logger}
 	if a.log == nil {
 		a.log = reg.log
 	}
-	a.mux.HandleFunc("GET /{$}", a.list)
-	a.mux.HandleFunc("POST /breakers/{dependency}/{action}", a.act)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", a.list)
+	mux.HandleFunc("POST /breakers/{dependency}/{action}", a.act)
+	a.h = guard.Middleware(mux)
 	return a, nil
 }
 
+// hostsError names each entry of hosts that admin.New refuses, under the
+// field name of AdminConfig.
+func hostsError(hosts []string) error {
+	var errs []error
+	for i, h := range hosts {
+		if _, err := admin.New(admin.Config{Hosts: []string{h}}); err != nil {
+			errs = append(errs, fmt.Errorf("AdminConfig.Hosts[%d] is %q; want a host name or host:port", i, h))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // ServeHTTP serves the endpoint.
-func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.h.ServeHTTP(w, r) }
 
 // breakerState is one breaker in the listing.
 // It is a plain value.
@@ -309,47 +363,118 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 func (a *Admin) list(w http.ResponseWriter, r *http.Request) {
 	if a.cfg.AuthorizeRead != nil {
 		if err := a.cfg.AuthorizeRead(r); err != nil {
-			writeError(w, http.StatusForbidden, "not authorised: "+err.Error())
+			a.log.Warn("config: admin listing refused", "path", r.URL.Path, "remote", r.RemoteAddr, "error", err)
+			writeError(w, http.StatusForbidden, forbidden)
 			return
 		}
 	}
 	writeJSON(w, http.StatusOK, a.reg.status())
 }
 
-// breakersOf returns the breakers of dependency dep an action applies to:
-// key's, or every one the dependency holds when key is empty.
-func (r *Registry) breakersOf(dep, key string) ([]*breaker.Breaker, []string, bool) {
+// notFound is an admin action on a dependency or key that does not exist;
+// its message says what does.
+type notFound struct{ msg string }
+
+func (e *notFound) Error() string { return e.msg }
+
+// breakersOf returns the breakers of dependency dep an action applies to,
+// and their keys: key's, or every one the dependency holds when key is
+// empty. It looks at the values in force for the dependency's kind in the
+// file in force, which a reload may have changed, and never creates a
+// breaker: what carries no traffic has none, and forcing one would report
+// a success that protects nothing. A dependency or key that does not exist
+// is a *notFound naming what does.
+func (r *Registry) breakersOf(dep, key string) ([]*breaker.Breaker, []string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var g *breaker.Group
-	h, isHTTP := r.https[dep]
-	gh, isGRPC := r.grpcs[dep]
-	if d := r.checked.Load().dependency(dep); isHTTP && isGRPC && d != nil && d.Kind == kindGRPC {
-		isHTTP = false // the kind changed: the handle of the kind in force
-	}
-	switch {
-	case isHTTP:
-		g = h.cur.Load().cfg.Breakers
-	case isGRPC:
-		g = gh.Current().Breakers
-	}
-	if g != nil {
-		if key != "" {
-			return []*breaker.Breaker{g.Get(key)}, []string{key}, true
+	c := r.checked.Load()
+	d := c.dependency(dep)
+	if d == nil {
+		names := make([]string, 0, len(c.Dependencies))
+		for _, d := range c.Dependencies {
+			names = append(names, d.Name)
 		}
-		var bs []*breaker.Breaker
-		var keys []string
+		sort.Strings(names)
+		return nil, nil, &notFound{fmt.Sprintf("no dependency %s; the dependencies are %s", quoteList([]string{dep}), quoteList(names))}
+	}
+	var g *breaker.Group
+	switch d.Kind {
+	case kindHTTP:
+		if h := r.https[dep]; h != nil {
+			g = h.cur.Load().cfg.Breakers
+		}
+	case kindGRPC:
+		if h := r.grpcs[dep]; h != nil {
+			g = h.Current().Breakers
+		}
+	default:
+		p := r.policies[dep]
+		if p == nil {
+			break
+		}
+		if key != "" {
+			return nil, nil, &notFound{fmt.Sprintf("dependency %s is a policy with one breaker, which has no key; leave key out", quoteList([]string{dep}))}
+		}
+		return []*breaker.Breaker{p.Policy().Breaker}, []string{""}, nil
+	}
+	var bs []*breaker.Breaker
+	var keys []string
+	if g != nil {
 		g.Range(func(k string, b *breaker.Breaker) bool {
-			bs = append(bs, b)
-			keys = append(keys, k)
+			if key == "" || k == key {
+				bs = append(bs, b)
+				keys = append(keys, k)
+			}
 			return true
 		})
-		return bs, keys, true
 	}
-	if p, ok := r.policies[dep]; ok {
-		return []*breaker.Breaker{p.Policy().Breaker}, []string{""}, true
+	if len(bs) > 0 {
+		return bs, keys, nil
 	}
-	return nil, nil, false
+	var all []string
+	if g != nil {
+		g.Range(func(k string, _ *breaker.Breaker) bool {
+			all = append(all, k)
+			return true
+		})
+	}
+	sort.Strings(all)
+	msg := fmt.Sprintf("dependency %s has no breakers", quoteList([]string{dep}))
+	if key != "" {
+		msg = fmt.Sprintf("dependency %s has no breaker with key %s", quoteList([]string{dep}), quoteList([]string{key}))
+	}
+	if len(all) == 0 {
+		return nil, nil, &notFound{msg + ": the first call to a key makes its breaker, and no call has made one under the settings in force"}
+	}
+	more := ""
+	if len(all) > maxListedKeys {
+		more = fmt.Sprintf(" and %d more (GET / lists them all)", len(all)-maxListedKeys)
+		all = all[:maxListedKeys]
+	}
+	return nil, nil, &notFound{msg + "; its keys are " + quoteList(all) + more}
+}
+
+// maxListedKeys bounds the keys an error of breakersOf names: a group may
+// hold a thousand.
+const maxListedKeys = 20
+
+// quoteList renders names as a list of Go-quoted strings, so that a name
+// sent by a caller cannot forge the message around it.
+func quoteList(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
+}
+
+// actionBody is the JSON body an action may carry instead of its query.
+type actionBody struct {
+	Key    string `json:"key"`
+	Reason string `json:"reason"`
 }
 
 func (a *Admin) act(w http.ResponseWriter, r *http.Request) {
@@ -359,12 +484,25 @@ func (a *Admin) act(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := a.cfg.Authorize(r); err != nil {
 		a.log.Warn("config: admin action refused", "path", r.URL.Path, "remote", r.RemoteAddr, "error", err)
-		writeError(w, http.StatusForbidden, "not authorised: "+err.Error())
+		writeError(w, http.StatusForbidden, forbidden)
 		return
 	}
 	dep, action := r.PathValue("dependency"), r.PathValue("action")
-	reason := strings.TrimSpace(r.FormValue("reason"))
-	key := r.FormValue("key")
+	q := r.URL.Query()
+	body := actionBody{Key: q.Get("key"), Reason: q.Get("reason")}
+	if r.Body != nil && r.Body != http.NoBody && r.Header.Get("Content-Type") != "" {
+		// The guard let only JSON through.
+		var b actionBody
+		dec := json.NewDecoder(io.LimitReader(r.Body, maxBodyBytes))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&b); err != nil && err != io.EOF {
+			writeError(w, http.StatusBadRequest, `the body is not {"key": "...", "reason": "..."} of at most 4 KiB`)
+			return
+		}
+		body.Key, body.Reason = cmp.Or(body.Key, b.Key), cmp.Or(body.Reason, b.Reason)
+	}
+	reason := strings.TrimSpace(body.Reason)
+	key := body.Key
 	if reason == "" || len(reason) > maxReasonLength {
 		writeError(w, http.StatusBadRequest, "reason is required (at most 500 bytes): it goes to the log with the action")
 		return
@@ -378,22 +516,19 @@ func (a *Admin) act(w http.ResponseWriter, r *http.Request) {
 	case "reset":
 		do = (*breaker.Breaker).Reset
 	default:
-		writeError(w, http.StatusBadRequest, "action is "+action+"; want open, close or reset")
+		writeError(w, http.StatusBadRequest, "action is "+strconv.Quote(action)+"; want open, close or reset")
 		return
 	}
-	bs, keys, ok := a.reg.breakersOf(dep, key)
-	if !ok {
-		writeError(w, http.StatusNotFound, "no dependency "+dep)
+	bs, keys, err := a.reg.breakersOf(dep, key)
+	if err != nil {
+		writeError(w, http.StatusNotFound, err.Error())
 		return
 	}
-	var out []breakerState
+	out := make([]breakerState, 0, len(bs))
 	for i, b := range bs {
 		do(b)
 		a.log.Warn("config: admin breaker action", "action", action, "dependency", dep, "key", keys[i], "reason", reason, "remote", r.RemoteAddr)
 		out = append(out, breakerStatus(dep, keys[i], b))
-	}
-	if out == nil {
-		out = []breakerState{}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -292,6 +292,33 @@ func describe(n *yaml.Node) string {
 
 var bareNumber = regexp.MustCompile(`^[+-]?[0-9]+(\.[0-9]+)?$`)
 
+// subMinute are the duration keys whose sensible values are under a
+// minute: the timeouts of one attempt or phase, backoff's base, a slow
+// call, a wait, a hedge delay, a deadline. A bare number of 100 or more
+// in one of them was most likely written in milliseconds (attempt_timeout:
+// 700 is 700 ms, not 11 minutes), so the error suggests ms for it. Other
+// keys (open_for, windows, TTLs, caps, pauses) sensibly run to minutes or
+// hours, and so does any number below 100: the error suggests s for them.
+var subMinute = map[string]bool{
+	"attempt_timeout": true, "min_attempt_time": true, "deadline": true,
+	"connect_timeout": true, "tls_handshake_timeout": true, "write_timeout": true,
+	"response_header_timeout": true, "body_idle_timeout": true, "deadline_reserve": true,
+	"base": true, "slow_call": true, "max_wait": true, "delay": true,
+	"max": true, "reserve": true, // a server's deadline section
+	"queue_interval": true, "max_queue_wait": true, "queue_target": true, "store_timeout": true,
+}
+
+// unitFor returns the unit the error for the bare number s at path
+// suggests: "ms" for a number of 100 or more under a key of subMinute,
+// else "s".
+func unitFor(path, s string) string {
+	key := path[strings.LastIndexByte(path, '.')+1:]
+	if f, err := strconv.ParseFloat(s, 64); err == nil && f >= 100 && subMinute[key] {
+		return "ms"
+	}
+	return "s"
+}
+
 func (d *decoder) duration(n *yaml.Node, v reflect.Value, path string) {
 	if n.Kind != yaml.ScalarNode {
 		d.errorf(n.Line, path, "is %s; want a duration such as 500ms or 2s", describe(n))
@@ -299,7 +326,7 @@ func (d *decoder) duration(n *yaml.Node, v reflect.Value, path string) {
 	}
 	s := strings.TrimSpace(n.Value)
 	if bareNumber.MatchString(s) && s != "0" {
-		d.errorf(n.Line, path, "%q has no unit; write %ss", n.Value, s)
+		d.errorf(n.Line, path, "%q has no unit; write %s%s", n.Value, s, unitFor(path, s))
 		return
 	}
 	dur, err := time.ParseDuration(s)

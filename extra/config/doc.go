@@ -30,7 +30,11 @@
 // bulkheads, throttlers and shedders whose settings did not change, and
 // rejects an invalid file as a whole, keeping the settings in force.
 // NewAdmin serves their state as JSON and lets an authorised operator
-// force a breaker open, closed or reset.
+// force a breaker open, closed or reset, behind the core's admin.Guard,
+// which refuses what a web page could make a browser send. RangeBreakers
+// and RangeBudgets report the breakers and budgets in force, which a
+// metrics adapter reads at every scrape (extra/prom's
+// Collector.WatchSource).
 //
 // A policy dependency's handle gives the guardrail.Policy in force to the
 // core's functions, so that a call is the core's own:

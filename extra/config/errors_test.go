@@ -28,6 +28,21 @@ var brokenCopies = []struct {
 }{
 	{"duration without unit", "    attempt_timeout: 1500ms\n", "    attempt_timeout: 5\n", "attempt_timeout: 5",
 		`dependencies.payments.attempt_timeout: "5" has no unit; write 5s`},
+	// A bare number of 100 or more in a key whose sensible values are
+	// under a minute was written in milliseconds; anywhere else, and
+	// below 100, in seconds.
+	{"attempt timeout in milliseconds", "    attempt_timeout: 1500ms\n", "    attempt_timeout: 700\n", "attempt_timeout: 700",
+		`dependencies.payments.attempt_timeout: "700" has no unit; write 700ms`},
+	{"attempt timeout of 99", "    attempt_timeout: 1500ms\n", "    attempt_timeout: 99\n", "attempt_timeout: 99",
+		`dependencies.payments.attempt_timeout: "99" has no unit; write 99s`},
+	{"max wait in milliseconds", "      max_wait: 100ms", "      max_wait: 100", "max_wait: 100",
+		`dependencies.payments.bulkhead.max_wait: "100" has no unit; write 100ms`},
+	{"server deadline in milliseconds", "      max: 5s", "      max: 5000", "max: 5000",
+		`servers.api.deadline.max: "5000" has no unit; write 5000ms`},
+	{"open_for in seconds", "    open_for: 30s", "    open_for: 300", "open_for: 300",
+		`defaults.breaker.open_for: "300" has no unit; write 300s`},
+	{"lease in seconds", "      lease: 30s", "      lease: 300", "lease: 300",
+		`servers.api.idempotency.lease: "300" has no unit; write 300s`},
 	{"duration not a duration", "      lease: 30s", "      lease: soon", "lease: soon",
 		`servers.api.idempotency.lease: "soon" is not a duration`},
 	{"unknown key", "    max_attempts: 2\n", "    max_attemps: 2\n", "max_attemps",
@@ -113,6 +128,8 @@ var brokenCopies = []struct {
 		"dependencies.pricing.hedge.delay: is -20ms; want a positive duration, or zero for an adaptive delay (guardrail: HedgeConfig.Delay)"},
 	{"hedge delay without unit", "      delay: 20ms ", "      delay: 20 ", "delay: 20",
 		`dependencies.pricing.hedge.delay: "20" has no unit; write 20s`},
+	{"hedge delay in milliseconds", "hedge: {delay: 150ms}", "hedge: {delay: 150}", "hedge: {delay: 150}",
+		`dependencies.inventory.hedge.delay: "150" has no unit; write 150ms`},
 	{"hedge percentile of 1", "percentile: 0.95 ", "percentile: 1 ", "percentile: 1",
 		"dependencies.pricing.hedge.percentile: is 1; want a value in (0, 1), or zero (guardrail: HedgeConfig.Percentile)"},
 	{"hedge percentile negative", "percentile: 0.95 ", "percentile: -0.5 ", "percentile: -0.5",

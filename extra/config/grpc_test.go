@@ -174,9 +174,10 @@ func TestGRPCKindChange(t *testing.T) {
 	if old.Transport == nil {
 		t.Error("the HTTP handle of web went away")
 	}
-	// Admin actions go to the kind in force.
-	bs, _, ok := reg.breakersOf("web", "t")
-	if !ok || len(bs) != 1 || bs[0] != h.Current().Breakers.Get("t") {
+	// Admin actions go to the kind in force, on a breaker that a call made.
+	want := h.Current().Breakers.Get("t")
+	bs, _, err := reg.breakersOf("web", "t")
+	if err != nil || len(bs) != 1 || bs[0] != want {
 		t.Error("an admin action on web did not reach its gRPC breakers")
 	}
 }

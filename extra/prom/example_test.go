@@ -14,6 +14,7 @@ import (
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/extra/prom"
 )
 
@@ -101,4 +102,51 @@ func ExampleCollector_WatchBreakerGroup() {
 	// Output:
 	// guardrail_breaker_state{dependency=users,key=10.0.0.7:443,state=closed}
 	// guardrail_breaker_state{dependency=users,key=10.0.0.8:443,state=open}
+}
+
+// dependencies is a Source as a config.Registry is one: what the values
+// in force use, read at every scrape.
+type dependencies struct {
+	hosts  *breaker.Group
+	ledger *breaker.Breaker
+}
+
+func (d dependencies) RangeBreakers(yield func(dependency, key string, b *breaker.Breaker) bool) {
+	d.hosts.Range(func(key string, b *breaker.Breaker) bool { return yield("payments", key, b) })
+	yield("ledger", "", d.ledger)
+}
+
+func (d dependencies) RangeBudgets(func(dependency string, b *budget.Budget) bool) {}
+
+// The breakers of a policy file's clients, watched through the Registry
+// (metrics.WatchSource(reg)): each exported with its dependency and key
+// from the moment it exists, before any transition.
+func ExampleCollector_WatchSource() {
+	metrics, err := prom.New(prom.Config{})
+	if err != nil {
+		panic(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics)
+
+	hosts, _ := breaker.NewGroup(breaker.GroupConfig{})
+	ledger, _ := breaker.New(breaker.Config{})
+	metrics.WatchSource(dependencies{hosts, ledger})
+	hosts.Get("pay.example:443") // the first call to a host makes its breaker
+
+	families, _ := reg.Gather()
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if m.GetGauge().GetValue() == 1 {
+				var labels []string
+				for _, l := range m.GetLabel() {
+					labels = append(labels, l.GetName()+"="+l.GetValue())
+				}
+				fmt.Printf("%s{%s}\n", f.GetName(), strings.Join(labels, ","))
+			}
+		}
+	}
+	// Output:
+	// guardrail_breaker_state{dependency=ledger,key=,state=closed}
+	// guardrail_breaker_state{dependency=payments,key=pay.example:443,state=closed}
 }
