@@ -26,24 +26,42 @@ table{border-collapse:collapse;margin:1em 0;font-size:.92em}
 td,th{border:1px solid #ddd;padding:.3em .6em;text-align:right}td:first-child,th:first-child{text-align:left}
 .ok{color:#1a7f37}.fail{color:#cf222e;font-weight:bold}.unjudged{color:#8a6d00}.note{color:#555}
 .chart{position:relative;height:340px;margin:1em 0}
+.wide{overflow-x:auto;max-width:100%}.wide table{white-space:nowrap}
+.summary{border:1px solid #ddd;border-radius:6px;padding:.6em 1em;margin:1em 0}
+.summary .counts{font-size:1.15em;margin:.2em 0 .4em}.summary ul{margin:.3em 0}
 </style>
 <script>{{.JS}}</script>
 </head><body>
 <h1>guardrail lab</h1>
 <p class="note">Generated {{.When}}, {{.Took}} in all. Every number below was measured on real loopback HTTP servers
 (the jitter experiment is a discrete simulation).</p>
+<div class="summary" id="summary">
+<p class="counts"><span class="ok">{{.Summary.Pass}} passed</span>, <span class="{{if .Summary.Fail}}fail{{else}}note{{end}}">{{.Summary.Fail}} failed</span>,
+<span class="unjudged">{{.Summary.NotJudged}} not judged</span> (the machine was too busy to measure them; they neither pass nor fail)</p>
+{{if .Summary.Listed}}<ul>{{range .Summary.Listed}}<li class="{{.Verdict.Class}}">{{.Verdict.Symbol}} <a href="#{{.Anchor}}">{{.Experiment}}</a>: {{.Name}}</li>{{end}}</ul>{{end}}
+</div>
 {{range $i, $r := .Results}}
-<h2>{{$r.Experiment}}: {{$r.Title}}</h2>
-<table><tr><th>row</th>{{range $r.Header}}<th>{{.}}</th>{{end}}</tr>
+<h2 id="{{$r.Anchor}}">{{$r.Experiment}}: {{$r.Title}}</h2>
+<div class="wide"><table><tr><th>row</th>{{range $r.Header}}<th>{{.}}</th>{{end}}</tr>
 {{range $r.Rows}}<tr><td>{{.Label}}</td>{{range .Cells}}<td>{{.}}</td>{{end}}</tr>{{end}}
-</table>
+</table></div>
 {{range $r.Notes}}<p class="note">{{.}}</p>{{end}}
 <ul>{{range $r.Checks}}<li class="{{.Verdict.Class}}">{{.Verdict.Symbol}} {{.Name}}: {{.Detail}}</li>{{end}}</ul>
 {{range $j, $c := $r.Charts}}<div class="chart"><canvas id="c{{$i}}_{{$j}}"></canvas></div>{{end}}
 {{end}}
 <script>
 const charts = {{.Charts}};
-const palette = ['#0969da','#cf222e','#1a7f37','#bf8700','#8250df','#57606a','#e16f24'];
+const palette = ['#0969da','#cf222e','#1a7f37','#bf8700','#8250df','#57606a','#e16f24','#1b7c83','#a40e26','#6e7781'];
+// A series keeps its colour in every chart of the report: colours go to
+// names in the order they first appear, not to positions in a chart.
+// Outcomes read at a glance: success green, refusal red, timeout amber.
+const colours = new Map([['200', '#1a7f37'], ['ok', '#1a7f37'], ['503', '#cf222e'], ['shed', '#cf222e'],
+  ['timeout', '#bf8700'], ['late', '#bf8700'], ['error', '#8250df']]);
+const semantic = colours.size;
+const colourOf = name => {
+  if (!colours.has(name)) colours.set(name, palette[(colours.size - semantic) % palette.length]);
+  return colours.get(name);
+};
 for (const c of charts) {
   const el = document.getElementById(c.id);
   const stepped = c.kind === 'stepped';
@@ -74,8 +92,8 @@ for (const c of charts) {
     type: c.kind === 'bar' ? 'bar' : 'line',
     data: {labels: numeric ? undefined : c.x, datasets: c.series.map((s, k) => ({
       label: s.name, data: numeric ? s.values.map((v, i) => ({x: c.xnum[i], y: v})) : s.values,
-      borderColor: palette[k % palette.length],
-      backgroundColor: s.fill ? 'rgba(207,34,46,0.15)' : palette[k % palette.length] + (c.kind === 'bar' ? 'cc' : '33'),
+      borderColor: s.fill ? 'rgba(207,34,46,0.15)' : colourOf(s.name),
+      backgroundColor: s.fill ? 'rgba(207,34,46,0.15)' : colourOf(s.name) + (c.kind === 'bar' ? 'cc' : '33'),
       stepped: stepped || !!s.fill, fill: !!s.fill, pointRadius: stepped ? 3 : 0,
       borderWidth: s.fill ? 0 : 2, tension: 0}))},
     options: {responsive: true, maintainAspectRatio: false, animation: false,
@@ -113,8 +131,43 @@ type reportRow struct {
 
 type reportResult struct {
 	*Result
+	Anchor string // the id of its section
 	Header []string
 	Rows   []reportRow
+}
+
+// summary counts the checks of a report by verdict and lists the ones
+// that did not pass, first the failures, each linked to its section.
+type summary struct {
+	Pass, Fail, NotJudged int
+	Listed                []listedCheck
+}
+
+type listedCheck struct {
+	Check
+	Experiment, Anchor string
+}
+
+func summarize(rs []reportResult) summary {
+	var s summary
+	var unjudged []listedCheck
+	for _, r := range rs {
+		for _, c := range r.Checks {
+			l := listedCheck{c, r.Experiment, r.Anchor}
+			switch c.Verdict {
+			case Pass:
+				s.Pass++
+			case Fail:
+				s.Fail++
+				s.Listed = append(s.Listed, l)
+			default:
+				s.NotJudged++
+				unjudged = append(unjudged, l)
+			}
+		}
+	}
+	s.Listed = append(s.Listed, unjudged...)
+	return s
 }
 
 // WriteReport writes a self-contained HTML page with every result's table,
@@ -123,7 +176,7 @@ func WriteReport(w io.Writer, results []*Result, took time.Duration) error {
 	var rs []reportResult
 	var charts []reportChart
 	for i, r := range results {
-		rr := reportResult{Result: r}
+		rr := reportResult{Result: r, Anchor: "exp-" + strconv.Itoa(i) + "-" + r.Experiment}
 		seen := map[string]bool{}
 		for _, row := range r.Rows {
 			for _, c := range row.Cols {
@@ -162,6 +215,7 @@ func WriteReport(w io.Writer, results []*Result, took time.Duration) error {
 		"JS":      template.JS(chartJS),
 		"Charts":  template.JS(chartsJSON),
 		"Results": rs,
+		"Summary": summarize(rs),
 		"When":    time.Now().Format(time.RFC1123),
 		"Took":    took.Round(100 * time.Millisecond),
 	})

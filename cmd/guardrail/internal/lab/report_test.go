@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"html"
 	"os"
 	"os/exec"
@@ -37,6 +38,17 @@ func trialCharts(t *testing.T) []*Result {
 	// Empty buckets, as in the shedding histograms: a bar of 0 has no height.
 	hist := &Result{Experiment: "histogram", Title: "histogram", Charts: []Chart{{Title: "latency", Kind: "bar",
 		X: []string{"0-50", "50-100", "100-150"}, Series: []Series{{Name: "ok", Values: []float64{12, 0, 3}}, {Name: "late", Values: []float64{0, 0, 7}}}}}}
+	// The same series in another order in the next chart: it keeps its
+	// colour. And a table as wide as the shedding one, with a failed and
+	// a not-judged check.
+	hist.Charts = append(hist.Charts, Chart{Title: "latency again", Kind: "bar", X: []string{"0-50", "50-100"},
+		Series: []Series{{Name: "late", Values: []float64{1, 2}}, {Name: "ok", Values: []float64{3, 4}}}})
+	var cols []Col
+	for i := range 24 {
+		cols = append(cols, Col{Key: fmt.Sprintf("a_rather_long_column_%d", i), Value: "1234.5ms"})
+	}
+	hist.Rows = []Row{{Label: "a row whose label is long as well", Cols: cols}}
+	hist.Checks = []Check{{Name: "goodput held", Verdict: Fail, Detail: "40%"}, {Name: "p99 lower", Verdict: NotJudged, Detail: "busy"}}
 	return []*Result{amp, br, jit, hist}
 }
 
@@ -94,7 +106,7 @@ const probe = `<script>
     const r = {id: ch.canvas.id, type: ch.config.type, xType: xs.type, xMin: xs.min, xMax: xs.max, dataXMin: Infinity, dataXMax: -Infinity, datasets: [], misplaced: 0};
     ch.data.datasets.forEach((ds, k) => {
       const meta = ch.getDatasetMeta(k);
-      const d = {label: ds.label, want: 0, drawn: 0, missing: []};
+      const d = {label: ds.label, colour: ds.borderColor, want: 0, drawn: 0, missing: []};
       const pts = [];
       meta.data.forEach((el, i) => {
         const raw = ds.data[i];
@@ -128,7 +140,10 @@ const probe = `<script>
   }
   const pre = document.createElement('pre');
   pre.id = 'chart-probe';
-  pre.textContent = JSON.stringify(out);
+  const summary = document.getElementById('summary');
+  pre.textContent = JSON.stringify({charts: out, pageWidth: document.documentElement.scrollWidth,
+    viewWidth: window.innerWidth, summary: summary ? summary.innerText : '',
+    links: summary ? [...summary.querySelectorAll('a')].filter(a => document.getElementById(a.hash.slice(1))).length : 0});
   document.body.appendChild(pre);
 })();
 </script>`
@@ -145,6 +160,7 @@ type probedChart struct {
 	Ink       int     `json:"ink"`
 	Datasets  []struct {
 		Label   string `json:"label"`
+		Colour  string `json:"colour"`
 		Want    int    `json:"want"`
 		Drawn   int    `json:"drawn"`
 		Missing []int  `json:"missing"`
@@ -183,9 +199,48 @@ func TestReportChartsDraw(t *testing.T) {
 	if m == nil {
 		t.Fatalf("the page wrote no probe: the report's script failed?\n%s", stderr.String())
 	}
-	var got []probedChart
-	if err := json.Unmarshal([]byte(html.UnescapeString(string(m[1]))), &got); err != nil {
+	var probed struct {
+		Charts    []probedChart `json:"charts"`
+		PageWidth int           `json:"pageWidth"`
+		ViewWidth int           `json:"viewWidth"`
+		Summary   string        `json:"summary"`
+		Links     int           `json:"links"`
+	}
+	if err := json.Unmarshal([]byte(html.UnescapeString(string(m[1]))), &probed); err != nil {
 		t.Fatalf("probe: %v: %s", err, m[1])
+	}
+	got := probed.Charts
+	// The page never scrolls sideways: a wide table scrolls in its box.
+	if probed.PageWidth > probed.ViewWidth {
+		t.Errorf("the page is %d px wide in a %d px window: a table is cut off", probed.PageWidth, probed.ViewWidth)
+	}
+	pass, fail, unjudged := 0, 0, 0
+	for _, r := range results {
+		for _, c := range r.Checks {
+			switch c.Verdict {
+			case Pass:
+				pass++
+			case Fail:
+				fail++
+			default:
+				unjudged++
+			}
+		}
+	}
+	if want := fmt.Sprintf("%d passed, %d failed, %d not judged", pass, fail, unjudged); !strings.Contains(probed.Summary, want) {
+		t.Errorf("summary %q, want it to say %q", probed.Summary, want)
+	}
+	if probed.Links != fail+unjudged {
+		t.Errorf("the summary links to %d sections, want one per check that did not pass (%d)", probed.Links, fail+unjudged)
+	}
+	colour := map[string]string{}
+	for _, c := range got {
+		for _, d := range c.Datasets {
+			if prev, ok := colour[d.Label]; ok && prev != d.Colour {
+				t.Errorf("%s: series %q is %s here and %s in an earlier chart", c.ID, d.Label, d.Colour, prev)
+			}
+			colour[d.Label] = d.Colour
+		}
 	}
 	want := 0
 	for _, r := range results {
