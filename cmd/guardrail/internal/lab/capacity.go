@@ -28,6 +28,9 @@ type capacityParams struct {
 
 // parseInts parses "10,5,20".
 func parseInts(flagName, s string) ([]int, error) {
+	if err := checkList(flagName, s); err != nil {
+		return nil, err
+	}
 	var out []int
 	for part := range strings.SplitSeq(s, ",") {
 		v, err := strconv.Atoi(strings.TrimSpace(part))
@@ -43,6 +46,9 @@ func parseInts(flagName, s string) ([]int, error) {
 func parseOverloads(s string) ([]float64, error) {
 	if s == "none" || s == "" {
 		return nil, nil
+	}
+	if err := checkList("capacity-overloads", s); err != nil {
+		return nil, err
 	}
 	var out []float64
 	for part := range strings.SplitSeq(s, ",") {

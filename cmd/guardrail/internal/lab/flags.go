@@ -30,7 +30,19 @@ const (
 	maxConcurrency = 65535
 	// maxAttemptsFlag bounds a flag that counts attempts per call.
 	maxAttemptsFlag = 100
+	// maxListEntries bounds a comma-separated flag, each of whose entries
+	// is a row, a run or a phase of its own.
+	maxListEntries = 32
 )
+
+// checkList returns a FlagError when the comma-separated value s of the
+// flag --name has more than maxListEntries entries.
+func checkList(name, s string) error {
+	if n := strings.Count(s, ",") + 1; n > maxListEntries {
+		return flagErrorf("--%s has %d entries; want at most %d", name, n, maxListEntries)
+	}
+	return nil
+}
 
 // flagCheck collects every invalid flag of an experiment, so that a run
 // reports them all at once rather than one per try.

@@ -71,8 +71,8 @@ func TestFlagBounds(t *testing.T) {
 		{"amplification", []string{"--base", "1000000h"}, []string{"--base is 1000000h0m0s"}}, // 100x the base overflowed
 		{"amplification", []string{"--base", "0s"}, []string{"--base is 0s"}},
 
-		{"jitter", []string{"--clients", "2000000000"}, []string{"--clients is 2000000000", "[1, 10000000]"}},
-		{"jitter", []string{"--clients", "10000000", "--max-attempts", "100000"}, []string{"--clients x --max-attempts"}},
+		{"jitter", []string{"--clients", "2000000000"}, []string{"--clients is 2000000000", "[1, 1000000]"}},
+		{"jitter", []string{"--clients", "1000000", "--max-attempts", "100000"}, []string{"--clients x --max-attempts"}},
 		{"jitter", []string{"--max-attempts", "1000000"}, []string{"--max-attempts is 1000000"}},
 		{"jitter", []string{"--capacity", "2000000000"}, []string{"--capacity is 2000000000"}},
 		{"jitter", []string{"--slot", "1ns"}, []string{"--slot is 1ns", "1000000 slots"}},
@@ -110,7 +110,12 @@ func TestFlagBounds(t *testing.T) {
 		{"shedding", []string{"--capacity-phase", "1000000h"}, []string{"--capacity-phase is 1000000h0m0s"}},
 		{"shedding", []string{"--capacity-phase", "20m"}, []string{"--capacity-overloads x --capacity-phase x phases"}},
 		{"shedding", []string{"--capacity-client-timeout", "1000000h"}, []string{"--capacity-client-timeout is"}},
-		{"shedding", []string{"--capacity-slots", strings.Repeat("10,", 9999) + "10"}, []string{"--capacity-phase is", "10000 phases"}},
+		{"shedding", []string{"--capacity-slots", strings.Repeat("10,", 9999) + "10"}, []string{"--capacity-slots has 10000 entries; want at most 32"}},
+		{"shedding", []string{"--capacity-phase", "30m"}, []string{"--capacity-phase is 30m0s with 3 phases; want at most 20m0s"}},
+		{"shedding", []string{"--capacity-fixed", strings.Repeat("10,", 99) + "10"}, []string{"--capacity-fixed has 100 entries"}},
+		{"shedding", []string{"--capacity-overloads", strings.Repeat("3,", 99) + "3"}, []string{"--capacity-overloads has 100 entries"}},
+		{"jitter", []string{"--strategies", strings.Repeat("full,", 99) + "full"}, []string{"--strategies has 100 entries"}},
+		{"incident", []string{"--outages", strings.Repeat("1s,", 99) + "1s"}, []string{"--outages has 100 entries"}},
 
 		{"hedging", []string{"--calls", "2000000000"}, []string{"--calls is 2000000000"}},
 		{"hedging", []string{"--workers", "2000000000"}, []string{"--workers is 2000000000"}},
@@ -165,6 +170,34 @@ func TestFlagBounds(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFlagBoundsAcceptTheEdges: the bounds are inclusive where they say so,
+// and generous: the largest values they allow still validate.
+func TestFlagBoundsAcceptTheEdges(t *testing.T) {
+	for _, tc := range []struct {
+		exp  string
+		args []string
+	}{
+		{"amplification", []string{"--tiers", "10", "--attempts", "3", "--users", "100000", "--over", "1h", "--budget", "1000", "--base", "6s"}},
+		{"jitter", []string{"--clients", "1000000", "--max-attempts", "10", "--capacity", "10000000", "--slot", "1m", "--fine-slot", "1m", "--cap", "1h"}},
+		{"deadline", []string{"--a", "10m", "--slo", "10m", "--disconnect", "10m"}},
+		{"breaker", []string{"--requests", "100000", "--outage-min-requests", "100000", "--hang", "1h"}},
+		{"retry-after", []string{"--retry-after", "10m", "--attempts", "100", "--clients", "10000"}},
+		{"idempotency", []string{"--payments", "100000", "--loss", "0"}},
+		{"shedding", []string{"--rps", "20000", "--duration", "100s", "--slots", "65535", "--limit", "65535", "--capacity-overloads", "none"}},
+		{"shedding", []string{"--capacity-phase", "20m", "--capacity-overloads", "0.1"}},
+		{"shedding", []string{"--capacity-slots", strings.Repeat("10,", 31) + "10", "--capacity-phase", "1m", "--capacity-overloads", "1"}},
+		{"hedging", []string{"--calls", "1000000", "--workers", "10000", "--overload-503-pct", "100"}},
+		{"throttling", []string{"--offered", "20000", "--capacity", "20000", "--phase", "10m", "--k", "1000000"}},
+		{"incident", []string{"--rps", "5000", "--warmup", "10m", "--after", "10m", "--max-outage", "10m", "--relief-for", "10m"}},
+		{"overhead", []string{"--rounds", "100000", "--block", "100"}},
+	} {
+		p, _ := bindExp(t, tc.exp, false, tc.args...)
+		if err := p.checkFlags(); err != nil {
+			t.Errorf("%s %q: %v", tc.exp, tc.args, err)
+		}
 	}
 }
 
@@ -258,7 +291,7 @@ func FuzzShiftSat(f *testing.F) {
 // chart spans, and the second table's capacity, a product of two flags.
 func FuzzJitterFlags(f *testing.F) {
 	f.Add(1000, 100, 10, int64(100*time.Millisecond), int64(10*time.Millisecond), int64(100*time.Millisecond), int64(10*time.Second), int64(100*time.Millisecond))
-	f.Add(10_000_000, 10_000_000, 1, int64(time.Minute), int64(time.Minute-1), int64(time.Hour), int64(time.Hour), int64(time.Hour))
+	f.Add(1_000_000, 10_000_000, 1, int64(time.Minute), int64(time.Minute-1), int64(time.Hour), int64(time.Hour), int64(time.Hour))
 	f.Add(1, 1, 100_000, int64(time.Minute), int64(1), int64(1), int64(time.Hour), int64(0))
 	f.Add(-1, 0, math.MaxInt, int64(math.MaxInt64), int64(math.MinInt64), int64(-1), int64(math.MaxInt64), int64(math.MaxInt64))
 	f.Fuzz(func(t *testing.T, clients, capacity, attempts int, slot, fine, base, cap, plus int64) {
@@ -323,7 +356,7 @@ func FuzzIncidentSchedule(f *testing.F) {
 // and in the changing-capacity ones.
 func FuzzSheddingFlags(f *testing.F) {
 	f.Add(10, int64(50*time.Millisecond), 600.0, int64(3*time.Second), int64(time.Second), "3,10,30", "10,5,20", int64(3*time.Second))
-	f.Add(65535, int64(time.Millisecond), 20000.0, int64(time.Hour), int64(10*time.Minute), "100", strings.Repeat("1,", 100)+"1", int64(time.Hour))
+	f.Add(65535, int64(time.Millisecond), 20000.0, int64(time.Hour), int64(10*time.Minute), "100", strings.Repeat("1,", 31)+"1", int64(time.Hour))
 	f.Add(1, int64(1), math.Inf(1), int64(math.MaxInt64), int64(-1), "1e308", "2147483648", int64(math.MaxInt64))
 	f.Fuzz(func(t *testing.T, slots int, service int64, rps float64, duration, timeout int64, overloads, capSlots string, phase int64) {
 		p, _ := bindExp(t, "shedding", false)

@@ -247,6 +247,11 @@ func (p incParams) parsePlan() (incPlan, error) {
 	bad := func(format string, args ...any) (incPlan, error) {
 		return incPlan{}, flagErrorf(format, args...)
 	}
+	for _, l := range []struct{ name, v string }{{"outages", p.outages}, {"variants", p.variants}, {"configs", p.configs}} {
+		if err := checkList(l.name, l.v); err != nil {
+			return incPlan{}, err
+		}
+	}
 	var outs []time.Duration
 	for part := range strings.SplitSeq(p.outages, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(part))

@@ -45,9 +45,12 @@ func jitter() Experiment {
 
 // Bounds of the jitter experiment's flags.
 const (
+	// jitterMaxClients bounds --clients: the simulation holds each
+	// client's state, about 200 bytes (10 million took 2 GB).
+	jitterMaxClients = 1_000_000
 	// jitterMaxCalls bounds clients x attempts, the calls a row can
-	// simulate at most: each is an event of the simulation and a slot of
-	// its result.
+	// simulate at most: each is an event of the simulation (a million
+	// clients of 10 attempts took 30 s for the five strategies).
 	jitterMaxCalls = 10_000_000
 	// jitterMaxSlots bounds the slots a row can span, (attempts - 1) x
 	// (cap + plus-jitter) / slot: the charts have a point per slot.
@@ -65,7 +68,7 @@ func (p jitterParams) checkFlags() error {
 	if p.clients < 1 || p.capacity < 1 || p.attempts < 1 {
 		c.failf("--clients, --capacity and --max-attempts must be at least 1, not %d, %d and %d", p.clients, p.capacity, p.attempts)
 	}
-	notAbove(&c, "clients", p.clients, closed(1, sim.ClientsLimit))
+	notAbove(&c, "clients", p.clients, closed(1, jitterMaxClients))
 	notAbove(&c, "capacity", p.capacity, closed(1, sim.ClientsLimit))
 	notAbove(&c, "max-attempts", p.attempts, closed(1, sim.AttemptsLimit))
 	if p.slot <= 0 || p.base <= 0 || p.cap <= 0 {
@@ -98,6 +101,10 @@ func (p jitterParams) checkFlags() error {
 			c.failf("--%s is %v; want at least %v, so that a run of (--max-attempts - 1) x (--cap + --plus-jitter) spans at most %d slots",
 				s.name, s.slot, time.Duration(math.Ceil(horizon/jitterMaxSlots)), jitterMaxSlots)
 		}
+	}
+	if err := checkList("strategies", p.strategies); err != nil {
+		c.failf("%s", err)
+		return c.err()
 	}
 	for name := range strings.SplitSeq(p.strategies, ",") {
 		if _, _, err := sim.NewStrategy(name, p.base, p.cap, p.plus); err != nil {

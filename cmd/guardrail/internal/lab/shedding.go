@@ -83,6 +83,9 @@ type mixShare struct {
 // parseMix parses "critical=20,normal=30,sheddable=50" into shares ordered
 // from the highest priority down.
 func parseMix(s string) ([]mixShare, error) {
+	if err := checkList("mix", s); err != nil {
+		return nil, err
+	}
 	var out []mixShare
 	seen := map[shed.Priority]bool{}
 	for part := range strings.SplitSeq(s, ",") {
