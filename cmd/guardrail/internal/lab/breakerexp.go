@@ -147,7 +147,7 @@ func (p breakerParams) checkFlags() error {
 	var c flagCheck
 	within(&c, "open-for", p.openFor, above(0, maxWait))
 	within(&c, "attempt-timeout", p.attemptTimeout, above(0, maxWait))
-	within(&c, "hang", p.hang, closed(0, maxRun))
+	within(&c, "hang", p.hang, above(0, maxRun)) // a zero fault.Latency is invalid: no hang at all
 	within(&c, "outage-min-requests", p.outageMin, closed(1, breakerMaxRequests))
 	within(&c, "requests", p.requests, closed(1, breakerMaxRequests))
 	return c.err()

@@ -91,11 +91,14 @@ func TestFlagBounds(t *testing.T) {
 		{"breaker", []string{"--outage-min-requests", "-1"}, []string{"--outage-min-requests is -1"}}, // panicked
 		{"breaker", []string{"--requests", "2000000000"}, []string{"--requests is 2000000000"}},
 		{"breaker", []string{"--hang", "1000000h"}, []string{"--hang is"}},
+		{"breaker", []string{"--hang", "0s"}, []string{"--hang is 0s; want a value in (0s, 1h0m0s]"}},
 
 		{"retry-after", []string{"--attempts", "-1"}, []string{"--attempts is -1"}}, // panicked
 		{"retry-after", []string{"--clients", "2000000000"}, []string{"--clients is 2000000000"}},
 		{"retry-after", []string{"--retry-after", "1000000h"}, []string{"--retry-after is 1000000h0m0s"}},
 		{"retry-after", []string{"--deadline", "-1s"}, []string{"--deadline is -1s"}},
+		{"retry-after", []string{"--too-long", "1500ms"}, []string{"--too-long must be whole seconds"}}, // sent as "Retry-After: 1"
+		{"retry-after", []string{"--too-long", "1000000h"}, []string{"--too-long is 1000000h0m0s"}},
 
 		{"idempotency", []string{"--payments", "2000000000"}, []string{"--payments is 2000000000", "[1, 100000]"}},
 		{"idempotency", []string{"--loss", "NaN"}, []string{"--loss must be in [0, 1)"}},

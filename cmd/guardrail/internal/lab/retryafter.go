@@ -100,7 +100,11 @@ func (p retryAfterParams) checkFlags() error {
 	}
 	notAbove(&c, "retry-after", p.asked, closed(time.Second, maxWait))
 	within(&c, "deadline", p.deadline, above(0, maxWait))
-	within(&c, "too-long", p.tooLong, above(0, maxWait))
+	// The last row's Retry-After, the same header: whole seconds too.
+	if p.tooLong < time.Second || p.tooLong%time.Second != 0 {
+		c.failf("--too-long must be whole seconds, at least 1s")
+	}
+	notAbove(&c, "too-long", p.tooLong, closed(time.Second, maxWait))
 	within(&c, "short-deadline", p.short, above(0, maxWait))
 	within(&c, "clients", p.clients, closed(1, 10_000)) // concurrent, a goroutine and a connection each
 	if p.status != 429 && p.status != 503 {
