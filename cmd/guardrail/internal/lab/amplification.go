@@ -27,10 +27,10 @@ type ampParams struct {
 }
 
 func amplification() Experiment {
-	return Experiment{
+	return bound(Experiment{
 		Name:    "amplification",
 		Summary: "retries at every tier of a call chain multiply the load on a dead database; retrying at one tier, a retry budget and a breaker do not",
-		Setup: func(fs *flag.FlagSet, quick bool) Run {
+		bind: func(fs *flag.FlagSet, quick bool) flagged {
 			p := ampParams{tiers: 3, attempts: 4, users: 1000, over: 2 * time.Second, ratio: 0.1, base: time.Millisecond, dbMode: "reset"}
 			if quick {
 				p.users, p.over = 300, 600*time.Millisecond
@@ -42,18 +42,52 @@ func amplification() Experiment {
 			fs.Float64Var(&p.ratio, "budget", p.ratio, "retry budget ratio at the tier nearest the DB")
 			fs.DurationVar(&p.base, "base", p.base, "full-jitter backoff base (a longer one only makes the run slower: the counts do not depend on it)")
 			fs.StringVar(&p.dbMode, "db", p.dbMode, "how the DB is down: reset (accepts and resets, counted by the DB) or refused (nothing listens, counted at the data-service's dialer)")
-			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
+			return &p
 		},
+	})
+}
+
+// Bounds of the amplification experiment's flags.
+const (
+	ampMaxTiers = 10
+	// ampMaxCalls bounds attempts^tiers, the DB calls of the row where
+	// every tier retries: one user's request, sent once.
+	ampMaxCalls = 1_000_000
+	ampMaxUsers = 100_000
+)
+
+// checkFlags reports every flag the experiment cannot run with.
+func (p ampParams) checkFlags() error {
+	var c flagCheck
+	if p.tiers < 1 || p.attempts < 1 || p.users < 1 {
+		c.failf("--tiers, --attempts and --users must be at least 1, not %d, %d and %d", p.tiers, p.attempts, p.users)
 	}
+	notAbove(&c, "tiers", p.tiers, closed(1, ampMaxTiers))
+	notAbove(&c, "attempts", p.attempts, closed(1, maxAttemptsFlag))
+	notAbove(&c, "users", p.users, closed(1, ampMaxUsers))
+	if p.tiers >= 1 && p.tiers <= ampMaxTiers && p.attempts >= 1 && p.attempts <= maxAttemptsFlag {
+		if calls := pow(p.attempts, p.tiers); calls > ampMaxCalls {
+			c.failf("--attempts ^ --tiers is %d^%d = %.0f DB calls for one user; want at most %d", p.attempts, p.tiers, calls, ampMaxCalls)
+		}
+	}
+	within(&c, "over", p.over, closed(0, maxRun))
+	// The spread rows start a goroutine per user, users/over a second.
+	if p.over > 0 && p.over <= maxRun && p.users >= 1 && p.users <= ampMaxUsers {
+		if rate := float64(p.users) / p.over.Seconds(); rate > maxRPS {
+			c.failf("--users / --over is %.0f requests per second; want at most %d", rate, maxRPS)
+		}
+	}
+	within(&c, "budget", p.ratio, closed(0, 1000.0)) // the budget package's bound; 0: no budget
+	// The backoff's cap is 100x the base; a zero base would be the backoff
+	// package's default.
+	within(&c, "base", p.base, above(0, maxWait/100))
+	if p.dbMode != "reset" && p.dbMode != "refused" {
+		c.failf("--db must be reset or refused, not %q", p.dbMode)
+	}
+	return c.err()
 }
 
 func (p ampParams) run(ctx context.Context, env *Env) (*Result, error) {
-	if p.tiers < 1 || p.attempts < 1 || p.users < 1 {
-		return nil, flagErrorf("--tiers, --attempts and --users must be at least 1, not %d, %d and %d", p.tiers, p.attempts, p.users)
-	}
-	if p.dbMode != "reset" && p.dbMode != "refused" {
-		return nil, flagErrorf("--db must be reset or refused, not %q", p.dbMode)
-	}
 	r := &Result{Experiment: "amplification", Title: fmt.Sprintf("%d tiers of services in front of a dead database: the database calls one user request costs", p.tiers)}
 	rows := []struct {
 		label string

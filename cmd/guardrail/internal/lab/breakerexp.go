@@ -29,19 +29,19 @@ type breakerParams struct {
 }
 
 func breakerExp() Experiment {
-	return Experiment{
+	return bound(Experiment{
 		Name:    "breaker",
 		Summary: "a pricing service that fails, answers 404 and hangs, behind a breaker with a last-good-price fallback",
-		Setup: func(fs *flag.FlagSet, quick bool) Run {
+		bind: func(fs *flag.FlagSet, quick bool) flagged {
 			p := breakerParams{openFor: time.Second, attemptTimeout: 1200 * time.Millisecond, hang: 5 * time.Second, outageMin: 4, requests: 30}
 			fs.DurationVar(&p.openFor, "open-for", p.openFor, "how long the breaker stays open (1s keeps the run short; the breaker package's default is 30s)")
 			fs.DurationVar(&p.attemptTimeout, "attempt-timeout", p.attemptTimeout, "per-attempt timeout, a little above pricing's p99 (800ms)")
 			fs.DurationVar(&p.hang, "hang", p.hang, "how long the slow pricing service takes")
 			fs.IntVar(&p.outageMin, "outage-min-requests", p.outageMin, "the outage rows' breaker minimum volume")
 			fs.IntVar(&p.requests, "requests", p.requests, "requests in the 404 and outage rows")
-			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
+			return &p
 		},
-	}
+	})
 }
 
 // pricing is the dependency: a price for any SKU, with faults injected in
@@ -134,6 +134,23 @@ func (s *shop) price(ctx context.Context, sku string) (fallback.Result[price], e
 		var p price
 		return p, json.NewDecoder(resp.Body).Decode(&p)
 	})
+}
+
+// breakerMaxRequests bounds --requests: the 404 row sends them one after
+// another, each reaching pricing.
+const breakerMaxRequests = 100_000
+
+// checkFlags reports every flag the experiment cannot run with. A zero
+// --open-for or --outage-min-requests would be the breaker's default, not
+// what was asked; a negative one, a breaker that cannot be built.
+func (p breakerParams) checkFlags() error {
+	var c flagCheck
+	within(&c, "open-for", p.openFor, above(0, maxWait))
+	within(&c, "attempt-timeout", p.attemptTimeout, above(0, maxWait))
+	within(&c, "hang", p.hang, above(0, maxRun)) // a zero fault.Latency is invalid: no hang at all
+	within(&c, "outage-min-requests", p.outageMin, closed(1, breakerMaxRequests))
+	within(&c, "requests", p.requests, closed(1, breakerMaxRequests))
+	return c.err()
 }
 
 func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {

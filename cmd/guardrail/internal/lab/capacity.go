@@ -28,6 +28,9 @@ type capacityParams struct {
 
 // parseInts parses "10,5,20".
 func parseInts(flagName, s string) ([]int, error) {
+	if err := checkList(flagName, s); err != nil {
+		return nil, err
+	}
 	var out []int
 	for part := range strings.SplitSeq(s, ",") {
 		v, err := strconv.Atoi(strings.TrimSpace(part))
@@ -43,6 +46,9 @@ func parseInts(flagName, s string) ([]int, error) {
 func parseOverloads(s string) ([]float64, error) {
 	if s == "none" || s == "" {
 		return nil, nil
+	}
+	if err := checkList("capacity-overloads", s); err != nil {
+		return nil, err
 	}
 	var out []float64
 	for part := range strings.SplitSeq(s, ",") {
@@ -70,11 +76,24 @@ func (p *shedParams) parseCapacity() error {
 	if p.cap.timeout <= 0 {
 		return flagErrorf("--capacity-client-timeout must be positive, not %v", p.cap.timeout)
 	}
+	if p.cap.timeout > maxWait {
+		return flagErrorf("--capacity-client-timeout is %v; want a value in %v", p.cap.timeout, above(0, maxWait))
+	}
 	if p.cap.phase < 500*time.Millisecond {
 		return flagErrorf("--capacity-phase must be at least 500ms, not %v", p.cap.phase)
 	}
-	if rps := slices.Max(append([]float64{0}, p.cap.overloads...)) * float64(p.cap.phases[0]) / p.service.Seconds(); rps > 20000 {
-		return flagErrorf("--capacity-overloads: %.0f rps is more than this lab sends (20000)", rps)
+	// A run lasts a phase per --capacity-slots entry; the comparison is
+	// phase <= maxRun / entries rather than their product, which could
+	// overflow.
+	if n := len(p.cap.phases); p.cap.phase > maxRun/time.Duration(n) {
+		return flagErrorf("--capacity-phase is %v with %d phases; want at most %v, so that a run lasts at most %v", p.cap.phase, n, maxRun/time.Duration(n), maxRun)
+	}
+	rps := slices.Max(append([]float64{0}, p.cap.overloads...)) * float64(p.cap.phases[0]) / p.service.Seconds()
+	if rps > maxRPS {
+		return flagErrorf("--capacity-overloads: %.0f rps is more than this lab sends (%d)", rps, maxRPS)
+	}
+	if n := rps * (p.cap.phase * time.Duration(len(p.cap.phases))).Seconds(); n > maxRequests {
+		return flagErrorf("--capacity-overloads x --capacity-phase x phases is %.0f requests per run; want at most %d", n, maxRequests)
 	}
 	return nil
 }

@@ -25,10 +25,10 @@ type deadlineParams struct {
 }
 
 func deadlineExp() Experiment {
-	return Experiment{
+	return bound(Experiment{
 		Name:    "deadline",
 		Summary: "a 1.9 s deadline propagated to A, then B and optional C: a partial answer in time, and a disconnect stopping everything",
-		Setup: func(fs *flag.FlagSet, quick bool) Run {
+		bind: func(fs *flag.FlagSet, quick bool) flagged {
 			p := deadlineParams{a: 700 * time.Millisecond, b: 600 * time.Millisecond, c: 3 * time.Second,
 				perA: 800 * time.Millisecond, perBC: 900 * time.Millisecond, budget: 1900 * time.Millisecond,
 				slo: 2 * time.Second, disconnect: 300 * time.Millisecond}
@@ -40,9 +40,9 @@ func deadlineExp() Experiment {
 			fs.DurationVar(&p.budget, "budget", p.budget, "the API's deadline for its downstream calls, propagated in headers")
 			fs.DurationVar(&p.slo, "slo", p.slo, "the user's timeout (the API's SLO)")
 			fs.DurationVar(&p.disconnect, "disconnect", p.disconnect, "when the second user disconnects")
-			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
+			return &p
 		},
-	}
+	})
 }
 
 // worker is a downstream service that works for d unless its caller's
@@ -84,6 +84,30 @@ func (w *worker) take() []string {
 	out := w.log
 	w.log = nil
 	return out
+}
+
+// checkFlags reports every flag the experiment cannot run with. Each is one
+// request's time; zero work is allowed, a zero budget or timeout is not
+// (guardhttp would read a zero attempt timeout as its default).
+func (p deadlineParams) checkFlags() error {
+	var c flagCheck
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+		s    span[time.Duration]
+	}{
+		{"a", p.a, closed(0, maxWait)},
+		{"b", p.b, closed(0, maxWait)},
+		{"c", p.c, closed(0, maxWait)},
+		{"per-a", p.perA, above(0, maxWait)},
+		{"per-bc", p.perBC, above(0, maxWait)},
+		{"budget", p.budget, above(0, maxWait)},
+		{"slo", p.slo, above(0, maxWait)},
+		{"disconnect", p.disconnect, above(0, maxWait)},
+	} {
+		within(&c, f.name, f.v, f.s)
+	}
+	return c.err()
 }
 
 func (p deadlineParams) run(ctx context.Context, env *Env) (*Result, error) {

@@ -31,10 +31,10 @@ type hedgingParams struct {
 }
 
 func hedging() Experiment {
-	return Experiment{
+	return bound(Experiment{
 		Name:    "hedging",
 		Summary: "a dependency with a slow tail: hedged reads cut p99 for a few extra requests, and stop when it is overloaded",
-		Setup: func(fs *flag.FlagSet, quick bool) Run {
+		bind: func(fs *flag.FlagSet, quick bool) flagged {
 			p := hedgingParams{calls: 2000, workers: 8, fast: 10 * time.Millisecond, slow: 500 * time.Millisecond, slowPct: 5,
 				percentile: 0.9, minDelay: 20 * time.Millisecond, overPct: 30, overSlow: 100 * time.Millisecond}
 			if quick {
@@ -49,9 +49,9 @@ func hedging() Experiment {
 			fs.DurationVar(&p.minDelay, "min-delay", p.minDelay, "least hedge delay (a floor under the percentile)")
 			fs.Float64Var(&p.overPct, "overload-503-pct", p.overPct, "overloaded: percent of calls answered 503 with Retry-After")
 			fs.DurationVar(&p.overSlow, "overload-latency", p.overSlow, "overloaded: the latency of the calls it still serves")
-			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
+			return &p
 		},
-	}
+	})
 }
 
 // tailServer answers after fast, or slow for slowPct of calls; overloaded,
@@ -99,10 +99,28 @@ type hedgingRow struct {
 	calls, requests     int64
 }
 
-func (p hedgingParams) run(ctx context.Context, env *Env) (*Result, error) {
-	if p.calls < 100 || p.workers < 1 || p.slowPct <= 0 || p.slowPct >= 50 || p.percentile <= 0 || p.percentile >= 1 {
-		return nil, flagErrorf("--calls must be at least 100, --workers at least 1, --slow-pct in (0, 50), --percentile in (0, 1)")
+// hedgeMaxCalls bounds --calls: each row records one latency per call, and
+// sends them at --workers at a time.
+const hedgeMaxCalls = 1_000_000
+
+// checkFlags reports every flag the experiment cannot run with.
+func (p hedgingParams) checkFlags() error {
+	var c flagCheck
+	// !(x > lo && x < hi) rather than x <= lo || x >= hi: a NaN fails it.
+	if p.calls < 100 || p.workers < 1 || !(p.slowPct > 0 && p.slowPct < 50) || !(p.percentile > 0 && p.percentile < 1) {
+		c.failf("--calls must be at least 100, --workers at least 1, --slow-pct in (0, 50), --percentile in (0, 1)")
 	}
+	notAbove(&c, "calls", p.calls, closed(100, hedgeMaxCalls))
+	notAbove(&c, "workers", p.workers, closed(1, 10_000))
+	within(&c, "fast", p.fast, above(0, maxWait))
+	within(&c, "slow", p.slow, above(0, maxWait))
+	within(&c, "min-delay", p.minDelay, closed(0, maxWait))
+	within(&c, "overload-503-pct", p.overPct, closed(0, 100.0))
+	within(&c, "overload-latency", p.overSlow, above(0, maxWait))
+	return c.err()
+}
+
+func (p hedgingParams) run(ctx context.Context, env *Env) (*Result, error) {
 	r := &Result{Experiment: "hedging", Title: fmt.Sprintf("a dependency answering in %v, %.0f %% of calls in %v: hedged after p%.0f (at least %v), then overloaded (%.0f %% 503 with Retry-After, the rest in %v)",
 		p.fast, p.slowPct, p.slow, p.percentile*100, p.minDelay, p.overPct, p.overSlow)}
 	var rows []hedgingRow

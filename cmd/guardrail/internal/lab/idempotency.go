@@ -39,10 +39,10 @@ type idemParams struct {
 }
 
 func idempotencyExp() Experiment {
-	return Experiment{
+	return bound(Experiment{
 		Name:    "idempotency",
 		Summary: "POST /payments whose response is lost after commit, retried with and without an Idempotency-Key: count the charges",
-		Setup: func(fs *flag.FlagSet, quick bool) Run {
+		bind: func(fs *flag.FlagSet, quick bool) flagged {
 			p := idemParams{payments: 200, loss: 0.3, store: "memory", redis: "127.0.0.1:6379",
 				postgres: "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"}
 			if quick {
@@ -53,9 +53,9 @@ func idempotencyExp() Experiment {
 			fs.StringVar(&p.store, "store", p.store, "where keys live: memory, redis or postgres")
 			fs.StringVar(&p.redis, "redis", p.redis, "Redis address for --store redis")
 			fs.StringVar(&p.postgres, "postgres", p.postgres, "PostgreSQL DSN for --store postgres")
-			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
+			return &p
 		},
-	}
+	})
 }
 
 func (p idemParams) newStore(ctx context.Context) (idempotency.Store, func(), error) {
@@ -106,10 +106,25 @@ func (p idemParams) newStore(ctx context.Context) (idempotency.Store, func(), er
 	return nil, nil, flagErrorf("--store must be memory, redis or postgres, not %q", p.store)
 }
 
-func (p idemParams) run(ctx context.Context, env *Env) (*Result, error) {
-	if p.loss < 0 || p.loss >= 1 {
-		return nil, flagErrorf("--loss must be in [0, 1)")
+// checkFlags reports every flag the experiment cannot run with.
+func (p idemParams) checkFlags() error {
+	var c flagCheck
+	// Every payment of a keyed row leaves its key in the store: at most
+	// memstore's default capacity, so that the row measures keys, not a
+	// full store.
+	within(&c, "payments", p.payments, closed(1, memstore.DefaultMaxEntries))
+	if !(p.loss >= 0 && p.loss < 1) { // also NaN
+		c.failf("--loss must be in [0, 1)")
 	}
+	switch p.store {
+	case "memory", "redis", "postgres":
+	default:
+		c.failf("--store must be memory, redis or postgres, not %q", p.store)
+	}
+	return c.err()
+}
+
+func (p idemParams) run(ctx context.Context, env *Env) (*Result, error) {
 	r := &Result{Experiment: "idempotency", Title: fmt.Sprintf("POST /payments, %.0f%% of responses lost after commit, keys in %s: charges with and without an Idempotency-Key", p.loss*100, p.store)}
 	rows := []struct {
 		label  string

@@ -76,10 +76,10 @@ type incParams struct {
 }
 
 func incident() Experiment {
-	return Experiment{
+	return bound(Experiment{
 		Name:    "incident",
 		Summary: "a DB failover under retries at every tier stays an outage after the DB is back (metastable); guardrail makes it a short dip",
-		Setup: func(fs *flag.FlagSet, quick bool) Run {
+		bind: func(fs *flag.FlagSet, quick bool) flagged {
 			p := incParams{rps: 300, workers: 10, service: 20 * time.Millisecond, userDeadline: time.Second,
 				warmup: 500 * time.Millisecond, after: 2500 * time.Millisecond, outages: "500ms,1s,2s,4s", maxOutage: 8 * time.Second,
 				variants: "refuse,hang", pool: 1024, step: 100 * time.Millisecond,
@@ -131,51 +131,131 @@ func incident() Experiment {
 			fs.Float64Var(&p.recoverFrac, "recover-at", p.recoverFrac, "recovered once goodput reaches this fraction of the offered load")
 			fs.DurationVar(&p.holdFor, "hold", p.holdFor, "... and stays there this long")
 			fs.DurationVar(&p.recoveryTarget, "recovery-target", p.recoveryTarget, "guarded must recover within this")
-			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
+			return &p
 		},
-	}
+	})
 }
 
 func (p incParams) capacity() float64 { return float64(p.workers) / p.service.Seconds() }
 
+// Bounds of the incident experiment's flags.
+const (
+	// incMaxRPS is where one process stops keeping an open-loop load of
+	// three tiers on schedule.
+	incMaxRPS = 5000
+	// incMaxOutage bounds an outage of the sweep, and --max-outage.
+	incMaxOutage = 10 * time.Minute
+)
+
+// checkFlags is validate without the plan.
+func (p incParams) checkFlags() error {
+	_, err := p.validate()
+	return err
+}
+
+// validate reports every flag the experiment cannot run with, or returns
+// what they ask to run.
 func (p incParams) validate() (incPlan, error) {
+	var c flagCheck
+	bad := func(format string, args ...any) { c.failf(format, args...) }
+	if !(p.rps > 0) || p.rps > incMaxRPS {
+		bad("--rps is %g; want a value in (0, %d]", p.rps, incMaxRPS)
+	}
+	if p.workers < 1 {
+		bad("--workers is %d; want at least 1", p.workers)
+	}
+	notAbove(&c, "workers", p.workers, closed(1, maxConcurrency))
+	if p.service <= 0 || p.userDeadline <= 0 || p.after <= 0 || p.step <= 0 || p.warmup < 0 {
+		bad("--service, --user-deadline, --after and --step must be positive, --warmup not negative")
+	}
+	notAbove(&c, "service", p.service, above(0, maxWait))
+	notAbove(&c, "user-deadline", p.userDeadline, above(0, maxWait))
+	notAbove(&c, "after", p.after, above(0, maxRun))
+	notAbove(&c, "warmup", p.warmup, closed(0, maxRun))
+	if p.step > p.after || p.step > time.Second {
+		bad("--step is %v; want at most 1s and at most --after", p.step)
+	}
+	if p.rps > 0 && p.step > 0 && p.rps*p.step.Seconds() < 5 {
+		bad("--rps x --step is %.1f requests per bucket; want at least 5", p.rps*p.step.Seconds())
+	}
+	if p.pool < 1 {
+		bad("--pool is %d; want at least 1", p.pool)
+	}
+	notAbove(&c, "pool", p.pool, closed(1, maxConcurrency))
+	if p.naiveAttempts < 1 || p.attempts < 1 {
+		bad("--naive-attempts and --guarded-attempts must be at least 1")
+	}
+	notAbove(&c, "naive-attempts", p.naiveAttempts, closed(1, maxAttemptsFlag))
+	notAbove(&c, "guarded-attempts", p.attempts, closed(1, maxAttemptsFlag))
+	if p.naiveBackoff < 0 || p.naiveJitter < 0 {
+		bad("--naive-backoff and --naive-jitter must not be negative")
+	}
+	notAbove(&c, "naive-backoff", p.naiveBackoff, closed(0, maxWait))
+	notAbove(&c, "naive-jitter", p.naiveJitter, closed(0, maxWait))
+	if p.bffTimeout <= 0 || p.svcTimeout <= 0 || p.dbTimeout <= 0 || p.attemptTimeout <= 0 {
+		bad("--bff-timeout, --service-timeout, --db-timeout and --guarded-attempt-timeout must be positive")
+	}
+	notAbove(&c, "bff-timeout", p.bffTimeout, above(0, maxWait))
+	notAbove(&c, "service-timeout", p.svcTimeout, above(0, maxWait))
+	notAbove(&c, "db-timeout", p.dbTimeout, above(0, maxWait))
+	notAbove(&c, "guarded-attempt-timeout", p.attemptTimeout, above(0, maxWait))
+	if !(p.budgetRatio > 0) || p.budgetRatio > 1000 {
+		bad("--budget is %g; want a value in (0, 1000]", p.budgetRatio)
+	}
+	if p.breakerOpen <= 0 || p.breakerWindow <= 0 || p.breakerMin < 1 {
+		bad("--breaker-open and --breaker-window must be positive, --breaker-min at least 1")
+	}
+	notAbove(&c, "breaker-open", p.breakerOpen, above(0, maxWait))
+	notAbove(&c, "breaker-window", p.breakerWindow, above(0, maxWait))
+	notAbove(&c, "breaker-min", p.breakerMin, closed(1, maxRequests))
+	if p.dbShedLimit < 1 || p.bffShedLimit < 1 {
+		bad("--db-shed-limit and --bff-shed-limit must be at least 1")
+	}
+	notAbove(&c, "db-shed-limit", p.dbShedLimit, closed(1, maxConcurrency))
+	notAbove(&c, "bff-shed-limit", p.bffShedLimit, closed(1, maxConcurrency))
+	if p.reliefAfter < 0 || p.reliefFor <= 0 || !(p.reliefRate >= 0 && p.reliefRate < 1) {
+		bad("--relief-after must not be negative, --relief-for positive, --relief-rate in [0, 1)")
+	}
+	notAbove(&c, "relief-after", p.reliefAfter, closed(0, maxRun))
+	notAbove(&c, "relief-for", p.reliefFor, above(0, maxRun))
+	if !(p.recoverFrac > 0) || p.recoverFrac > 1 || p.holdFor < p.step || p.recoveryTarget <= 0 {
+		bad("--recover-at must be in (0, 1], --hold at least --step, --recovery-target positive")
+	}
+	notAbove(&c, "hold", p.holdFor, closed(p.step, maxRun))
+	notAbove(&c, "recovery-target", p.recoveryTarget, above(0, maxRun))
+	within(&c, "max-outage", p.maxOutage, closed(0, incMaxOutage))
+	if len(c.msgs) > 0 {
+		return incPlan{}, c.err()
+	}
+	plan, err := p.parsePlan()
+	if err != nil {
+		return incPlan{}, err
+	}
+	// The longest run: a load dropped after the longest outage the sweep
+	// can reach. Each term is at most an hour; their sum fits an int64,
+	// and its load is allocated a schedule entry per request.
+	longest := max(plan.outages[len(plan.outages)-1], p.maxOutage)
+	_, _, _, end := p.schedule(true, longest, true)
+	if end > maxRun {
+		return incPlan{}, flagErrorf("--warmup, the longest outage, --relief-after, --relief-for and max(--after, --recovery-target + --hold + --step) add up to %v for the longest run; want at most %v", end, maxRun)
+	}
+	return plan, nil
+}
+
+// parsePlan parses the sweep's lists.
+func (p incParams) parsePlan() (incPlan, error) {
 	bad := func(format string, args ...any) (incPlan, error) {
 		return incPlan{}, flagErrorf(format, args...)
 	}
-	switch {
-	case !(p.rps > 0) || p.rps > 5000:
-		return bad("--rps is %g; want a value in (0, 5000]", p.rps)
-	case p.workers < 1:
-		return bad("--workers is %d; want at least 1", p.workers)
-	case p.service <= 0, p.userDeadline <= 0, p.after <= 0, p.step <= 0, p.warmup < 0:
-		return bad("--service, --user-deadline, --after and --step must be positive, --warmup not negative")
-	case p.step > p.after || p.step > time.Second:
-		return bad("--step is %v; want at most 1s and at most --after", p.step)
-	case p.rps*p.step.Seconds() < 5:
-		return bad("--rps x --step is %.1f requests per bucket; want at least 5", p.rps*p.step.Seconds())
-	case p.pool < 1:
-		return bad("--pool is %d; want at least 1", p.pool)
-	case p.naiveAttempts < 1 || p.attempts < 1:
-		return bad("--naive-attempts and --guarded-attempts must be at least 1")
-	case p.naiveBackoff < 0 || p.naiveJitter < 0:
-		return bad("--naive-backoff and --naive-jitter must not be negative")
-	case p.bffTimeout <= 0 || p.svcTimeout <= 0 || p.dbTimeout <= 0 || p.attemptTimeout <= 0:
-		return bad("--bff-timeout, --service-timeout, --db-timeout and --guarded-attempt-timeout must be positive")
-	case !(p.budgetRatio > 0) || p.budgetRatio > 1000:
-		return bad("--budget is %g; want a value in (0, 1000]", p.budgetRatio)
-	case p.breakerOpen <= 0 || p.breakerWindow <= 0 || p.breakerMin < 1:
-		return bad("--breaker-open and --breaker-window must be positive, --breaker-min at least 1")
-	case p.dbShedLimit < 1 || p.bffShedLimit < 1:
-		return bad("--db-shed-limit and --bff-shed-limit must be at least 1")
-	case p.reliefAfter < 0 || p.reliefFor <= 0 || p.reliefRate < 0 || p.reliefRate >= 1:
-		return bad("--relief-after must not be negative, --relief-for positive, --relief-rate in [0, 1)")
-	case !(p.recoverFrac > 0) || p.recoverFrac > 1 || p.holdFor < p.step || p.recoveryTarget <= 0:
-		return bad("--recover-at must be in (0, 1], --hold at least --step, --recovery-target positive")
+	for _, l := range []struct{ name, v string }{{"outages", p.outages}, {"variants", p.variants}, {"configs", p.configs}} {
+		if err := checkList(l.name, l.v); err != nil {
+			return incPlan{}, err
+		}
 	}
 	var outs []time.Duration
 	for part := range strings.SplitSeq(p.outages, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(part))
-		if err != nil || d <= 0 || d > 10*time.Minute {
+		if err != nil || d <= 0 || d > incMaxOutage {
 			return bad("--outages: %q is not a duration in (0, 10m]", part)
 		}
 		outs = append(outs, d)
@@ -904,7 +984,8 @@ type naiveHelper struct {
 func (h naiveHelper) get(ctx context.Context, url string, userDeadline string) int {
 	for a := range h.attempts {
 		if a > 0 {
-			d := h.backoff<<(a-1) + time.Duration(h.rand()*float64(h.jitter))
+			// Saturating: a delay that wrapped negative would be no wait.
+			d := addSat(shiftSat(h.backoff, a-1), time.Duration(h.rand()*float64(h.jitter)))
 			if sleepCtx(ctx, d) != nil {
 				return 0
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -20,10 +21,10 @@ type jitterParams struct {
 }
 
 func jitter() Experiment {
-	return Experiment{
+	return bound(Experiment{
 		Name:    "jitter",
 		Summary: "1,000 clients failing together against a server of limited capacity: which backoff breaks the herd (a simulation)",
-		Setup: func(fs *flag.FlagSet, quick bool) Run {
+		bind: func(fs *flag.FlagSet, quick bool) flagged {
 			p := jitterParams{clients: sim.DefaultClients, capacity: sim.DefaultCapacity, attempts: sim.DefaultMaxAttempts,
 				slot: sim.DefaultSlot, base: 100 * time.Millisecond, cap: 10 * time.Second, plus: 100 * time.Millisecond,
 				fineSlot: 10 * time.Millisecond, strategies: strings.Join(sim.Strategies(), ",")}
@@ -37,22 +38,83 @@ func jitter() Experiment {
 			fs.DurationVar(&p.plus, "plus-jitter", p.plus, "the additive jitter of the '+0..100ms' helper")
 			fs.StringVar(&p.strategies, "strategies", p.strategies, "comma-separated rows: "+strings.Join(sim.Strategies(), ", "))
 			fs.Uint64Var(&p.seed, "seed", 0, "seed of the draws (0: the lab's --seed)")
-			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
+			return &p
 		},
+	})
+}
+
+// Bounds of the jitter experiment's flags.
+const (
+	// jitterMaxClients bounds --clients: the simulation holds each
+	// client's state, about 200 bytes (10 million took 2 GB).
+	jitterMaxClients = 1_000_000
+	// jitterMaxCalls bounds clients x attempts, the calls a row can
+	// simulate at most: each is an event of the simulation (a million
+	// clients of 10 attempts took 30 s for the five strategies).
+	jitterMaxCalls = 10_000_000
+	// jitterMaxSlots bounds the slots a row can span, (attempts - 1) x
+	// (cap + plus-jitter) / slot: the charts have a point per slot.
+	jitterMaxSlots = 1_000_000
+	// jitterMaxSlot bounds --slot: times --capacity it must fit in an
+	// int64 (the second table's capacity), with room.
+	jitterMaxSlot = time.Minute
+)
+
+// checkFlags reports every flag the simulation cannot run with.
+func (p jitterParams) checkFlags() error {
+	var c flagCheck
+	// sim.Config reads zero as its default; a flag of 0 means 0, which
+	// the simulation cannot run.
+	if p.clients < 1 || p.capacity < 1 || p.attempts < 1 {
+		c.failf("--clients, --capacity and --max-attempts must be at least 1, not %d, %d and %d", p.clients, p.capacity, p.attempts)
 	}
+	notAbove(&c, "clients", p.clients, closed(1, jitterMaxClients))
+	notAbove(&c, "capacity", p.capacity, closed(1, sim.ClientsLimit))
+	notAbove(&c, "max-attempts", p.attempts, closed(1, sim.AttemptsLimit))
+	if p.slot <= 0 || p.base <= 0 || p.cap <= 0 {
+		c.failf("--slot, --base and --cap must be positive, not %v, %v and %v", p.slot, p.base, p.cap)
+	}
+	notAbove(&c, "slot", p.slot, above(0, jitterMaxSlot))
+	notAbove(&c, "base", p.base, above(0, maxRun))
+	notAbove(&c, "cap", p.cap, above(0, maxRun))
+	if p.fineSlot < 0 {
+		c.failf("--fine-slot must not be negative, not %v", p.fineSlot)
+	}
+	notAbove(&c, "fine-slot", p.fineSlot, closed(0, jitterMaxSlot))
+	within(&c, "plus-jitter", p.plus, closed(0, maxRun)) // 0: sim's default
+	if len(c.msgs) > 0 {
+		return c.err() // the products below need the factors in range
+	}
+	if calls := float64(p.clients) * float64(p.attempts); calls > jitterMaxCalls {
+		c.failf("--clients x --max-attempts is %.0f calls; want at most %d", calls, jitterMaxCalls)
+	}
+	plus := p.plus
+	if plus == 0 {
+		plus = sim.DefaultPlusJitter
+	}
+	horizon := float64(p.attempts-1) * float64(max(p.cap, p.base)+plus)
+	for _, s := range []struct {
+		name string
+		slot time.Duration
+	}{{"slot", p.slot}, {"fine-slot", p.fineSlot}} {
+		if s.slot > 0 && horizon/float64(s.slot) > jitterMaxSlots {
+			c.failf("--%s is %v; want at least %v, so that a run of (--max-attempts - 1) x (--cap + --plus-jitter) spans at most %d slots",
+				s.name, s.slot, time.Duration(math.Ceil(horizon/jitterMaxSlots)), jitterMaxSlots)
+		}
+	}
+	if err := checkList("strategies", p.strategies); err != nil {
+		c.failf("%s", err)
+		return c.err()
+	}
+	for name := range strings.SplitSeq(p.strategies, ",") {
+		if _, _, err := sim.NewStrategy(name, p.base, p.cap, p.plus); err != nil {
+			c.failf("--strategies: %s", strings.TrimPrefix(err.Error(), "sim: "))
+		}
+	}
+	return c.err()
 }
 
 func (p jitterParams) run(ctx context.Context, env *Env) (*Result, error) {
-	// sim.Config reads zero as its default; a flag of 0 means 0, which
-	// the simulation cannot run.
-	switch {
-	case p.clients < 1 || p.capacity < 1 || p.attempts < 1:
-		return nil, flagErrorf("--clients, --capacity and --max-attempts must be at least 1, not %d, %d and %d", p.clients, p.capacity, p.attempts)
-	case p.slot <= 0 || p.base <= 0 || p.cap <= 0:
-		return nil, flagErrorf("--slot, --base and --cap must be positive, not %v, %v and %v", p.slot, p.base, p.cap)
-	case p.fineSlot < 0:
-		return nil, flagErrorf("--fine-slot must not be negative, not %v", p.fineSlot)
-	}
 	seed := p.seed
 	if seed == 0 {
 		seed = env.Seed
@@ -84,7 +146,7 @@ func (p jitterParams) run(ctx context.Context, env *Env) (*Result, error) {
 		for n := p.clients; n > 0 && waves < p.attempts; n -= p.capacity {
 			wantCalls += n
 			if waves > 0 {
-				done += min(p.cap, p.base<<(waves-1))
+				done += min(p.cap, shiftSat(p.base, waves-1))
 			}
 			waves++
 		}

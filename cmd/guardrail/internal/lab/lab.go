@@ -26,6 +26,34 @@ type Experiment struct {
 	// Setup binds the experiment's parameters to fs, with defaults shrunk
 	// when quick is set, and returns the function that runs it with them.
 	Setup func(fs *flag.FlagSet, quick bool) Run
+
+	// bind binds the parameters to fs as Setup does and returns them, so
+	// that their validation runs without the experiment.
+	bind func(fs *flag.FlagSet, quick bool) flagged
+}
+
+// flagged is an experiment's parameters, bound to its flags.
+type flagged interface {
+	// checkFlags returns a FlagError naming every flag the experiment
+	// cannot run with, or nil. It starts nothing.
+	checkFlags() error
+	run(ctx context.Context, env *Env) (*Result, error)
+}
+
+// bound returns e with its Setup made from its bind: the Run checks the
+// flags before it starts anything.
+func bound(e Experiment) Experiment {
+	bind := e.bind
+	e.Setup = func(fs *flag.FlagSet, quick bool) Run {
+		p := bind(fs, quick)
+		return func(ctx context.Context, env *Env) (*Result, error) {
+			if err := p.checkFlags(); err != nil {
+				return nil, err
+			}
+			return p.run(ctx, env)
+		}
+	}
+	return e
 }
 
 // Run runs an experiment once.

@@ -21,19 +21,19 @@ type overheadParams struct {
 }
 
 func overhead() Experiment {
-	return Experiment{
+	return bound(Experiment{
 		Name:    "overhead",
 		Summary: "what guarding costs: a plain http.Client and guardhttp.NewClient on one loopback server, in alternating blocks",
-		Setup: func(fs *flag.FlagSet, quick bool) Run {
+		bind: func(fs *flag.FlagSet, quick bool) flagged {
 			p := overheadParams{rounds: 200, block: 50}
 			if quick {
 				p.rounds = 40
 			}
 			fs.IntVar(&p.rounds, "rounds", p.rounds, "rounds: each client sends one block per round")
 			fs.IntVar(&p.block, "block", p.block, "requests per block")
-			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
+			return &p
 		},
-	}
+	})
 }
 
 // overheadClient is one way of sending the same GET.
@@ -48,10 +48,25 @@ type overheadClient struct {
 	failures int
 }
 
-func (p overheadParams) run(ctx context.Context, env *Env) (*Result, error) {
+// overheadMaxRequests bounds --rounds x --block, the requests each of the
+// four clients sends (the default sends 10,000).
+const overheadMaxRequests = 10_000_000
+
+// checkFlags reports every flag the experiment cannot run with.
+func (p overheadParams) checkFlags() error {
+	var c flagCheck
 	if p.rounds < 1 || p.block < 1 {
-		return nil, flagErrorf("--rounds and --block must be positive")
+		c.failf("--rounds and --block must be positive")
 	}
+	notAbove(&c, "rounds", p.rounds, closed(1, overheadMaxRequests))
+	notAbove(&c, "block", p.block, closed(1, overheadMaxRequests))
+	if len(c.msgs) == 0 && p.rounds*p.block > overheadMaxRequests { // both at most 1e7: no overflow
+		c.failf("--rounds x --block is %d requests per client; want at most %d", p.rounds*p.block, overheadMaxRequests)
+	}
+	return c.err()
+}
+
+func (p overheadParams) run(ctx context.Context, env *Env) (*Result, error) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok")
 	}))

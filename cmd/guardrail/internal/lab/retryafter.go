@@ -26,10 +26,10 @@ type retryAfterParams struct {
 }
 
 func retryAfter() Experiment {
-	return Experiment{
+	return bound(Experiment{
 		Name:    "retry-after",
 		Summary: "a server answering 429/503 with Retry-After: retries land no earlier than asked, never past the deadline",
-		Setup: func(fs *flag.FlagSet, quick bool) Run {
+		bind: func(fs *flag.FlagSet, quick bool) flagged {
 			p := retryAfterParams{asked: time.Second, deadline: 3 * time.Second, tooLong: 5 * time.Second, short: 2 * time.Second, clients: 20, status: 429, maxAttempt: 3}
 			if quick {
 				p.clients = 5
@@ -41,9 +41,9 @@ func retryAfter() Experiment {
 			fs.IntVar(&p.clients, "clients", p.clients, "concurrent calls per row")
 			fs.IntVar(&p.status, "status", p.status, "status the server refuses with (429 or 503)")
 			fs.IntVar(&p.maxAttempt, "attempts", p.maxAttempt, "client attempts per call")
-			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
+			return &p
 		},
-	}
+	})
 }
 
 // raServer refuses each call's first request with Retry-After and answers
@@ -92,13 +92,29 @@ func (s *raServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(s.status)
 }
 
-func (p retryAfterParams) run(ctx context.Context, env *Env) (*Result, error) {
+// checkFlags reports every flag the experiment cannot run with.
+func (p retryAfterParams) checkFlags() error {
+	var c flagCheck
 	if p.asked < time.Second || p.asked%time.Second != 0 {
-		return nil, flagErrorf("--retry-after must be whole seconds, at least 1s")
+		c.failf("--retry-after must be whole seconds, at least 1s")
 	}
+	notAbove(&c, "retry-after", p.asked, closed(time.Second, maxWait))
+	within(&c, "deadline", p.deadline, above(0, maxWait))
+	// The last row's Retry-After, the same header: whole seconds too.
+	if p.tooLong < time.Second || p.tooLong%time.Second != 0 {
+		c.failf("--too-long must be whole seconds, at least 1s")
+	}
+	notAbove(&c, "too-long", p.tooLong, closed(time.Second, maxWait))
+	within(&c, "short-deadline", p.short, above(0, maxWait))
+	within(&c, "clients", p.clients, closed(1, 10_000)) // concurrent, a goroutine and a connection each
 	if p.status != 429 && p.status != 503 {
-		return nil, flagErrorf("--status must be 429 or 503")
+		c.failf("--status must be 429 or 503")
 	}
+	within(&c, "attempts", p.maxAttempt, closed(1, maxAttemptsFlag))
+	return c.err()
+}
+
+func (p retryAfterParams) run(ctx context.Context, env *Env) (*Result, error) {
 	r := &Result{Experiment: "retry-after", Title: fmt.Sprintf("a server answering %d with Retry-After: retries wait as long as asked, and none outlives its caller's deadline", p.status)}
 	rows := []struct {
 		label    string

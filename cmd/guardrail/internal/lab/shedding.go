@@ -36,10 +36,10 @@ type shedParams struct {
 }
 
 func shedding() Experiment {
-	return Experiment{
+	return bound(Experiment{
 		Name:    "shedding",
 		Summary: "3x overload on a 10-slot database pool: refusing early with 503 more than doubles goodput",
-		Setup: func(fs *flag.FlagSet, quick bool) Run {
+		bind: func(fs *flag.FlagSet, quick bool) flagged {
 			p := shedParams{slots: 10, service: 50 * time.Millisecond, rps: 600, duration: 3 * time.Second, timeout: time.Second,
 				limit: 30, mix: "critical=10,normal=40,sheddable=50", mixUnder: "fixed"}
 			if quick {
@@ -69,9 +69,9 @@ func shedding() Experiment {
 			fs.StringVar(&p.capFixed, "capacity-fixed", p.capFixed, "fixed limits compared with the adaptive one in the changing-capacity rows")
 			fs.DurationVar(&p.cap.phase, "capacity-phase", p.cap.phase, "length of each phase of the changing-capacity rows")
 			fs.DurationVar(&p.cap.timeout, "capacity-client-timeout", p.cap.timeout, "client timeout of the changing-capacity rows")
-			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
+			return &p
 		},
-	}
+	})
 }
 
 // mixShare is one priority's share of the priorities row.
@@ -83,6 +83,9 @@ type mixShare struct {
 // parseMix parses "critical=20,normal=30,sheddable=50" into shares ordered
 // from the highest priority down.
 func parseMix(s string) ([]mixShare, error) {
+	if err := checkList("mix", s); err != nil {
+		return nil, err
+	}
 	var out []mixShare
 	seen := map[shed.Priority]bool{}
 	for part := range strings.SplitSeq(s, ",") {
@@ -106,7 +109,7 @@ func parseMix(s string) ([]mixShare, error) {
 		total += m.weight
 	}
 	if math.IsInf(total, 0) {
-		return nil, errors.New("shedding: --mix: weights too large")
+		return nil, flagErrorf("--mix: weights too large")
 	}
 	slices.SortFunc(out, func(a, b mixShare) int { return int(b.p) - int(a.p) })
 	return out, nil
@@ -133,22 +136,55 @@ func assign(mix []mixShare, n int, rng *rand.Rand) []shed.Priority {
 	return out
 }
 
+// validate reports every flag of the shedding rows the experiment cannot
+// run with; parseCapacity checks the changing-capacity rows'.
 func (p shedParams) validate() error {
-	switch {
-	case p.slots < 1:
-		return errors.New("shedding: --slots must be at least 1")
-	case p.service <= 0 || p.timeout <= 0 || p.duration <= 0:
-		return errors.New("shedding: --service, --client-timeout and --duration must be positive")
-	case p.rps <= 0 || p.rps > 20000:
-		return errors.New("shedding: --rps must be in (0, 20000]")
-	case p.rps*p.duration.Seconds() < 2:
-		return errors.New("shedding: --rps x --duration must send at least 2 requests")
-	case p.limit < 1:
-		return errors.New("shedding: --limit must be at least 1")
-	case p.mixUnder != "fixed" && p.mixUnder != "adaptive":
-		return flagErrorf("--priorities-under must be fixed or adaptive, not %q", p.mixUnder)
+	var c flagCheck
+	within(&c, "slots", p.slots, closed(1, maxConcurrency))
+	within(&c, "service", p.service, above(0, maxWait))
+	within(&c, "client-timeout", p.timeout, above(0, maxWait))
+	within(&c, "duration", p.duration, above(0, maxRun))
+	within(&c, "rps", p.rps, above(0, float64(maxRPS)))
+	if p.rps > 0 && p.rps <= maxRPS && p.duration > 0 && p.duration <= maxRun {
+		// A row records one shot per request: bounded, so is its memory.
+		switch n := p.rps * p.duration.Seconds(); {
+		case n < 2:
+			c.failf("--rps x --duration is %.1f requests; want at least 2", n)
+		case n > maxRequests:
+			c.failf("--rps x --duration is %.0f requests per row; want at most %d", n, maxRequests)
+		}
 	}
-	return nil
+	within(&c, "limit", p.limit, closed(1, maxConcurrency))
+	if p.mixUnder != "fixed" && p.mixUnder != "adaptive" {
+		c.failf("--priorities-under must be fixed or adaptive, not %q", p.mixUnder)
+	}
+	return c.err()
+}
+
+// checkFlags is parseFlags without the mix.
+func (p *shedParams) checkFlags() error {
+	_, err := p.parseFlags()
+	return err
+}
+
+// parseFlags validates every flag and parses the lists: the mix, which it
+// returns, and the changing-capacity rows', into p.cap. Its error names
+// every invalid flag it found.
+func (p *shedParams) parseFlags() ([]mixShare, error) {
+	var c flagCheck
+	note := func(err error) {
+		if err != nil {
+			c.failf("%s", strings.TrimPrefix(err.Error(), "shedding: "))
+		}
+	}
+	verr := p.validate()
+	note(verr)
+	mix, err := parseMix(p.mix)
+	note(err)
+	if verr == nil { // the capacity rows' bounds divide by --service
+		note(p.parseCapacity())
+	}
+	return mix, c.err()
 }
 
 // shedRow is one configuration of the server.
@@ -188,14 +224,8 @@ func (p shedParams) run(ctx context.Context, env *Env) (*Result, error) {
 // measure runs the experiment and returns, besides the result, each row's
 // run, so that a test can tell whether the load kept its schedule.
 func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResult, error) {
-	if err := p.validate(); err != nil {
-		return nil, nil, err
-	}
-	mix, err := parseMix(p.mix)
+	mix, err := p.parseFlags()
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := p.parseCapacity(); err != nil {
 		return nil, nil, err
 	}
 	capacity := float64(p.slots) / p.service.Seconds()

@@ -27,10 +27,10 @@ type throttlingParams struct {
 }
 
 func throttling() Experiment {
-	return Experiment{
+	return bound(Experiment{
 		Name:    "throttling",
 		Summary: "a backend whose capacity halves mid-run: no protection, a breaker, client-side adaptive throttling",
-		Setup: func(fs *flag.FlagSet, quick bool) Run {
+		bind: func(fs *flag.FlagSet, quick bool) flagged {
 			p := throttlingParams{capacity: 400, offered: 360, phase: 6 * time.Second, settle: 2 * time.Second, k: 1.05, window: 2 * time.Second, openFor: 500 * time.Millisecond}
 			if quick {
 				p.phase = 4 * time.Second
@@ -42,9 +42,9 @@ func throttling() Experiment {
 			fs.Float64Var(&p.k, "k", p.k, "the throttle's K: requests let through per accepted one")
 			fs.DurationVar(&p.window, "window", p.window, "the throttle's window")
 			fs.DurationVar(&p.openFor, "open-for", p.openFor, "how long the breaker stays open")
-			return func(ctx context.Context, env *Env) (*Result, error) { return p.run(ctx, env) }
+			return &p
 		},
-	}
+	})
 }
 
 // capacityServer serves capacity requests per second (a token bucket of
@@ -90,10 +90,33 @@ type phaseCount struct {
 	late               int64 // sends more than 50 ms behind schedule
 }
 
-func (p throttlingParams) run(ctx context.Context, env *Env) (*Result, error) {
-	if p.capacity <= 0 || p.offered <= 0 || p.phase <= p.settle || p.k < 1 || p.window <= 0 || p.settle < p.window {
-		return nil, flagErrorf("--capacity and --offered must be positive, --phase longer than --settle, --settle at least --window (the throttle needs a window to forget the full capacity), --k at least 1, --window positive")
+// throttleMaxPhase bounds --phase: a run is three modes of two phases.
+const throttleMaxPhase = 10 * time.Minute
+
+// checkFlags reports every flag the experiment cannot run with.
+func (p throttlingParams) checkFlags() error {
+	var c flagCheck
+	// !(x > 0) rather than x <= 0: a NaN fails it.
+	if !(p.capacity > 0) || !(p.offered > 0) || p.phase <= p.settle || !(p.k >= 1) || p.window <= 0 || p.settle < p.window {
+		c.failf("--capacity and --offered must be positive, --phase longer than --settle, --settle at least --window (the throttle needs a window to forget the full capacity), --k at least 1, --window positive")
 	}
+	// The backend's rate, requests per second, and the gap between sends,
+	// a second / --offered: at most maxRPS, so the gap stays at least
+	// 50µs and the sending loop ends.
+	notAbove(&c, "capacity", p.capacity, above(0, float64(maxRPS)))
+	if p.offered > 0 {
+		// Below one a second a phase may send nothing to measure.
+		within(&c, "offered", p.offered, closed(1, float64(maxRPS)))
+	}
+	notAbove(&c, "phase", p.phase, above(0, throttleMaxPhase))
+	notAbove(&c, "settle", p.settle, closed(0, throttleMaxPhase))
+	notAbove(&c, "window", p.window, above(0, throttleMaxPhase))
+	notAbove(&c, "k", p.k, closed(1, 1e6))
+	within(&c, "open-for", p.openFor, above(0, maxWait))
+	return c.err()
+}
+
+func (p throttlingParams) run(ctx context.Context, env *Env) (*Result, error) {
 	r := &Result{Experiment: "throttling", Title: fmt.Sprintf("%.0f req/s offered to a backend serving %.0f req/s, then %.0f: no protection, a breaker (open %v), adaptive throttling (K %.2f, window %v)",
 		p.offered, p.capacity, p.capacity/2, p.openFor, p.k, p.window)}
 	type modeResult struct {
