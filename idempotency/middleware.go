@@ -82,6 +82,21 @@ type Config struct {
 	// Exactly one of Scope and SingleTenant must be set.
 	Scope func(*http.Request) (string, error)
 
+	// MaxKeysPerScope caps the live keys, in flight and completed, that
+	// one caller (one Scope) holds in the store, so that one caller
+	// sending new keys can never fill the store for the others. A caller
+	// at its quota gets 429 with Retry-After (the time until the first of
+	// its keys expires) for a new key, without the handler running or the
+	// key being locked, whatever FailOpen says; its retries of live keys
+	// are still answered, and every other caller is unaffected. A released
+	// key (a 5xx, say) no longer counts; a completed one counts until its
+	// TTL ends, so size it to the keyed requests your busiest caller makes
+	// in a TTL. Zero means 10,000 (about 7 a minute for 24 hours);
+	// negative means no limit. It needs a store that implements
+	// ScopedStore (memstore, redisstore and pgstore do); it does not apply
+	// with SingleTenant, where there is no other caller to protect.
+	MaxKeysPerScope int
+
 	// SingleTenant puts every request in one key scope. Set it only when
 	// every caller is trusted alike (one internal client, one service
 	// account): any caller that learns a key can then be replayed the
@@ -254,7 +269,7 @@ func New(store Store, cfg Config) (*Server, error) {
 		keys: newKeys(store, KeysConfig{
 			Name: cfg.Name, TTL: cfg.TTL, Lease: cfg.Lease, StoreTimeout: cfg.StoreTimeout,
 			DisableLeaseRenewal: cfg.DisableLeaseRenewal, CancelOnLeaseLost: cfg.CancelOnLeaseLost,
-			Logger: cfg.Logger, Observer: cfg.Observer,
+			MaxKeysPerScope: cfg.MaxKeysPerScope, Logger: cfg.Logger, Observer: cfg.Observer,
 		}),
 		cfg:         cfg,
 		methods:     cfg.Methods,
@@ -365,7 +380,8 @@ func validToken(s string) bool {
 //     Retry-After;
 //   - the same key with another payload (method, path, query, body): 422;
 //   - a malformed key, or none when Required: 400; a body over
-//     MaxBodyBytes: 413; a request Scope cannot attribute: 403.
+//     MaxBodyBytes: 413; a request Scope cannot attribute: 403; a new key
+//     from a caller holding MaxKeysPerScope keys: 429.
 //
 // A response that says the request was not processed, or may succeed
 // later (408, 425, 429 and every 5xx), and a handler that returns without
@@ -518,6 +534,18 @@ func (m *Server) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	if err != nil {
 		if ctx.Err() != nil {
 			return // the client is gone; nothing to answer, nothing ran
+		}
+		if errors.Is(err, ErrScopeFull) {
+			// The caller's own quota, not a store failure: FailOpen does
+			// not apply, and nothing is logged per request.
+			ra := m.retryAfterHeader
+			if res.RetryIn > 0 {
+				ra = retryAfterSeconds(res.RetryIn)
+			}
+			w.Header().Set("Retry-After", ra)
+			m.problem(w, http.StatusTooManyRequests, "Too many Idempotency-Keys in use",
+				"This caller holds as many live Idempotency-Keys as it may; the request was not processed. Retry it after the delay in Retry-After, when one of them expires.")
+			return
 		}
 		m.storeFailed(w, r, next, route, "begin", err)
 		return
@@ -766,6 +794,9 @@ func (m *Server) problemDoc(status int, title, detail string) (http.Header, []by
 
 // retryAfterSeconds formats d as delay-seconds, rounded up, at least 1.
 func retryAfterSeconds(d time.Duration) string {
-	s := int64((d + time.Second - 1) / time.Second)
+	s := int64(d / time.Second) // no d + time.Second - 1: it could overflow
+	if d%time.Second != 0 {
+		s++
+	}
 	return strconv.FormatInt(max(s, 1), 10)
 }

@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -170,4 +171,42 @@ func TestNewRefusesNegativeLimits(t *testing.T) {
 	if _, err := memstore.New(memstore.Config{}); err != nil {
 		t.Errorf("New with a zero Config: %v", err)
 	}
+}
+
+// TestBodiesLeaveRoomForNewKeys: one scope whose responses fill MaxBytes
+// with bodies, down to the last byte it can, does not stop another scope
+// from locking a new key: bodies never take the last eighth of MaxBytes.
+// (They used to take all of it, and the other scope got ErrStoreFull.)
+func TestBodiesLeaveRoomForNewKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const maxBytes = 64 << 10
+		s := must(memstore.New(memstore.Config{MaxBytes: maxBytes}))
+		ctx := t.Context()
+		n := 0
+		for _, size := range []int{8192, 1024, 128, 16, 1} {
+			for {
+				n++
+				k := fmt.Sprintf("a%05d", n)
+				res, err := s.BeginScoped(ctx, "scope-a", k, fp(1), time.Minute, -1)
+				if err != nil {
+					t.Fatalf("scope a, key %d: %v", n, err)
+				}
+				resp := &idempotency.Response{Status: http.StatusOK, Body: make([]byte, size)}
+				if err := s.Complete(ctx, k, res.Token, resp, time.Hour); err != nil {
+					t.Fatal(err)
+				}
+				if got, _ := s.Begin(ctx, k, fp(1), time.Minute); got.Response.BodyOmitted {
+					break
+				}
+			}
+		}
+		if b := s.Bytes(); b > maxBytes {
+			t.Errorf("Bytes = %d, over MaxBytes %d", b, maxBytes)
+		}
+		for i := range 10 {
+			if _, err := s.BeginScoped(ctx, "scope-b", fmt.Sprintf("b%d", i), fp(1), time.Minute, -1); err != nil {
+				t.Fatalf("scope b, key %d, after scope a filled the bodies: %v", i, err)
+			}
+		}
+	})
 }
