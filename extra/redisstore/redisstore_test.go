@@ -68,8 +68,15 @@ func testPrefix(tb testing.TB, direct *redis.Client) string {
 
 // advanceScript shortens the expiry of KEYS by ARGV[1] ms, deleting those
 // that end within it: the server's clock, moved forward for these keys.
+// A caller's count (a sorted set by expiry) has its scores moved too.
 var advanceScript = redis.NewScript(`
 for _, k in ipairs(KEYS) do
+  if redis.call('TYPE', k).ok == 'zset' then
+    local m = redis.call('ZRANGE', k, 0, -1, 'WITHSCORES')
+    for i = 1, #m, 2 do
+      redis.call('ZADD', k, tonumber(m[i + 1]) - tonumber(ARGV[1]), m[i])
+    end
+  end
   local p = redis.call('PTTL', k)
   if p > 0 then
     if p <= tonumber(ARGV[1]) then

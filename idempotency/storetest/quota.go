@@ -138,7 +138,7 @@ func testScopeQuotaUnderContention(t *testing.T, s Subject) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			res, err := ss.BeginScoped(context.Background(), sc, key(t, strconv.Itoa(i)), fp("a"), lease, quota)
+			res, err := ss.BeginScoped(context.Background(), sc, key(t, "c"+strconv.Itoa(i)+"x"), fp("a"), lease, quota)
 			switch {
 			case errors.Is(err, idempotency.ErrScopeFull):
 				full.Add(1)
