@@ -208,3 +208,38 @@ func TestNewRefusesBadTables(t *testing.T) {
 		t.Error("New accepted a nil DB")
 	}
 }
+
+// TestMigrateUpgradesATableWithoutScope: Migrate adds the scope column and
+// its index to a table made by an earlier version, keeping its rows, and
+// BeginScoped then counts callers' keys on it.
+func TestMigrateUpgradesATableWithoutScope(t *testing.T) {
+	pool := newPool(t, "")
+	ctx := t.Context()
+	table := "guardrail_idem_test_" + idempotency.NewToken()[:12]
+	t.Cleanup(func() { pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
+	_, err := pool.Exec(ctx, `CREATE TABLE `+table+` (
+  key text PRIMARY KEY, fingerprint bytea NOT NULL, token text, status integer, header jsonb, body bytea,
+  body_omitted boolean NOT NULL DEFAULT false, expires_at timestamptz NOT NULL);
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := idempotency.Fingerprint{1}
+	_, err = pool.Exec(ctx, `INSERT INTO `+table+` (key, fingerprint, status, header, expires_at) VALUES ('old', $1, 201, '{}', now() + interval '1 hour')`, fp[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := must(pgstore.New(pool, pgstore.Config{Table: table}))
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Begin(ctx, "old", idempotency.Fingerprint{1}, time.Minute); err != nil || res.State != idempotency.StateCompleted {
+		t.Fatalf("the old row after Migrate: %v, %v", res.State, err)
+	}
+	for i, want := range []error{nil, nil, idempotency.ErrScopeFull} {
+		_, err := s.BeginScoped(ctx, "caller", "k"+strconv.Itoa(i), idempotency.Fingerprint{1}, time.Minute, 2)
+		if !errors.Is(err, want) {
+			t.Fatalf("BeginScoped %d: %v, want %v", i, err, want)
+		}
+	}
+}
