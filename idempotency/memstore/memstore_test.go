@@ -32,8 +32,15 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // outageStore fails every call while down, as a store cut off from its
 // backend would; memory itself cannot go away.
 type outageStore struct {
-	idempotency.Store
+	*memstore.Store
 	down atomic.Bool
+}
+
+func (o *outageStore) BeginScoped(ctx context.Context, scope, key string, fp idempotency.Fingerprint, lease time.Duration, maxKeys int) (idempotency.Result, error) {
+	if o.down.Load() {
+		return idempotency.Result{}, errDown
+	}
+	return o.Store.BeginScoped(ctx, scope, key, fp, lease, maxKeys)
 }
 
 var errDown = errors.New("store unreachable")

@@ -3,7 +3,11 @@ package storetest
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -162,5 +166,67 @@ func testScopeQuotaUnderContention(t *testing.T, s Subject) {
 	}
 	if got := full.Load(); got != n-quota {
 		t.Errorf("%d refused with ErrScopeFull, want %d", got, n-quota)
+	}
+}
+
+// testScopeQuotaHTTP: over real HTTP, with several instances sharing the
+// store, a caller sending new keys stops at MaxKeysPerScope with 429 and
+// a Retry-After, nothing charged, while another caller is served and the
+// first caller's retries of its live keys are replayed.
+func testScopeQuotaHTTP(t *testing.T, s Subject) {
+	const quota = 5
+	pay := &payments{}
+	byHeader := func(r *http.Request) (string, error) { return r.Header.Get("X-Caller"), nil }
+	var urls []string
+	for range 2 { // two instances
+		mux := http.NewServeMux()
+		mux.Handle("POST /payments", middleware(s.Store, idempotency.Config{Scope: byHeader, MaxKeysPerScope: quota, Logger: discardLogger()})(pay))
+		srv := httptest.NewServer(mux)
+		t.Cleanup(srv.Close)
+		urls = append(urls, srv.URL+"/payments")
+	}
+	post := func(i int, caller, key string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, urls[i%len(urls)], strings.NewReader(`{"amount":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(idempotency.HeaderKey, key)
+		req.Header.Set("X-Caller", caller)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	var codes []int
+	for i := range quota + 3 {
+		codes = append(codes, post(i, "mallory", "m"+strconv.Itoa(i)).StatusCode)
+	}
+	for i, code := range codes {
+		want := http.StatusCreated
+		if i >= quota {
+			want = http.StatusTooManyRequests
+		}
+		if code != want {
+			t.Errorf("mallory's request %d: %d, want %d (codes %v)", i, code, want, codes)
+		}
+	}
+	resp := post(0, "mallory", "m-last")
+	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); resp.StatusCode != http.StatusTooManyRequests || err != nil || ra < 1 {
+		t.Errorf("over the quota: %d, Retry-After %q; want 429 with a delay", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if resp := post(1, "mallory", "m0"); resp.StatusCode != http.StatusCreated || resp.Header.Get(idempotency.HeaderReplayed) != "true" {
+		t.Errorf("mallory's retry of a live key: %d, replayed %q; want the stored 201", resp.StatusCode, resp.Header.Get(idempotency.HeaderReplayed))
+	}
+	for i := range 2 {
+		if code := post(i, "alice", "a"+strconv.Itoa(i)).StatusCode; code != http.StatusCreated {
+			t.Errorf("alice's request %d: %d, want 201", i, code)
+		}
+	}
+	if got, want := pay.charges.Load(), int32(quota+2); got != want {
+		t.Errorf("%d charges, want %d", got, want)
 	}
 }
