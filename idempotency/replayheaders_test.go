@@ -3,6 +3,8 @@ package idempotency_test
 import (
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -139,4 +141,82 @@ func headerFold(h http.Header, name string) string {
 		}
 	}
 	return strings.Join(vs, ",")
+}
+
+// FuzzMethodsAndStoredFields: whatever the method's case and the names of
+// the fields the handler sets, a method that spells POST is never let
+// through without a key under Required, a replay never carries a field
+// whose name is a credential's in any case, and an outer middleware's
+// field keeps its live value.
+func FuzzMethodsAndStoredFields(f *testing.F) {
+	for _, seed := range [][2]string{
+		{"POST", "Location"}, {"post", "set-cookie"}, {"pOST", "AUTHORIZATION"}, {"GET", "x-auth-token"},
+		{"PoSt", "X-Request-Id"}, {"PATCH", "Proxy-Authorization"}, {"PUT", "x-api-key"}, {"post", "Set-Cookie2"},
+	} {
+		f.Add(seed[0], seed[1], "v")
+	}
+	f.Fuzz(func(t *testing.T, method, field, value string) {
+		if !validMethod(method) || !validFieldName(field) || strings.ContainsAny(value, "\r\n\x00") {
+			t.Skip()
+		}
+		var runs atomic.Int32
+		mw := newMW(idempotency.Config{Required: true}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			w.Header()[field] = []string{value}
+			w.Header().Set("X-Request-Id", "handler") // overrides the outer one's
+			w.WriteHeader(http.StatusOK)
+		}))
+		post := strings.EqualFold(method, http.MethodPost)
+		noKey := httptest.NewRequest(method, "/p", nil)
+		rec := httptest.NewRecorder()
+		mw.ServeHTTP(rec, noKey)
+		if post && (rec.Code != http.StatusBadRequest || runs.Load() != 0) {
+			t.Fatalf("%q without a key under Required: %d, %d runs", method, rec.Code, runs.Load())
+		}
+		var last *httptest.ResponseRecorder
+		for i := range 2 {
+			req := httptest.NewRequest(method, "/p", nil)
+			req.Header.Set(idempotency.HeaderKey, "k")
+			last = httptest.NewRecorder()
+			last.Header().Set("Access-Control-Allow-Origin", "live"+strconv.Itoa(i))
+			mw.ServeHTTP(last, req)
+		}
+		if !post || last.Header().Get(idempotency.HeaderReplayed) != "true" {
+			return
+		}
+		if got := last.Header().Get("Access-Control-Allow-Origin"); got != "live1" {
+			t.Fatalf("the outer field was frozen: %q", got)
+		}
+		lower := strings.ToLower(field)
+		for _, w := range []string{"cookie", "auth", "token", "secret", "session", "password", "apikey", "api-key", "credential"} {
+			if strings.Contains(lower, w) && headerFold(last.Header(), field) != "" {
+				t.Fatalf("replay carries the credential %q", field)
+			}
+		}
+	})
+}
+
+func validMethod(m string) bool {
+	if m == "" {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		if c := m[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// validFieldName reports whether s is a plausible field name.
+func validFieldName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
