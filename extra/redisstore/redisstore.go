@@ -68,23 +68,26 @@ var ErrNotReplicated = errors.New("redisstore: write not acknowledged by enough 
 // response under memory pressure, and a retry would then run again.
 //
 // Store is an idempotency.ScopedStore: BeginScoped counts each caller's
-// live keys in a sorted set per caller (the key's expiry as its score,
-// trimmed by the script that reads it, with a Redis expiry of its own),
-// checked and updated in the same script as the key, so the quota holds
-// across every instance. Such a caller's records are named with its scope
-// as a hash tag, "<Prefix>{<scope>}<key>", next to its count,
-// "<Prefix>{<scope>}"; records from Begin are "<Prefix><key>". The two
-// namings do not see each other: records written by a version without
-// BeginScoped are not found after an upgrade (a retry within TTL of a
-// request answered before it runs again).
+// live keys in a sorted set per caller, "<Prefix>{<scope>}" (the records'
+// expiries as scores, trimmed by the script that reads it, with a Redis
+// expiry of its own), checked and updated in the same script as the
+// record, so the quota holds across every instance at no extra round
+// trip.
 //
-// On a Redis Cluster every call touches one hash slot: a record of Begin
-// alone, or a caller's record and its count, under the caller's hash
-// tag; so one caller's records live on one node. Do not put a hash tag in
-// Prefix, which would put every record in one slot.
+// On a Redis Cluster (or a Ring, or any client but a *redis.Client) every
+// call touches one hash slot: a record of Begin alone, or a caller's
+// record and its count, both under the caller's hash tag,
+// "<Prefix>{<scope>}<key>"; so one caller's records live on one node.
+// Records written before BeginScoped existed are named "<Prefix><key>",
+// and are not found by it: after an upgrade, a retry within TTL of a
+// request answered by the old version runs again. On a single node
+// (*redis.Client) records keep the name "<Prefix><key>" whether scoped or
+// not, so an upgrade loses nothing. Do not put a hash tag in Prefix,
+// which would put every record in one slot.
 type Store struct {
 	client   redis.Scripter
 	prefix   string
+	tagged   bool // a caller's records carry its hash tag (any client but a *redis.Client)
 	replicas int
 	waitMS   int64
 }
@@ -120,7 +123,8 @@ func New(client redis.Scripter, cfg Config) (*Store, error) {
 	if cfg.ReplicaTimeout == 0 {
 		cfg.ReplicaTimeout = DefaultReplicaTimeout
 	}
-	return &Store{client: client, prefix: cfg.Prefix, replicas: cfg.Replicas, waitMS: max(cfg.ReplicaTimeout.Milliseconds(), 1)}, nil
+	_, single := client.(*redis.Client)
+	return &Store{client: client, prefix: cfg.Prefix, tagged: !single, replicas: cfg.Replicas, waitMS: max(cfg.ReplicaTimeout.Milliseconds(), 1)}, nil
 }
 
 // run runs script on keys (one hash slot), then, if the Store waits for
@@ -285,8 +289,11 @@ func (s *Store) names(key, token string, args ...any) ([]string, []any) {
 	if !ok {
 		return []string{s.prefix + key}, args
 	}
-	tag := s.prefix + "{" + scope + "}"
-	return []string{tag + key, tag}, append(args, key)
+	count := s.prefix + "{" + scope + "}"
+	if !s.tagged { // one node: keep the names Begin uses
+		return []string{s.prefix + key, count}, append(args, key)
+	}
+	return []string{count + key, count}, append(args, key)
 }
 
 // validScope reports whether scope can name a hash tag and a token part.

@@ -222,3 +222,25 @@ func benchStore(b *testing.B) *redisstore.Store {
 	direct := newClient(b, redisAddr(b), redis.Options{})
 	return mustNew(direct, redisstore.Config{Prefix: testPrefix(b, direct)})
 }
+
+// TestScopedFindsRecordsOfBeginOnOneNode: on a single node a caller's
+// records keep the names Begin gives them, so a response stored before
+// the quota existed (by Begin) is replayed by BeginScoped after an
+// upgrade, rather than run again.
+func TestScopedFindsRecordsOfBeginOnOneNode(t *testing.T) {
+	direct := newClient(t, redisAddr(t), redis.Options{})
+	s := mustNew(direct, redisstore.Config{Prefix: testPrefix(t, direct)})
+	ctx := t.Context()
+	fp := idempotency.Fingerprint{1}
+	res, err := s.Begin(ctx, "k", fp, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, "k", res.Token, &idempotency.Response{Status: http.StatusCreated}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.BeginScoped(ctx, idempotency.NewToken(), "k", fp, time.Minute, 10)
+	if err != nil || got.State != idempotency.StateCompleted || got.Response.Status != http.StatusCreated {
+		t.Fatalf("BeginScoped after Begin stored the key: %v, %v; want the stored 201", got.State, err)
+	}
+}
