@@ -196,8 +196,8 @@ type Request struct {
 // and no Session, when the store fails or returns an invalid result; the
 // transport then refuses the request as unavailable, or runs it
 // unprotected (with Unprotected's context). Begin emits the event of its
-// decision (conflict, replayed, mismatch, rate_limit, store_error), except when ctx
-// is done: the client is gone, and nothing ran.
+// decision (conflict, replayed, mismatch, rate_limit, store_error),
+// except when ctx is done: the client is gone, and nothing ran.
 func (k *Keys) Begin(ctx context.Context, req Request) (Result, *Session, error) {
 	op := req.Operation
 	if op == "" {
