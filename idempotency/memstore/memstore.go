@@ -57,10 +57,10 @@ type Store struct {
 	maxBytes   int64
 
 	mu      sync.Mutex
-	entries map[string]*entry              // guarded by mu
-	expiry  expiryHeap                     // guarded by mu; every entry, soonest expiry first
-	bytes   int64                          // guarded by mu; sum of entry.size
-	scopes  map[string]map[*entry]struct{} // guarded by mu; the live entries of each scope
+	entries map[string]*entry    // guarded by mu
+	expiry  expiryHeap           // guarded by mu; every entry, soonest expiry first
+	bytes   int64                // guarded by mu; sum of entry.size
+	scopes  map[string]*scopeUse // guarded by mu; by scope, for BeginScoped
 }
 
 type entry struct {
@@ -100,7 +100,7 @@ func New(cfg Config) (*Store, error) {
 		maxEntries: cfg.MaxEntries,
 		maxBytes:   cfg.MaxBytes,
 		entries:    make(map[string]*entry),
-		scopes:     make(map[string]map[*entry]struct{}),
+		scopes:     make(map[string]*scopeUse),
 	}
 	if s.maxEntries == 0 {
 		s.maxEntries = DefaultMaxEntries
@@ -142,17 +142,9 @@ func (s *Store) begin(ctx context.Context, scope, key string, fp idempotency.Fin
 		}
 		return idempotency.Result{State: idempotency.StateInFlight, RetryIn: e.expires.Sub(now)}, nil
 	}
-	if held := s.scopes[scope]; scope != "" && maxKeys >= 0 && len(held) >= maxKeys {
-		// Scanning the scope's entries costs at most maxKeys steps, and
-		// only for a caller over its quota.
-		var first time.Time
-		for e := range held {
-			if first.IsZero() || e.expires.Before(first) {
-				first = e.expires
-			}
-		}
+	if u := s.scopes[scope]; scope != "" && maxKeys >= 0 && u.len() >= maxKeys {
 		var retryIn time.Duration
-		if !first.IsZero() {
+		if first := u.soonest(); !first.IsZero() {
 			retryIn = first.Sub(now)
 		}
 		return idempotency.Result{RetryIn: retryIn}, idempotency.ErrScopeFull
@@ -166,12 +158,13 @@ func (s *Store) begin(ctx context.Context, scope, key string, fp idempotency.Fin
 	heap.Push(&s.expiry, e)
 	s.bytes += e.size
 	if scope != "" {
-		held := s.scopes[scope]
-		if held == nil {
-			held = make(map[*entry]struct{})
-			s.scopes[scope] = held
+		u := s.scopes[scope]
+		if u == nil {
+			u = &scopeUse{entries: make(map[*entry]struct{})}
+			s.scopes[scope] = u
 		}
-		held[e] = struct{}{}
+		u.entries[e] = struct{}{}
+		u.first = time.Time{}
 	}
 	return idempotency.Result{State: idempotency.StateAcquired, Token: e.token}, nil
 }
@@ -197,6 +190,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, resp *idempoten
 	s.bytes += size - e.size
 	e.size, e.resp, e.token, e.expires = size, stored, "", now.Add(ttl)
 	heap.Fix(&s.expiry, e.index)
+	s.moved(e)
 	return nil
 }
 
@@ -223,6 +217,7 @@ func (s *Store) Extend(ctx context.Context, key, token string, lease time.Durati
 	}
 	e.expires = now.Add(lease)
 	heap.Fix(&s.expiry, e.index)
+	s.moved(e)
 	return nil
 }
 
@@ -268,12 +263,52 @@ func (s *Store) remove(e *entry) {
 	heap.Remove(&s.expiry, e.index)
 	delete(s.entries, e.key)
 	s.bytes -= e.size
-	if held := s.scopes[e.scope]; held != nil {
-		delete(held, e)
-		if len(held) == 0 {
+	if u := s.scopes[e.scope]; u != nil {
+		delete(u.entries, e)
+		u.first = time.Time{}
+		if len(u.entries) == 0 {
 			delete(s.scopes, e.scope)
 		}
 	}
+}
+
+// moved records that e's expiry changed. The caller must hold s.mu.
+func (s *Store) moved(e *entry) {
+	if u := s.scopes[e.scope]; u != nil {
+		u.first = time.Time{}
+	}
+}
+
+// scopeUse is what a scope holds. Its fields are guarded by Store.mu.
+type scopeUse struct {
+	entries map[*entry]struct{} // the scope's live entries
+	// first caches the soonest expiry of entries, zero when unknown: a
+	// caller over its quota sending new keys then costs one scan of its
+	// entries (at most the quota) until one of them changes, not one per
+	// request, under the lock every caller shares.
+	first time.Time
+}
+
+func (u *scopeUse) len() int {
+	if u == nil {
+		return 0
+	}
+	return len(u.entries)
+}
+
+// soonest returns the soonest expiry of u's entries, zero if none.
+func (u *scopeUse) soonest() time.Time {
+	if u == nil {
+		return time.Time{}
+	}
+	if u.first.IsZero() {
+		for e := range u.entries {
+			if u.first.IsZero() || e.expires.Before(u.first) {
+				u.first = e.expires
+			}
+		}
+	}
+	return u.first
 }
 
 func copyResponse(r *idempotency.Response) *idempotency.Response {

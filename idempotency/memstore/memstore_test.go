@@ -217,3 +217,59 @@ func TestBodiesLeaveRoomForNewKeys(t *testing.T) {
 		}
 	})
 }
+
+// TestScopeFullRetryInFollowsTheScope: the Retry-After of a full scope is
+// when its first key expires, and follows that key when it completes (its
+// expiry moves to the TTL's end) or goes, however many refusals came
+// before: the soonest expiry is cached between changes, not stale.
+func TestScopeFullRetryInFollowsTheScope(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := must(memstore.New(memstore.Config{}))
+		ctx := t.Context()
+		retryIn := func() time.Duration {
+			t.Helper()
+			res, err := s.BeginScoped(ctx, "a", "new", fp(1), time.Minute, 2)
+			if !errors.Is(err, idempotency.ErrScopeFull) {
+				t.Fatalf("BeginScoped over the quota: %v", err)
+			}
+			return res.RetryIn
+		}
+		k1, _ := s.BeginScoped(ctx, "a", "k1", fp(1), time.Minute, 2)
+		time.Sleep(10 * time.Second)
+		k2, _ := s.BeginScoped(ctx, "a", "k2", fp(1), time.Minute, 2)
+		for range 3 {
+			if got := retryIn(); got != 50*time.Second {
+				t.Fatalf("RetryIn = %v, want 50s (k1's lease)", got)
+			}
+		}
+		if err := s.Complete(ctx, "k1", k1.Token, &idempotency.Response{Status: 201}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if got := retryIn(); got != time.Minute {
+			t.Fatalf("after k1 completed: RetryIn = %v, want 1m (k2's lease)", got)
+		}
+		if err := s.Extend(ctx, "k2", k2.Token, 2*time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if got := retryIn(); got != time.Hour {
+			t.Fatalf("after k2 was extended: RetryIn = %v, want 1h (k1's TTL)", got)
+		}
+	})
+}
+
+// BenchmarkBeginScopedOverQuota: a caller at a quota of 10,000 sending new
+// keys, which every other caller's requests wait behind (one lock).
+func BenchmarkBeginScopedOverQuota(b *testing.B) {
+	s := must(memstore.New(memstore.Config{}))
+	ctx := context.Background()
+	for i := range 10_000 {
+		if _, err := s.BeginScoped(ctx, "a", fmt.Sprint("k", i), fp(1), time.Hour, 10_000); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		if _, err := s.BeginScoped(ctx, "a", "new", fp(1), time.Hour, 10_000); !errors.Is(err, idempotency.ErrScopeFull) {
+			b.Fatal(err)
+		}
+	}
+}
