@@ -189,8 +189,9 @@ type Config struct {
 	// would hand to whoever sends the key: Set-Cookie, Authorization,
 	// Proxy-Authorization, Authentication-Info, and any field whose name
 	// contains "auth", "token", "secret", "password", "session", "cookie",
-	// "credential" or "api-key"/"apikey". A field listed here is stored
-	// even if it is a credential.
+	// "credential" or "api-key"/"apikey" (but WWW-Authenticate and
+	// Proxy-Authenticate, the challenges a stored 401 or 407 must carry,
+	// are kept). A field listed here is stored even if it is a credential.
 	StoredHeaders []string
 
 	// RetryAfter is the Retry-After sent with 503 when the store fails, and
@@ -443,11 +444,35 @@ var notStored = map[string]bool{
 var credentialWords = [...]string{"auth", "token", "secret", "password", "session", "cookie", "credential", "api-key", "apikey"}
 
 // credential reports whether the field named name (canonical) may carry a
-// credential: replayed, it would be handed to whoever sends the key.
+// credential: replayed, it would be handed to whoever sends the key. The
+// challenges a 401 or 407 must carry are not credentials.
 func credential(name string) bool {
-	name = strings.ToLower(name)
+	if name == "Www-Authenticate" || name == "Proxy-Authenticate" {
+		return false
+	}
 	for _, w := range credentialWords {
-		if strings.Contains(name, w) {
+		if containsFold(name, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// containsFold reports whether s contains lower, which is lower-case
+// ASCII, without regard to case; it allocates nothing.
+func containsFold(s, lower string) bool {
+	for i := 0; i+len(lower) <= len(s); i++ {
+		j := 0
+		for ; j < len(lower); j++ {
+			c := s[i+j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != lower[j] {
+				break
+			}
+		}
+		if j == len(lower) {
 			return true
 		}
 	}
