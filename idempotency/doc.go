@@ -7,7 +7,9 @@
 // wraps a handler. Keys are scoped by caller: Config.Scope names the
 // caller of each request, or Config.SingleTenant says that there is only
 // one; New refuses a Config with neither, because one caller could then be
-// replayed another's response.
+// replayed another's response. Each caller holds at most
+// Config.MaxKeysPerScope live keys (10,000 by default) in a ScopedStore,
+// so that one caller cannot fill a shared store for the others.
 //
 // Keys is the protocol itself, whatever the transport: Begin looks a
 // request's key up and returns the Session that holds it while the

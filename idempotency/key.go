@@ -121,3 +121,11 @@ func scopedKey(scope []string, key string) string {
 	var sum [sha256.Size]byte
 	return hex.EncodeToString(h.Sum(sum[:0]))
 }
+
+// scopeID is the caller ID a ScopedStore sees: the first 128 bits of the
+// SHA-256 of the caller's name, in hex, so that no principal reaches the
+// store and every store gets a short fixed-size ID to count keys by.
+func scopeID(caller string) string {
+	sum := sha256.Sum256([]byte("scope\x00" + caller))
+	return hex.EncodeToString(sum[:16])
+}

@@ -57,7 +57,11 @@ type Config struct {
 
 	// Methods are the request methods the middleware handles; others pass
 	// through untouched. Nil means POST and PATCH; an empty non-nil list,
-	// or one with an empty or malformed method, is invalid.
+	// or one with an empty or malformed method, is invalid. Methods are
+	// matched without regard to case: net/http treats "post" as a method
+	// of its own, but a router or handler behind the middleware may run it
+	// as POST, so "post" and "Post" are handled, scoped and fingerprinted
+	// as POST rather than let through unprotected.
 	Methods []string
 
 	// Required makes a key mandatory for Methods: a request without one
@@ -77,6 +81,21 @@ type Config struct {
 	// It is called before the body is read, and must not read it.
 	// Exactly one of Scope and SingleTenant must be set.
 	Scope func(*http.Request) (string, error)
+
+	// MaxKeysPerScope caps the live keys, in flight and completed, that
+	// one caller (one Scope) holds in the store, so that one caller
+	// sending new keys can never fill the store for the others. A caller
+	// at its quota gets 429 with Retry-After (the time until the first of
+	// its keys expires) for a new key, without the handler running or the
+	// key being locked, whatever FailOpen says; its retries of live keys
+	// are still answered, and every other caller is unaffected. A released
+	// key (a 5xx, say) no longer counts; a completed one counts until its
+	// TTL ends, so size it to the keyed requests your busiest caller makes
+	// in a TTL. Zero means 10,000 (about 7 a minute for 24 hours);
+	// negative means no limit. It needs a store that implements
+	// ScopedStore (memstore, redisstore and pgstore do); it does not apply
+	// with SingleTenant, where there is no other caller to protect.
+	MaxKeysPerScope int
 
 	// SingleTenant puts every request in one key scope. Set it only when
 	// every caller is trusted alike (one internal client, one service
@@ -160,10 +179,19 @@ type Config struct {
 	// hang forever would hold its request, and its key, as long).
 	StoreTimeout time.Duration
 
-	// StoredHeaders are the response header fields stored and replayed.
-	// Nil means all fields the handler set except hop-by-hop fields,
-	// Content-Length (recomputed), Date and Set-Cookie (a credential,
-	// kept out of the store unless listed here).
+	// StoredHeaders are the response header fields stored and replayed,
+	// matched without regard to case. Only fields the handler set or
+	// changed are stored, never those already in the response's header
+	// when the middleware ran (set by middlewares outside it, such as
+	// CORS, request IDs or rate-limit counters): a replay keeps their live
+	// values. Nil means every such field except hop-by-hop fields,
+	// Content-Length (recomputed), Date, and credentials, which a replay
+	// would hand to whoever sends the key: Set-Cookie, Authorization,
+	// Proxy-Authorization, Authentication-Info, and any field whose name
+	// contains "auth", "token", "secret", "password", "session", "cookie",
+	// "credential" or "api-key"/"apikey" (but WWW-Authenticate and
+	// Proxy-Authenticate, the challenges a stored 401 or 407 must carry,
+	// are kept). A field listed here is stored even if it is a credential.
 	StoredHeaders []string
 
 	// RetryAfter is the Retry-After sent with 503 when the store fails, and
@@ -242,7 +270,7 @@ func New(store Store, cfg Config) (*Server, error) {
 		keys: newKeys(store, KeysConfig{
 			Name: cfg.Name, TTL: cfg.TTL, Lease: cfg.Lease, StoreTimeout: cfg.StoreTimeout,
 			DisableLeaseRenewal: cfg.DisableLeaseRenewal, CancelOnLeaseLost: cfg.CancelOnLeaseLost,
-			Logger: cfg.Logger, Observer: cfg.Observer,
+			MaxKeysPerScope: cfg.MaxKeysPerScope, Logger: cfg.Logger, Observer: cfg.Observer,
 		}),
 		cfg:         cfg,
 		methods:     cfg.Methods,
@@ -256,7 +284,10 @@ func New(store Store, cfg Config) (*Server, error) {
 	if s.methods == nil {
 		s.methods = []string{http.MethodPost, http.MethodPatch}
 	} else {
-		s.methods = slices.Clone(s.methods)
+		s.methods = make([]string, len(cfg.Methods))
+		for i, m := range cfg.Methods {
+			s.methods[i] = strings.ToUpper(m)
+		}
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -266,7 +297,7 @@ func New(store Store, cfg Config) (*Server, error) {
 	}
 	s.retryAfterHeader = retryAfterSeconds(s.retryAfter)
 	if cfg.StoredHeaders == nil {
-		s.keep = func(name string) bool { return !notStored[name] }
+		s.keep = func(name string) bool { return !notStored[name] && !credential(name) }
 	} else {
 		keep := make(map[string]bool, len(cfg.StoredHeaders))
 		for _, name := range cfg.StoredHeaders {
@@ -350,7 +381,8 @@ func validToken(s string) bool {
 //     Retry-After;
 //   - the same key with another payload (method, path, query, body): 422;
 //   - a malformed key, or none when Required: 400; a body over
-//     MaxBodyBytes: 413; a request Scope cannot attribute: 403.
+//     MaxBodyBytes: 413; a request Scope cannot attribute: 403; a new key
+//     from a caller holding MaxKeysPerScope keys: 429.
 //
 // A response that says the request was not processed, or may succeed
 // later (408, 425, 429 and every 5xx), and a handler that returns without
@@ -407,6 +439,46 @@ var notStored = map[string]bool{
 	HeaderReplayed: true, HeaderBodyOmitted: true,
 }
 
+// credentialWords are the parts of a field name that make it a
+// credential, lower-case.
+var credentialWords = [...]string{"auth", "token", "secret", "password", "session", "cookie", "credential", "api-key", "apikey"}
+
+// credential reports whether the field named name (canonical) may carry a
+// credential: replayed, it would be handed to whoever sends the key. The
+// challenges a 401 or 407 must carry are not credentials.
+func credential(name string) bool {
+	if name == "Www-Authenticate" || name == "Proxy-Authenticate" {
+		return false
+	}
+	for _, w := range credentialWords {
+		if containsFold(name, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// containsFold reports whether s contains lower, which is lower-case
+// ASCII, without regard to case; it allocates nothing.
+func containsFold(s, lower string) bool {
+	for i := 0; i+len(lower) <= len(s); i++ {
+		j := 0
+		for ; j < len(lower); j++ {
+			c := s[i+j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != lower[j] {
+				break
+			}
+		}
+		if j == len(lower) {
+			return true
+		}
+	}
+	return false
+}
+
 // orDefault returns def for zero, v otherwise. New has refused the
 // negative values that mean nothing; those left mean no limit.
 func orDefault[T int | int64 | time.Duration](v, def T) T {
@@ -416,8 +488,23 @@ func orDefault[T int | int64 | time.Duration](v, def T) T {
 	return v
 }
 
+// method returns r's method as the middleware handles it, upper-case,
+// and whether it is one of m.methods.
+func (m *Server) method(r *http.Request) (string, bool) {
+	if slices.Contains(m.methods, r.Method) { // the usual case: no allocation
+		return r.Method, true
+	}
+	for _, want := range m.methods {
+		if strings.EqualFold(r.Method, want) {
+			return want, true
+		}
+	}
+	return r.Method, false
+}
+
 func (m *Server) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	if !slices.Contains(m.methods, r.Method) {
+	method, ok := m.method(r)
+	if !ok {
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -450,7 +537,7 @@ func (m *Server) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		}
 		if err != nil {
 			m.log.WarnContext(r.Context(), "idempotency: Config.Scope could not attribute the request to a caller; refusing it with 403 rather than looking its key up in a shared scope",
-				"err", err, "method", r.Method, "route", m.route(r))
+				"err", err, "method", method, "route", m.route(r))
 			m.problem(w, http.StatusForbidden, "Caller unknown for Idempotency-Key",
 				"This request could not be attributed to a caller, so its Idempotency-Key cannot be looked up; the request was not processed.")
 			return
@@ -463,15 +550,27 @@ func (m *Server) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	fp := fingerprint(r, body)
+	fp := fingerprint(method, r, body)
 
 	ctx := r.Context()
 	route := m.route(r)
-	res, sess, err := m.keys.begin(ctx, operation(r), func() []slog.Attr { return []slog.Attr{slog.String("method", r.Method), slog.String("route", route)} },
-		[]string{scope, r.Method, route}, key, fp)
+	res, sess, err := m.keys.begin(ctx, operation(r), func() []slog.Attr { return []slog.Attr{slog.String("method", method), slog.String("route", route)} },
+		[]string{scope, method, route}, key, fp)
 	if err != nil {
 		if ctx.Err() != nil {
 			return // the client is gone; nothing to answer, nothing ran
+		}
+		if errors.Is(err, ErrScopeFull) {
+			// The caller's own quota, not a store failure: FailOpen does
+			// not apply, and nothing is logged per request.
+			ra := m.retryAfterHeader
+			if res.RetryIn > 0 {
+				ra = retryAfterSeconds(res.RetryIn)
+			}
+			w.Header().Set("Retry-After", ra)
+			m.problem(w, http.StatusTooManyRequests, "Too many Idempotency-Keys in use",
+				"This caller holds as many live Idempotency-Keys as it may; the request was not processed. Retry it after the delay in Retry-After, when one of them expires.")
+			return
 		}
 		m.storeFailed(w, r, next, route, "begin", err)
 		return
@@ -519,10 +618,10 @@ func (m *Server) readBody(r *http.Request) ([]byte, int, error) {
 
 // fingerprint hashes what makes two requests with one key the same request:
 // method, escaped path, query and body, each length-prefixed.
-func fingerprint(r *http.Request, body []byte) Fingerprint {
+func fingerprint(method string, r *http.Request, body []byte) Fingerprint {
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
-	for _, s := range [...]string{r.Method, r.URL.EscapedPath(), r.URL.RawQuery} {
+	for _, s := range [...]string{method, r.URL.EscapedPath(), r.URL.RawQuery} {
 		h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
 		h.Write([]byte(s))
 	}
@@ -551,7 +650,7 @@ func (m *Server) run(w http.ResponseWriter, r *http.Request, next http.Handler, 
 	// before the handler gets it: once the handler can close it, the
 	// client may retry at once, and the retry must find the outcome
 	// recorded, not the key in flight.
-	rec := &recorder{w: w, max: m.maxResp, keep: m.keep, hj: hijackKey{m: m, sess: sess}}
+	rec := &recorder{w: w, max: m.maxResp, keep: m.keep, outer: outerHeader(w.Header()), hj: hijackKey{m: m, sess: sess}}
 	returned := false
 	defer func() {
 		if returned {
@@ -590,7 +689,7 @@ func (m *Server) run(w http.ResponseWriter, r *http.Request, next http.Handler, 
 	resp := &Response{Status: rec.status, Header: rec.header, BodyOmitted: rec.omitted}
 	if resp.Status == 0 { // nothing written: net/http sends 200 and the header as it is now
 		resp.Status = http.StatusOK
-		resp.Header = storedHeader(w.Header(), m.keep)
+		resp.Header = storedHeader(w.Header(), m.keep, rec.outer)
 	}
 	if !rec.omitted && rec.body.Len() > 0 {
 		resp.Body = rec.body.Bytes()
@@ -625,12 +724,26 @@ func (m *Server) storeFailed(w http.ResponseWriter, r *http.Request, next http.H
 		"The request was not processed; retry it with the same Idempotency-Key after the delay in Retry-After.")
 }
 
-// storedHeader copies the fields of h that keep selects; nil if none.
-func storedHeader(h http.Header, keep func(string) bool) http.Header {
+// outerHeader copies the fields already in h when the middleware runs,
+// set by middlewares outside it; nil if none.
+func outerHeader(h http.Header) http.Header {
+	if len(h) == 0 {
+		return nil
+	}
+	return h.Clone()
+}
+
+// storedHeader copies the fields of h that keep selects (by canonical
+// name, so that a field set under a non-canonical name is matched too)
+// and that the handler set: not in outer, or changed since; nil if none.
+func storedHeader(h http.Header, keep func(string) bool, outer http.Header) http.Header {
 	var out http.Header
 	for k, vs := range h {
-		if len(vs) == 0 || !keep(k) {
+		if len(vs) == 0 || !keep(http.CanonicalHeaderKey(k)) {
 			continue
+		}
+		if was, ok := outer[k]; ok && slices.Equal(was, vs) {
+			continue // an outer middleware's, as it set it
 		}
 		if out == nil {
 			out = make(http.Header, len(h))
@@ -706,6 +819,9 @@ func (m *Server) problemDoc(status int, title, detail string) (http.Header, []by
 
 // retryAfterSeconds formats d as delay-seconds, rounded up, at least 1.
 func retryAfterSeconds(d time.Duration) string {
-	s := int64((d + time.Second - 1) / time.Second)
+	s := int64(d / time.Second) // no d + time.Second - 1: it could overflow
+	if d%time.Second != 0 {
+		s++
+	}
 	return strconv.FormatInt(max(s, 1), 10)
 }

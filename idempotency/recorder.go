@@ -16,6 +16,7 @@ type recorder struct {
 	status   int         // final status (>= 200), 0 until written
 	header   http.Header // the stored fields, copied when status was written
 	keep     func(name string) bool
+	outer    http.Header // fields set before the handler ran, not stored
 	body     bytes.Buffer
 	max      int // body bytes kept; negative means no limit
 	omitted  bool
@@ -35,7 +36,7 @@ func (r *recorder) Header() http.Header { return r.w.Header() }
 func (r *recorder) WriteHeader(code int) {
 	if r.status == 0 && code >= 200 {
 		r.status = code
-		r.header = storedHeader(r.w.Header(), r.keep)
+		r.header = storedHeader(r.w.Header(), r.keep, r.outer)
 	}
 	r.w.WriteHeader(code)
 }

@@ -47,6 +47,16 @@ type KeysConfig struct {
 	// means 2 seconds; negative is invalid.
 	StoreTimeout time.Duration
 
+	// MaxKeysPerScope caps the live keys, in flight and completed, that
+	// one caller (the first part of Request.Scope) holds in the store, so
+	// that one caller can never fill it for the others: Begin then
+	// returns an error that Is ErrScopeFull for the caller's new keys
+	// until some of its keys are released or expire. Zero means 10,000;
+	// negative means no limit. It applies only with a ScopedStore, and
+	// only to requests whose first Scope part is not empty (with one
+	// tenant there is no other caller to protect).
+	MaxKeysPerScope int
+
 	// Logger receives store failures, failed renewals and lost leases.
 	// Nil means slog.Default().
 	Logger *slog.Logger
@@ -79,6 +89,7 @@ type Keys struct {
 	ttl          time.Duration
 	lease        time.Duration
 	storeTimeout time.Duration
+	maxKeys      int // per scope; negative means no limit
 	renew        bool
 	cancelOnLost bool
 	log          *slog.Logger
@@ -90,6 +101,9 @@ const (
 	defaultTTL          = 24 * time.Hour
 	defaultLease        = 30 * time.Second
 	defaultStoreTimeout = 2 * time.Second
+	// defaultMaxKeysPerScope lets a caller keep about 7 keyed requests a
+	// minute for the default TTL of 24 hours.
+	defaultMaxKeysPerScope = 10_000
 )
 
 // NewKeys returns Keys that keep their keys in store, configured by cfg.
@@ -128,6 +142,7 @@ func newKeys(store Store, cfg KeysConfig) *Keys {
 		ttl:          orDefault(cfg.TTL, defaultTTL),
 		lease:        orDefault(cfg.Lease, defaultLease),
 		storeTimeout: orDefault(cfg.StoreTimeout, defaultStoreTimeout),
+		maxKeys:      orDefault(cfg.MaxKeysPerScope, defaultMaxKeysPerScope),
 		renew:        !cfg.DisableLeaseRenewal,
 		cancelOnLost: cfg.CancelOnLeaseLost,
 		log:          cfg.Logger,
@@ -173,12 +188,16 @@ type Request struct {
 //     time left on its lease, a fair delay to ask the client to wait;
 //   - StateMismatch: the key was used with another fingerprint.
 //
-// Only StateAcquired returns a Session. Begin returns the store's error,
+// Only StateAcquired returns a Session. When the caller's scope holds
+// MaxKeysPerScope keys, Begin returns an error that Is ErrScopeFull, with
+// Result.RetryIn the time until one of them expires (zero if unknown):
+// the transport refuses the request as over a quota (HTTP 429), never runs
+// it unprotected, since the store works. Begin returns the store's error,
 // and no Session, when the store fails or returns an invalid result; the
 // transport then refuses the request as unavailable, or runs it
 // unprotected (with Unprotected's context). Begin emits the event of its
-// decision (conflict, replayed, mismatch, store_error), except when ctx
-// is done: the client is gone, and nothing ran.
+// decision (conflict, replayed, mismatch, rate_limit, store_error),
+// except when ctx is done: the client is gone, and nothing ran.
 func (k *Keys) Begin(ctx context.Context, req Request) (Result, *Session, error) {
 	op := req.Operation
 	if op == "" {
@@ -195,8 +214,20 @@ func (k *Keys) begin(ctx context.Context, op string, attrs func() []slog.Attr, s
 	lease := k.leaseFor(ctx)
 	begun := time.Now()
 	bctx, cancel := context.WithTimeout(ctx, k.storeTimeout)
-	res, err := k.store.Begin(bctx, skey, fp, lease)
+	var res Result
+	var err error
+	if ss, ok := k.store.(ScopedStore); ok && len(scope) > 0 && scope[0] != "" {
+		res, err = ss.BeginScoped(bctx, scopeID(scope[0]), skey, fp, lease, k.maxKeys)
+	} else {
+		res, err = k.store.Begin(bctx, skey, fp, lease)
+	}
 	cancel()
+	if errors.Is(err, ErrScopeFull) {
+		if ctx.Err() == nil {
+			k.emit(ctx, op, event.ReasonRateLimit, err)
+		}
+		return Result{RetryIn: max(res.RetryIn, 0)}, nil, err
+	}
 	if err == nil && (res.State < StateAcquired || res.State > StateMismatch ||
 		res.State == StateCompleted && (res.Response == nil || res.Response.Status < 100 || res.Response.Status > 999)) {
 		err = fmt.Errorf("idempotency: store returned invalid result %v", res.State)

@@ -21,7 +21,37 @@ var (
 	// size limit and nothing could be evicted without losing a stored
 	// response.
 	ErrStoreFull = errors.New("idempotency: store full")
+	// ErrScopeFull: a ScopedStore refused to lock a new key because the
+	// caller's scope already holds its quota of live keys (see
+	// Config.MaxKeysPerScope). The store is healthy, and other scopes are
+	// not affected.
+	ErrScopeFull = errors.New("idempotency: scope holds its quota of keys")
 )
+
+// ScopedStore is a Store that also bounds the keys each caller holds, so
+// that one caller can never fill the store for the others. memstore,
+// redisstore and pgstore implement it. Keys (and the HTTP middleware)
+// call BeginScoped instead of Begin for every request that a caller is
+// attributed to, and Begin only when there is one tenant; a Store that
+// does not implement it bounds nothing per caller.
+type ScopedStore interface {
+	Store
+
+	// BeginScoped is Begin for a key of scope, an opaque caller ID (32
+	// hex characters, a hash of the caller). A scope holds at most
+	// maxKeys live keys, in flight and completed, until they are released
+	// or expire; negative maxKeys means no limit. When key is not live
+	// (Begin would lock it) and scope already holds maxKeys keys, it takes
+	// no lock and returns an error that Is ErrScopeFull, with
+	// Result.RetryIn the time until the first of the scope's keys expires
+	// (zero if unknown). A live key is answered as Begin answers it, even
+	// when its scope is full. Complete, Release and Extend then work on
+	// the key as after Begin, and keep the scope's count: a released or
+	// expired key no longer counts. It must hold under concurrency across
+	// every process sharing the store: concurrent calls never lock more
+	// than maxKeys keys of one scope.
+	BeginScoped(ctx context.Context, scope, key string, fp Fingerprint, lease time.Duration, maxKeys int) (Result, error)
+}
 
 // Store records which idempotency keys are in flight and which completed,
 // with the response to replay. It is what lets a fleet of instances share

@@ -50,12 +50,29 @@ type Config struct {
 //
 // Expired rows are ignored by every call but stay on disk until Sweep
 // deletes them: call Sweep periodically.
+//
+// Store is an idempotency.ScopedStore: a row begun by BeginScoped records
+// its caller's scope, and BeginScoped counts the caller's live rows (an
+// index on scope and expiry, at most the quota read) in the statement
+// that locks the key, under a transaction-level advisory lock on the
+// caller taken in the same round trip (a pgx batch, which runs as one
+// transaction), so concurrent calls from every instance never lock more
+// than the quota. A DB without SendBatch (a *pgxpool.Pool, *pgx.Conn and
+// pgx.Tx have it) counts without the lock: concurrent new keys of one
+// caller may then exceed its quota by as many as run at once.
 type Store struct {
-	db    DB
-	table string // quoted
-	index string // quoted, unqualified
+	db         DB
+	table      string // quoted
+	index      string // quoted, unqualified
+	scopeIndex string // quoted, unqualified
 
-	beginSQL, completeSQL, releaseSQL, extendSQL, sweepSQL string
+	beginSQL, beginScopedSQL, completeSQL, releaseSQL, extendSQL, sweepSQL string
+}
+
+// batcher is the part of *pgxpool.Pool, *pgx.Conn and pgx.Tx that sends
+// several statements in one round trip and one transaction.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // ErrInvalidConfig is the sentinel of every error New returns for a Config
@@ -95,26 +112,46 @@ func New(db DB, cfg Config) (*Store, error) {
 		db:    db,
 		table: pgx.Identifier(parts).Sanitize(),
 		index: pgx.Identifier{parts[len(parts)-1] + "_expires_at_idx"}.Sanitize(),
+		// Cut so that the name is not truncated to the table's own.
+		scopeIndex: pgx.Identifier{truncate(parts[len(parts)-1], maxIdentifier-len("_scope_idx")) + "_scope_idx"}.Sanitize(),
 	}
 	t := s.table
 	// One round trip whatever the key's state: the INSERT takes a free or
 	// expired key; when it did not, the SELECT reads the live row. The
 	// SELECT sees the statement's snapshot, so a row inserted concurrently
 	// after it began is seen by neither part; Begin then runs it again.
-	s.beginSQL = `WITH ins AS (
-  INSERT INTO ` + t + ` AS e (key, fingerprint, token, expires_at)
-  VALUES ($1, $2, $3, now() + $4::float8 * interval '1 millisecond')
+	// The first column says what the row is: 0 the key was taken, 1 the
+	// live row, 2 (BeginScoped) the caller holds its quota, with the ms
+	// until the first of its rows ends.
+	begin := func(count, insert string) string {
+		return `WITH ` + count + `ins AS (
+  INSERT INTO ` + t + ` AS e (key, fingerprint, token, expires_at, scope)
+  ` + insert + `
   ON CONFLICT (key) DO UPDATE SET
     fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token, status = NULL,
-    header = NULL, body = NULL, body_omitted = false, expires_at = EXCLUDED.expires_at
+    header = NULL, body = NULL, body_omitted = false, expires_at = EXCLUDED.expires_at, scope = EXCLUDED.scope
   WHERE e.expires_at <= now()
   RETURNING true
 )
-SELECT true, NULL::bytea, false, NULL::integer, NULL::jsonb, NULL::bytea, false, 0::bigint FROM ins
+SELECT 0, NULL::bytea, false, NULL::integer, NULL::jsonb, NULL::bytea, false, 0::bigint FROM ins
 UNION ALL
-SELECT false, fingerprint, token IS NOT NULL, status, header, body, body_omitted,
+SELECT 1, fingerprint, token IS NOT NULL, status, header, body, body_omitted,
   greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint
 FROM ` + t + ` WHERE key = $1 AND expires_at > now() AND NOT EXISTS (SELECT 1 FROM ins)`
+	}
+	values := `VALUES ($1, $2, $3, now() + $4::float8 * interval '1 millisecond', $5)`
+	s.beginSQL = begin("", values)
+	// At most $6 rows are read, by the scope index.
+	s.beginScopedSQL = begin(`q AS (
+  SELECT count(*) AS n, min(expires_at) AS first FROM (
+    SELECT expires_at FROM `+t+` WHERE scope = $5 AND expires_at > now() ORDER BY expires_at LIMIT $6) live
+),
+`, `SELECT $1, $2, $3, now() + $4::float8 * interval '1 millisecond', $5 FROM q WHERE q.n < $6`) + `
+UNION ALL
+SELECT 2, NULL, false, NULL, NULL, NULL, false,
+  coalesce(greatest(0, ceil(extract(epoch FROM q.first - now()) * 1000)), 0)::bigint
+FROM q WHERE q.n >= $6 AND NOT EXISTS (SELECT 1 FROM ins)
+  AND NOT EXISTS (SELECT 1 FROM ` + t + ` WHERE key = $1 AND expires_at > now())`
 	s.completeSQL = `UPDATE ` + t + ` SET token = NULL, status = $3, header = $4, body = $5,
   body_omitted = $6, expires_at = now() + $7::float8 * interval '1 millisecond'
 WHERE key = $1 AND token = $2 AND expires_at > now()`
@@ -156,7 +193,17 @@ CREATE TABLE IF NOT EXISTS ` + s.table + ` (
   body_omitted boolean     NOT NULL DEFAULT false,
   expires_at   timestamptz NOT NULL     -- lease end while in flight, then TTL end
 );
-CREATE INDEX IF NOT EXISTS ` + s.index + ` ON ` + s.table + ` (expires_at);`
+CREATE INDEX IF NOT EXISTS ` + s.index + ` ON ` + s.table + ` (expires_at);
+ALTER TABLE ` + s.table + ` ADD COLUMN IF NOT EXISTS scope text; -- the caller, for BeginScoped's count; NULL from Begin
+CREATE INDEX IF NOT EXISTS ` + s.scopeIndex + ` ON ` + s.table + ` (scope, expires_at) WHERE scope IS NOT NULL;`
+}
+
+// truncate returns s cut to at most n bytes.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 // sweepBatch bounds the rows one Sweep statement deletes, so a sweep after
@@ -186,10 +233,28 @@ const maxBeginTries = 5
 
 // Begin implements idempotency.Store in one statement.
 func (s *Store) Begin(ctx context.Context, key string, fp idempotency.Fingerprint, lease time.Duration) (idempotency.Result, error) {
+	return s.begin(ctx, "", key, fp, lease, -1)
+}
+
+// BeginScoped implements idempotency.ScopedStore in one round trip: the
+// advisory lock on scope and the statement that counts its live rows and
+// locks the key. A negative maxKeys counts nothing and takes no lock.
+func (s *Store) BeginScoped(ctx context.Context, scope, key string, fp idempotency.Fingerprint, lease time.Duration, maxKeys int) (idempotency.Result, error) {
+	if scope == "" {
+		return idempotency.Result{}, errors.New("pgstore: begin: empty scope")
+	}
+	return s.begin(ctx, scope, key, fp, lease, maxKeys)
+}
+
+func (s *Store) begin(ctx context.Context, scope, key string, fp idempotency.Fingerprint, lease time.Duration, maxKeys int) (idempotency.Result, error) {
+	var sc *string // NULL for Begin
+	if scope != "" {
+		sc = &scope
+	}
 	for range maxBeginTries {
 		token := idempotency.NewToken()
 		var (
-			acquired    bool
+			kind        int32
 			rowFP       []byte
 			locked      bool
 			status      *int32
@@ -198,18 +263,42 @@ func (s *Store) Begin(ctx context.Context, key string, fp idempotency.Fingerprin
 			bodyOmitted bool
 			leftMillis  int64
 		)
-		err := s.db.QueryRow(ctx, s.beginSQL, key, fp[:], token, millis(lease)).
-			Scan(&acquired, &rowFP, &locked, &status, &header, &body, &bodyOmitted, &leftMillis)
+		args := []any{key, fp[:], token, millis(lease), sc}
+		var err error
+		scan := func(row pgx.Row) error {
+			return row.Scan(&kind, &rowFP, &locked, &status, &header, &body, &bodyOmitted, &leftMillis)
+		}
+		switch b, ok := s.db.(batcher); {
+		case scope == "" || maxKeys < 0:
+			err = scan(s.db.QueryRow(ctx, s.beginSQL, args...))
+		case !ok:
+			err = scan(s.db.QueryRow(ctx, s.beginScopedSQL, append(args, maxKeys)...))
+		default:
+			// One transaction: the lock, then the statement, whose snapshot
+			// is taken after the lock is held, so it sees every row that
+			// the caller's earlier holders of the lock committed.
+			batch := &pgx.Batch{}
+			batch.Queue(`SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, s.table, scope)
+			batch.Queue(s.beginScopedSQL, append(args, maxKeys)...)
+			br := b.SendBatch(ctx, batch)
+			if _, err = br.Exec(); err == nil {
+				err = scan(br.QueryRow())
+			}
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // changed under the statement: try again
 		}
 		if err != nil {
 			return idempotency.Result{}, fmt.Errorf("pgstore: begin: %w", err)
 		}
-		if acquired {
-			return idempotency.Result{State: idempotency.StateAcquired, Token: token}, nil
-		}
 		switch {
+		case kind == 0:
+			return idempotency.Result{State: idempotency.StateAcquired, Token: token}, nil
+		case kind == 2:
+			return idempotency.Result{RetryIn: time.Duration(max(leftMillis, 0)) * time.Millisecond}, idempotency.ErrScopeFull
 		case string(rowFP) != string(fp[:]):
 			return idempotency.Result{State: idempotency.StateMismatch}, nil
 		case locked:

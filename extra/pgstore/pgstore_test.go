@@ -208,3 +208,91 @@ func TestNewRefusesBadTables(t *testing.T) {
 		t.Error("New accepted a nil DB")
 	}
 }
+
+// TestMigrateUpgradesATableWithoutScope: Migrate adds the scope column and
+// its index to a table made by an earlier version, keeping its rows, and
+// BeginScoped then counts callers' keys on it.
+func TestMigrateUpgradesATableWithoutScope(t *testing.T) {
+	pool := newPool(t, "")
+	ctx := t.Context()
+	table := "guardrail_idem_test_" + idempotency.NewToken()[:12]
+	t.Cleanup(func() { pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
+	_, err := pool.Exec(ctx, `CREATE TABLE `+table+` (
+  key text PRIMARY KEY, fingerprint bytea NOT NULL, token text, status integer, header jsonb, body bytea,
+  body_omitted boolean NOT NULL DEFAULT false, expires_at timestamptz NOT NULL);
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := idempotency.Fingerprint{1}
+	_, err = pool.Exec(ctx, `INSERT INTO `+table+` (key, fingerprint, status, header, expires_at) VALUES ('old', $1, 201, '{}', now() + interval '1 hour')`, fp[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := must(pgstore.New(pool, pgstore.Config{Table: table}))
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Begin(ctx, "old", idempotency.Fingerprint{1}, time.Minute); err != nil || res.State != idempotency.StateCompleted {
+		t.Fatalf("the old row after Migrate: %v, %v", res.State, err)
+	}
+	for i, want := range []error{nil, nil, idempotency.ErrScopeFull} {
+		_, err := s.BeginScoped(ctx, "caller", "k"+strconv.Itoa(i), idempotency.Fingerprint{1}, time.Minute, 2)
+		if !errors.Is(err, want) {
+			t.Fatalf("BeginScoped %d: %v, want %v", i, err, want)
+		}
+	}
+}
+
+// BenchmarkScopedBegin measures a new key (lock, then release) without a
+// quota (Begin) and with one (BeginScoped, the caller holding 1,000
+// completed keys under a quota of 10,000): what the count per caller
+// costs.
+func BenchmarkScopedBegin(b *testing.B) {
+	s := benchStore(b)
+	ctx := context.Background()
+	fp := idempotency.Fingerprint{1}
+	resp := &idempotency.Response{Status: http.StatusCreated, Body: []byte(`{"id":"ch_1"}`)}
+	prefix := idempotency.NewToken()[:8]
+	n := 0
+	newKey := func() string { n++; return prefix + strconv.Itoa(n) }
+	scope := idempotency.NewToken()
+	for range 1000 {
+		k := newKey()
+		res, err := s.BeginScoped(ctx, scope, k, fp, time.Minute, 10_000)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Complete(ctx, k, res.Token, resp, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, bb := range []struct {
+		name  string
+		begin func(k string) (idempotency.Result, error)
+	}{
+		{"Begin", func(k string) (idempotency.Result, error) { return s.Begin(ctx, k, fp, time.Minute) }},
+		{"BeginScoped", func(k string) (idempotency.Result, error) {
+			return s.BeginScoped(ctx, scope, k, fp, time.Minute, 10_000)
+		}},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			for b.Loop() {
+				k := newKey()
+				res, err := bb.begin(k)
+				if err != nil || res.State != idempotency.StateAcquired {
+					b.Fatal(res.State, err)
+				}
+				// Released, so that the caller keeps holding 1,000 keys.
+				if err := s.Release(ctx, k, res.Token); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func benchStore(b *testing.B) *pgstore.Store {
+	s, _ := testTable(b, newPool(b, ""))
+	return s
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -66,12 +67,27 @@ var ErrNotReplicated = errors.New("redisstore: write not acknowledged by enough 
 // has an expiry, so an evicting policy may drop a live lock or a stored
 // response under memory pressure, and a retry would then run again.
 //
-// On a Redis Cluster each idempotency record is one key, so every call
-// touches one hash slot and needs no hash tag; do not put a hash tag in
-// Prefix, which would put every record in one slot.
+// Store is an idempotency.ScopedStore: BeginScoped counts each caller's
+// live keys in a sorted set per caller, "<Prefix>{<scope>}" (the records'
+// expiries as scores, trimmed by the script that reads it, with a Redis
+// expiry of its own), checked and updated in the same script as the
+// record, so the quota holds across every instance at no extra round
+// trip.
+//
+// On a Redis Cluster (or a Ring, or any client but a *redis.Client) every
+// call touches one hash slot: a record of Begin alone, or a caller's
+// record and its count, both under the caller's hash tag,
+// "<Prefix>{<scope>}<key>"; so one caller's records live on one node.
+// Records written before BeginScoped existed are named "<Prefix><key>",
+// and are not found by it: after an upgrade, a retry within TTL of a
+// request answered by the old version runs again. On a single node
+// (*redis.Client) records keep the name "<Prefix><key>" whether scoped or
+// not, so an upgrade loses nothing. Do not put a hash tag in Prefix,
+// which would put every record in one slot.
 type Store struct {
 	client   redis.Scripter
 	prefix   string
+	tagged   bool // a caller's records carry its hash tag (any client but a *redis.Client)
 	replicas int
 	waitMS   int64
 }
@@ -107,16 +123,19 @@ func New(client redis.Scripter, cfg Config) (*Store, error) {
 	if cfg.ReplicaTimeout == 0 {
 		cfg.ReplicaTimeout = DefaultReplicaTimeout
 	}
-	return &Store{client: client, prefix: cfg.Prefix, replicas: cfg.Replicas, waitMS: max(cfg.ReplicaTimeout.Milliseconds(), 1)}, nil
+	_, single := client.(*redis.Client)
+	return &Store{client: client, prefix: cfg.Prefix, tagged: !single, replicas: cfg.Replicas, waitMS: max(cfg.ReplicaTimeout.Milliseconds(), 1)}, nil
 }
 
-// run runs script on key, then, if the Store waits for replicas and wrote
-// (wrote reports it from the reply), WAIT on the same connection: WAIT
-// counts the acknowledgements of that connection's writes.
-func (s *Store) run(ctx context.Context, script *redis.Script, key string, wrote func(any) bool, args ...any) (any, error) {
+// run runs script on keys (one hash slot), then, if the Store waits for
+// replicas and wrote (wrote reports it from the reply), WAIT on the same
+// connection: WAIT counts the acknowledgements of that connection's
+// writes.
+func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, wrote func(any) bool, args ...any) (any, error) {
 	if s.replicas == 0 {
-		return script.Run(ctx, s.client, []string{key}, args...).Result()
+		return script.Run(ctx, s.client, keys, args...).Result()
 	}
+	key := keys[0]
 	var node *redis.Client
 	switch c := s.client.(type) {
 	case *redis.Client:
@@ -132,9 +151,9 @@ func (s *Store) run(ctx context.Context, script *redis.Script, key string, wrote
 	for _, eval := range []bool{false, true} { // EVALSHA, then EVAL if the node lacks the script
 		cmds, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
 			if eval {
-				script.Eval(ctx, p, []string{key}, args...)
+				script.Eval(ctx, p, keys, args...)
 			} else {
-				script.EvalSha(ctx, p, []string{key}, args...)
+				script.EvalSha(ctx, p, keys, args...)
 			}
 			wait = p.Do(ctx, "WAIT", s.replicas, s.waitMS)
 			return nil
@@ -179,22 +198,60 @@ const (
 	headerLen    = 1 + len(idempotency.Fingerprint{})
 )
 
-// beginScript takes the lock with SET NX PX, or returns what holds the key.
-var beginScript = redis.NewScript(`
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return 1
+// The scripts work on KEYS[1], a record, and, when KEYS[2] is given, on
+// the count of its caller's live keys: a sorted set of the caller's
+// records by expiry (ms on the Redis clock), ARGV[#ARGV] naming the
+// record in it. The count is trimmed of ended records before it is read,
+// and expires with the last of them.
+const scriptNow = `
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
+local function count(ms)
+  if KEYS[2] then
+    redis.call('ZADD', KEYS[2], now() + ms, ARGV[#ARGV])
+    if redis.call('PTTL', KEYS[2]) < ms then
+      redis.call('PEXPIRE', KEYS[2], ms)
+    end
+  end
+end
+`
+
+// beginScript takes the lock, or returns what holds the key; with a count
+// whose live records number ARGV[3] or more (ARGV[3] not negative), it
+// takes nothing and returns {0, ms until the first of them ends}.
+var beginScript = redis.NewScript(scriptNow + `
+local v = redis.call('GET', KEYS[1])
+if v then
+  return {v, redis.call('PTTL', KEYS[1])}
+end
+local ms = tonumber(ARGV[2])
+if KEYS[2] then
+  local t = now()
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', t)
+  local quota = tonumber(ARGV[3])
+  if quota >= 0 and redis.call('ZCARD', KEYS[2]) >= quota then
+    local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+    local left = 0
+    if first[2] then left = math.max(0, tonumber(first[2]) - t) end
+    return {0, left}
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ms)
+count(ms)
+return 1
 `)
 
 // completeScript replaces the holder's lock with the response, if ARGV[1]
 // is the holder's token.
-var completeScript = redis.NewScript(`
+var completeScript = redis.NewScript(scriptNow + `
 local v = redis.call('GET', KEYS[1])
 if not v or string.sub(v, 1, 1) ~= 'L' or string.sub(v, 34) ~= ARGV[1] then
   return 0
 end
 redis.call('SET', KEYS[1], 'C' .. string.sub(v, 2, 33) .. ARGV[2], 'PX', ARGV[3])
+count(tonumber(ARGV[3]))
 return 1
 `)
 
@@ -205,30 +262,80 @@ if not v or string.sub(v, 1, 1) ~= 'L' or string.sub(v, 34) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
+if KEYS[2] then
+  redis.call('ZREM', KEYS[2], ARGV[#ARGV])
+end
 return 1
 `)
 
 // extendScript sets the lock's expiry to ARGV[2] ms from now, if ARGV[1] is
 // the holder's token. An expired lock is already gone (Redis deleted it),
 // so it cannot be revived; a completed key has no token and keeps its TTL.
-var extendScript = redis.NewScript(`
+var extendScript = redis.NewScript(scriptNow + `
 local v = redis.call('GET', KEYS[1])
 if not v or string.sub(v, 1, 1) ~= 'L' or string.sub(v, 34) ~= ARGV[1] then
   return 0
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+count(tonumber(ARGV[2]))
 return 1
 `)
 
+// names returns the Redis keys of key's record for a lock token (a
+// caller's record and its count when the token says whose it is) and the
+// arguments after args that the scripts then take.
+func (s *Store) names(key, token string, args ...any) ([]string, []any) {
+	scope, _, ok := strings.Cut(token, ".")
+	if !ok {
+		return []string{s.prefix + key}, args
+	}
+	count := s.prefix + "{" + scope + "}"
+	if !s.tagged { // one node: keep the names Begin uses
+		return []string{s.prefix + key, count}, append(args, key)
+	}
+	return []string{count + key, count}, append(args, key)
+}
+
+// validScope reports whether scope can name a hash tag and a token part.
+func validScope(scope string) bool {
+	if scope == "" || len(scope) > 128 {
+		return false
+	}
+	for i := 0; i < len(scope); i++ {
+		switch c := scope[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // Begin implements idempotency.Store.
 func (s *Store) Begin(ctx context.Context, key string, fp idempotency.Fingerprint, lease time.Duration) (idempotency.Result, error) {
-	token := idempotency.NewToken()
+	return s.begin(ctx, idempotency.NewToken(), key, fp, lease, -1)
+}
+
+// BeginScoped implements idempotency.ScopedStore, in one round trip: the
+// count of scope's live keys is checked and updated by the script that
+// locks the key. scope is a caller ID of letters, digits, '-' and '_' (as
+// idempotency.Keys passes); another is an error.
+func (s *Store) BeginScoped(ctx context.Context, scope, key string, fp idempotency.Fingerprint, lease time.Duration, maxKeys int) (idempotency.Result, error) {
+	if !validScope(scope) {
+		return idempotency.Result{}, fmt.Errorf("redisstore: begin: scope %q; want 1 to 128 letters, digits, '-' or '_'", scope)
+	}
+	return s.begin(ctx, scope+"."+idempotency.NewToken(), key, fp, lease, maxKeys)
+}
+
+func (s *Store) begin(ctx context.Context, token, key string, fp idempotency.Fingerprint, lease time.Duration, maxKeys int) (idempotency.Result, error) {
 	lock := make([]byte, 0, headerLen+len(token))
 	lock = append(append(append(lock, tagLocked), fp[:]...), token...)
-	reply, err := s.run(ctx, beginScript, s.prefix+key, isOne, lock, millis(lease))
+	keys, args := s.names(key, token, lock, millis(lease), maxKeys)
+	reply, err := s.run(ctx, beginScript, keys, isOne, args...)
 	if err != nil {
 		if isOne(reply) { // the lock is taken but may not survive a failover: give it back
-			_, _ = releaseScript.Run(context.WithoutCancel(ctx), s.client, []string{s.prefix + key}, token).Result()
+			rkeys, rargs := s.names(key, token, token)
+			_, _ = releaseScript.Run(context.WithoutCancel(ctx), s.client, rkeys, rargs...).Result()
 		}
 		return idempotency.Result{}, fmt.Errorf("redisstore: begin: %w", err)
 	}
@@ -238,6 +345,10 @@ func (s *Store) Begin(ctx context.Context, key string, fp idempotency.Fingerprin
 	pair, ok := reply.([]any)
 	if !ok || len(pair) != 2 {
 		return idempotency.Result{}, fmt.Errorf("%w: unexpected script reply %T", ErrCorrupt, reply)
+	}
+	if full, ok := pair[0].(int64); ok && full == 0 {
+		left, _ := pair[1].(int64)
+		return idempotency.Result{RetryIn: time.Duration(max(left, 0)) * time.Millisecond}, idempotency.ErrScopeFull
 	}
 	v, _ := pair[0].(string)
 	pttl, _ := pair[1].(int64)
@@ -266,7 +377,8 @@ func (s *Store) Complete(ctx context.Context, key, token string, resp *idempoten
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", err)
 	}
-	reply, err := s.run(ctx, completeScript, s.prefix+key, isOne, token, enc, millis(ttl))
+	keys, args := s.names(key, token, token, enc, millis(ttl))
+	reply, err := s.run(ctx, completeScript, keys, isOne, args...)
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", err)
 	}
@@ -278,7 +390,8 @@ func (s *Store) Complete(ctx context.Context, key, token string, resp *idempoten
 
 // Release implements idempotency.Store.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	n, err := releaseScript.Run(ctx, s.client, []string{s.prefix + key}, token).Int()
+	keys, args := s.names(key, token, token)
+	n, err := releaseScript.Run(ctx, s.client, keys, args...).Int()
 	if err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
@@ -290,7 +403,8 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 
 // Extend implements idempotency.Store in one round trip.
 func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) error {
-	reply, err := s.run(ctx, extendScript, s.prefix+key, isOne, token, millis(lease))
+	keys, args := s.names(key, token, token, millis(lease))
+	reply, err := s.run(ctx, extendScript, keys, isOne, args...)
 	if err != nil {
 		return fmt.Errorf("redisstore: extend: %w", err)
 	}

@@ -68,8 +68,15 @@ func testPrefix(tb testing.TB, direct *redis.Client) string {
 
 // advanceScript shortens the expiry of KEYS by ARGV[1] ms, deleting those
 // that end within it: the server's clock, moved forward for these keys.
+// A caller's count (a sorted set by expiry) has its scores moved too.
 var advanceScript = redis.NewScript(`
 for _, k in ipairs(KEYS) do
+  if redis.call('TYPE', k).ok == 'zset' then
+    local m = redis.call('ZRANGE', k, 0, -1, 'WITHSCORES')
+    for i = 1, #m, 2 do
+      redis.call('ZADD', k, tonumber(m[i + 1]) - tonumber(ARGV[1]), m[i])
+    end
+  end
   local p = redis.call('PTTL', k)
   if p > 0 then
     if p <= tonumber(ARGV[1]) then
@@ -162,5 +169,80 @@ func mustNew(client redis.Scripter, cfg redisstore.Config) *redisstore.Store {
 func TestNewRefusesANilClient(t *testing.T) {
 	if _, err := redisstore.New(nil, redisstore.Config{}); !errors.Is(err, redisstore.ErrInvalidConfig) {
 		t.Fatalf("New(nil) err = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// BenchmarkScopedBegin measures a new key (lock, then release) without a
+// quota (Begin) and with one (BeginScoped, the caller holding 1,000
+// completed keys under a quota of 10,000): what the count per caller
+// costs.
+func BenchmarkScopedBegin(b *testing.B) {
+	s := benchStore(b)
+	ctx := context.Background()
+	fp := idempotency.Fingerprint{1}
+	resp := &idempotency.Response{Status: http.StatusCreated, Body: []byte(`{"id":"ch_1"}`)}
+	prefix := idempotency.NewToken()[:8]
+	n := 0
+	newKey := func() string { n++; return prefix + strconv.Itoa(n) }
+	scope := idempotency.NewToken()
+	for range 1000 {
+		k := newKey()
+		res, err := s.BeginScoped(ctx, scope, k, fp, time.Minute, 10_000)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Complete(ctx, k, res.Token, resp, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, bb := range []struct {
+		name  string
+		begin func(k string) (idempotency.Result, error)
+	}{
+		{"Begin", func(k string) (idempotency.Result, error) { return s.Begin(ctx, k, fp, time.Minute) }},
+		{"BeginScoped", func(k string) (idempotency.Result, error) {
+			return s.BeginScoped(ctx, scope, k, fp, time.Minute, 10_000)
+		}},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			for b.Loop() {
+				k := newKey()
+				res, err := bb.begin(k)
+				if err != nil || res.State != idempotency.StateAcquired {
+					b.Fatal(res.State, err)
+				}
+				// Released, so that the caller keeps holding 1,000 keys.
+				if err := s.Release(ctx, k, res.Token); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func benchStore(b *testing.B) *redisstore.Store {
+	direct := newClient(b, redisAddr(b), redis.Options{})
+	return mustNew(direct, redisstore.Config{Prefix: testPrefix(b, direct)})
+}
+
+// TestScopedFindsRecordsOfBeginOnOneNode: on a single node a caller's
+// records keep the names Begin gives them, so a response stored before
+// the quota existed (by Begin) is replayed by BeginScoped after an
+// upgrade, rather than run again.
+func TestScopedFindsRecordsOfBeginOnOneNode(t *testing.T) {
+	direct := newClient(t, redisAddr(t), redis.Options{})
+	s := mustNew(direct, redisstore.Config{Prefix: testPrefix(t, direct)})
+	ctx := t.Context()
+	fp := idempotency.Fingerprint{1}
+	res, err := s.Begin(ctx, "k", fp, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, "k", res.Token, &idempotency.Response{Status: http.StatusCreated}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.BeginScoped(ctx, idempotency.NewToken(), "k", fp, time.Minute, 10)
+	if err != nil || got.State != idempotency.StateCompleted || got.Response.Status != http.StatusCreated {
+		t.Fatalf("BeginScoped after Begin stored the key: %v, %v; want the stored 201", got.State, err)
 	}
 }

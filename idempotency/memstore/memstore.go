@@ -44,18 +44,28 @@ type Config struct {
 // 503) until entries expire, and a response that does not fit is stored
 // without its body (idempotency.Response.BodyOmitted). Size the limits for
 // TTL times the rate of keyed requests.
+//
+// Store is an idempotency.ScopedStore: it counts each caller's live keys,
+// so that the middleware's per-caller quota (MaxKeysPerScope) keeps one
+// caller from filling it for the others; keep MaxEntries well above that
+// quota. Stored bodies never take the last eighth of MaxBytes, which stays
+// for locking new keys: a store full of one caller's large responses
+// still takes other callers' keys (their responses are then stored
+// without their bodies until space frees).
 type Store struct {
 	maxEntries int
 	maxBytes   int64
 
 	mu      sync.Mutex
-	entries map[string]*entry // guarded by mu
-	expiry  expiryHeap        // guarded by mu; every entry, soonest expiry first
-	bytes   int64             // guarded by mu; sum of entry.size
+	entries map[string]*entry    // guarded by mu
+	expiry  expiryHeap           // guarded by mu; every entry, soonest expiry first
+	bytes   int64                // guarded by mu; sum of entry.size
+	scopes  map[string]*scopeUse // guarded by mu; by scope, for BeginScoped
 }
 
 type entry struct {
 	key     string
+	scope   string // "" when begun without one
 	fp      idempotency.Fingerprint
 	token   string                // lock holder; "" once completed
 	resp    *idempotency.Response // nil while in flight
@@ -90,6 +100,7 @@ func New(cfg Config) (*Store, error) {
 		maxEntries: cfg.MaxEntries,
 		maxBytes:   cfg.MaxBytes,
 		entries:    make(map[string]*entry),
+		scopes:     make(map[string]*scopeUse),
 	}
 	if s.maxEntries == 0 {
 		s.maxEntries = DefaultMaxEntries
@@ -103,6 +114,18 @@ func New(cfg Config) (*Store, error) {
 // Begin implements idempotency.Store. A returned Response is shared and must
 // not be modified.
 func (s *Store) Begin(ctx context.Context, key string, fp idempotency.Fingerprint, lease time.Duration) (idempotency.Result, error) {
+	return s.begin(ctx, "", key, fp, lease, -1)
+}
+
+// BeginScoped implements idempotency.ScopedStore: scope's live entries
+// are counted, and its new keys refused with idempotency.ErrScopeFull once
+// it holds maxKeys of them. A returned Response is shared and must not be
+// modified.
+func (s *Store) BeginScoped(ctx context.Context, scope, key string, fp idempotency.Fingerprint, lease time.Duration, maxKeys int) (idempotency.Result, error) {
+	return s.begin(ctx, scope, key, fp, lease, maxKeys)
+}
+
+func (s *Store) begin(ctx context.Context, scope, key string, fp idempotency.Fingerprint, lease time.Duration, maxKeys int) (idempotency.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return idempotency.Result{}, err
 	}
@@ -119,14 +142,30 @@ func (s *Store) Begin(ctx context.Context, key string, fp idempotency.Fingerprin
 		}
 		return idempotency.Result{State: idempotency.StateInFlight, RetryIn: e.expires.Sub(now)}, nil
 	}
-	e := &entry{key: key, fp: fp, token: idempotency.NewToken(), expires: now.Add(lease)}
-	e.size = entryOverhead + int64(len(key)+len(e.token))
+	if u := s.scopes[scope]; scope != "" && maxKeys >= 0 && u.len() >= maxKeys {
+		var retryIn time.Duration
+		if first := u.soonest(); !first.IsZero() {
+			retryIn = first.Sub(now)
+		}
+		return idempotency.Result{RetryIn: retryIn}, idempotency.ErrScopeFull
+	}
+	e := &entry{key: key, scope: scope, fp: fp, token: idempotency.NewToken(), expires: now.Add(lease)}
+	e.size = entryOverhead + int64(len(key)+len(scope)+len(e.token))
 	if len(s.entries) >= s.maxEntries || s.bytes+e.size > s.maxBytes {
 		return idempotency.Result{}, idempotency.ErrStoreFull
 	}
 	s.entries[key] = e
 	heap.Push(&s.expiry, e)
 	s.bytes += e.size
+	if scope != "" {
+		u := s.scopes[scope]
+		if u == nil {
+			u = &scopeUse{entries: make(map[*entry]struct{})}
+			s.scopes[scope] = u
+		}
+		u.entries[e] = struct{}{}
+		u.first = time.Time{}
+	}
 	return idempotency.Result{State: idempotency.StateAcquired, Token: e.token}, nil
 }
 
@@ -140,16 +179,18 @@ func (s *Store) Complete(ctx context.Context, key, token string, resp *idempoten
 		return err
 	}
 	stored := copyResponse(resp)
-	size := entryOverhead + int64(len(key)) + responseSize(stored)
-	if s.bytes-e.size+size > s.maxBytes {
+	size := entryOverhead + int64(len(key)+len(e.scope)) + responseSize(stored)
+	if stored.Body != nil && s.bytes-e.size+size > s.maxBytes-s.maxBytes/8 {
 		// Keep the completion, which is what prevents a second run, and
-		// give up the body rather than the key.
+		// give up the body rather than the key. Bodies never take the
+		// last eighth, so that a store full of them still locks new keys.
 		stored.Body, stored.BodyOmitted = nil, true
-		size = entryOverhead + int64(len(key)) + responseSize(stored)
+		size = entryOverhead + int64(len(key)+len(e.scope)) + responseSize(stored)
 	}
 	s.bytes += size - e.size
 	e.size, e.resp, e.token, e.expires = size, stored, "", now.Add(ttl)
 	heap.Fix(&s.expiry, e.index)
+	s.moved(e)
 	return nil
 }
 
@@ -176,6 +217,7 @@ func (s *Store) Extend(ctx context.Context, key, token string, lease time.Durati
 	}
 	e.expires = now.Add(lease)
 	heap.Fix(&s.expiry, e.index)
+	s.moved(e)
 	return nil
 }
 
@@ -221,6 +263,52 @@ func (s *Store) remove(e *entry) {
 	heap.Remove(&s.expiry, e.index)
 	delete(s.entries, e.key)
 	s.bytes -= e.size
+	if u := s.scopes[e.scope]; u != nil {
+		delete(u.entries, e)
+		u.first = time.Time{}
+		if len(u.entries) == 0 {
+			delete(s.scopes, e.scope)
+		}
+	}
+}
+
+// moved records that e's expiry changed. The caller must hold s.mu.
+func (s *Store) moved(e *entry) {
+	if u := s.scopes[e.scope]; u != nil {
+		u.first = time.Time{}
+	}
+}
+
+// scopeUse is what a scope holds. Its fields are guarded by Store.mu.
+type scopeUse struct {
+	entries map[*entry]struct{} // the scope's live entries
+	// first caches the soonest expiry of entries, zero when unknown: a
+	// caller over its quota sending new keys then costs one scan of its
+	// entries (at most the quota) until one of them changes, not one per
+	// request, under the lock every caller shares.
+	first time.Time
+}
+
+func (u *scopeUse) len() int {
+	if u == nil {
+		return 0
+	}
+	return len(u.entries)
+}
+
+// soonest returns the soonest expiry of u's entries, zero if none.
+func (u *scopeUse) soonest() time.Time {
+	if u == nil {
+		return time.Time{}
+	}
+	if u.first.IsZero() {
+		for e := range u.entries {
+			if u.first.IsZero() || e.expires.Before(u.first) {
+				u.first = e.expires
+			}
+		}
+	}
+	return u.first
 }
 
 func copyResponse(r *idempotency.Response) *idempotency.Response {

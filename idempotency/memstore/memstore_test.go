@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -31,8 +32,15 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // outageStore fails every call while down, as a store cut off from its
 // backend would; memory itself cannot go away.
 type outageStore struct {
-	idempotency.Store
+	*memstore.Store
 	down atomic.Bool
+}
+
+func (o *outageStore) BeginScoped(ctx context.Context, scope, key string, fp idempotency.Fingerprint, lease time.Duration, maxKeys int) (idempotency.Result, error) {
+	if o.down.Load() {
+		return idempotency.Result{}, errDown
+	}
+	return o.Store.BeginScoped(ctx, scope, key, fp, lease, maxKeys)
 }
 
 var errDown = errors.New("store unreachable")
@@ -169,5 +177,99 @@ func TestNewRefusesNegativeLimits(t *testing.T) {
 	}
 	if _, err := memstore.New(memstore.Config{}); err != nil {
 		t.Errorf("New with a zero Config: %v", err)
+	}
+}
+
+// TestBodiesLeaveRoomForNewKeys: one scope whose responses fill MaxBytes
+// with bodies, down to the last byte it can, does not stop another scope
+// from locking a new key: bodies never take the last eighth of MaxBytes.
+// (They used to take all of it, and the other scope got ErrStoreFull.)
+func TestBodiesLeaveRoomForNewKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const maxBytes = 64 << 10
+		s := must(memstore.New(memstore.Config{MaxBytes: maxBytes}))
+		ctx := t.Context()
+		n := 0
+		for _, size := range []int{8192, 1024, 128, 16, 1} {
+			for {
+				n++
+				k := fmt.Sprintf("a%05d", n)
+				res, err := s.BeginScoped(ctx, "scope-a", k, fp(1), time.Minute, -1)
+				if err != nil {
+					t.Fatalf("scope a, key %d: %v", n, err)
+				}
+				resp := &idempotency.Response{Status: http.StatusOK, Body: make([]byte, size)}
+				if err := s.Complete(ctx, k, res.Token, resp, time.Hour); err != nil {
+					t.Fatal(err)
+				}
+				if got, _ := s.Begin(ctx, k, fp(1), time.Minute); got.Response.BodyOmitted {
+					break
+				}
+			}
+		}
+		if b := s.Bytes(); b > maxBytes {
+			t.Errorf("Bytes = %d, over MaxBytes %d", b, maxBytes)
+		}
+		for i := range 10 {
+			if _, err := s.BeginScoped(ctx, "scope-b", fmt.Sprintf("b%d", i), fp(1), time.Minute, -1); err != nil {
+				t.Fatalf("scope b, key %d, after scope a filled the bodies: %v", i, err)
+			}
+		}
+	})
+}
+
+// TestScopeFullRetryInFollowsTheScope: the Retry-After of a full scope is
+// when its first key expires, and follows that key when it completes (its
+// expiry moves to the TTL's end) or goes, however many refusals came
+// before: the soonest expiry is cached between changes, not stale.
+func TestScopeFullRetryInFollowsTheScope(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := must(memstore.New(memstore.Config{}))
+		ctx := t.Context()
+		retryIn := func() time.Duration {
+			t.Helper()
+			res, err := s.BeginScoped(ctx, "a", "new", fp(1), time.Minute, 2)
+			if !errors.Is(err, idempotency.ErrScopeFull) {
+				t.Fatalf("BeginScoped over the quota: %v", err)
+			}
+			return res.RetryIn
+		}
+		k1, _ := s.BeginScoped(ctx, "a", "k1", fp(1), time.Minute, 2)
+		time.Sleep(10 * time.Second)
+		k2, _ := s.BeginScoped(ctx, "a", "k2", fp(1), time.Minute, 2)
+		for range 3 {
+			if got := retryIn(); got != 50*time.Second {
+				t.Fatalf("RetryIn = %v, want 50s (k1's lease)", got)
+			}
+		}
+		if err := s.Complete(ctx, "k1", k1.Token, &idempotency.Response{Status: 201}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if got := retryIn(); got != time.Minute {
+			t.Fatalf("after k1 completed: RetryIn = %v, want 1m (k2's lease)", got)
+		}
+		if err := s.Extend(ctx, "k2", k2.Token, 2*time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if got := retryIn(); got != time.Hour {
+			t.Fatalf("after k2 was extended: RetryIn = %v, want 1h (k1's TTL)", got)
+		}
+	})
+}
+
+// BenchmarkBeginScopedOverQuota: a caller at a quota of 10,000 sending new
+// keys, which every other caller's requests wait behind (one lock).
+func BenchmarkBeginScopedOverQuota(b *testing.B) {
+	s := must(memstore.New(memstore.Config{}))
+	ctx := context.Background()
+	for i := range 10_000 {
+		if _, err := s.BeginScoped(ctx, "a", fmt.Sprint("k", i), fp(1), time.Hour, 10_000); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		if _, err := s.BeginScoped(ctx, "a", "new", fp(1), time.Hour, 10_000); !errors.Is(err, idempotency.ErrScopeFull) {
+			b.Fatal(err)
+		}
 	}
 }

@@ -30,7 +30,8 @@ import (
 // Injector that loses responses, placed inside and outside the middleware,
 // answers that say the request was not processed (429, 503, 408, 425,
 // 500: the key is released and the retry runs) next to definite ones
-// (stored), and a release that finds its lock taken over (benign).
+// (stored), a release that finds its lock taken over (benign), and a
+// caller stopped at its quota of keys while another is served.
 // It never runs in a bubble; the lease test takes about three seconds of
 // real time.
 func RunHTTP(t *testing.T, h Harness) {
@@ -48,6 +49,7 @@ func RunHTTP(t *testing.T, h Harness) {
 		{"LoseResponseOutsideMiddleware", testLoseResponse(false)},
 		{"NotProcessedReleasesTheKey", testNotProcessedReleases},
 		{"LostLockOnReleaseIsBenign", testLostLockOnRelease},
+		{"ScopeQuota", testScopeQuotaHTTP},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, h.New(t)) })

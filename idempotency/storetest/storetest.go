@@ -110,6 +110,8 @@ func Run(t *testing.T, h Harness) {
 		{"IndependentKeys", testIndependentKeys},
 		{"CanceledContext", testCanceledContext},
 		{"MiddlewareLeaseExpiry", testMiddlewareLeaseExpiry},
+		{"ScopeQuota", testScopeQuota},
+		{"ScopeQuotaUnderContention", testScopeQuotaUnderContention},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
