@@ -223,6 +223,13 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return flag.ErrHelp
 	}
 
+	// Every selected experiment's flags are checked before the first runs:
+	// a bad value of the last one must not wait for the others to finish.
+	for _, s := range runs {
+		if fe, ok := errors.AsType[*lab.FlagError](lab.CheckFlags(s.run)); ok {
+			return helpHint{usageError{s.exp.Name + ": " + fe.Msg}, "guardrail lab " + s.exp.Name + " --help"}
+		}
+	}
 	prog := newProgress(stderr)
 	defer prog.stop()
 	var results []*lab.Result

@@ -91,7 +91,10 @@ func (f *fake) experiment() lab.Experiment {
 				def = 1
 			}
 			fs.IntVar(&f.n, "n", def, "a count (1 when quick)")
-			return func(_ context.Context, env *lab.Env) (*lab.Result, error) {
+			return func(ctx context.Context, env *lab.Env) (*lab.Result, error) {
+				if lab.CheckingOnly(ctx) {
+					return nil, nil
+				}
 				f.env, f.runs = env, f.runs+1
 				return &lab.Result{Experiment: f.name, Title: "fake",
 					Rows:   []lab.Row{{Label: "only", Cols: []lab.Col{lab.Int("n", f.n)}}},
@@ -262,5 +265,17 @@ func TestLabReport(t *testing.T) {
 	}
 	if !strings.Contains(string(page), `<li class="unjudged">– not judged: the check: why: not_judged</li>`) {
 		t.Errorf("the report does not show the check as not judged")
+	}
+}
+
+// A bad flag of the last experiment selected is refused before the first
+// runs.
+func TestLabChecksEveryFlagFirst(t *testing.T) {
+	code, out, errOut := runCmd(t, "lab", "jitter", "shedding", "--slots", "0")
+	if code != 2 || !strings.Contains(errOut, "shedding: ") {
+		t.Fatalf("exit %d, stderr %q; want 2 and shedding's flag error", code, errOut)
+	}
+	if out != "" {
+		t.Fatalf("jitter ran before shedding's flags were checked:\n%s", out)
 	}
 }

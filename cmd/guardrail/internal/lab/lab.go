@@ -47,7 +47,7 @@ func bound(e Experiment) Experiment {
 	e.Setup = func(fs *flag.FlagSet, quick bool) Run {
 		p := bind(fs, quick)
 		return func(ctx context.Context, env *Env) (*Result, error) {
-			if err := p.checkFlags(); err != nil {
+			if err := p.checkFlags(); err != nil || CheckingOnly(ctx) {
 				return nil, err
 			}
 			return p.run(ctx, env)
@@ -58,6 +58,20 @@ func bound(e Experiment) Experiment {
 
 // Run runs an experiment once.
 type Run func(ctx context.Context, env *Env) (*Result, error)
+
+type checkOnlyKey struct{}
+
+// CheckFlags returns the *FlagError run returns for the flags it was set up
+// with, or nil, and starts nothing: the lab checks every selected
+// experiment's flags before it runs the first.
+func CheckFlags(run Run) error {
+	_, err := run(context.WithValue(context.Background(), checkOnlyKey{}, true), nil)
+	return err
+}
+
+// CheckingOnly reports whether ctx is CheckFlags's: a Run given it returns
+// after checking its flags.
+func CheckingOnly(ctx context.Context) bool { return ctx.Value(checkOnlyKey{}) != nil }
 
 // FlagError is the error of a Run whose flags hold values it cannot run
 // with; the command reports it as a bad command line, not a failure.
