@@ -797,7 +797,7 @@ type incDB struct {
 	p       incParams
 	runCtx  context.Context
 	addr    atomic.Pointer[string] // the listener of the primary now; a new one after each refusal
-	handler http.Handler // what the DB's server runs: h, maybe under middleware
+	handler http.Handler           // what the DB's server runs: h, maybe under middleware
 	mu      sync.Mutex
 	cond    *sync.Cond
 	queue   []*dbJob
