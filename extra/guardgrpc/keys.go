@@ -97,6 +97,17 @@ type KeyConfig struct {
 	// fingerprinted. Exactly one of Scope and SingleTenant must be set.
 	Scope func(ctx context.Context) (string, error)
 
+	// MaxKeysPerScope caps the live keys, in flight and completed, that
+	// one caller (one Scope) holds in the store, so that one caller sending
+	// new keys can never fill it for the others, as
+	// idempotency.Config.MaxKeysPerScope does over HTTP. A caller at its
+	// quota gets RESOURCE_EXHAUSTED, with the time until its first key
+	// expires as the pushback, for a new key, without its handler running,
+	// whatever FailOpen says; its retries of live keys are still answered.
+	// Zero means 10,000; negative means no limit. It applies with a store
+	// that implements idempotency.ScopedStore, and not with SingleTenant.
+	MaxKeysPerScope int
+
 	// SingleTenant puts every call in one key scope. Set it only when every
 	// caller is trusted alike (one internal client, one service account):
 	// any caller that learns a key can then be replayed the answer stored
@@ -191,7 +202,7 @@ func newKeys(cfg KeyConfig, obs event.Observer) (*keys, error) {
 	}
 	ks, err := idempotency.NewKeys(cfg.Store, idempotency.KeysConfig{
 		TTL: cfg.TTL, Lease: cfg.Lease, StoreTimeout: cfg.StoreTimeout,
-		CancelOnLeaseLost: cfg.CancelOnLeaseLost,
+		CancelOnLeaseLost: cfg.CancelOnLeaseLost, MaxKeysPerScope: cfg.MaxKeysPerScope,
 		Logger:            cfg.Logger, Observer: obs,
 	})
 	if err != nil {
@@ -318,6 +329,16 @@ func (k *keys) handle(ctx context.Context, req any, method string, handler grpc.
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		if errors.Is(err, idempotency.ErrScopeFull) {
+			// The store works: the caller is over its quota, which running
+			// the call unprotected would bypass.
+			d := res.RetryIn
+			if d <= 0 {
+				d = k.retry
+			}
+			k.pushback(ctx, d)
+			return nil, status.Error(codes.ResourceExhausted, "idempotency: this caller holds as many idempotency keys as it may; retry after the pushback, or reuse a key")
 		}
 		if k.cfg.FailOpen {
 			k.log.WarnContext(ctx, "idempotency: store failed; running the call without duplicate protection (FailOpen)", "err", err, "method", method, "op", "begin")

@@ -500,3 +500,40 @@ func TestCancelOnLeaseLost(t *testing.T) {
 		t.Errorf("context cause %v, want ErrLeaseLost and ErrLockLost", cause)
 	}
 }
+
+// One caller at its quota of live keys gets RESOURCE_EXHAUSTED with a
+// pushback for a new key, even with FailOpen, without its handler
+// running; its live keys are still answered, and another caller is
+// unaffected.
+func TestScopeQuota(t *testing.T) {
+	h := charging()
+	caller := func(ctx context.Context) (string, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		return md.Get("caller")[0], nil
+	}
+	cl := keyServerCfg(t, guardgrpc.KeyConfig{Store: newMemstore(t), Scope: caller, MaxKeysPerScope: 2, FailOpen: true}, h)
+	call := func(who, key string) (codes.Code, metadata.MD) {
+		var tr metadata.MD
+		ctx := metadata.AppendToOutgoingContext(withKey(t, key), "caller", who)
+		_, err := cl.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&tr))
+		return status.Code(err), tr
+	}
+	for _, k := range []string{"a1", "a2"} {
+		if code, _ := call("alice", k); code != codes.OK {
+			t.Fatalf("alice's key %s: %v", k, code)
+		}
+	}
+	code, tr := call("alice", "a3")
+	if code != codes.ResourceExhausted || len(tr.Get(guardgrpc.MDPushback)) != 1 {
+		t.Fatalf("alice's third key: %v, trailer %v; want RESOURCE_EXHAUSTED with a pushback", code, tr)
+	}
+	if code, _ := call("alice", "a1"); code != codes.OK {
+		t.Fatalf("alice's retry of a live key: %v, want its stored answer", code)
+	}
+	if code, _ := call("bob", "b1"); code != codes.OK {
+		t.Fatalf("bob's first key: %v, want OK: alice's quota is hers", code)
+	}
+	if got := h.calls.Load(); got != 3 {
+		t.Fatalf("handler ran %d times, want 3 (a1, a2, b1)", got)
+	}
+}
