@@ -240,6 +240,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return hc.end(resp, err)
 	}
 	gc.NoHedge = true
+	gc.Resends = &c.resends
 	resp, err := guardrail.DoCall(req.Context(), &t.policy, gc, c.attempt)
 	return c.end(resp, err)
 }
@@ -313,6 +314,7 @@ type call struct {
 	buf        []byte
 	bodySent   bool        // req.Body was handed to the base transport, which closes it
 	n          int         // attempts started
+	resends    int         // sends the base transport made on its own, for the engine (Call.Resends)
 	mu         *sync.Mutex // a hedged request's: its attempts run at once; nil when not hedged
 }
 
@@ -462,6 +464,11 @@ func (c *call) send(actx context.Context, n int) (*http.Response, error) {
 		})
 	}
 	resp, err := t.base.RoundTrip(r)
+	if c.mu == nil {
+		if k := a.sends(); k > 1 {
+			c.resends += k - 1
+		}
+	}
 	if err != nil {
 		if stop != nil {
 			stop()
@@ -472,6 +479,9 @@ func (c *call) send(actx context.Context, n int) (*http.Response, error) {
 		return nil, guardrail.WithVerdict(err, v)
 	}
 	v := t.s.classify(resp, nil)
+	if resp.StatusCode == http.StatusConflict {
+		inFlight(r, resp, &v)
+	}
 	a.handOver(resp)
 	if v.Outcome == breaker.Success {
 		return resp, nil
@@ -505,6 +515,12 @@ func (c *call) newRequest(actx context.Context, n int, now time.Time) (*attempt,
 	}
 	if headers {
 		r.Header = c.header(dl, now, n, &a.vals, &a.digits)
+	}
+	if r.GetBody != nil && netHTTPResends(r) {
+		// net/http sends such a request again by itself when a reused
+		// connection fails, but only if it can rewind the body: without
+		// GetBody it leaves the retry to us, and the engine counts it.
+		r.GetBody = nil
 	}
 	return a, r, nil
 }
