@@ -47,7 +47,17 @@ import (
 // sent ends with guardrail.ErrOutcomeUnknown: it may have taken effect.
 // A request body is sent again through GetBody, or else from a copy kept in
 // memory up to Config.MaxBufferedBody; a larger body without GetBody is sent
-// once and its request is never retried.
+// once and its request is never retried. A keyed request answered 409 with
+// a valid Retry-After (the same key is still in flight) is retried with its
+// key after it (guardrail.Verdict.InFlight); a 409 without a key is final.
+//
+// Every send that reaches the base transport's connections is an attempt.
+// A request with a body that net/http would send again by itself reaches
+// it without GetBody, so that net/http leaves the retry to the engine; a
+// bodyless one net/http may still resend, and each connection it takes for
+// the request beyond the first (httptrace GotConn) counts as one more
+// attempt, toward MaxAttempts, the budget and the events
+// (guardrail.Call.Resends).
 //
 // What the caller gets: the last attempt's response, whenever the last
 // attempt got one, even if it is a 503 that was not retried because the
