@@ -250,10 +250,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return hc.end(resp, err)
 	}
 	gc.NoHedge = true
-	gc.Resends = &c.resends
+	// The engine keeps what the Call points to where c cannot be: a
+	// counter of c's own would move all of c to the heap.
+	c.resends = counters.Get().(*int)
+	gc.Resends = c.resends
 	resp, err := guardrail.DoCall(req.Context(), &t.policy, gc, c.attempt)
+	*c.resends = 0
+	counters.Put(c.resends)
+	c.resends = nil
 	return c.end(resp, err)
 }
+
+// counters holds the resend counters of requests (guardrail.Call.Resends).
+var counters = sync.Pool{New: func() any { return new(int) }}
 
 // idempotence is the engine's setting for the request: a POST or PATCH
 // with an idempotency key is retried, yet its outcome is unknown when its
@@ -324,7 +333,7 @@ type call struct {
 	buf        []byte
 	bodySent   bool        // req.Body was handed to the base transport, which closes it
 	n          int         // attempts started
-	resends    int         // sends the base transport made on its own, for the engine (Call.Resends)
+	resends    *int        // sends the base transport made on its own, for the engine (Call.Resends); nil when hedged
 	mu         *sync.Mutex // a hedged request's: its attempts run at once; nil when not hedged
 }
 
@@ -474,9 +483,9 @@ func (c *call) send(actx context.Context, n int) (*http.Response, error) {
 		})
 	}
 	resp, err := t.base.RoundTrip(r)
-	if c.mu == nil {
+	if c.resends != nil {
 		if k := a.sends(); k > 1 {
-			c.resends += k - 1
+			*c.resends += k - 1
 		}
 	}
 	if err != nil {
