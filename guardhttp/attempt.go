@@ -177,6 +177,11 @@ func (a *attempt) deadlineTime() time.Time {
 func (a *attempt) getConn(string)                { a.enter(phaseConnect) }
 func (a *attempt) tlsStart()                     { a.enter(phaseTLS) }
 func (a *attempt) gotConn(httptrace.GotConnInfo) { a.enter(phaseWrite) }
+func (a *attempt) wroteRequest(i httptrace.WroteRequestInfo) {
+	if i.Err == nil {
+		a.enter(phaseHeader)
+	}
+}
 
 // sends returns how many times the base transport took a connection for
 // the attempt's request, each one a send that may have reached the
@@ -185,11 +190,6 @@ func (a *attempt) sends() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.conns
-}
-func (a *attempt) wroteRequest(i httptrace.WroteRequestInfo) {
-	if i.Err == nil {
-		a.enter(phaseHeader)
-	}
 }
 
 // limitOf returns the limit of phase p; 0 means none.
