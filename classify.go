@@ -39,6 +39,17 @@ type Verdict struct {
 	// RetryAfter is the server's hint of when to retry (Retry-After), or 0.
 	// When set it replaces the backoff delay; it is never shortened.
 	RetryAfter time.Duration
+	// InFlight reports that the dependency is still running an earlier
+	// attempt of this same call under the same idempotency key, and said
+	// when to come back (an HTTP 409 with Retry-After, a gRPC ABORTED with
+	// a pushback, from guardrail's idempotency servers): the call is
+	// retried, with its key, after RetryAfter, while attempts, the
+	// deadline, MaxRetryAfter and the budget allow, when it is idempotent;
+	// otherwise the answer is final. The answer says nothing against the
+	// dependency's health or load: the breaker ignores it, whatever
+	// Outcome says, and it is no overload. Set it only for a call that
+	// carried a key: without one, the answer is someone else's.
+	InFlight bool
 }
 
 // Classifier decides what an attempt's non-nil error means. It must be safe

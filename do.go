@@ -124,6 +124,16 @@ type Call struct {
 	// the race to another or failed beside it. For a hedge it may run on
 	// another goroutine than the caller's, after Do returned.
 	Discard func(v any)
+	// Resends, when not nil, counts the sends that a transport below op
+	// made on its own within one attempt, beyond the first (net/http's
+	// Transport sends an idempotent request again when a reused
+	// connection fails before any answer): op adds to it, and DoCall reads
+	// and zeroes it when op returns. Each is an attempt of the call: it
+	// counts toward MaxAttempts, it spends a retry token from the budget
+	// while one is left (it was sent already: it cannot be refused), and
+	// it is reported as an AttemptStart and an AttemptEnd with outcome
+	// ignored (the breaker never saw it). DoHedged ignores it.
+	Resends *int
 	// Hold, when not nil, is given the bulkhead slot of the attempt whose
 	// result the call returns (its value, or its error when it failed),
 	// instead of Do freeing the slot when op returns: work that outlives
@@ -160,6 +170,7 @@ func DoHedged[T any](ctx context.Context, p *Policy, c Call, op func(context.Con
 		return zero, err
 	}
 	if cl.s.hedge != nil && cl.idempotent && !c.NoHedge {
+		cl.resends = nil // its attempts run at once: no one count to read
 		return runHedged(&cl, op)
 	}
 	return run(&cl, op)
@@ -208,6 +219,7 @@ type settled struct {
 	throttle       *throttle.Throttler
 	discard        func(any)
 	hold           func(any, *bulkhead.Slot)
+	resends        *int // Call.Resends; nil for a hedged call
 	deadline       time.Time
 	hasDeadline    bool
 	timed          bool // attempt durations are needed (an observer, a breaker that times)
@@ -230,6 +242,7 @@ func (cl *call) init(ctx context.Context, p *Policy, c Call) error {
 	// literal would be built aside and then copied in, with write barriers.
 	cl.ctx, cl.s, cl.obs = ctx, s, p.Observer
 	cl.dependency, cl.discard, cl.hold = c.Dependency, c.Discard, c.Hold
+	cl.resends = c.Resends
 	cl.idempotent, cl.effects = p.Idempotent, !p.Idempotent
 	cl.maxAttempts, cl.attemptTimeout = s.maxAttempts, s.attemptTimeout
 	cl.breaker, cl.bulkhead, cl.throttle = s.breaker, p.Bulkhead, p.Throttler
@@ -283,6 +296,9 @@ func run[T any](c *call, op func(context.Context) (T, error)) (T, error) {
 			return zero, c.end(err)
 		}
 		v, err, timedOut := attempt(c, op, actx, cancel)
+		if c.resends != nil && *c.resends > 0 {
+			c.resent()
+		}
 		if err == nil {
 			c.succeeded()
 			if c.held != nil {
@@ -342,6 +358,28 @@ func attempt[T any](c *call, op func(context.Context) (T, error), actx context.C
 		timedOut = errors.Is(actx.Err(), context.DeadlineExceeded) && c.ctx.Err() == nil
 	}
 	return v, err, timedOut
+}
+
+// errResent is the error of a send that the transport below op made
+// again on its own: the one before it failed without an answer.
+var errResent = errors.New("guardrail: request sent again by the transport after its connection failed")
+
+// resent counts the sends the transport made on its own during the
+// attempt that just returned (Call.Resends) as attempts of the call.
+// They come before the attempt's end in the events, numbered after it.
+func (c *call) resent() {
+	n := *c.resends
+	*c.resends = 0
+	for range n {
+		c.attempts++
+		c.s.budget.TryRetry() // it was sent: spend a token if one is left
+		if c.obs != nil {
+			ctx := c.obs.Observe(c.ctx, c.event(event.AttemptStart, time.Time{}))
+			e := c.event(event.AttemptEnd, time.Time{})
+			e.Outcome, e.Err = breaker.Ignored.String(), errResent
+			c.obs.Observe(ctx, e)
+		}
+	}
 }
 
 func (c *call) begin() {
@@ -544,6 +582,12 @@ func (c *call) failed(err error, timedOut bool) error {
 	if timedOut {
 		v.Outcome, v.Retryable, v.Timeout = breaker.Failure, true, true
 	}
+	if v.InFlight && !timedOut {
+		// The same key is still running at the dependency: an answer, and
+		// a healthy one. Coming back later, with the key, is how the
+		// caller learns the outcome; only an idempotent call has a key.
+		v = Verdict{Outcome: breaker.Ignored, Retryable: c.idempotent, RetryAfter: v.RetryAfter, InFlight: true}
+	}
 	c.lost = (v.Timeout || v.Unanswered) && !v.Unsent
 	if c.hasDeadline || c.throttle != nil {
 		c.ended() // the retry decision and the throttle need the attempt's end
@@ -552,7 +596,7 @@ func (c *call) failed(err error, timedOut bool) error {
 	if c.throttle != nil {
 		// An answer, if not a good one, is one the dependency took; an
 		// overload answer or a timeout is not.
-		c.throttle.Record(c.ended(), !v.Timeout && !isOverload(err, v))
+		c.throttle.Record(c.ended(), v.InFlight || (!v.Timeout && !isOverload(err, v)))
 	}
 	if v.Timeout {
 		c.timeout()

@@ -96,6 +96,7 @@ type attempt struct {
 	deadline int64          // end of the attempt (AttemptTimeout)
 	cause    *TimeoutError  // the timeout that ended the attempt
 	reached  bool           // set by failed: the request may have reached the server
+	conns    int            // connections the base transport took for the request (GotConn)
 	slot     *bulkhead.Slot // the bulkhead slot the engine left to the attempt; nil: none
 }
 
@@ -182,6 +183,15 @@ func (a *attempt) wroteRequest(i httptrace.WroteRequestInfo) {
 	}
 }
 
+// sends returns how many times the base transport took a connection for
+// the attempt's request, each one a send that may have reached the
+// server: more than one when it sent the request again by itself.
+func (a *attempt) sends() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.conns
+}
+
 // limitOf returns the limit of phase p; 0 means none.
 func (s *settings) limitOf(p phase) time.Duration {
 	switch p {
@@ -207,6 +217,9 @@ func (s *settings) limitOf(p phase) time.Duration {
 func (a *attempt) enter(p phase) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if p == phaseWrite {
+		a.conns++ // counted whatever the phase: each is a send
+	}
 	if a.cause != nil || a.phase >= phaseBody {
 		return
 	}

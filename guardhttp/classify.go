@@ -95,3 +95,32 @@ func hasKey(h http.Header) bool {
 // headerIdempotencyKey is the header that makes a POST or PATCH safe to
 // retry: idempotency.HeaderKey, which the server's middleware reads.
 const headerIdempotencyKey = "Idempotency-Key"
+
+// netHTTPResends reports whether net/http's Transport may send r again by
+// itself after a reused connection failed before any answer, as its
+// documentation says: an idempotent method, or an idempotency key.
+func netHTTPResends(r *http.Request) bool {
+	switch r.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return hasKey(r.Header)
+}
+
+// inFlight turns the verdict v on resp, a 409 answering the request r
+// that carried an idempotency key, into the engine's verdict for "the same
+// key is still being processed" (guardrail.Verdict.InFlight) when the
+// server said when to come back (Retry-After), as idempotency.Server
+// does: the request is retried with its key after that delay. A 409 to a
+// request without a key, or without a valid Retry-After, is left as v
+// says: final.
+func inFlight(r *http.Request, resp *http.Response, v *guardrail.Verdict) {
+	if !hasKey(r.Header) {
+		return
+	}
+	d, ok := retryAfter(resp)
+	if !ok {
+		return
+	}
+	*v = guardrail.Verdict{Outcome: breaker.Ignored, InFlight: true, RetryAfter: d}
+}

@@ -47,7 +47,17 @@ import (
 // sent ends with guardrail.ErrOutcomeUnknown: it may have taken effect.
 // A request body is sent again through GetBody, or else from a copy kept in
 // memory up to Config.MaxBufferedBody; a larger body without GetBody is sent
-// once and its request is never retried.
+// once and its request is never retried. A keyed request answered 409 with
+// a valid Retry-After (the same key is still in flight) is retried with its
+// key after it (guardrail.Verdict.InFlight); a 409 without a key is final.
+//
+// Every send that reaches the base transport's connections is an attempt.
+// A request with a body that net/http would send again by itself reaches
+// it without GetBody, so that net/http leaves the retry to the engine; a
+// bodyless one net/http may still resend, and each connection it takes for
+// the request beyond the first (httptrace GotConn) counts as one more
+// attempt, toward MaxAttempts, the budget and the events
+// (guardrail.Call.Resends).
 //
 // What the caller gets: the last attempt's response, whenever the last
 // attempt got one, even if it is a 503 that was not retried because the
@@ -240,9 +250,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return hc.end(resp, err)
 	}
 	gc.NoHedge = true
+	// The engine keeps what the Call points to where c cannot be: a
+	// counter of c's own would move all of c to the heap.
+	c.resends = counters.Get().(*int)
+	gc.Resends = c.resends
 	resp, err := guardrail.DoCall(req.Context(), &t.policy, gc, c.attempt)
+	*c.resends = 0
+	counters.Put(c.resends)
+	c.resends = nil
 	return c.end(resp, err)
 }
+
+// counters holds the resend counters of requests (guardrail.Call.Resends).
+var counters = sync.Pool{New: func() any { return new(int) }}
 
 // idempotence is the engine's setting for the request: a POST or PATCH
 // with an idempotency key is retried, yet its outcome is unknown when its
@@ -313,6 +333,7 @@ type call struct {
 	buf        []byte
 	bodySent   bool        // req.Body was handed to the base transport, which closes it
 	n          int         // attempts started
+	resends    *int        // sends the base transport made on its own, for the engine (Call.Resends); nil when hedged
 	mu         *sync.Mutex // a hedged request's: its attempts run at once; nil when not hedged
 }
 
@@ -462,6 +483,11 @@ func (c *call) send(actx context.Context, n int) (*http.Response, error) {
 		})
 	}
 	resp, err := t.base.RoundTrip(r)
+	if c.resends != nil {
+		if k := a.sends(); k > 1 {
+			*c.resends += k - 1
+		}
+	}
 	if err != nil {
 		if stop != nil {
 			stop()
@@ -472,6 +498,9 @@ func (c *call) send(actx context.Context, n int) (*http.Response, error) {
 		return nil, guardrail.WithVerdict(err, v)
 	}
 	v := t.s.classify(resp, nil)
+	if resp.StatusCode == http.StatusConflict {
+		inFlight(r, resp, &v)
+	}
 	a.handOver(resp)
 	if v.Outcome == breaker.Success {
 		return resp, nil
@@ -505,6 +534,12 @@ func (c *call) newRequest(actx context.Context, n int, now time.Time) (*attempt,
 	}
 	if headers {
 		r.Header = c.header(dl, now, n, &a.vals, &a.digits)
+	}
+	if r.GetBody != nil && netHTTPResends(r) {
+		// net/http sends such a request again by itself when a reused
+		// connection fails, but only if it can rewind the body: without
+		// GetBody it leaves the retry to us, and the engine counts it.
+		r.GetBody = nil
 	}
 	return a, r, nil
 }

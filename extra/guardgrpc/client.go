@@ -8,8 +8,10 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/breaker"
@@ -441,6 +443,7 @@ type unaryCall struct {
 	cc         *grpc.ClientConn
 	invoker    grpc.UnaryInvoker
 	idempotent bool
+	keyed      bool // the call carries an idempotency key
 	attempts   int
 	trailer    metadata.MD
 	peer       peer.Peer
@@ -476,7 +479,7 @@ func (c *Client) invoke(ctx context.Context, method string, req, reply any, cc *
 	// be pooled.
 	u := c.pool.Get().(*unaryCall)
 	u.c, u.method, u.req, u.reply, u.cc, u.invoker = c, method, req, reply, cc, invoker
-	u.idempotent = idempotent
+	u.idempotent, u.keyed = idempotent, keyed
 	u.attempts = 0
 	u.opts = append(u.opts[:0], opts...)
 	u.callerOpts = len(opts)
@@ -523,5 +526,27 @@ func (u *unaryCall) attempt(ctx context.Context) (struct{}, error) {
 	if ctx.Err() != nil {
 		return struct{}{}, err // the engine judges its own deadline and the caller's
 	}
-	return struct{}{}, u.c.failedAttempt(Result{Method: u.method, Err: err, Trailer: u.trailer, Sent: u.idempotent || u.peer.Addr != nil})
+	ae := u.c.failedAttempt(Result{Method: u.method, Err: err, Trailer: u.trailer, Sent: u.idempotent || u.peer.Addr != nil})
+	if u.keyed {
+		inFlight(ae, u.trailer)
+	}
+	return struct{}{}, ae
+}
+
+// inFlight turns ae, a failed attempt of a call that carried an
+// idempotency key, into the engine's verdict for "the same key is still
+// being processed" (guardrail.Verdict.InFlight) when it is ABORTED with a
+// valid pushback, as guardgrpc's key interceptor answers, whatever the
+// Classifier said: the call is retried with its key after the pushback.
+// An ABORTED without a key, or without a valid pushback, stays final.
+func inFlight(ae *attemptError, trailer metadata.MD) {
+	if status.Code(ae.err) != codes.Aborted {
+		return
+	}
+	d, present, ok := pushback(trailer)
+	if !present || !ok {
+		return
+	}
+	ae.v = guardrail.Verdict{Outcome: breaker.Ignored, InFlight: true, RetryAfter: d}
+	ae.overload = false // a pushback, but not for load
 }
