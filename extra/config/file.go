@@ -227,6 +227,9 @@ type fileRateLimit struct {
 	Rate    *float64 `yaml:"rate"`
 	Burst   *int     `yaml:"burst"`
 	MaxKeys *int     `yaml:"max_keys"`
+	// IPv6PrefixBits is ratelimit.Config.IPv6PrefixBits: the prefix an
+	// IPv6 client is charged by, with the default key.
+	IPv6PrefixBits *int `yaml:"ipv6_prefix_bits"`
 }
 
 // fileDeadline is a deadline.Config.
@@ -284,6 +287,7 @@ type fileIdempotency struct {
 	MaxKeyLength        *int           `yaml:"max_key_length"`
 	MaxBodyBytes        *int64         `yaml:"max_body_bytes"`
 	MaxResponseBytes    *int           `yaml:"max_response_bytes"`
+	MaxKeysPerScope     *int           `yaml:"max_keys_per_scope"`
 	TTL                 *time.Duration `yaml:"ttl"`
 	Lease               *time.Duration `yaml:"lease"`
 	DisableLeaseRenewal *bool          `yaml:"disable_lease_renewal"`

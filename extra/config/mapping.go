@@ -243,7 +243,8 @@ func rateLimitConfig(name string, rl *fileRateLimit) *ratelimit.Config {
 	if rl == nil {
 		return nil
 	}
-	return &ratelimit.Config{Name: name, Rate: val(rl.Rate), Burst: val(rl.Burst), MaxKeys: val(rl.MaxKeys)}
+	return &ratelimit.Config{Name: name, Rate: val(rl.Rate), Burst: val(rl.Burst), MaxKeys: val(rl.MaxKeys),
+		IPv6PrefixBits: val(rl.IPv6PrefixBits)}
 }
 
 // Scopes of a server's idempotency keys.
@@ -257,7 +258,8 @@ const (
 // the scope is single_tenant.
 func idempotencyConfig(name string, id *fileIdempotency) idempotency.Config {
 	return idempotency.Config{Name: name, Methods: id.Methods, Required: val(id.Required), MaxKeyLength: val(id.MaxKeyLength),
-		MaxBodyBytes: val(id.MaxBodyBytes), MaxResponseBytes: val(id.MaxResponseBytes), TTL: val(id.TTL), Lease: val(id.Lease),
+		MaxBodyBytes: val(id.MaxBodyBytes), MaxResponseBytes: val(id.MaxResponseBytes), MaxKeysPerScope: val(id.MaxKeysPerScope),
+		TTL: val(id.TTL), Lease: val(id.Lease),
 		DisableLeaseRenewal: val(id.DisableLeaseRenewal), CancelOnLeaseLost: val(id.CancelOnLeaseLost),
 		StoreTimeout: val(id.StoreTimeout), StoredHeaders: id.StoredHeaders, RetryAfter: val(id.RetryAfter),
 		FailOpen: val(id.FailOpen), DocsURL: val(id.DocsURL), SingleTenant: val(id.Scope) == scopeSingleTenant}

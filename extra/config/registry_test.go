@@ -898,3 +898,52 @@ dependencies:
 		t.Error("a dependency without a deadline changed the context")
 	}
 }
+
+// A policy file sets the per-caller quota of idempotency keys and the
+// IPv6 prefix a rate limit charges by.
+func TestQuotaAndPrefixFromFile(t *testing.T) {
+	file := strings.Replace(testFile, "    shed: {limit: 100}\n",
+		"    shed: {limit: 100}\n    rate_limit: {rate: 1, burst: 1, ipv6_prefix_bits: 48}\n"+
+			"    idempotency: {scope: caller, max_keys_per_scope: 1}\n", 1)
+	reg, err := New("policy.yaml", []byte(file), Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl, err := reg.RateLimiter("api", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limited := rl.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	var codes []int
+	for _, addr := range []string{"[2001:db8:1:1::1]:1000", "[2001:db8:1:2::1]:1000"} { // one /48, two /64s
+		req := httptest.NewRequest("GET", "/", nil)
+		req.RemoteAddr = addr
+		w := httptest.NewRecorder()
+		limited.ServeHTTP(w, req)
+		codes = append(codes, w.Code)
+	}
+	if codes[0] != 200 || codes[1] != 429 {
+		t.Errorf("two /64s of one /48 at burst 1: %v; want [200 429], one bucket per /48", codes)
+	}
+
+	store, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := reg.Idempotency("api", store, func(*http.Request) (string, error) { return "alice", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := keys.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(201) }))
+	codes = codes[:0]
+	for _, key := range []string{"k1", "k2"} {
+		req := httptest.NewRequest("POST", "/pay", strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		codes = append(codes, w.Code)
+	}
+	if codes[0] != 201 || codes[1] != 429 {
+		t.Errorf("two new keys of one caller at max_keys_per_scope 1: %v; want [201 429]", codes)
+	}
+}
