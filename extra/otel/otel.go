@@ -599,6 +599,28 @@ func (st *callState) end(e *event.Event) {
 	st.call.End()
 }
 
+// Source is a set of breakers and retry budgets that changes while the
+// program runs, read at every collection: *config.Registry is one, whose
+// reloads replace the breakers and budgets of the dependencies a policy
+// file configures. RangeBreakers calls yield for each breaker in use with
+// the dependency its calls name and its key (empty for a dependency's
+// only breaker), and RangeBudgets for each dependency's retry budget,
+// both until yield returns false. Both must be safe for concurrent use.
+// It is extra/prom's Source.
+type Source interface {
+	RangeBreakers(yield func(dependency, key string, b *breaker.Breaker) bool)
+	RangeBudgets(yield func(dependency string, b *budget.Budget) bool)
+}
+
+// WatchSource reads the breakers and budgets of s at every collection,
+// from the first one on: a breaker is reported with its dependency and
+// key from the moment s holds it, before any transition, and a budget's
+// tokens before any refusal. What s no longer holds disappears from the
+// next collection. A dependency s reports takes its breaker state and
+// budget tokens from s alone, not from events or the other Watch methods.
+// Watching s again is a no-op. For a policy file: obs.WatchSource(reg).
+func (o *Observer) WatchSource(s Source) { o.gauges.WatchSource(s) }
+
 // WatchShedder reports the in-flight count and limit of s, a load shedder
 // whose events name dependency (its Config.Name), at every collection, so
 // the gauges are right from the first one and fall back to zero when the

@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"unicode/utf8"
 
@@ -170,9 +168,6 @@ type Collector struct {
 	idempotentC *series.Cache[prometheus.Counter]
 
 	gauges *series.Gauges
-
-	srcMu   sync.Mutex // guards sources
-	sources []Source
 }
 
 type callSeries struct {
@@ -384,36 +379,18 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, v := range c.vecs {
 		v.Collect(ch)
 	}
-	live := c.collectSources()
 	c.gauges.Collect(
 		func(dep, key, state string, n float64) {
-			if !live.deps[dep] {
-				ch <- prometheus.MustNewConstMetric(c.stateDesc, prometheus.GaugeValue, n, dep, key, state)
-			}
+			ch <- prometheus.MustNewConstMetric(c.stateDesc, prometheus.GaugeValue, n, dep, key, state)
 		},
 		func(dep string, n float64) {
-			if !live.deps[dep] {
-				ch <- prometheus.MustNewConstMetric(c.tokensDesc, prometheus.GaugeValue, n, dep)
-			}
+			ch <- prometheus.MustNewConstMetric(c.tokensDesc, prometheus.GaugeValue, n, dep)
 		},
 		func(dep string, inFlight, limit float64) {
 			ch <- prometheus.MustNewConstMetric(c.inFlightDesc, prometheus.GaugeValue, inFlight, dep)
 			ch <- prometheus.MustNewConstMetric(c.limitDesc, prometheus.GaugeValue, limit, dep)
 		},
 	)
-	for dk := range live.keys {
-		for _, st := range series.States {
-			k := depKeyState{dk, st}
-			ch <- prometheus.MustNewConstMetric(c.stateDesc, prometheus.GaugeValue, live.states[k], dk.dep, dk.key, st)
-			delete(live.states, k)
-		}
-	}
-	for k, n := range live.states { // states other than the three known ones
-		ch <- prometheus.MustNewConstMetric(c.stateDesc, prometheus.GaugeValue, n, k.dep, k.key, k.state)
-	}
-	for dep, n := range live.tokens {
-		ch <- prometheus.MustNewConstMetric(c.tokensDesc, prometheus.GaugeValue, n, dep)
-	}
 }
 
 // Source is a set of breakers and retry budgets that changes while the
@@ -443,64 +420,7 @@ type Source interface {
 //	reg, err := config.Load("policy.yaml", config.Options{Observer: metrics})
 //	...
 //	metrics.WatchSource(reg)
-func (c *Collector) WatchSource(s Source) {
-	c.srcMu.Lock()
-	defer c.srcMu.Unlock()
-	if reflect.TypeOf(s).Comparable() {
-		for _, o := range c.sources {
-			if reflect.TypeOf(o).Comparable() && o == s {
-				return
-			}
-		}
-	}
-	c.sources = append(c.sources, s)
-}
-
-type depKey struct{ dep, key string }
-
-type depKeyState struct {
-	depKey
-	state string
-}
-
-// liveGauges are the gauges the watched Sources hold at one collection,
-// with labels folded.
-type liveGauges struct {
-	deps   map[string]bool // every dependency a Source reported
-	keys   map[depKey]bool
-	states map[depKeyState]float64 // breakers in each state
-	tokens map[string]float64
-}
-
-// collectSources reads every watched Source, without holding srcMu while
-// it calls them.
-func (c *Collector) collectSources() liveGauges {
-	c.srcMu.Lock()
-	srcs := c.sources[:len(c.sources):len(c.sources)]
-	c.srcMu.Unlock()
-	l := liveGauges{deps: map[string]bool{}}
-	if len(srcs) == 0 {
-		return l
-	}
-	l.keys, l.states, l.tokens = map[depKey]bool{}, map[depKeyState]float64{}, map[string]float64{}
-	depF, keyF, stateF := c.folders.For(series.LDependency), c.folders.For(series.LKey), c.folders.For(series.LState)
-	for _, s := range srcs {
-		s.RangeBreakers(func(dep, key string, b *breaker.Breaker) bool {
-			dk := depKey{depF.Fold(dep), keyF.Fold(key)}
-			l.deps[dk.dep] = true
-			l.keys[dk] = true
-			l.states[depKeyState{dk, stateF.Fold(b.State().String())}]++
-			return true
-		})
-		s.RangeBudgets(func(dep string, b *budget.Budget) bool {
-			dep = depF.Fold(dep)
-			l.deps[dep] = true
-			l.tokens[dep] += b.Tokens()
-			return true
-		})
-	}
-	return l
-}
+func (c *Collector) WatchSource(s Source) { c.gauges.WatchSource(s) }
 
 // WatchShedder reports the in-flight count and limit of s, a load shedder
 // whose events name dependency (its Config.Name), at every collection, so

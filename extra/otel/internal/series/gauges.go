@@ -2,6 +2,7 @@ package series
 
 import (
 	"math"
+	"reflect"
 	"sync"
 	"sync/atomic"
 
@@ -30,7 +31,36 @@ type Gauges struct {
 	wStates  []stateWatch
 	wBudgets []budgetWatch
 	wLoads   []loadWatch
+	sources  []Source
 	watched  map[watchKey]bool
+}
+
+// Source is a set of breakers and retry budgets that changes while the
+// program runs (a policy file's registry, whose reloads replace them),
+// read at every collection: RangeBreakers yields each breaker in use with
+// the dependency its calls name and its key (empty for a dependency's
+// only breaker), RangeBudgets each dependency's retry budget, until yield
+// returns false. The adapters export it as their own Source type.
+type Source interface {
+	RangeBreakers(yield func(dependency, key string, b *breaker.Breaker) bool)
+	RangeBudgets(yield func(dependency string, b *budget.Budget) bool)
+}
+
+// WatchSource reads s at every collection. A dependency s reports takes
+// its breaker states and budget tokens from s alone, not from events or
+// the other watches, so that one breaker is one set of series and what a
+// reload replaced disappears. Watching s again is a no-op.
+func (g *Gauges) WatchSource(s Source) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if reflect.TypeOf(s).Comparable() {
+		for _, o := range g.sources {
+			if reflect.TypeOf(o).Comparable() && o == s {
+				return
+			}
+		}
+	}
+	g.sources = append(g.sources, s)
 }
 
 type stateGauge struct{ state atomic.Pointer[string] }
@@ -166,12 +196,13 @@ func (g *Gauges) WatchStates(dependency string, each func(report func(key, state
 	g.mu.Unlock()
 }
 
-func (g *Gauges) watches() ([]stateWatch, []budgetWatch, []loadWatch) {
+func (g *Gauges) watches() ([]stateWatch, []budgetWatch, []loadWatch, []Source) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.wStates[:len(g.wStates):len(g.wStates)],
 		g.wBudgets[:len(g.wBudgets):len(g.wBudgets)],
-		g.wLoads[:len(g.wLoads):len(g.wLoads)]
+		g.wLoads[:len(g.wLoads):len(g.wLoads)],
+		g.sources[:len(g.sources):len(g.sources)]
 }
 
 // Collect reports every gauge value: for each dependency and key with a
@@ -182,7 +213,7 @@ func (g *Gauges) watches() ([]stateWatch, []budgetWatch, []loadWatch) {
 // no state from events: they name no key, and would export the same
 // breaker a second time.
 func (g *Gauges) Collect(state func(dep, key, state string, n float64), tokens func(dep string, n float64), load func(dep string, inFlight, limit float64)) {
-	ws, wb, wl := g.watches()
+	ws, wb, wl, srcs := g.watches()
 
 	type depKey struct{ dep, key string }
 	type depState struct {
@@ -198,12 +229,37 @@ func (g *Gauges) Collect(state func(dep, key, state string, n float64), tokens f
 		watched[dep] = true
 		counts[depState{dk, g.state.Fold(state)}]++
 	}
+	// What the sources hold wins: a dependency they report takes nothing
+	// from the watches or from events.
+	fromSource := make(map[string]bool)
+	toks := make(map[string]float64)
+	for _, s := range srcs {
+		s.RangeBreakers(func(dep, key string, b *breaker.Breaker) bool {
+			dep = g.dep.Fold(dep)
+			fromSource[dep] = true
+			add(dep, g.key.Fold(key), b.State().String())
+			return true
+		})
+		s.RangeBudgets(func(dep string, b *budget.Budget) bool {
+			dep = g.dep.Fold(dep)
+			fromSource[dep] = true
+			toks[dep] += b.Tokens()
+			return true
+		})
+	}
 	for _, w := range ws {
+		if fromSource[w.dep] {
+			continue
+		}
 		switch {
 		case w.each == nil:
 			add(w.dep, "", w.state())
 		case w.dep == "":
-			w.each(func(key, state string) { add(g.dep.Fold(key), "", state) })
+			w.each(func(key, state string) {
+				if dep := g.dep.Fold(key); !fromSource[dep] {
+					add(dep, "", state)
+				}
+			})
 		default:
 			w.each(func(key, state string) { add(w.dep, g.key.Fold(key), state) })
 		}
@@ -228,12 +284,13 @@ func (g *Gauges) Collect(state func(dep, key, state string, n float64), tokens f
 		state(k.dep, k.key, k.state, n)
 	}
 
-	toks := make(map[string]float64)
 	for _, w := range wb {
-		toks[w.dep] += w.b.Tokens()
+		if !fromSource[w.dep] {
+			toks[w.dep] += w.b.Tokens()
+		}
 	}
 	g.tokens.Range(func(lv []string, fg *floatGauge) {
-		if _, ok := toks[lv[0]]; !ok {
+		if _, ok := toks[lv[0]]; !ok && !fromSource[lv[0]] {
 			toks[lv[0]] = math.Float64frombits(fg.bits.Load())
 		}
 	})

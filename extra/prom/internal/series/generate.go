@@ -3,4 +3,4 @@ package series
 // The modules extra/prom and extra/otel may not import this package (it is
 // internal to the core module), so each keeps a copy of it, made by this
 // directive and held identical by a test of the integration module.
-//go:generate sh -c "for m in prom otel; do rm -rf ../../extra/$m/internal/series && mkdir -p ../../extra/$m/internal/series && cp *.go ../../extra/$m/internal/series/; done"
+//go:generate sh -c "for m in prom otel; do rm -rf ../../extra/${DOLLAR}m/internal/series && mkdir -p ../../extra/${DOLLAR}m/internal/series && cp *.go ../../extra/${DOLLAR}m/internal/series/; done"
