@@ -203,7 +203,7 @@ func newKeys(cfg KeyConfig, obs event.Observer) (*keys, error) {
 	ks, err := idempotency.NewKeys(cfg.Store, idempotency.KeysConfig{
 		TTL: cfg.TTL, Lease: cfg.Lease, StoreTimeout: cfg.StoreTimeout,
 		CancelOnLeaseLost: cfg.CancelOnLeaseLost, MaxKeysPerScope: cfg.MaxKeysPerScope,
-		Logger:            cfg.Logger, Observer: obs,
+		Logger: cfg.Logger, Observer: obs,
 	})
 	if err != nil {
 		return nil, err
