@@ -360,20 +360,23 @@ func (c withDeadline) Deadline() (time.Time, bool) { return c.deadline, true }
 // ignores it, or the one that took it, whose limit has not run out: it at
 // most re-arms the timer.
 type phaseTimer struct {
-	t *time.Timer
-	a atomic.Pointer[attempt] // the attempt it is lent to; nil in the pool
+	t    *time.Timer
+	a    atomic.Pointer[attempt] // the attempt it is lent to; nil in the pool
+	pool *sync.Pool              // its Transport's: where it goes back
 
 	// due is when t fires, 0 if it is not armed. The attempt holding the
 	// timer guards it with its mu.
 	due int64
 }
 
-var timers sync.Pool
-
+// takeTimer lends a timer of a's Transport to a. The pool is the
+// Transport's, not the process's: a timer made inside a testing/synctest
+// bubble belongs to it, and one Transport's timers stay with the bubble
+// its requests ran in, as its *http.Transport's idle connections do.
 func takeTimer(a *attempt) *phaseTimer {
-	pt, _ := timers.Get().(*phaseTimer)
+	pt, _ := a.t.timers.Get().(*phaseTimer)
 	if pt == nil {
-		pt = new(phaseTimer)
+		pt = &phaseTimer{pool: &a.t.timers}
 		pt.t = time.AfterFunc(time.Hour, pt.fire)
 		pt.t.Stop()
 	}
@@ -406,7 +409,7 @@ func (pt *phaseTimer) release() {
 	pt.t.Stop()
 	pt.due = 0
 	pt.a.Store(nil)
-	timers.Put(pt)
+	pt.pool.Put(pt)
 }
 
 // failed ends an attempt whose round trip returned err and returns the

@@ -104,6 +104,7 @@ type Transport struct {
 	policy    guardrail.Policy // must not be copied: holds the budget
 	hedges    bool             // Config.Hedge is set
 	hold      func(any, *bulkhead.Slot)
+	timers    sync.Pool // of *phaseTimer, lent to one attempt at a time
 }
 
 // NewTransport returns a Transport that sends requests through base under
