@@ -23,10 +23,12 @@ type Call struct {
 	// Path is matched by Match.Path: a gRPC call's full method
 	// ("/pkg.Service/Method"), a function call's name ("/db/orders.insert").
 	Path string
-	// Metadata is matched by Match.Headers, and read for header faults when
-	// Config.HeaderFaults is set, as gRPC metadata: keys in lower case. Nil
-	// has no headers, so a rule that names headers never matches.
-	Metadata map[string][]string
+	// Metadata returns the values of a metadata key, given in lower case
+	// (a gRPC metadata.MD's Get, or metadata.ValueFromIncomingContext): what
+	// Match.Headers is matched on, and what header faults are read from when
+	// Config.HeaderFaults is set. Nil means no headers, so a rule that names
+	// headers never matches. It is called only during Apply.
+	Metadata func(key string) []string
 }
 
 // Apply decides the faults of c, as Middleware does for a request, and
@@ -46,9 +48,9 @@ func (in *Injector) Apply(ctx context.Context, c Call) (Fault, error) {
 	s := in.state.Load()
 	var values []string
 	if s.headerFaults && c.Metadata != nil {
-		values = c.Metadata[s.mdHeader]
+		values = c.Metadata(s.mdHeader)
 	}
-	ic := call{method: c.Method, host: c.Host, path: c.Path, md: c.Metadata}
+	ic := call{method: c.Method, host: c.Host, path: c.Path, metadata: c.Metadata}
 	p, err := in.decideCall(s, &ic, values)
 	if err != nil {
 		return nil, err

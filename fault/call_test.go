@@ -194,14 +194,40 @@ func TestApplyMetadata(t *testing.T) {
 		{nil, nil},
 		{map[string][]string{"x-fault": {"refuse"}}, fault.Refuse{}},
 	} {
-		f, err := in.Apply(t.Context(), fault.Call{Method: "POST", Path: "/a.B/C", Metadata: tt.md})
+		f, err := in.Apply(t.Context(), fault.Call{Method: "POST", Path: "/a.B/C", Metadata: lookup(tt.md)})
 		if err != nil || f != tt.want {
 			t.Errorf("%v: %#v, %v; want %#v", tt.md, f, err, tt.want)
 		}
 	}
-	_, err := in.Apply(t.Context(), fault.Call{Metadata: map[string][]string{"x-fault": {"nonsense"}}})
+	_, err := in.Apply(t.Context(), fault.Call{Metadata: lookup(map[string][]string{"x-fault": {"nonsense"}})})
 	if !errors.Is(err, fault.ErrInvalidConfig) {
 		t.Errorf("bad header fault: %v; want ErrInvalidConfig", err)
+	}
+}
+
+// lookup is the Metadata of a call with metadata md, nil for none.
+func lookup(md map[string][]string) func(string) []string {
+	if md == nil {
+		return nil
+	}
+	return func(k string) []string { return md[k] }
+}
+
+// Apply allocates nothing for a call that gets no fault, headers and all.
+func TestApplyAllocs(t *testing.T) {
+	in := newInjector(t, fault.Config{HeaderFaults: true, Rules: []fault.Rule{
+		{Match: fault.Match{Path: "/a.B/**", Headers: map[string]string{"X-Tenant": "canary-*"}}, Fault: fault.Reset{}},
+	}})
+	md := map[string][]string{"x-tenant": {"prod"}}
+	ctx := t.Context()
+	allocs := testing.AllocsPerRun(100, func() {
+		get := func(k string) []string { return md[k] }
+		if f, err := in.Apply(ctx, fault.Call{Method: "POST", Host: "h:1", Path: "/a.B/C", Metadata: get}); f != nil || err != nil {
+			t.Fatal(f, err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per call; want 0", allocs)
 	}
 }
 

@@ -96,7 +96,7 @@ func FuzzParseConfig(f *testing.F) {
 		in.decide(request("GET", "/a/b"))
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel() // a hang or a delay ends at once
-		_, _ = in.Apply(ctx, Call{Method: "POST", Path: "/a/b", Metadata: map[string][]string{"x-a": {"1"}}})
+		_, _ = in.Apply(ctx, Call{Method: "POST", Path: "/a/b", Metadata: func(string) []string { return []string{"1"} }})
 	})
 }
 

@@ -109,10 +109,11 @@ type Match struct {
 // matching allocates nothing.
 type call struct {
 	method, host, path string
-	// header holds the HTTP request's header (canonical keys); md the gRPC
-	// metadata (lower-case keys). At most one is set.
-	header http.Header
-	md     map[string][]string
+	// header holds the HTTP request's header (canonical keys); metadata
+	// looks up a key (in lower case) of a gRPC call's metadata. At most one
+	// is set.
+	header   http.Header
+	metadata func(key string) []string
 }
 
 // httpCall returns what r is matched on.
@@ -156,9 +157,9 @@ func (m *Match) matches(c *call, mdHeaders map[string]string) bool {
 			return false
 		}
 	}
-	if c.md != nil {
+	if c.metadata != nil {
 		for name, want := range mdHeaders {
-			if !matchHeader(c.md[name], want) {
+			if !matchHeader(c.metadata(name), want) {
 				return false
 			}
 		}
