@@ -18,7 +18,9 @@ type Call struct {
 	// Method is matched by Match.Methods: "POST" for a gRPC call, empty for
 	// a function call (so a rule that names methods never matches one).
 	Method string
-	// Host is matched by Match.Host: a gRPC call's :authority.
+	// Host is matched by Match.Host. Empty means Metadata(":authority"),
+	// a gRPC server's pseudo-header, looked up only when a rule names a
+	// host.
 	Host string
 	// Path is matched by Match.Path: a gRPC call's full method
 	// ("/pkg.Service/Method"), a function call's name ("/db/orders.insert").

@@ -199,6 +199,14 @@ func TestApplyMetadata(t *testing.T) {
 			t.Errorf("%v: %#v, %v; want %#v", tt.md, f, err, tt.want)
 		}
 	}
+	// An empty Host is the :authority of the metadata.
+	hosts := newInjector(t, fault.Config{Rules: []fault.Rule{{Match: fault.Match{Host: "pricing.*"}, Fault: fault.Reset{}}}})
+	for authority, want := range map[string]fault.Fault{"pricing.internal:50051": fault.Reset{}, "billing.internal:50051": nil} {
+		md := lookup(map[string][]string{":authority": {authority}})
+		if f, err := hosts.Apply(t.Context(), fault.Call{Metadata: md}); f != want || err != nil {
+			t.Errorf(":authority %s: %#v, %v; want %#v", authority, f, err, want)
+		}
+	}
 	_, err := in.Apply(t.Context(), fault.Call{Metadata: lookup(map[string][]string{"x-fault": {"nonsense"}})})
 	if !errors.Is(err, fault.ErrInvalidConfig) {
 		t.Errorf("bad header fault: %v; want ErrInvalidConfig", err)

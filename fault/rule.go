@@ -144,7 +144,13 @@ func (m *Match) matches(c *call, mdHeaders map[string]string) bool {
 		}
 	}
 	if m.Host != "" {
-		if ok, _ := path.Match(m.Host, strings.ToLower(c.host)); !ok {
+		host := c.host
+		if host == "" && c.metadata != nil {
+			if v := c.metadata(":authority"); len(v) > 0 {
+				host = v[0]
+			}
+		}
+		if ok, _ := path.Match(m.Host, strings.ToLower(host)); !ok {
 			return false
 		}
 	}
