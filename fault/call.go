@@ -48,6 +48,9 @@ func (in *Injector) Apply(ctx context.Context, c Call) (Fault, error) {
 		return nil, nil
 	}
 	s := in.state.Load()
+	if !s.headerFaults && len(s.rules) == 0 {
+		return nil, nil
+	}
 	var values []string
 	if s.headerFaults && c.Metadata != nil {
 		values = c.Metadata(s.mdHeader)

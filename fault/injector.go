@@ -232,6 +232,9 @@ func (in *Injector) decide(r *http.Request) (plan, *http.Request, error) {
 		return plan{}, r, nil
 	}
 	s := in.state.Load()
+	if !s.headerFaults && len(s.rules) == 0 {
+		return plan{}, r, nil
+	}
 	var values []string
 	if s.headerFaults {
 		if values = r.Header.Values(s.header); len(values) > 0 {

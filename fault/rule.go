@@ -163,6 +163,9 @@ func (m *Match) matches(c *call, mdHeaders map[string]string) bool {
 			return false
 		}
 	}
+	if len(m.Headers) == 0 {
+		return true
+	}
 	if c.metadata != nil {
 		for name, want := range mdHeaders {
 			if !matchHeader(c.metadata(name), want) {
