@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/guardrail-go/guardrail/extra/guardgrpc/grpcfault"
@@ -51,4 +52,25 @@ func BenchmarkUnaryServerPassThrough(b *testing.B) {
 			}
 		})
 	}
+}
+
+// The same over a real gRPC round trip (in memory), where the
+// interceptor's cost is set against a call's.
+func BenchmarkUnaryServerRoundTrip(b *testing.B) {
+	req := &healthpb.HealthCheckRequest{}
+	b.Run("baseline", func(b *testing.B) {
+		c := serve(b, &health{}, nil, nil)
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = c.Check(context.Background(), req)
+		}
+	})
+	b.Run("1-rule-path-miss", func(b *testing.B) {
+		in := newInjector(b, fault.Rule{Match: fault.Match{Path: "/orders.v1.Orders/**"}, Fault: fault.Status{}})
+		c := serve(b, &health{}, in, nil)
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = c.Check(context.Background(), req)
+		}
+	})
 }
