@@ -41,7 +41,7 @@ type Config struct {
 	// left on, any caller could break the server.
 	HeaderFaults bool
 	// Header names the header read when HeaderFaults is set. Empty means
-	// X-Fault.
+	// X-Fault. A gRPC call's metadata key is its lower case, x-fault.
 	Header string
 	// Rand returns uniform draws in [0, 1) for every random choice
 	// (probabilities, latency draws). It is called from the goroutines of
@@ -52,7 +52,8 @@ type Config struct {
 }
 
 // Injector decides which faults each request gets and applies them, as a
-// server middleware (Middleware) or a client transport (Transport). It is
+// server middleware (Middleware) or a client transport (Transport), and to
+// calls that are not HTTP through Apply (Wrap, package grpcfault). It is
 // safe for concurrent use; its rules can be replaced while it serves.
 //
 // For each request the header fault (when enabled) comes first, then the
