@@ -143,6 +143,17 @@ func (m *Match) matches(c *call, mdHeaders map[string]string) bool {
 			return false
 		}
 	}
+	// The path before the host: a gRPC server looks the host up, at the
+	// cost of a copy.
+	if m.Path != "" {
+		p := c.path
+		if p == "" {
+			p = "/"
+		}
+		if !matchPath(m.Path, p) {
+			return false
+		}
+	}
 	if m.Host != "" {
 		host := c.host
 		if host == "" && c.metadata != nil {
@@ -151,15 +162,6 @@ func (m *Match) matches(c *call, mdHeaders map[string]string) bool {
 			}
 		}
 		if ok, _ := path.Match(m.Host, strings.ToLower(host)); !ok {
-			return false
-		}
-	}
-	if m.Path != "" {
-		p := c.path
-		if p == "" {
-			p = "/"
-		}
-		if !matchPath(m.Path, p) {
 			return false
 		}
 	}
