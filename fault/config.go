@@ -61,6 +61,7 @@ type ruleSpec struct {
 	RetryAfterDate *bool   `json:"retry_after_date,omitempty"`
 	RetryAfterRaw  *string `json:"retry_after_raw,omitempty"`
 	Body           *string `json:"body,omitempty"`
+	GRPCCode       *string `json:"grpc_code,omitempty"`
 
 	Bytes *int    `json:"bytes,omitempty"`
 	Every *string `json:"every,omitempty"`
@@ -79,7 +80,7 @@ var durationFields = map[string]bool{"delay": true, "min": true, "max": true, "p
 // params lists, per kind, the fault fields a rule of that kind may set.
 var params = map[faultKind][]string{
 	kindLatency:   {"delay", "min", "max", "p50", "p99"},
-	kindError:     {"status", "retry_after", "retry_after_date", "retry_after_raw", "body"},
+	kindError:     {"status", "retry_after", "retry_after_date", "retry_after_raw", "body", "grpc_code"},
 	kindSlowBody:  {"bytes", "every"},
 	kindStallBody: {"bytes"},
 	kindTruncate:  {"bytes"},
@@ -103,6 +104,7 @@ func (s *ruleSpec) set() []string {
 	add("retry_after_date", s.RetryAfterDate != nil)
 	add("retry_after_raw", s.RetryAfterRaw != nil)
 	add("body", s.Body != nil)
+	add("grpc_code", s.GRPCCode != nil)
 	add("bytes", s.Bytes != nil)
 	add("every", s.Every != nil)
 	return out
@@ -173,6 +175,13 @@ func (s *ruleSpec) rule(index int) (Rule, error) {
 		}
 		if s.Body != nil {
 			st.Body = *s.Body
+		}
+		if s.GRPCCode != nil {
+			// Names are written upper case in the spec; accept any case.
+			st.GRPCCode = strings.ToUpper(*s.GRPCCode)
+			if st.GRPCCode == "" {
+				return fail("grpc_code", errors.New("empty"))
+			}
 		}
 		if s.Status != nil && *s.Status == 0 {
 			return fail("status", errors.New("0 is not an error status (want 400-599)"))
@@ -250,6 +259,9 @@ func specOf(r Rule) ruleSpec {
 		if f.Body != "" {
 			s.Body = &f.Body
 		}
+		if f.GRPCCode != "" {
+			s.GRPCCode = &f.GRPCCode
+		}
 	case SlowBody:
 		s.Bytes, s.Every = num(f.Bytes), dur(f.Every)
 	case StallBody:
@@ -281,7 +293,8 @@ func specOf(r Rule) ruleSpec {
 //
 // The fields of each kind are: latency: delay, or min and max, or p50 and p99
 // (with optional min and max); error: status, retry_after, retry_after_date,
-// retry_after_raw, body; slow_body: bytes, every; stall_body: bytes;
+// retry_after_raw, body, grpc_code (a gRPC code name such as
+// RESOURCE_EXHAUSTED, for gRPC calls); slow_body: bytes, every; stall_body: bytes;
 // truncate: bytes; reset, hang, lose_response and refuse take none. See the
 // Fault types for their meaning. Durations are strings such as "200ms".
 //
@@ -554,6 +567,8 @@ func (s *ruleSpec) setFault(key, val string) (err error) {
 		s.RetryAfterRaw = str(val)
 	case "body":
 		s.Body = str(val)
+	case "grpc_code":
+		s.GRPCCode = str(val)
 	case "bytes":
 		s.Bytes, err = parseInt(val)
 	case "every":

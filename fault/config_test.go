@@ -1,6 +1,7 @@
 package fault
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -57,6 +58,8 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"rules":[{"kind":"latency","p50":"1ms","p99":"1h","match":{"path":"/a/**"}}]}`))
 	f.Add([]byte(`{"rules":[{"kind":"slow_body","bytes":9223372036854775807}]}`))
 	f.Add([]byte("{\"rules\":[{\"kind\":\"reset\",\"name\":\"\xff\"}]}"))
+	f.Add([]byte(`{"rules":[{"kind":"error","grpc_code":"resource_exhausted","retry_after":"1s"}]}`))
+	f.Add([]byte(`{"rules":[{"kind":"error","grpc_code":"OK"}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := ParseConfig(data)
 		if err != nil {
@@ -85,15 +88,22 @@ func FuzzParseConfig(f *testing.F) {
 			if again.Rules[i].Name != cfg.Rules[i].Name || again.Rules[i].Fault.kind() != cfg.Rules[i].Fault.kind() {
 				t.Fatalf("round trip changed rule %d: %+v -> %+v", i, cfg.Rules[i], again.Rules[i])
 			}
+			if st, ok := cfg.Rules[i].Fault.(Status); ok && again.Rules[i].Fault.(Status).GRPCCode != st.GRPCCode {
+				t.Fatalf("round trip changed rule %d: %+v -> %+v", i, cfg.Rules[i], again.Rules[i])
+			}
 		}
 		// Deciding for a request never panics either.
 		in.decide(request("GET", "/a/b"))
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // a hang or a delay ends at once
+		_, _ = in.Apply(ctx, Call{Method: "POST", Path: "/a/b", Metadata: func(string) []string { return []string{"1"} }})
 	})
 }
 
 func FuzzParseRule(f *testing.F) {
 	for _, s := range []string{"reset", "error; status=503; retry_after=2s", "latency; p50=1ms; p99=2ms",
-		"x;;=;", "latency; delay=9223372036854775807ns", "error; retry_after_raw=\x00"} {
+		"x;;=;", "latency; delay=9223372036854775807ns", "error; retry_after_raw=\x00",
+		"error; grpc_code=Resource_Exhausted; retry_after=1s", "error; grpc_code=", "error; grpc_code=OK"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, spec string) {

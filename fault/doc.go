@@ -1,7 +1,8 @@
 // Package fault injects failures into HTTP traffic, on the server side as an
 // http.Handler middleware and on the client side as an http.RoundTripper, so
 // that tests and game days can prove what a client does when its dependency
-// is slow, flaky or dead.
+// is slow, flaky or dead. The same rules apply to any function call (Wrap)
+// and, through package grpcfault of the guardgrpc module, to gRPC calls.
 //
 // An Injector holds an ordered list of Rules. Each Rule matches requests by
 // method, host, path and header, fires with a probability, and applies one

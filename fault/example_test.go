@@ -99,7 +99,7 @@ func ExampleParseRule() {
 	}
 	fmt.Printf("%T %+v %v %s\n", r.Fault, r.Fault, r.Probability, r.Match.Path)
 	// Output:
-	// fault.Status {Code:503 RetryAfter:2s RetryAfterDate:false RetryAfterRaw: Body:} 0.1 /api/**
+	// fault.Status {Code:503 RetryAfter:2s RetryAfterDate:false RetryAfterRaw: Body: GRPCCode:} 0.1 /api/**
 }
 
 // The admin endpoint on loopback: curl-like requests with a JSON body

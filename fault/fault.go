@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -191,13 +192,29 @@ type Status struct {
 	RetryAfterRaw string
 	// Body is the response body. Empty means the status text and a newline.
 	Body string
+	// GRPCCode is the code a gRPC call gets, by its name in the gRPC spec
+	// ("RESOURCE_EXHAUSTED", "UNAVAILABLE"; any code but OK). Empty means
+	// Code mapped as the gRPC spec maps HTTP statuses (see package
+	// grpcfault). HTTP traffic ignores it.
+	GRPCCode string
 }
+
+// grpcCodes are the names of the gRPC status codes other than OK, as the
+// gRPC spec writes them.
+var grpcCodes = []string{"CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+	"NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+	"FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL",
+	"UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"}
 
 func (Status) kind() faultKind { return kindError }
 
 func (s Status) validate() (string, error) {
 	if s.Code != 0 && (s.Code < 400 || s.Code > 599) {
 		return "status", fmt.Errorf("%d is not an error status (want 400-599)", s.Code)
+	}
+	if s.GRPCCode != "" && !slices.Contains(grpcCodes, s.GRPCCode) {
+		return "grpc_code", fmt.Errorf("%q is not a gRPC error code (want one of %s)",
+			s.GRPCCode, strings.Join(grpcCodes, ", "))
 	}
 	if s.RetryAfter < 0 {
 		return "retry_after", fmt.Errorf("%v is negative", s.RetryAfter)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,7 +41,7 @@ type Config struct {
 	// left on, any caller could break the server.
 	HeaderFaults bool
 	// Header names the header read when HeaderFaults is set. Empty means
-	// X-Fault.
+	// X-Fault. A gRPC call's metadata key is its lower case, x-fault.
 	Header string
 	// Rand returns uniform draws in [0, 1) for every random choice
 	// (probabilities, latency draws). It is called from the goroutines of
@@ -51,7 +52,8 @@ type Config struct {
 }
 
 // Injector decides which faults each request gets and applies them, as a
-// server middleware (Middleware) or a client transport (Transport). It is
+// server middleware (Middleware) or a client transport (Transport), and to
+// calls that are not HTTP through Apply (Wrap, package grpcfault). It is
 // safe for concurrent use; its rules can be replaced while it serves.
 //
 // For each request the header fault (when enabled) comes first, then the
@@ -74,14 +76,16 @@ type state struct {
 	rules        []*ruleState
 	headerFaults bool
 	header       string
+	mdHeader     string         // header in lower case, the metadata key of gRPC
 	rand         func() float64 // never nil
 }
 
 // ruleState is a rule with its counters, which live as long as the rule's
 // name stays in the configuration.
 type ruleState struct {
-	rule    Rule
-	counter *counter
+	rule      Rule
+	mdHeaders map[string]string // rule.Match.Headers with lower-case keys
+	counter   *counter
 }
 
 type counter struct {
@@ -135,14 +139,22 @@ func (in *Injector) Reconfigure(cfg Config) error {
 	if rnd == nil {
 		rnd = rand.Float64
 	}
-	s := &state{headerFaults: cfg.HeaderFaults, header: http.CanonicalHeaderKey(cfg.Header), rand: rnd}
+	s := &state{headerFaults: cfg.HeaderFaults, header: http.CanonicalHeaderKey(cfg.Header),
+		mdHeader: strings.ToLower(cfg.Header), rand: rnd}
 	s.rules = make([]*ruleState, len(rules))
 	for i, r := range rules {
 		c := old[r.Name]
 		if c == nil {
 			c = new(counter)
 		}
-		s.rules[i] = &ruleState{rule: r, counter: c}
+		rs := &ruleState{rule: r, counter: c}
+		if len(r.Match.Headers) > 0 {
+			rs.mdHeaders = make(map[string]string, len(r.Match.Headers))
+			for name, v := range r.Match.Headers {
+				rs.mdHeaders[strings.ToLower(name)] = v
+			}
+		}
+		s.rules[i] = rs
 	}
 	in.state.Store(s)
 	return nil
@@ -217,35 +229,47 @@ type plan struct {
 // decide evaluates the header fault and the rules for r. When the header was
 // read it returns a copy of r without it, so it is never forwarded.
 func (in *Injector) decide(r *http.Request) (plan, *http.Request, error) {
-	var p plan
 	if in.closed() {
-		return p, r, nil
+		return plan{}, r, nil
 	}
 	s := in.state.Load()
+	if !s.headerFaults && len(s.rules) == 0 {
+		return plan{}, r, nil
+	}
+	var values []string
 	if s.headerFaults {
-		if values := r.Header.Values(s.header); len(values) > 0 {
+		if values = r.Header.Values(s.header); len(values) > 0 {
 			r2 := r.Clone(r.Context())
 			r2.Header.Del(s.header)
 			r = r2
-			for _, v := range values {
-				rule, err := parseHeaderRule(v)
-				if err != nil {
-					return p, r, err
-				}
-				c := &in.header[kindIndex(rule.Fault.kind())]
-				c.matched.Add(1)
-				if !roll(s.rand, rule.Probability) {
-					continue
-				}
-				c.fired.Add(1)
-				if apply(s.rand, &p, rule.Fault) {
-					return p, r, nil
-				}
-			}
+		}
+	}
+	c := httpCall(r)
+	p, err := in.decideCall(s, &c, values)
+	return p, r, err
+}
+
+// decideCall evaluates the header faults asked for by values (read from
+// the call by the caller when s.headerFaults is set) and s's rules for c.
+func (in *Injector) decideCall(s *state, c *call, values []string) (plan, error) {
+	var p plan
+	for _, v := range values {
+		rule, err := parseHeaderRule(v)
+		if err != nil {
+			return p, err
+		}
+		hc := &in.header[kindIndex(rule.Fault.kind())]
+		hc.matched.Add(1)
+		if !roll(s.rand, rule.Probability) {
+			continue
+		}
+		hc.fired.Add(1)
+		if apply(s.rand, &p, rule.Fault) {
+			return p, nil
 		}
 	}
 	for _, rs := range s.rules {
-		if rs.rule.Disabled || !rs.rule.Match.matches(r) {
+		if rs.rule.Disabled || !rs.rule.Match.matches(c, rs.mdHeaders) {
 			continue
 		}
 		rs.counter.matched.Add(1)
@@ -257,7 +281,7 @@ func (in *Injector) decide(r *http.Request) (plan, *http.Request, error) {
 			break
 		}
 	}
-	return p, r, nil
+	return p, nil
 }
 
 // apply adds f to p, drawing from rnd, and reports whether the evaluation

@@ -104,12 +104,37 @@ type Match struct {
 	Headers map[string]string
 }
 
-// matches reports whether r is selected. m must be valid.
-func (m *Match) matches(r *http.Request) bool {
+// call is what a rule matches a call on: an HTTP request, a gRPC call or
+// a plain function call. It is built on the stack for every call, so that
+// matching allocates nothing.
+type call struct {
+	method, host, path string
+	// header holds the HTTP request's header (canonical keys); metadata
+	// looks up a key (in lower case) of a gRPC call's metadata. At most one
+	// is set.
+	header   http.Header
+	metadata func(key string) []string
+}
+
+// httpCall returns what r is matched on.
+func httpCall(r *http.Request) call {
+	c := call{method: r.Method, host: r.Host, header: r.Header}
+	if r.URL != nil {
+		if c.host == "" {
+			c.host = r.URL.Host
+		}
+		c.path = r.URL.Path
+	}
+	return c
+}
+
+// matches reports whether c is selected. m must be valid; mdHeaders is
+// m.Headers with lower-case keys, for gRPC metadata.
+func (m *Match) matches(c *call, mdHeaders map[string]string) bool {
 	if len(m.Methods) > 0 {
 		found := false
 		for _, meth := range m.Methods {
-			if strings.EqualFold(meth, r.Method) {
+			if strings.EqualFold(meth, c.method) {
 				found = true
 				break
 			}
@@ -118,20 +143,10 @@ func (m *Match) matches(r *http.Request) bool {
 			return false
 		}
 	}
-	if m.Host != "" {
-		host := r.Host
-		if host == "" && r.URL != nil {
-			host = r.URL.Host
-		}
-		if ok, _ := path.Match(m.Host, strings.ToLower(host)); !ok {
-			return false
-		}
-	}
+	// The path before the host: a gRPC server looks the host up, at the
+	// cost of a copy.
 	if m.Path != "" {
-		p := ""
-		if r.URL != nil {
-			p = r.URL.Path
-		}
+		p := c.path
 		if p == "" {
 			p = "/"
 		}
@@ -139,8 +154,30 @@ func (m *Match) matches(r *http.Request) bool {
 			return false
 		}
 	}
+	if m.Host != "" {
+		host := c.host
+		if host == "" && c.metadata != nil {
+			if v := c.metadata(":authority"); len(v) > 0 {
+				host = v[0]
+			}
+		}
+		if ok, _ := path.Match(m.Host, strings.ToLower(host)); !ok {
+			return false
+		}
+	}
+	if len(m.Headers) == 0 {
+		return true
+	}
+	if c.metadata != nil {
+		for name, want := range mdHeaders {
+			if !matchHeader(c.metadata(name), want) {
+				return false
+			}
+		}
+		return true
+	}
 	for name, want := range m.Headers {
-		if !matchHeader(r.Header.Values(name), want) {
+		if !matchHeader(c.header.Values(name), want) {
 			return false
 		}
 	}

@@ -32,6 +32,9 @@ injected by the rules (from --rules, --fault and the quick flags --latency,
 --error-rate, --status, --retry-after, --reset-rate). Rules and counters can
 be read and changed at run time on the admin endpoint: GET/PUT /rules.
 
+HTTP only: for gRPC, put the grpcfault interceptors on the server or the
+client instead (docs/fault.md says why a proxy cannot fake gRPC failures).
+
 The admin endpoint takes a body sent as application/json or
 application/yaml only, and refuses requests from other web sites and Host
 names other than localhost, IP addresses and --admin-host:
