@@ -1,10 +1,12 @@
 package redisstore_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -41,6 +43,16 @@ type redisCluster struct {
 // restarted node rejoins the cluster with its identity.
 func (c *redisCluster) startNode(tb testing.TB, i int) {
 	tb.Helper()
+	if !c.tryNode(tb, i) {
+		tb.Fatalf("node 127.0.0.1:%s could not listen: its port was taken", c.ports[i])
+	}
+}
+
+// tryNode starts node i and waits until it answers; it reports false,
+// at once, when the node could not bind its port, which another process
+// may take between freePort's check and the node's start.
+func (c *redisCluster) tryNode(tb testing.TB, i int) bool {
+	tb.Helper()
 	port := c.ports[i]
 	log, err := os.OpenFile(filepath.Join(c.dir, port+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -56,11 +68,20 @@ func (c *redisCluster) startNode(tb testing.TB, i int) {
 	}
 	c.procs[i] = cmd
 	a := "127.0.0.1:" + port
+	bound := true
 	waitFor(tb, "node "+a+" to answer", func() bool {
+		if b, _ := os.ReadFile(filepath.Join(c.dir, port+".log")); bytes.Contains(b, []byte("Address already in use")) {
+			bound = false
+			return true
+		}
 		n := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1})
 		defer n.Close()
 		return n.Ping(context.Background()).Err() == nil
 	})
+	if !bound {
+		c.kill(i)
+	}
+	return bound
 }
 
 func (c *redisCluster) addrs() []string {
@@ -72,16 +93,14 @@ func (c *redisCluster) addrs() []string {
 }
 
 // freePort returns a loopback port that is free, as is the port 10000
-// above it (the cluster bus).
+// above it (the cluster bus). Both are below Linux's ephemeral range
+// (32768 up), so that outgoing connections, which take their ports from
+// it, do not take them between this check and the node's start.
 func freePort(tb testing.TB) string {
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for range 1000 {
+		p := 12000 + rand.IntN(10000) // bus at 22000..31999
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
 		if err != nil {
-			tb.Fatal(err)
-		}
-		p := ln.Addr().(*net.TCPAddr).Port
-		if p+10000 > 65535 {
-			ln.Close()
 			continue
 		}
 		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+10000))
@@ -92,6 +111,8 @@ func freePort(tb testing.TB) string {
 		bus.Close()
 		return strconv.Itoa(p)
 	}
+	tb.Fatal("no free pair of loopback ports for a cluster node")
+	return ""
 }
 
 // startCluster starts the six nodes and joins them with redis-cli
@@ -117,7 +138,13 @@ func startCluster(tb testing.TB) *redisCluster {
 	}
 	c.procs = make([]*exec.Cmd, len(c.ports))
 	for i := range c.ports {
-		c.startNode(tb, i)
+		for try := 0; !c.tryNode(tb, i); try++ {
+			if try == 10 {
+				c.stop()
+				tb.Fatalf("node %d: ten ports in a row were taken before it could listen", i)
+			}
+			c.ports[i] = freePort(tb)
+		}
 	}
 	args := append([]string{"--cluster", "create"}, c.addrs()...)
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
