@@ -109,6 +109,13 @@ const (
 
 const sampleCap = 256 // latencies kept per window; beyond, the most recent
 
+// calmCap is how many latencies of requests admitted at low load are kept
+// to measure the no-load latency again; calmMin of them are enough.
+const (
+	calmCap = 64
+	calmMin = 10
+)
+
 // controller is the adaptive limit described at Adaptive. It is not safe for
 // concurrent use: the Shedder calls it with its mutex held.
 type controller struct {
@@ -146,6 +153,20 @@ type controller struct {
 	lastQueued  time.Time
 	queuedRun   int // requests in a row that queued
 	maxInFlight int // highest in-flight count this window
+	// pressed is set when the limit refused or queued a request this
+	// window: only then may the window cut it. A limit that refused
+	// nothing is not what holds the load back, and lowering it could only
+	// shed what the backend serves.
+	pressed bool
+	// appLimited is set by update when the window used less than half the
+	// limit.
+	appLimited bool
+	// calm holds the latencies of requests admitted with at most min in
+	// flight during windows that used less than half the limit: they did
+	// not queue behind one another, so they measure the no-load latency of
+	// today's requests, without a probe and without shedding anything.
+	calm  [calmCap]time.Duration
+	calmN int
 
 	// stale counts the windows in a row that cut the limit while the
 	// latency did not fall: the no-load latency may be out of date.
@@ -228,6 +249,10 @@ func (g *controller) admitted(inFlight int) {
 // window's completion rate.
 func (g *controller) completed() { g.done++ }
 
+// refused notes that the limit refused or queued a request: the window
+// saw pressure, and only such a window may cut the limit.
+func (g *controller) refused() { g.pressed = true }
+
 // observe feeds the latency of a timed request admitted in generation gen
 // with admittedAt in flight (itself included), and released at now with
 // inFlight left. It reports whether the effective limit may have changed.
@@ -249,8 +274,12 @@ func (g *controller) observe(now time.Time, rtt time.Duration, gen uint32, admit
 		g.resetWindow(now, inFlight)
 		return true
 	}
-	if g.minRTT == 0 && admittedAt <= int(g.min) && len(g.light) < cap(g.light) {
-		g.light = append(g.light, rtt)
+	if admittedAt <= int(g.min) {
+		if g.minRTT == 0 && len(g.light) < cap(g.light) {
+			g.light = append(g.light, rtt)
+		}
+		g.calm[g.calmN%calmCap] = rtt
+		g.calmN++
 	}
 	// Two requests in a row that queued, not one: a single slow request
 	// is as often a scheduler's hiccup as a queue.
@@ -313,6 +342,12 @@ func (g *controller) observe(now time.Time, rtt time.Duration, gen uint32, admit
 	g.update(now)
 	g.stride = max(1, g.seen*g.stride/(2*sampleCap))
 	g.resetWindow(now, inFlight)
+	if !now.Before(g.nextProbe) && g.appLimited {
+		// A probe halves the limit; a server that uses less than half of
+		// it needs none (its calm requests measure the no-load latency),
+		// and could only lose requests to it.
+		g.scheduleProbe(now)
+	}
 	if g.stale >= staleWindows || !now.Before(g.nextProbe) {
 		g.stale = 0
 		g.startProbe(now, g.limit/2)
@@ -328,6 +363,7 @@ func (g *controller) scheduleProbe(now time.Time) {
 func (g *controller) resetWindow(now time.Time, inFlight int) {
 	g.seen, g.done = 0, 0
 	g.maxInFlight = inFlight
+	g.pressed = false
 	g.windowStart, g.windowEnd = now, now.Add(g.span())
 }
 
@@ -339,10 +375,21 @@ func (g *controller) update(now time.Time) {
 		// A window that idled for long says nothing about the rate.
 		return
 	}
-	if float64(g.maxInFlight) < g.limit/2 {
+	g.appLimited = float64(g.maxInFlight) < g.limit/2
+	if g.appLimited {
+		// App-limited: the window says nothing about a limit we do not
+		// use, but its calm requests say what a request costs today. A
+		// minimum learnt from other requests (fast failures of a dead
+		// dependency, say) would make every healthy request look queued.
 		g.growing = false
-		return // app-limited: the window says nothing about a limit we do not use
+		if n := min(g.calmN, calmCap); n >= calmMin {
+			g.minRTT = g.sampleOf(g.calm[:n])
+			g.calmN = 0
+			g.scheduleProbe(now)
+		}
+		return
 	}
+	g.calmN = 0 // a window in use: its calm requests may have run beside a queue
 	sample := g.sampleOf(g.samples[:n])
 	if sample < g.minRTT*9/10 {
 		// Faster than the no-load latency: that one was measured slow.
@@ -354,6 +401,13 @@ func (g *controller) update(now time.Time) {
 		return
 	}
 	g.growing = false
+	if !g.pressed {
+		// Slower, but nothing was refused: the limit is not what holds
+		// the load back, and a server below its limit loses nothing to
+		// a slower mix of requests. Lowering the limit here could only
+		// shed requests the backend would serve.
+		return
+	}
 	rate := float64(g.done) / elapsed.Seconds()
 	next := g.target(rate * g.minRTT.Seconds())
 	if next < 0.9*g.limit && g.lastSample > 0 && sample >= g.lastSample*97/100 {

@@ -57,21 +57,56 @@ func TestControllerTimesOneInStride(t *testing.T) {
 	}
 }
 
-// While requests queue, the limit lands on the completion rate times the
-// no-load latency, plus Buffer and one, in one window.
+// While requests queue and the limit refuses some, the limit lands on the
+// completion rate times the no-load latency, plus Buffer and one, in one
+// window. The same window with nothing refused leaves the limit alone: the
+// limit is not what holds the load back.
 func TestControllerCutsToCapacityInOneWindow(t *testing.T) {
+	for _, refused := range []bool{true, false} {
+		t0 := time.Unix(0, 0)
+		g := newController(Adaptive{}, 1, t0)
+		g.minRTT = 50 * time.Millisecond
+		g.limit = 30
+		g.resetWindow(t0, 30)
+		g.admitted(30)
+		if refused {
+			g.refused()
+		}
+		// A backend of 5 slots: 100 completions a second, each 300 ms long.
+		for i := 1; i <= 5; i++ {
+			g.completed()
+			g.observe(t0.Add(time.Duration(i)*10*time.Millisecond), 300*time.Millisecond, g.gen, 30, 29)
+		}
+		want := 30.0
+		if refused {
+			want = 5*1.1 + 1
+		}
+		if g.limit < want-0.01 || g.limit > want+0.01 {
+			t.Errorf("refused %v: limit %.2f after a queued window, want %.2f", refused, g.limit, want)
+		}
+	}
+}
+
+// A minimum learnt from fast requests (the fast failures of a dead
+// dependency) is measured again from the requests admitted at low load
+// while the server uses less than half its limit, and the periodic probe,
+// which halves the limit, is not run while the limit is mostly unused.
+func TestControllerRelearnsNoLoadLatencyWhenCalm(t *testing.T) {
 	t0 := time.Unix(0, 0)
 	g := newController(Adaptive{}, 1, t0)
-	g.minRTT = 50 * time.Millisecond
-	g.limit = 30
-	g.resetWindow(t0, 30)
-	g.admitted(30)
-	// A backend of 5 slots: 100 completions a second, each 300 ms long.
-	for i := 1; i <= 5; i++ {
+	g.minRTT = 60 * time.Microsecond
+	g.scheduleProbe(t0)
+	now := t0
+	for range 2 * g.probeSamples {
+		now = now.Add(2 * time.Second) // past the probe's schedule, and every window
+		g.admitted(2)
 		g.completed()
-		g.observe(t0.Add(time.Duration(i)*10*time.Millisecond), 300*time.Millisecond, g.gen, 30, 29)
+		g.observe(now, 5*time.Millisecond, g.gen, 2, 0)
 	}
-	if want := 5*1.1 + 1; g.limit < want-0.01 || g.limit > want+0.01 {
-		t.Errorf("limit %.2f after a queued window, want %.2f", g.limit, want)
+	if g.minRTT != 5*time.Millisecond {
+		t.Errorf("no-load latency %v after calm 5 ms requests, want 5ms", g.minRTT)
+	}
+	if g.probing || g.effective() != 20 {
+		t.Errorf("probing %v at %v while calm, want no probe and the initial 20", g.probing, g.effective())
 	}
 }
