@@ -17,9 +17,16 @@ import (
 // nothing queues), and, every Window, the rate X at which admitted requests
 // complete and their mean latency (the sample):
 //
-//	queueing (sample > L0 × (1+Buffer/2)):  limit = X × L0 × (1+Buffer) + 1
-//	no queue, limit in use:                  slow start (below)
-//	limit mostly unused:                     limit unchanged
+//	queueing, and the limit refused requests:  limit = X × L0 × (1+Buffer) + 1
+//	queueing, nothing refused:                 limit unchanged
+//	no queue, limit in use:                    slow start (below)
+//	limit mostly unused:                       limit unchanged
+//
+// where queueing means sample > L0 × (1+Buffer/2). The limit falls only in
+// a window in which it refused (or queued) a request: a limit that refused
+// nothing is not what holds the load back, and a server far below it loses
+// nothing to requests that got slower, or to a no-load latency learnt from
+// requests that were faster (the fast failures of a dead dependency).
 //
 // While requests queue the backend is busy, so X is its capacity and X × L0
 // its real concurrency (Little's law): the limit lands on it, plus Buffer of
@@ -36,13 +43,18 @@ import (
 // L0 is measured without shedding at start: it is the mean latency of the
 // first requests admitted while at most MinLimit were in flight, which
 // cannot have queued behind one another; until it is known, the limit is
-// InitialLimit. A window faster than L0 by a tenth lowers it. A backend that
+// InitialLimit. A window faster than L0 by a tenth lowers it. While the
+// server uses less than half the limit, L0 is measured again from the
+// requests admitted with at most MinLimit in flight (ten are enough), so a
+// minimum learnt from requests unlike today's does not stay. A backend that
 // becomes slower for good would look queued forever, so every
 // MinRTTInterval (jittered, so that a fleet does not probe in step), and
 // whenever ten windows in a row cut the limit without the latency falling
 // (a queue left by lost capacity drains in fewer), the limit is halved for
 // MinRTTSamples requests, or ten and four windows if that is shorter, which
-// then do not queue, and L0 is measured again from them.
+// then do not queue, and L0 is measured again from them. A periodic probe
+// that falls due while less than half the limit is in use is put off: such
+// a server measures L0 without one, and halving its limit could only shed.
 //
 // Why this one. Envoy's gradient controller (limit × L0 × (1+Buffer) /
 // sample, plus √limit, clamped to a factor 2 and smoothed) settles at about
@@ -370,9 +382,7 @@ func (g *controller) resetWindow(now time.Time, inFlight int) {
 // update recomputes the limit from the window's samples.
 func (g *controller) update(now time.Time) {
 	n := min(g.seen, sampleCap)
-	elapsed := now.Sub(g.windowStart)
-	if n == 0 || g.minRTT <= 0 || elapsed <= 0 || elapsed > 4*g.span() {
-		// A window that idled for long says nothing about the rate.
+	if n == 0 || g.minRTT <= 0 {
 		return
 	}
 	g.appLimited = float64(g.maxInFlight) < g.limit/2
@@ -390,6 +400,11 @@ func (g *controller) update(now time.Time) {
 		return
 	}
 	g.calmN = 0 // a window in use: its calm requests may have run beside a queue
+	elapsed := now.Sub(g.windowStart)
+	if elapsed <= 0 || elapsed > 4*g.span() {
+		// A window that idled for long says nothing about the rate.
+		return
+	}
 	sample := g.sampleOf(g.samples[:n])
 	if sample < g.minRTT*9/10 {
 		// Faster than the no-load latency: that one was measured slow.
