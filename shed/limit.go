@@ -389,8 +389,8 @@ func (g *controller) update(now time.Time) {
 	if g.appLimited {
 		// App-limited: the window says nothing about a limit we do not
 		// use, but its calm requests say what a request costs today. A
-		// minimum learnt from other requests (fast failures of a dead
-		// dependency, say) would make every healthy request look queued.
+		// minimum learnt from other requests (the fast failures of a dead
+		// dependency) would make every healthy request look queued.
 		g.growing = false
 		if n := min(g.calmN, calmCap); n >= calmMin {
 			g.minRTT = g.sampleOf(g.calm[:n])
@@ -399,17 +399,17 @@ func (g *controller) update(now time.Time) {
 		}
 		return
 	}
-	g.calmN = 0 // a window in use: its calm requests may have run beside a queue
+	g.calmN = 0 // a window in use: the calm requests of a busy server are few and far between
 	elapsed := now.Sub(g.windowStart)
 	if elapsed <= 0 || elapsed > 4*g.span() {
 		// A window that idled for long says nothing about the rate.
 		return
 	}
+	// A window faster than the no-load latency does not lower it: its
+	// requests may be faster ones (fast failures), not the same ones
+	// measured slow, and a lower no-load latency could only cut the limit
+	// once the usual requests come back. Calm requests and probes lower it.
 	sample := g.sampleOf(g.samples[:n])
-	if sample < g.minRTT*9/10 {
-		// Faster than the no-load latency: that one was measured slow.
-		g.minRTT = sample
-	}
 	if !g.queued(sample) {
 		// No queue at the limit in use: the backend may have room.
 		g.startGrowing()
@@ -425,7 +425,10 @@ func (g *controller) update(now time.Time) {
 	}
 	rate := float64(g.done) / elapsed.Seconds()
 	next := g.target(rate * g.minRTT.Seconds())
-	if next < 0.9*g.limit && g.lastSample > 0 && sample >= g.lastSample*97/100 {
+	// At the floor the limit cannot be cut, and with a no-load latency
+	// that is too low the floor is where the rate puts it again: a queue
+	// that does not drain there counts too.
+	if (next < 0.9*g.limit || g.limit <= g.min) && g.lastSample > 0 && sample >= g.lastSample*97/100 {
 		g.stale++
 	} else {
 		g.stale = 0
