@@ -43,18 +43,21 @@ import (
 // L0 is measured without shedding at start: it is the mean latency of the
 // first requests admitted while at most MinLimit were in flight, which
 // cannot have queued behind one another; until it is known, the limit is
-// InitialLimit. A window faster than L0 by a tenth lowers it. While the
-// server uses less than half the limit, L0 is measured again from the
-// requests admitted with at most MinLimit in flight (ten are enough), so a
-// minimum learnt from requests unlike today's does not stay. A backend that
-// becomes slower for good would look queued forever, so every
-// MinRTTInterval (jittered, so that a fleet does not probe in step), and
-// whenever ten windows in a row cut the limit without the latency falling
-// (a queue left by lost capacity drains in fewer), the limit is halved for
+// InitialLimit. While the server uses less than half the limit, the requests
+// admitted with at most MinLimit in flight (32 or more, at a window's end)
+// raise L0 to their latency, so a minimum learnt from requests unlike
+// today's does not stay. Nothing faster lowers L0 but a probe (below): a
+// window or calm requests faster than L0 may be faster requests (fast
+// failures), not the same ones measured slow, and a lower L0 could only cut
+// the limit once the usual requests came back. A backend that becomes slower
+// for good would look queued forever, so every MinRTTInterval (jittered, so
+// that a fleet does not probe in step), and whenever ten windows in a row
+// cut the limit, or find it at MinLimit, without the latency falling (a
+// queue left by lost capacity drains in fewer), the limit is halved for
 // MinRTTSamples requests, or ten and four windows if that is shorter, which
 // then do not queue, and L0 is measured again from them. A periodic probe
-// that falls due while less than half the limit is in use is put off: such
-// a server measures L0 without one, and halving its limit could only shed.
+// that falls due while less than half the limit is in use is put off: such a
+// server measures L0 without one, and halving its limit could only shed.
 //
 // Why this one. Envoy's gradient controller (limit × L0 × (1+Buffer) /
 // sample, plus √limit, clamped to a factor 2 and smoothed) settles at about
@@ -125,7 +128,7 @@ const sampleCap = 256 // latencies kept per window; beyond, the most recent
 // to measure the no-load latency again; calmMin of them are enough.
 const (
 	calmCap = 64
-	calmMin = 10
+	calmMin = 32
 )
 
 // controller is the adaptive limit described at Adaptive. It is not safe for
@@ -390,10 +393,14 @@ func (g *controller) update(now time.Time) {
 		// App-limited: the window says nothing about a limit we do not
 		// use, but its calm requests say what a request costs today. A
 		// minimum learnt from other requests (the fast failures of a dead
-		// dependency) would make every healthy request look queued.
+		// dependency) would make every healthy request look queued. They
+		// only raise it: calm requests that are faster may be fast
+		// failures too, and a lower no-load latency would cut the limit
+		// below the backend's concurrency once the usual requests are
+		// back under load. A probe, under load, lowers it.
 		g.growing = false
 		if n := min(g.calmN, calmCap); n >= calmMin {
-			g.minRTT = g.sampleOf(g.calm[:n])
+			g.minRTT = max(g.minRTT, g.sampleOf(g.calm[:n]))
 			g.calmN = 0
 			g.scheduleProbe(now)
 		}

@@ -120,3 +120,75 @@ func TestLimitRecoversAfterFastFailures(t *testing.T) {
 		}
 	})
 }
+
+// A server at 1.5 times its capacity (10 slots × 5 ms, 3,000 requests a
+// second) whose dependency fails fast for the half of its requests during
+// the middle 5 s: the faster windows do not teach the limit a lower no-load
+// latency, so when the dependency is back the server serves its capacity
+// again instead of being held at the floor by the completion rate times a
+// minimum that was never a no-load latency.
+func TestFasterRequestsDoNotCutTheLimitUnderPressure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := mustNew(t, shed.Config{})
+		rng := rand.New(rand.NewPCG(5, 6))
+		const phase = 5 * time.Second
+		const slots, service = 10, 5 * time.Millisecond
+		pool := make(chan struct{}, slots)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var ok [3]int
+		var limits [3][]int
+		start := time.Now()
+		wg.Go(func() {
+			for time.Since(start) < 3*phase {
+				time.Sleep(100 * time.Millisecond)
+				_, l := s.Load()
+				if k := int(time.Since(start) / phase); k < 3 {
+					limits[k] = append(limits[k], l)
+				}
+			}
+		})
+		for at := time.Duration(0); ; {
+			at += time.Duration(rng.ExpFloat64() / 3000 * float64(time.Second))
+			if at >= 3*phase {
+				break
+			}
+			time.Sleep(time.Until(start.Add(at)))
+			k := int(at / phase)
+			fail := k == 1 && rng.Float64() < 0.5
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				tok, err := s.Acquire(ctx, shed.Normal)
+				if err != nil {
+					return
+				}
+				if fail {
+					time.Sleep(60 * time.Microsecond)
+					tok.Release()
+					return
+				}
+				select {
+				case pool <- struct{}{}:
+				case <-ctx.Done():
+					tok.Ignore()
+					return
+				}
+				time.Sleep(service)
+				<-pool
+				tok.Release()
+				mu.Lock()
+				ok[k]++
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		capacity := float64(slots) / service.Seconds() * phase.Seconds()
+		for k := range ok {
+			t.Logf("phase %d: %d healthy requests served, %.1f%% of capacity; limit every 100 ms %v", k+1, ok[k], 100*float64(ok[k])/capacity, limits[k])
+		}
+		if got := float64(ok[2]) / capacity; got < 0.9 {
+			t.Errorf("after the fast failures: %.1f%% of capacity served, want >= 90%%", 100*got)
+		}
+	})
+}
