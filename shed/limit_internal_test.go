@@ -110,3 +110,33 @@ func TestControllerRelearnsNoLoadLatencyWhenCalm(t *testing.T) {
 		t.Errorf("probing %v at %v while calm, want no probe and the initial 20", g.probing, g.effective())
 	}
 }
+
+// At the floor, with a no-load latency too low (2.2 ms, learnt from a mix
+// with fast failures, for requests of 5 ms), the completion rate times it
+// puts the limit at the floor again, a cut of nothing: the queue that does
+// not drain there counts towards a probe all the same, which measures the
+// no-load latency again.
+func TestControllerProbesWhenHeldAtTheFloor(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	g := newController(Adaptive{}, defaultShares[Normal], t0)
+	g.minRTT = 2200 * time.Microsecond
+	g.limit = g.min
+	g.scheduleProbe(t0)
+	g.resetWindow(t0, 3)
+	now := t0
+	// Three in flight, 5 ms each: 600 a second. The target is
+	// (600 × 2.2 ms × 1.1 + 1) / 0.85 = 2.88, above 0.9 × 3: not a cut.
+	for i := 0; i < 20*30 && !g.probing; i++ {
+		now = now.Add(5 * time.Millisecond / 3)
+		g.admitted(3)
+		g.refused()
+		g.completed()
+		g.observe(now, 5*time.Millisecond, g.gen, 3, 2)
+	}
+	if !g.probing {
+		t.Fatalf("not probing after 20 windows held at the floor with every request queued")
+	}
+	if d := now.Sub(t0); d > time.Second {
+		t.Errorf("probe after %v, want within a second", d)
+	}
+}
