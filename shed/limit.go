@@ -183,8 +183,9 @@ type controller struct {
 	calm  [calmCap]time.Duration
 	calmN int
 
-	// stale counts the windows in a row that cut the limit while the
-	// latency did not fall: the no-load latency may be out of date.
+	// stale counts the windows in a row that cut the limit, or found it at
+	// the floor, while the latency did not fall: the no-load latency may be
+	// out of date.
 	stale      int
 	lastSample time.Duration
 
@@ -415,7 +416,7 @@ func (g *controller) update(now time.Time) {
 	// A window faster than the no-load latency does not lower it: its
 	// requests may be faster ones (fast failures), not the same ones
 	// measured slow, and a lower no-load latency could only cut the limit
-	// once the usual requests come back. Calm requests and probes lower it.
+	// once the usual requests come back. Only a probe lowers it.
 	sample := g.sampleOf(g.samples[:n])
 	if !g.queued(sample) {
 		// No queue at the limit in use: the backend may have room.
