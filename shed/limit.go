@@ -46,18 +46,20 @@ import (
 // InitialLimit. While the server uses less than half the limit, the requests
 // admitted with at most MinLimit in flight (32 or more, at a window's end)
 // raise L0 to their latency, so a minimum learnt from requests unlike
-// today's does not stay. Nothing faster lowers L0 but a probe (below): a
-// window or calm requests faster than L0 may be faster requests (fast
-// failures), not the same ones measured slow, and a lower L0 could only cut
-// the limit once the usual requests came back. A backend that becomes slower
-// for good would look queued forever, so every MinRTTInterval (jittered, so
-// that a fleet does not probe in step), and whenever ten windows in a row
-// cut the limit, or find it at MinLimit, without the latency falling (a
-// queue left by lost capacity drains in fewer), the limit is halved for
-// MinRTTSamples requests, or ten and four windows if that is shorter, which
-// then do not queue, and L0 is measured again from them. A periodic probe
-// that falls due while less than half the limit is in use is put off: such a
-// server measures L0 without one, and halving its limit could only shed.
+// today's does not stay. A window in which nine in ten requests are faster
+// than L0 by a tenth lowers it (L0 was measured slow); one whose mean alone
+// is faster, or faster calm requests, do not: they may be faster requests
+// (fast failures), not the same ones measured slow, and a lower L0 could
+// only cut the limit once the usual requests came back. A backend that
+// becomes slower for good would look queued forever, so every MinRTTInterval
+// (jittered, so that a fleet does not probe in step), and whenever ten
+// windows in a row cut the limit, or find it at MinLimit, without the
+// latency falling (a queue left by lost capacity drains in fewer), the limit
+// is halved for MinRTTSamples requests, or ten and four windows if that is
+// shorter, which then do not queue, and L0 is measured again from them. A
+// periodic probe that falls due while less than half the limit is in use is
+// put off: such a server measures L0 without one, and halving its limit
+// could only shed.
 //
 // Why this one. Envoy's gradient controller (limit × L0 × (1+Buffer) /
 // sample, plus √limit, clamped to a factor 2 and smoothed) settles at about
@@ -413,11 +415,16 @@ func (g *controller) update(now time.Time) {
 		// A window that idled for long says nothing about the rate.
 		return
 	}
-	// A window faster than the no-load latency does not lower it: its
-	// requests may be faster ones (fast failures), not the same ones
-	// measured slow, and a lower no-load latency could only cut the limit
-	// once the usual requests come back. Only a probe lowers it.
 	sample := g.sampleOf(g.samples[:n])
+	if sample < g.minRTT*9/10 && percentileOf(g.samples[:n], 0.9) < g.minRTT*9/10 {
+		// Nine in ten requests faster than the no-load latency by a
+		// tenth: that one was measured slow. A window whose mean alone is
+		// faster does not lower it: some of its requests were faster ones
+		// (fast failures), not the same ones measured slow, and a lower
+		// no-load latency could only cut the limit once the usual
+		// requests came back.
+		g.minRTT = sample
+	}
 	if !g.queued(sample) {
 		// No queue at the limit in use: the backend may have room.
 		g.startGrowing()

@@ -140,3 +140,38 @@ func TestControllerProbesWhenHeldAtTheFloor(t *testing.T) {
 		t.Errorf("probe after %v, want within a second", d)
 	}
 }
+
+// A window in use in which nine in ten requests are faster than the
+// no-load latency by a tenth shows it was measured slow, and lowers it; a
+// window whose mean is faster only because half its requests are fast
+// failures does not.
+func TestControllerLowersNoLoadLatencyOnlyWhenMostAreFaster(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		rtt  func(i int) time.Duration
+		want time.Duration
+	}{
+		{"all faster", func(int) time.Duration { return 40 * time.Millisecond }, 40 * time.Millisecond},
+		{"half fast failures", func(i int) time.Duration {
+			if i%2 == 0 {
+				return 60 * time.Microsecond
+			}
+			return 50 * time.Millisecond
+		}, 50 * time.Millisecond},
+	} {
+		t0 := time.Unix(0, 0)
+		g := newController(Adaptive{}, 1, t0)
+		g.minRTT = 50 * time.Millisecond
+		g.limit = 20
+		g.scheduleProbe(t0)
+		g.resetWindow(t0, 15)
+		g.admitted(15)
+		for i := 1; i <= 40; i++ {
+			g.completed()
+			g.observe(t0.Add(time.Duration(i)*2*time.Millisecond), c.rtt(i), g.gen, 15, 14)
+		}
+		if g.minRTT != c.want {
+			t.Errorf("%s: no-load latency %v after a window in use, want %v", c.name, g.minRTT, c.want)
+		}
+	}
+}
