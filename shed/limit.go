@@ -17,9 +17,16 @@ import (
 // nothing queues), and, every Window, the rate X at which admitted requests
 // complete and their mean latency (the sample):
 //
-//	queueing (sample > L0 × (1+Buffer/2)):  limit = X × L0 × (1+Buffer) + 1
-//	no queue, limit in use:                  slow start (below)
-//	limit mostly unused:                     limit unchanged
+//	queueing, and the limit refused requests:  limit = X × L0 × (1+Buffer) + 1
+//	queueing, nothing refused:                 limit unchanged
+//	no queue, limit in use:                    slow start (below)
+//	limit mostly unused:                       limit unchanged
+//
+// where queueing means sample > L0 × (1+Buffer/2). The limit falls only in
+// a window in which it refused (or queued) a request: a limit that refused
+// nothing is not what holds the load back, and a server far below it loses
+// nothing to requests that got slower, or to a no-load latency learnt from
+// requests that were faster (the fast failures of a dead dependency).
 //
 // While requests queue the backend is busy, so X is its capacity and X × L0
 // its real concurrency (Little's law): the limit lands on it, plus Buffer of
@@ -36,13 +43,23 @@ import (
 // L0 is measured without shedding at start: it is the mean latency of the
 // first requests admitted while at most MinLimit were in flight, which
 // cannot have queued behind one another; until it is known, the limit is
-// InitialLimit. A window faster than L0 by a tenth lowers it. A backend that
-// becomes slower for good would look queued forever, so every
-// MinRTTInterval (jittered, so that a fleet does not probe in step), and
-// whenever ten windows in a row cut the limit without the latency falling
-// (a queue left by lost capacity drains in fewer), the limit is halved for
-// MinRTTSamples requests, or ten and four windows if that is shorter, which
-// then do not queue, and L0 is measured again from them.
+// InitialLimit. While the server uses less than half the limit, the requests
+// admitted with at most MinLimit in flight (32 or more, at a window's end)
+// raise L0 to their latency, so a minimum learnt from requests unlike
+// today's does not stay. A window in which nine in ten requests are faster
+// than L0 by a tenth lowers it (L0 was measured slow); one whose mean alone
+// is faster, or faster calm requests, do not: they may be faster requests
+// (fast failures), not the same ones measured slow, and a lower L0 could
+// only cut the limit once the usual requests came back. A backend that
+// becomes slower for good would look queued forever, so every MinRTTInterval
+// (jittered, so that a fleet does not probe in step), and whenever ten
+// windows in a row cut the limit, or find it at MinLimit, without the
+// latency falling (a queue left by lost capacity drains in fewer), the limit
+// is halved for MinRTTSamples requests, or ten and four windows if that is
+// shorter, which then do not queue, and L0 is measured again from them. A
+// periodic probe that falls due while less than half the limit is in use is
+// put off: such a server measures L0 without one, and halving its limit
+// could only shed.
 //
 // Why this one. Envoy's gradient controller (limit × L0 × (1+Buffer) /
 // sample, plus √limit, clamped to a factor 2 and smoothed) settles at about
@@ -109,6 +126,13 @@ const (
 
 const sampleCap = 256 // latencies kept per window; beyond, the most recent
 
+// calmCap is how many latencies of requests admitted at low load are kept
+// to measure the no-load latency again; calmMin of them are enough.
+const (
+	calmCap = 64
+	calmMin = 32
+)
+
 // controller is the adaptive limit described at Adaptive. It is not safe for
 // concurrent use: the Shedder calls it with its mutex held.
 type controller struct {
@@ -146,9 +170,24 @@ type controller struct {
 	lastQueued  time.Time
 	queuedRun   int // requests in a row that queued
 	maxInFlight int // highest in-flight count this window
+	// pressed is set when the limit refused or queued a request this
+	// window: only then may the window cut it. A limit that refused
+	// nothing is not what holds the load back, and lowering it could only
+	// shed what the backend serves.
+	pressed bool
+	// appLimited is set by update when the window used less than half the
+	// limit.
+	appLimited bool
+	// calm holds the latencies of requests admitted with at most min in
+	// flight during windows that used less than half the limit: they did
+	// not queue behind one another, so they measure the no-load latency of
+	// today's requests, without a probe and without shedding anything.
+	calm  [calmCap]time.Duration
+	calmN int
 
-	// stale counts the windows in a row that cut the limit while the
-	// latency did not fall: the no-load latency may be out of date.
+	// stale counts the windows in a row that cut the limit, or found it at
+	// the floor, while the latency did not fall: the no-load latency may be
+	// out of date.
 	stale      int
 	lastSample time.Duration
 
@@ -228,6 +267,10 @@ func (g *controller) admitted(inFlight int) {
 // window's completion rate.
 func (g *controller) completed() { g.done++ }
 
+// refused notes that the limit refused or queued a request: the window
+// saw pressure, and only such a window may cut the limit.
+func (g *controller) refused() { g.pressed = true }
+
 // observe feeds the latency of a timed request admitted in generation gen
 // with admittedAt in flight (itself included), and released at now with
 // inFlight left. It reports whether the effective limit may have changed.
@@ -249,8 +292,12 @@ func (g *controller) observe(now time.Time, rtt time.Duration, gen uint32, admit
 		g.resetWindow(now, inFlight)
 		return true
 	}
-	if g.minRTT == 0 && admittedAt <= int(g.min) && len(g.light) < cap(g.light) {
-		g.light = append(g.light, rtt)
+	if admittedAt <= int(g.min) {
+		if g.minRTT == 0 && len(g.light) < cap(g.light) {
+			g.light = append(g.light, rtt)
+		}
+		g.calm[g.calmN%calmCap] = rtt
+		g.calmN++
 	}
 	// Two requests in a row that queued, not one: a single slow request
 	// is as often a scheduler's hiccup as a queue.
@@ -313,6 +360,12 @@ func (g *controller) observe(now time.Time, rtt time.Duration, gen uint32, admit
 	g.update(now)
 	g.stride = max(1, g.seen*g.stride/(2*sampleCap))
 	g.resetWindow(now, inFlight)
+	if !now.Before(g.nextProbe) && g.appLimited {
+		// A probe halves the limit; a server that uses less than half of
+		// it needs none (its calm requests measure the no-load latency),
+		// and could only lose requests to it.
+		g.scheduleProbe(now)
+	}
 	if g.stale >= staleWindows || !now.Before(g.nextProbe) {
 		g.stale = 0
 		g.startProbe(now, g.limit/2)
@@ -328,24 +381,48 @@ func (g *controller) scheduleProbe(now time.Time) {
 func (g *controller) resetWindow(now time.Time, inFlight int) {
 	g.seen, g.done = 0, 0
 	g.maxInFlight = inFlight
+	g.pressed = false
 	g.windowStart, g.windowEnd = now, now.Add(g.span())
 }
 
 // update recomputes the limit from the window's samples.
 func (g *controller) update(now time.Time) {
 	n := min(g.seen, sampleCap)
+	if n == 0 || g.minRTT <= 0 {
+		return
+	}
+	g.appLimited = float64(g.maxInFlight) < g.limit/2
+	if g.appLimited {
+		// App-limited: the window says nothing about a limit we do not
+		// use, but its calm requests say what a request costs today. A
+		// minimum learnt from other requests (the fast failures of a dead
+		// dependency) would make every healthy request look queued. They
+		// only raise it: calm requests that are faster may be fast
+		// failures too, and a lower no-load latency would cut the limit
+		// below the backend's concurrency once the usual requests are
+		// back under load. A probe, under load, lowers it.
+		g.growing = false
+		if n := min(g.calmN, calmCap); n >= calmMin {
+			g.minRTT = max(g.minRTT, g.sampleOf(g.calm[:n]))
+			g.calmN = 0
+			g.scheduleProbe(now)
+		}
+		return
+	}
+	g.calmN = 0 // a window in use: the calm requests of a busy server are few and far between
 	elapsed := now.Sub(g.windowStart)
-	if n == 0 || g.minRTT <= 0 || elapsed <= 0 || elapsed > 4*g.span() {
+	if elapsed <= 0 || elapsed > 4*g.span() {
 		// A window that idled for long says nothing about the rate.
 		return
 	}
-	if float64(g.maxInFlight) < g.limit/2 {
-		g.growing = false
-		return // app-limited: the window says nothing about a limit we do not use
-	}
 	sample := g.sampleOf(g.samples[:n])
-	if sample < g.minRTT*9/10 {
-		// Faster than the no-load latency: that one was measured slow.
+	if sample < g.minRTT*9/10 && percentileOf(g.samples[:n], 0.9) < g.minRTT*9/10 {
+		// Nine in ten requests faster than the no-load latency by a
+		// tenth: that one was measured slow. A window whose mean alone is
+		// faster does not lower it: some of its requests were faster ones
+		// (fast failures), not the same ones measured slow, and a lower
+		// no-load latency could only cut the limit once the usual
+		// requests came back.
 		g.minRTT = sample
 	}
 	if !g.queued(sample) {
@@ -354,9 +431,19 @@ func (g *controller) update(now time.Time) {
 		return
 	}
 	g.growing = false
+	if !g.pressed {
+		// Slower, but nothing was refused: the limit is not what holds
+		// the load back, and a server below its limit loses nothing to
+		// a slower mix of requests. Lowering the limit here could only
+		// shed requests the backend would serve.
+		return
+	}
 	rate := float64(g.done) / elapsed.Seconds()
 	next := g.target(rate * g.minRTT.Seconds())
-	if next < 0.9*g.limit && g.lastSample > 0 && sample >= g.lastSample*97/100 {
+	// At the floor the limit cannot be cut, and with a no-load latency
+	// that is too low the floor is where the rate puts it again: a queue
+	// that does not drain there counts too.
+	if (next < 0.9*g.limit || g.limit <= g.min) && g.lastSample > 0 && sample >= g.lastSample*97/100 {
 		g.stale++
 	} else {
 		g.stale = 0

@@ -282,8 +282,13 @@ func (s *Shedder) acquire(ctx context.Context, p Priority, retry bool) (Token, e
 		s.admittedEvent(ctx, p, inFlight, limit, 0)
 		return tok, nil
 	}
-	if r == reasonCapacity && s.maxQueue > 0 {
-		return s.wait(ctx, p, retry, now) // unlocks
+	if r == reasonCapacity {
+		if s.ctl != nil {
+			s.ctl.refused()
+		}
+		if s.maxQueue > 0 {
+			return s.wait(ctx, p, retry, now) // unlocks
+		}
 	}
 	s.shed[p][r]++
 	inFlight, limit := s.inFlight, s.limitInt()
