@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +50,20 @@ func trialCharts(t *testing.T) []*Result {
 	}
 	hist.Rows = []Row{{Label: "a row whose label is long as well", Cols: cols}}
 	hist.Checks = []Check{{Name: "goodput held", Verdict: Fail, Detail: "40%"}, {Name: "p99 lower", Verdict: NotJudged, Detail: "busy"}}
-	return []*Result{amp, br, jit, hist}
+	// A run that never recovered, beside the 1,500 ms its run lasted
+	// (once drawn as a bar of that length); a row not judged; a timeline
+	// of a run not judged; numbers held against a target.
+	rec := &Result{Experiment: "incident", Title: "recovery", Charts: []Chart{{Title: "recovery against outage", Kind: "bar",
+		X: []string{"0.5s", "1s", "2s"}, Series: []Series{
+			{Name: "naive", Values: []float64{300, 900, 1500}, Never: []bool{false, false, true}},
+			{Name: "guarded", Values: []float64{40, 60, 80}, NotJudged: []bool{false, true, false}}}}}}
+	rec.Charts = append(rec.Charts, Chart{Title: "goodput over time", Kind: "line", XLabel: "time (s)", XValues: []float64{0, 1, 2, 3},
+		Series: []Series{{Name: "naive", Values: []float64{100, 20, 10, 90}},
+			Series{Name: "guarded", Values: []float64{100, 80, 95, 100}}.notJudgedIf(false)}})
+	rec.Rows = []Row{row("guarded", Float("slower_pct", 17.7, 1).As("vs plain", "%+.1f%%").judgedAs(Fail),
+		Float("other_pct", 4, 1).As("vs other", "%+.1f%%").judgedAs(Pass), Ms("recovery_ms", 1259*time.Millisecond))}
+	rec.Checks = []Check{{Name: "within 1.10x", Verdict: Fail, Detail: "+17.7%"}}
+	return []*Result{amp, br, jit, hist, rec}
 }
 
 // TestJitterChartCoversEveryRow: the axis reaches the end of the longest
@@ -106,7 +120,19 @@ const probe = `<script>
     const r = {id: ch.canvas.id, type: ch.config.type, xType: xs.type, xMin: xs.min, xMax: xs.max, dataXMin: Infinity, dataXMax: -Infinity, datasets: [], misplaced: 0};
     ch.data.datasets.forEach((ds, k) => {
       const meta = ch.getDatasetMeta(k);
-      const d = {label: ds.label, colour: ds.borderColor, want: 0, drawn: 0, missing: []};
+      const d = {label: ds.label, colour: ds.borderColor, want: 0, drawn: 0, missing: [], never: [], faded: [], dashed: !!ds.borderDash};
+      // Each point marked never: its marker's pixel, and that no bar or
+      // point of a value stands there.
+      for (const m of (ch.$never || []).filter(m => m.dataset === k)) {
+        const dpr = ch.currentDevicePixelRatio || 1;
+        const px = ch.ctx.getImageData(m.x * dpr, m.y * dpr, 1, 1).data;
+        const el = meta.data[m.index];
+        const raw = ds.data[m.index];
+        const v = raw !== null && typeof raw === 'object' ? raw.y : raw;
+        d.never.push({index: m.index, inked: px[3] > 0 && Math.max(px[0], px[1], px[2]) - Math.min(px[0], px[1], px[2]) > 40,
+          atTop: Math.abs(m.y - a.top) < 20, value: v ?? null, barHeight: el && Number.isFinite(el.base - el.y) ? Math.abs(el.base - el.y) : 0});
+      }
+      if (Array.isArray(ds.backgroundColor)) ds.backgroundColor.forEach((bg, i) => { if (bg.length === 9 && bg.endsWith('40')) d.faded.push(i); });
       const pts = [];
       meta.data.forEach((el, i) => {
         const raw = ds.data[i];
@@ -143,6 +169,8 @@ const probe = `<script>
   const summary = document.getElementById('summary');
   pre.textContent = JSON.stringify({charts: out, pageWidth: document.documentElement.scrollWidth,
     viewWidth: window.innerWidth, summary: summary ? summary.innerText : '',
+    headers: [...document.querySelectorAll('th')].map(e => e.innerText).join('|'),
+    cells: [...document.querySelectorAll('td')].map(e => e.innerText).join('|'),
     links: summary ? [...summary.querySelectorAll('a')].filter(a => document.getElementById(a.hash.slice(1))).length : 0});
   document.body.appendChild(pre);
 })();
@@ -164,6 +192,15 @@ type probedChart struct {
 		Want    int    `json:"want"`
 		Drawn   int    `json:"drawn"`
 		Missing []int  `json:"missing"`
+		Never   []struct {
+			Index     int      `json:"index"`
+			Inked     bool     `json:"inked"`
+			AtTop     bool     `json:"atTop"`
+			Value     *float64 `json:"value"`
+			BarHeight float64  `json:"barHeight"`
+		} `json:"never"`
+		Faded  []int `json:"faded"`
+		Dashed bool  `json:"dashed"`
 	} `json:"datasets"`
 }
 
@@ -205,6 +242,8 @@ func TestReportChartsDraw(t *testing.T) {
 		ViewWidth int           `json:"viewWidth"`
 		Summary   string        `json:"summary"`
 		Links     int           `json:"links"`
+		Headers   string        `json:"headers"`
+		Cells     string        `json:"cells"`
 	}
 	if err := json.Unmarshal([]byte(html.UnescapeString(string(m[1]))), &probed); err != nil {
 		t.Fatalf("probe: %v: %s", err, m[1])
@@ -270,6 +309,32 @@ func TestReportChartsDraw(t *testing.T) {
 				t.Errorf("%s: x axis %g..%g does not cover the data's %g..%g", c.ID, c.XMin, c.XMax, lo, hi)
 			}
 		}
+	}
+	// The run that never recovered is a marker at the top saying so,
+	// not a bar of the 1,500 ms it lasted; the others are bars.
+	recovery := byID[chartID(4, 0)]
+	if len(recovery.Datasets) != 2 {
+		t.Fatalf("recovery chart: %d datasets, want 2", len(recovery.Datasets))
+	}
+	naive, guarded := recovery.Datasets[0], recovery.Datasets[1]
+	if len(naive.Never) != 1 || naive.Never[0].Index != 2 {
+		t.Errorf("naive: never marks %+v, want one, at point 2", naive.Never)
+	} else if m := naive.Never[0]; !m.Inked || !m.AtTop || m.Value != nil || m.BarHeight >= 2 {
+		t.Errorf("naive, never: marker inked %v, at the top %v; value %v, bar %g px: want a marker at the top and no bar", m.Inked, m.AtTop, m.Value, m.BarHeight)
+	}
+	if naive.Want != 2 || naive.Drawn != 2 {
+		t.Errorf("naive: %d of %d bars drawn, want the 2 that recovered", naive.Drawn, naive.Want)
+	}
+	if len(guarded.Never) != 0 || !slices.Equal(guarded.Faded, []int{1}) || guarded.Label != "guarded" {
+		t.Errorf("guarded: never %v, faded %v, label %q; want no never mark, point 1 faded, the plain label", guarded.Never, guarded.Faded, guarded.Label)
+	}
+	// A series every point of which was not judged says so in the legend
+	// and is dashed.
+	if tl := byID[chartID(4, 1)]; len(tl.Datasets) != 2 || tl.Datasets[1].Label != "guarded (not judged)" || !tl.Datasets[1].Dashed || tl.Datasets[0].Dashed {
+		t.Errorf("timeline: datasets %+v, want guarded labelled not judged and dashed, naive not", tl.Datasets)
+	}
+	if !strings.Contains(probed.Cells, "+17.7% ✗") || !strings.Contains(probed.Cells, "+4.0% ✓") || !strings.Contains(probed.Headers, "recovery") || strings.Contains(probed.Headers, "recovery_ms") {
+		t.Errorf("table: headers %q, cells %q; want the verdicts beside the numbers and recovery without _ms", probed.Headers, probed.Cells)
 	}
 	if c := byID[chartID(1, 0)]; c.XType != "linear" {
 		t.Errorf("breaker state: x axis is %q, want linear (a time axis)", c.XType)
