@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -341,5 +342,30 @@ func TestReportChartsDraw(t *testing.T) {
 	}
 	if c := byID[chartID(2, 0)]; c.XType != "linear" || c.XMax < 32.7 {
 		t.Errorf("jitter: x axis %q up to %g, want linear up to no jitter's 32.7 s", c.XType, c.XMax)
+	}
+}
+
+// TestReportSeriesJSON: a point of no number (NaN, an infinity) or marked
+// never is a gap in the chart's data, not a failed report or a stand-in
+// value; a series all of whose points are not judged says so.
+func TestReportSeriesJSON(t *testing.T) {
+	r := &Result{Experiment: "x", Title: "x", Charts: []Chart{{Title: "c", Kind: "bar", X: []string{"a", "b", "c", "d"},
+		Series: []Series{
+			{Name: "s", Values: []float64{1, math.NaN(), math.Inf(1), 1500}, Never: []bool{false, false, false, true}},
+			Series{Name: "u", Values: []float64{1, 2, 3, 4}}.notJudgedIf(false),
+			Series{Name: "v", Values: []float64{1, 2, 3, 4}}.notJudgedIf(true),
+		}}}}
+	var buf bytes.Buffer
+	if err := WriteReport(&buf, []*Result{r}, time.Second); err != nil {
+		t.Fatalf("WriteReport: %v", err)
+	}
+	for _, want := range []string{
+		`"values":[1,null,null,null],"never":[false,false,false,true]`,
+		`"name":"u","values":[1,2,3,4],"nj":[true,true,true,true],"njAll":true`,
+		`"name":"v","values":[1,2,3,4]}`,
+	} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("report lacks %s", want)
+		}
 	}
 }
