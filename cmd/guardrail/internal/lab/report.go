@@ -284,14 +284,17 @@ func WriteReport(w io.Writer, results []*Result, took time.Duration) error {
 	var charts []reportChart
 	for i, r := range results {
 		rr := reportResult{Result: r, Anchor: "exp-" + strconv.Itoa(i) + "-" + r.Experiment}
+		// A column is headed by its name in the text table, or by its key
+		// where rows name it differently ("vs plain", "vs plain+headers").
 		var keys []string
-		seen := map[string]bool{}
 		for _, row := range r.Rows {
 			for _, c := range row.Cols {
-				if !seen[c.Key] {
-					seen[c.Key] = true
+				k := slices.Index(keys, c.Key)
+				if k < 0 {
 					keys = append(keys, c.Key)
 					rr.Header = append(rr.Header, c.name())
+				} else if rr.Header[k] != c.name() {
+					rr.Header[k] = Col{Key: c.Key, Value: c.Value}.name()
 				}
 			}
 		}

@@ -369,3 +369,21 @@ func TestReportSeriesJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestReportHeaders: a column is headed as the text table names it, a
+// duration's without _ms, or by its key where rows name it differently.
+func TestReportHeaders(t *testing.T) {
+	r := &Result{Experiment: "x", Title: "x", Rows: []Row{
+		row("a", Float("slower_pct", 1, 1).As("vs plain", "%+.1f%%"), Ms("took_ms", time.Second).Named("took"), Ms("wait_ms", time.Second)),
+		row("b", Float("slower_pct", 2, 1).As("vs plain+headers", "%+.1f%%"), Col{Key: "took_ms", Name: "took", Value: nil}, Ms("wait_ms", 531759339)),
+	}}
+	var buf bytes.Buffer
+	if err := WriteReport(&buf, []*Result{r}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<th>slower_pct</th><th>took</th><th>wait</th>", "<td>1s</td><td>1s</td>", "<td>none</td><td>532ms</td>"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("report lacks %s", want)
+		}
+	}
+}
