@@ -278,10 +278,10 @@ type Series struct {
 	// "never" at the top of the plot, not as a bar or point of its value,
 	// which is ignored. Nil, or shorter than Values: no such point.
 	Never []bool
-	// NotJudged marks the points whose rows' checks were not judged (the
-	// machine was too busy to measure them): they are drawn faded, and
-	// say "not judged" in their tooltip; when every point is, the legend
-	// says it too. Nil: every point was judged.
+	// NotJudged marks the points whose rows' checks were not judged (a
+	// machine too busy to measure them, a race build): they are drawn
+	// faded and say "not judged" in their tooltip; when every point is,
+	// the legend says it too. Nil: every point was judged.
 	NotJudged []bool
 }
 

@@ -110,7 +110,7 @@ const nj = t => !!(t.dataset.nj && t.dataset.nj[t.dataIndex]);
 const key = c => {
   const parts = [];
   if (c.series.some(s => s.never)) parts.push('▲ never: no value before the run ended');
-  if (c.series.some(s => s.nj)) parts.push('faded: not judged (the machine was too busy to measure it)');
+  if (c.series.some(s => s.nj)) parts.push('faded: not judged (see the checks above)');
   return {display: parts.length > 0, text: parts.join('   ·   ')};
 };
 for (const c of charts) {
@@ -166,7 +166,7 @@ for (const c of charts) {
     plugins: [neverMarks],
     options: {responsive: true, maintainAspectRatio: false, animation: false,
       plugins: {title: {display: true, text: c.title}, subtitle: key(c),
-        tooltip: {callbacks: {afterLabel: t => nj(t) ? 'not judged: the machine was too busy to measure this row' : ''}}},
+        tooltip: {callbacks: {afterLabel: t => nj(t) ? 'not judged: see the checks above the chart' : ''}}},
       scales: {x: x, y: y}}
   });
 }
