@@ -52,7 +52,9 @@ td,th{border:1px solid #ddd;padding:.3em .6em;text-align:right}td:first-child,th
 {{end}}
 <script>
 const charts = {{.Charts}};
-const palette = ['#0969da','#cf222e','#1a7f37','#bf8700','#8250df','#57606a','#e16f24','#1b7c83','#a40e26','#6e7781'];
+// The palette holds none of the outcome colours below, so that no series
+// reads as success or refusal by sharing their colour.
+const palette = ['#0969da','#e16f24','#1b7c83','#bf3989','#57606a','#953800','#0598bc','#a40e26','#6e7b00','#0a3069'];
 // A series keeps its colour in every chart of the report: colours go to
 // names in the order they first appear, not to positions in a chart.
 // Outcomes read at a glance: success green, refusal red, timeout amber.
@@ -143,7 +145,9 @@ for (const c of charts) {
   new Chart(el, {
     type: bar ? 'bar' : 'line',
     data: {labels: numeric ? undefined : c.x, datasets: c.series.map((s, k) => {
-      const colour = colourOf(s.name);
+      // A band (an outage window) is shaded, not coloured: it takes no
+      // colour from the palette's series.
+      const colour = s.fill ? '#cf222e' : colourOf(s.name);
       // Points whose rows were not judged are drawn faded (a bar a quarter
       // filled inside its outline, a faded dashed line into a point):
       // there, but not evidence.

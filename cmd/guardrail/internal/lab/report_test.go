@@ -59,7 +59,7 @@ func trialCharts(t *testing.T) []*Result {
 			{Name: "naive", Values: []float64{300, 900, 1500}, Never: []bool{false, false, true}},
 			{Name: "guarded", Values: []float64{40, 60, 80}, NotJudged: []bool{false, true, false}}}}}}
 	rec.Charts = append(rec.Charts, Chart{Title: "goodput over time", Kind: "line", XLabel: "time (s)", XValues: []float64{0, 1, 2, 3},
-		Series: []Series{{Name: "naive", Values: []float64{100, 20, 10, 90}},
+		Series: []Series{{Name: "DB down", Values: []float64{0, 100, 0, 0}, Fill: true}, {Name: "naive", Values: []float64{100, 20, 10, 90}},
 			Series{Name: "guarded", Values: []float64{100, 80, 95, 100}}.notJudgedIf(false)}})
 	rec.Rows = []Row{row("guarded", Float("slower_pct", 17.7, 1).As("vs plain", "%+.1f%%").judgedAs(Fail),
 		Float("other_pct", 4, 1).As("vs other", "%+.1f%%").judgedAs(Pass), Ms("recovery_ms", 1259*time.Millisecond))}
@@ -273,6 +273,20 @@ func TestReportChartsDraw(t *testing.T) {
 	if probed.Links != fail+unjudged {
 		t.Errorf("the summary links to %d sections, want one per check that did not pass (%d)", probed.Links, fail+unjudged)
 	}
+	// Series of different names have different colours: the report has
+	// fewer names than the palette has colours, and a shaded band takes
+	// none of them.
+	owner := map[string]string{}
+	for _, c := range got {
+		for _, d := range c.Datasets {
+			hue := d.Colour[:min(7, len(d.Colour))]
+			name := strings.TrimSuffix(d.Label, " (not judged)")
+			if prev, ok := owner[hue]; ok && prev != name && !strings.HasPrefix(hue, "rgba") {
+				t.Errorf("%s: series %q has %s, the colour of %q", c.ID, name, hue, prev)
+			}
+			owner[hue] = name
+		}
+	}
 	colour := map[string]string{}
 	for _, c := range got {
 		for _, d := range c.Datasets {
@@ -331,7 +345,7 @@ func TestReportChartsDraw(t *testing.T) {
 	}
 	// A series every point of which was not judged says so in the legend
 	// and is dashed.
-	if tl := byID[chartID(4, 1)]; len(tl.Datasets) != 2 || tl.Datasets[1].Label != "guarded (not judged)" || !tl.Datasets[1].Dashed || tl.Datasets[0].Dashed {
+	if tl := byID[chartID(4, 1)]; len(tl.Datasets) != 3 || tl.Datasets[2].Label != "guarded (not judged)" || !tl.Datasets[2].Dashed || tl.Datasets[1].Dashed {
 		t.Errorf("timeline: datasets %+v, want guarded labelled not judged and dashed, naive not", tl.Datasets)
 	}
 	if !strings.Contains(probed.Cells, "+17.7% ✗") || !strings.Contains(probed.Cells, "+4.0% ✓") || !strings.Contains(probed.Headers, "recovery") || strings.Contains(probed.Headers, "recovery_ms") {
