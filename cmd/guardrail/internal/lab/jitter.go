@@ -158,7 +158,7 @@ func (p jitterParams) run(ctx context.Context, env *Env) (*Result, error) {
 				continue
 			}
 			r.check(res.TotalCalls < none.TotalCalls && res.AllDoneAt*4 <= none.AllDoneAt, "jitter breaks the waves",
-				"%s: %d calls done at %v, against %d at %v without jitter", name, res.TotalCalls, res.AllDoneAt.Round(100*time.Millisecond), none.TotalCalls, none.AllDoneAt)
+				"%s: %d calls done at %s, against %d at %s without jitter", name, res.TotalCalls, fmtDur(res.AllDoneAt), none.TotalCalls, fmtDur(none.AllDoneAt))
 		}
 	}
 	if plus, ok := byName[sim.StrategyPlus]; ok && p.plus <= p.slot && p.base == p.slot {
@@ -193,7 +193,7 @@ func (p jitterParams) table(r *Result, rows []sim.Row, suffix string, slot time.
 			Int("total_calls", res.TotalCalls).As("total_calls", "%5d"),
 			Int("retry_peak_per_slot", res.RetryPeak).As("retry_peak/slot", "%4d"),
 			Int("gave_up", res.GaveUp).As("gave_up", "%4d"),
-			Ms("all_done_at_ms", res.AllDoneAt).As("all_done_at", "s"))
+			Ms("all_done_at_ms", res.AllDoneAt))
 	}
 	r.Charts = append(r.Charts, jitterCharts(rows, suffix, slot)...)
 }

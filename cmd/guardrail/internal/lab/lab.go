@@ -13,6 +13,7 @@ import (
 	"io"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -112,13 +113,23 @@ type Row struct {
 
 // Col is one measured value. Key names it in JSON; Name (default Key) in
 // the table, with Format applied to Value.
+//
+// A duration is a number of milliseconds in JSON, under a key ending in
+// _ms; in the tables it carries its own unit, rounded to 3 significant
+// digits (532ms, 1.26s, 32.7s), and its name drops the _ms, so that a name
+// never states a unit its value does not have. Format does not apply to it.
 type Col struct {
 	Key    string
 	Name   string
-	Value  any // int, int64, float64, bool, string, time.Duration (as ms)
+	Value  any // int, int64, float64, bool, string, time.Duration (as ms), nil ("none")
 	Format string
 	// JSONOnly leaves the column out of the table (the row label says it).
 	JSONOnly bool
+
+	// judged marks the value with verdict in the tables, for a number
+	// held against a target.
+	judged  bool
+	verdict Verdict
 }
 
 // Int is an integer column.
@@ -145,7 +156,11 @@ func (c Col) As(name, format string) Col { c.Name, c.Format = name, format; retu
 // Named sets the column's name in the table.
 func (c Col) Named(name string) Col { c.Name = name; return c }
 
-func (c Col) jsonOnly() Col                     { c.JSONOnly = true; return c }
+func (c Col) jsonOnly() Col { c.JSONOnly = true; return c }
+
+// judgedAs marks the value with v in the tables: the check that held it
+// against its target passed, failed or could not judge it.
+func (c Col) judgedAs(v Verdict) Col            { c.judged, c.verdict = true, v; return c }
 func row(label string, cols ...Col) Row         { return Row{Label: label, Cols: cols} }
 func (r *Result) add(label string, cols ...Col) { r.Rows = append(r.Rows, row(label, cols...)) }
 func (r *Result) note(format string, args ...any) {
@@ -258,33 +273,95 @@ type Series struct {
 	// Fill shades the area under the series, as a band (an outage window),
 	// drawn as steps rather than a line.
 	Fill bool
+	// Never marks the points whose value never came (a run that never
+	// recovered before it ended): each is drawn as a marker labelled
+	// "never" at the top of the plot, not as a bar or point of its value,
+	// which is ignored. Nil, or shorter than Values: no such point.
+	Never []bool
+	// NotJudged marks the points whose rows' checks were not judged (a
+	// machine too busy to measure them, a race build): they are drawn
+	// faded and say "not judged" in their tooltip; when every point is,
+	// the legend says it too. Nil: every point was judged.
+	NotJudged []bool
 }
 
-// text renders a column value for the table.
-func (c Col) text() string {
+// notJudgedIf returns s with every point marked not judged unless judged:
+// for a series that draws one row.
+func (s Series) notJudgedIf(judged bool) Series {
+	if !judged {
+		s.NotJudged = make([]bool, len(s.Values))
+		for i := range s.NotJudged {
+			s.NotJudged[i] = true
+		}
+	}
+	return s
+}
+
+// name is the column's name in the tables: a duration's drops the _ms
+// of its key, since its value carries its unit.
+func (c Col) name() string {
 	name := c.Name
 	if name == "" {
 		name = c.Key
 	}
-	var v string
+	switch c.Value.(type) {
+	case time.Duration, nil:
+		name = strings.TrimSuffix(name, "_ms")
+	}
+	return name
+}
+
+// value renders the column's value for the tables, without its verdict.
+func (c Col) value() string {
 	switch x := c.Value.(type) {
 	case time.Duration:
-		switch c.Format {
-		case "s":
-			v = fmt.Sprintf("%.1fs", x.Seconds())
-		default:
-			v = fmt.Sprintf("%dms", x.Round(time.Millisecond).Milliseconds())
-		}
+		return fmtDur(x)
 	case nil:
-		v = "none"
+		return "none"
 	default:
 		f := c.Format
 		if f == "" {
 			f = "%v"
 		}
-		v = fmt.Sprintf(f, x)
+		return fmt.Sprintf(f, x)
 	}
-	return name + "=" + v
+}
+
+// text renders a column for the text table: name=value, and the verdict
+// of a judged value in brackets as the checks spell it, +17.7%[FAIL].
+func (c Col) text() string {
+	v := c.name() + "=" + c.value()
+	if c.judged {
+		v += "[" + c.verdict.mark() + "]"
+	}
+	return v
+}
+
+// fmtDur rounds d for display to 3 significant digits, in the largest
+// unit under it: 532ms, 1.26s, 32.7s, 85µs; from 1,000 s on, in seconds.
+func fmtDur(d time.Duration) string {
+	if d < 0 {
+		// -MinInt64 overflows; a nanosecond is below what is shown.
+		return "-" + fmtDur(-max(d, -math.MaxInt64))
+	}
+	// Round first, so that 999.6ms carries into 1s, not 1000ms.
+	if digits := len(strconv.FormatInt(int64(d), 10)); digits > 3 {
+		d = d.Round(time.Duration(math.Pow10(digits - 3)))
+	}
+	for _, u := range []struct {
+		size time.Duration
+		name string
+	}{{time.Second, "s"}, {time.Millisecond, "ms"}, {time.Microsecond, "µs"}, {1, "ns"}} {
+		if d >= u.size {
+			v := float64(d) / float64(u.size)
+			s := strconv.FormatFloat(v, 'f', max(0, 2-int(math.Floor(math.Log10(v)))), 64)
+			if strings.Contains(s, ".") {
+				s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+			}
+			return s + u.name
+		}
+	}
+	return "0s"
 }
 
 // jsonValue renders a column value for JSON: durations in milliseconds.

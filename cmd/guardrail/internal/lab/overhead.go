@@ -3,7 +3,9 @@ package lab
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -153,9 +155,10 @@ func (p overheadParams) run(ctx context.Context, env *Env) (*Result, error) {
 
 	r := &Result{Experiment: "overhead", Title: "what guarding a call costs, on loopback where a request is cheapest"}
 	chart := Chart{Title: "time per request on loopback", Kind: "bar", YLabel: "µs per request"}
-	series := Series{Name: "µs per request"}
+	series := Series{Name: "µs per request", NotJudged: make([]bool, len(clients))}
+	per := func(d time.Duration) float64 { return float64(d) / float64(p.block) / 1e3 }
+	var checks []Check // the guarded rows', after the table's
 	for i, c := range clients {
-		per := func(d time.Duration) float64 { return float64(d) / float64(p.block) / 1e3 }
 		// The median block: a block that a GC cycle or another process
 		// slowed would pull a mean up.
 		pers := make([]float64, len(c.blocks))
@@ -172,9 +175,16 @@ func (p overheadParams) run(ctx context.Context, env *Env) (*Result, error) {
 				ratios[j] = per(c.blocks[j]) / per(base.blocks[j])
 			}
 			slices.Sort(ratios)
-			cols = append(cols,
-				Float("slower_pct", 100*(ratios[len(ratios)/2]-1), 1).As("vs "+baseName(c.base), "%+.1f%%"),
-				Float("extra_allocs", c.allocs-base.allocs, 1).As("allocs", "%+.1f"))
+			slower := Float("slower_pct", 100*(ratios[len(ratios)/2]-1), 1).As("vs "+baseName(c.base), "%+.1f%%")
+			extra := Float("extra_allocs", c.allocs-base.allocs, 1).As("allocs", "%+.1f")
+			if i == 1 || i == 3 { // the guarded rows: held to the targets
+				wall := wallCheck(c.label+" within "+overheadTarget+" of "+baseName(c.base)+" (wall time)", ratios)
+				mem := allocCheck(c.label+" allocates at most 10 more per request than "+baseName(c.base), c.allocs, base.allocs)
+				slower, extra = slower.judgedAs(wall.Verdict), extra.judgedAs(mem.Verdict)
+				series.NotJudged[i] = wall.Verdict == NotJudged || mem.Verdict == NotJudged
+				checks = append(checks, wall, mem)
+			}
+			cols = append(cols, slower, extra)
 		}
 		cols = append(cols, Float("allocs_per_request", c.allocs, 1).Named("allocs/request").jsonOnly(), Int("failed", c.failures).jsonOnly())
 		r.add(c.label, cols...)
@@ -183,27 +193,18 @@ func (p overheadParams) run(ctx context.Context, env *Env) (*Result, error) {
 	}
 	chart.Series = []Series{series}
 	r.Charts = append(r.Charts, chart)
+	r.Checks = append(r.Checks, checks...)
 
-	for _, i := range []int{1, 3} {
-		g, plain := clients[i], clients[clients[i].base]
-		name := g.label + " allocates at most 10 more per request than " + baseName(g.base)
-		if raceEnabled {
-			r.notJudged(name, "built with the race detector, which drops sync.Pool's objects at random: %.1f allocations per request against %.1f are not a normal build's",
-				g.allocs, plain.allocs)
-			continue
-		}
-		r.check(g.allocs-plain.allocs <= 10, name, "%.1f allocations per request against %.1f", g.allocs, plain.allocs)
-	}
 	failed := 0
 	for _, c := range clients {
 		failed += c.failures
 	}
 	r.check(failed == 0, "every request answered", "%d of %d failed", failed, len(clients)*(p.rounds*p.block+500+counted))
 
-	r.note("µs/request: the median block's. vs: the median over rounds of the ratio of a round's block times (each round sends a block of %d requests with each client in turn; %d rounds): on a shared machine the load drifts by more than the differences measured here, and single rounds swing by several points. allocs: the extra allocations per request over the same client.", p.block, p.rounds)
-	r.note("guardhttp's row includes the whole guard: the retry engine, the per-host breaker, the retry budget, and the connect, TLS, write, response-header and body-idle timeouts (one timer per attempt, trace hooks and a cancellable context per attempt, see docs/http-client.md). The target: within 1.10x of its baseline, and at most 10 allocations more.")
+	r.note("µs/request: the median block's. vs: the median over rounds of the ratio of a round's block times (each round sends a block of %s with each client in turn; %s): on a shared machine the load drifts by more than the differences measured here, and single rounds swing by several points. allocs: the extra allocations per request over the same client.", plural(p.block, "request"), plural(p.rounds, "round"))
+	r.note("guardhttp's row includes the whole guard: the retry engine, the per-host breaker, the retry budget, and the connect, TLS, write, response-header and body-idle timeouts (one timer per attempt, trace hooks and a cancellable context per attempt, see docs/http-client.md). The target: within 1.10x of its baseline, and at most 10 allocations more; the mark beside each number is its check's.")
 	r.note("with a deadline, guardhttp also sends X-Request-Timeout and X-Request-Deadline; plain+headers sends the same two headers, made once, so that its row against plain is what the headers cost the wire and the server, and guardhttp's against it what making them per attempt costs (a copy of the request and of its header map, since the caller's is never modified, a clock read, two numbers formatted).")
-	r.note("allocations are counted over %d sequential requests per client after a warm-up, the in-process server's included (the same for every client); wall times are not checked, allocations are.", counted)
+	r.note("allocations are counted over %d sequential requests per client after a warm-up, the in-process server's included (the same for every client). A wall time is the median round's, judged with its uncertainty: it passes when 2 standard errors above it are within 1.10x, fails when 2 below it are over; in between the rounds are too noisy to tell, and it is not judged, as with fewer than %d rounds or a race-detector build.", counted, wallMinRounds)
 	r.note("a request to a dependency one network round trip away costs hundreds of µs: the same absolute overhead is then well under 1%%.")
 	return r, nil
 }
@@ -222,6 +223,67 @@ func plainTransport() *http.Transport {
 		TLSHandshakeTimeout:   guardhttp.DefaultTLSHandshakeTimeout,
 		ExpectContinueTimeout: time.Second,
 	}
+}
+
+// overheadTarget is the wall-time target of a guarded row, wallTarget as
+// the tables write it.
+const (
+	overheadTarget = "1.10x"
+	wallTarget     = 1.10
+	// wallMinRounds is the fewest rounds whose ratios can judge a wall
+	// time: with fewer, one slow round moves a quartile.
+	wallMinRounds = 20
+)
+
+// wallCheck holds a guarded row's per-round time ratios against its
+// baseline (sorted) to the target. Loopback times on a shared machine
+// swing by several points between rounds, so the median is judged with
+// its uncertainty: it passes when even two standard errors above it are
+// within the target, fails when two below it are over, and is not judged
+// in between, where the rounds cannot tell. The standard error of a median
+// is about 1.25 sigma / sqrt(n), sigma estimated from the interquartile
+// range (1.35 sigma for a normal spread), which a few wild rounds do not
+// inflate. A race build is not judged either: its instrumentation is not
+// a normal build's cost; nor are too few rounds to have quartiles.
+func wallCheck(name string, ratios []float64) Check {
+	c := Check{Name: name}
+	n := len(ratios)
+	if n == 0 {
+		c.Verdict, c.Detail = NotJudged, "no rounds"
+		return c
+	}
+	med, lo, hi := ratios[n/2], ratios[n/4], ratios[(3*n)/4]
+	se := 1.2533 * (hi - lo) / 1.349 / math.Sqrt(float64(n))
+	pct := func(r float64) string { return fmt.Sprintf("%+.1f%%", 100*(r-1)) } // as the table writes it
+	c.Detail = fmt.Sprintf("median round %s ± %.1f points (2 standard errors; quartiles %s..%s over %s); want at most +%.0f%%",
+		pct(med), 200*se, pct(lo), pct(hi), plural(n, "round"), 100*(wallTarget-1))
+	switch {
+	case raceEnabled:
+		c.Verdict, c.Detail = NotJudged, "built with the race detector, which slows every client by its own amount: "+c.Detail
+	case n < wallMinRounds:
+		c.Verdict, c.Detail = NotJudged, fmt.Sprintf("fewer than %d rounds: ", wallMinRounds)+c.Detail
+	case med+2*se <= wallTarget:
+		c.Verdict = Pass
+	case med-2*se > wallTarget:
+		c.Verdict = Fail
+	default:
+		c.Verdict, c.Detail = NotJudged, "too noisy to tell against the target: "+c.Detail
+	}
+	return c
+}
+
+// allocCheck holds a guarded row's allocations per request to at most 10
+// more than its baseline's.
+func allocCheck(name string, allocs, base float64) Check {
+	c := Check{Name: name, Verdict: Fail, Detail: fmt.Sprintf("%.1f allocations per request against %.1f", allocs, base)}
+	switch {
+	case raceEnabled:
+		c.Verdict = NotJudged
+		c.Detail = "built with the race detector, which drops sync.Pool's objects at random: " + c.Detail + " are not a normal build's"
+	case allocs-base <= 10:
+		c.Verdict = Pass
+	}
+	return c
 }
 
 func baseName(i int) string {

@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 	"html/template"
 	"io"
+	"math"
+	"slices"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -43,7 +44,7 @@ td,th{border:1px solid #ddd;padding:.3em .6em;text-align:right}td:first-child,th
 {{range $i, $r := .Results}}
 <h2 id="{{$r.Anchor}}">{{$r.Experiment}}: {{$r.Title}}</h2>
 <div class="wide"><table><tr><th>row</th>{{range $r.Header}}<th>{{.}}</th>{{end}}</tr>
-{{range $r.Rows}}<tr><td>{{.Label}}</td>{{range .Cells}}<td>{{.}}</td>{{end}}</tr>{{end}}
+{{range $r.Rows}}<tr><td>{{.Label}}</td>{{range .Cells}}<td>{{.Text}}{{if .Judged}} <span class="{{.Verdict.Class}}" title="{{.Verdict.Title}}">{{.Verdict.CellMark}}</span>{{end}}</td>{{end}}</tr>{{end}}
 </table></div>
 {{range $r.Notes}}<p class="note">{{.}}</p>{{end}}
 <ul>{{range $r.Checks}}<li class="{{.Verdict.Class}}">{{.Verdict.Symbol}} {{.Name}}: {{.Detail}}</li>{{end}}</ul>
@@ -51,7 +52,9 @@ td,th{border:1px solid #ddd;padding:.3em .6em;text-align:right}td:first-child,th
 {{end}}
 <script>
 const charts = {{.Charts}};
-const palette = ['#0969da','#cf222e','#1a7f37','#bf8700','#8250df','#57606a','#e16f24','#1b7c83','#a40e26','#6e7781'];
+// The palette holds none of the outcome colours below, so that no series
+// reads as success or refusal by sharing their colour.
+const palette = ['#0969da','#e16f24','#1b7c83','#bf3989','#57606a','#953800','#0598bc','#a40e26','#6e7b00','#0a3069'];
 // A series keeps its colour in every chart of the report: colours go to
 // names in the order they first appear, not to positions in a chart.
 // Outcomes read at a glance: success green, refusal red, timeout amber.
@@ -61,6 +64,56 @@ const semantic = colours.size;
 const colourOf = name => {
   if (!colours.has(name)) colours.set(name, palette[(colours.size - semantic) % palette.length]);
   return colours.get(name);
+};
+// A point that never came (a run that never recovered) has no value to
+// draw: a hatched column across the plot in its series' colour, under a
+// marker at the top labelled "never", not a bar of some stand-in number.
+const neverMarks = {id: 'never', afterDatasetsDraw(ch) {
+  const a = ch.chartArea, g = ch.ctx, bar = ch.config.type === 'bar';
+  ch.$never = [];
+  ch.data.datasets.forEach((ds, k) => {
+    if (!ds.never || !ch.isDatasetVisible(k)) return;
+    const meta = ch.getDatasetMeta(k);
+    ds.never.forEach((never, i) => {
+      if (!never) return;
+      const el = meta.data[i];
+      const x = el && Number.isFinite(el.x) ? el.x : ch.scales.x.getPixelForValue(i);
+      if (bar) {
+        const w = el && Number.isFinite(el.width) && el.width > 0 ? el.width : 12;
+        g.save();
+        g.beginPath();
+        g.rect(x - w / 2, a.top, w, a.bottom - a.top);
+        g.clip();
+        g.strokeStyle = ds.colour + '88';
+        g.lineWidth = 1.5;
+        g.beginPath();
+        for (let y = a.top; y < a.bottom + w; y += 7) { g.moveTo(x - w / 2, y); g.lineTo(x + w / 2, y - w); }
+        g.stroke();
+        g.restore();
+      }
+      g.save();
+      g.fillStyle = ds.colour;
+      g.beginPath();
+      g.moveTo(x, a.top + 1); g.lineTo(x - 7, a.top + 12); g.lineTo(x + 7, a.top + 12);
+      g.closePath();
+      g.fill();
+      g.font = 'bold 12px system-ui, sans-serif';
+      g.textAlign = 'center';
+      g.textBaseline = 'top';
+      g.fillStyle = '#222';
+      g.fillText('never', x, a.top + 14);
+      g.restore();
+      ch.$never.push({dataset: k, index: i, x: x, y: a.top + 8});
+    });
+  });
+}};
+const nj = t => !!(t.dataset.nj && t.dataset.nj[t.dataIndex]);
+// The key to the marks a chart uses, under its title.
+const key = c => {
+  const parts = [];
+  if (c.series.some(s => s.never)) parts.push('▲ never: no value before the run ended');
+  if (c.series.some(s => s.nj)) parts.push('faded: not judged (see the checks above)');
+  return {display: parts.length > 0, text: parts.join('   ·   ')};
 };
 for (const c of charts) {
   const el = document.getElementById(c.id);
@@ -88,16 +141,36 @@ for (const c of charts) {
     x.min = Math.min(...c.xnum);
     x.max = Math.max(...c.xnum);
   }
+  const bar = c.kind === 'bar';
   new Chart(el, {
-    type: c.kind === 'bar' ? 'bar' : 'line',
-    data: {labels: numeric ? undefined : c.x, datasets: c.series.map((s, k) => ({
-      label: s.name, data: numeric ? s.values.map((v, i) => ({x: c.xnum[i], y: v})) : s.values,
-      borderColor: s.fill ? 'rgba(207,34,46,0.15)' : colourOf(s.name),
-      backgroundColor: s.fill ? 'rgba(207,34,46,0.15)' : colourOf(s.name) + (c.kind === 'bar' ? 'cc' : '33'),
-      stepped: stepped || !!s.fill, fill: !!s.fill, pointRadius: stepped ? 3 : 0,
-      borderWidth: s.fill ? 0 : 2, tension: 0}))},
+    type: bar ? 'bar' : 'line',
+    data: {labels: numeric ? undefined : c.x, datasets: c.series.map((s, k) => {
+      // A band (an outage window) is shaded, not coloured: it takes no
+      // colour from the palette's series.
+      const colour = s.fill ? '#cf222e' : colourOf(s.name);
+      // Points whose rows were not judged are drawn faded (a bar a quarter
+      // filled inside its outline, a faded dashed line into a point):
+      // there, but not evidence.
+      const nj = i => !!(s.nj && s.nj[i]);
+      const solid = colour + (bar ? 'cc' : '33');
+      const ds = {
+        label: s.name + (s.njAll ? ' (not judged)' : ''), colour: colour, never: s.never, nj: s.nj,
+        data: numeric ? s.values.map((v, i) => ({x: c.xnum[i], y: v})) : s.values,
+        borderColor: s.fill ? 'rgba(207,34,46,0.15)' : (s.njAll ? colour + '55' : colour),
+        backgroundColor: s.fill ? 'rgba(207,34,46,0.15)' : (s.nj ? s.values.map((v, i) => nj(i) ? colour + '40' : solid) : solid),
+        stepped: stepped || !!s.fill, fill: !!s.fill, pointRadius: stepped ? 3 : 0,
+        borderWidth: s.fill ? 0 : 2, tension: 0};
+      if (s.nj && !bar) {
+        ds.segment = {borderColor: g => nj(g.p1DataIndex) ? colour + '55' : undefined,
+                      borderDash: g => nj(g.p1DataIndex) ? [6, 4] : undefined};
+        if (s.njAll) ds.borderDash = [6, 4];
+      }
+      return ds;
+    })},
+    plugins: [neverMarks],
     options: {responsive: true, maintainAspectRatio: false, animation: false,
-      plugins: {title: {display: true, text: c.title}},
+      plugins: {title: {display: true, text: c.title}, subtitle: key(c),
+        tooltip: {callbacks: {afterLabel: t => nj(t) ? 'not judged: see the checks above the chart' : ''}}},
       scales: {x: x, y: y}}
   });
 }
@@ -119,14 +192,52 @@ type reportChart struct {
 }
 
 type jSeries struct {
-	Name   string    `json:"name"`
-	Values []float64 `json:"values"`
-	Fill   bool      `json:"fill,omitempty"`
+	Name string `json:"name"`
+	// Values holds null for a point not drawn at a value: never, or not
+	// a number (which JSON cannot carry, and which would otherwise fail
+	// the whole report).
+	Values    []*float64 `json:"values"`
+	Fill      bool       `json:"fill,omitempty"`
+	Never     []bool     `json:"never,omitempty"`
+	NotJudged []bool     `json:"nj,omitempty"`
+	// AllNotJudged: every point is, so the legend says so.
+	AllNotJudged bool `json:"njAll,omitempty"`
+}
+
+func toJSeries(s Series) jSeries {
+	j := jSeries{Name: s.Name, Fill: s.Fill, Values: make([]*float64, len(s.Values))}
+	anyNever, anyNJ, allNJ := false, false, len(s.Values) > 0
+	for i, v := range s.Values {
+		never := i < len(s.Never) && s.Never[i]
+		nj := i < len(s.NotJudged) && s.NotJudged[i]
+		anyNever, anyNJ, allNJ = anyNever || never, anyNJ || nj, allNJ && nj
+		if !never && !math.IsNaN(v) && !math.IsInf(v, 0) {
+			j.Values[i] = &v
+		}
+	}
+	if anyNever {
+		j.Never = make([]bool, len(s.Values))
+		copy(j.Never, s.Never)
+	}
+	if anyNJ {
+		j.NotJudged = make([]bool, len(s.Values))
+		copy(j.NotJudged, s.NotJudged)
+	}
+	j.AllNotJudged = allNJ
+	return j
 }
 
 type reportRow struct {
 	Label string
-	Cells []string
+	Cells []reportCell
+}
+
+// reportCell is a table cell: a value, and the verdict it was held to,
+// if any.
+type reportCell struct {
+	Text    string
+	Judged  bool
+	Verdict Verdict
 }
 
 type reportResult struct {
@@ -177,23 +288,25 @@ func WriteReport(w io.Writer, results []*Result, took time.Duration) error {
 	var charts []reportChart
 	for i, r := range results {
 		rr := reportResult{Result: r, Anchor: "exp-" + strconv.Itoa(i) + "-" + r.Experiment}
-		seen := map[string]bool{}
+		// A column is headed by its name in the text table, or by its key
+		// where rows name it differently ("vs plain", "vs plain+headers").
+		var keys []string
 		for _, row := range r.Rows {
 			for _, c := range row.Cols {
-				if !seen[c.Key] {
-					seen[c.Key] = true
-					rr.Header = append(rr.Header, c.Key)
+				k := slices.Index(keys, c.Key)
+				if k < 0 {
+					keys = append(keys, c.Key)
+					rr.Header = append(rr.Header, c.name())
+				} else if rr.Header[k] != c.name() {
+					rr.Header[k] = Col{Key: c.Key, Value: c.Value}.name()
 				}
 			}
 		}
 		for _, row := range r.Rows {
-			cells := make([]string, len(rr.Header))
+			cells := make([]reportCell, len(keys))
 			for _, c := range row.Cols {
-				for k, h := range rr.Header {
-					if h == c.Key {
-						_, v, _ := strings.Cut(c.text(), "=")
-						cells[k] = v
-					}
+				if k := slices.Index(keys, c.Key); k >= 0 {
+					cells[k] = reportCell{Text: c.value(), Judged: c.judged, Verdict: c.verdict}
 				}
 			}
 			rr.Rows = append(rr.Rows, reportRow{row.Label, cells})
@@ -202,7 +315,7 @@ func WriteReport(w io.Writer, results []*Result, took time.Duration) error {
 		for j, c := range r.Charts {
 			rc := reportChart{ID: chartID(i, j), Title: c.Title, Kind: c.Kind, XLabel: c.XLabel, YLabel: c.YLabel, X: c.X, XNum: c.XValues, YCat: c.YCategories, LogY: c.LogY}
 			for _, s := range c.Series {
-				rc.Series = append(rc.Series, jSeries(s))
+				rc.Series = append(rc.Series, toJSeries(s))
 			}
 			charts = append(charts, rc)
 		}
@@ -230,6 +343,29 @@ func (v Verdict) Class() string {
 		return "fail"
 	}
 	return "unjudged"
+}
+
+// CellMark is the verdict's mark next to a judged number in the HTML
+// report's tables.
+func (v Verdict) CellMark() string {
+	switch v {
+	case Pass:
+		return "✓"
+	case Fail:
+		return "✗"
+	}
+	return "– not judged"
+}
+
+// Title is the verdict's tooltip next to a judged number.
+func (v Verdict) Title() string {
+	switch v {
+	case Pass:
+		return "within its target: the check passed"
+	case Fail:
+		return "misses its target: the check failed"
+	}
+	return "not judged: see the checks below the table"
 }
 
 // Symbol is the verdict's mark in the HTML report.

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"html"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +51,20 @@ func trialCharts(t *testing.T) []*Result {
 	}
 	hist.Rows = []Row{{Label: "a row whose label is long as well", Cols: cols}}
 	hist.Checks = []Check{{Name: "goodput held", Verdict: Fail, Detail: "40%"}, {Name: "p99 lower", Verdict: NotJudged, Detail: "busy"}}
-	return []*Result{amp, br, jit, hist}
+	// A run that never recovered, beside the 1,500 ms its run lasted
+	// (once drawn as a bar of that length); a row not judged; a timeline
+	// of a run not judged; numbers held against a target.
+	rec := &Result{Experiment: "incident", Title: "recovery", Charts: []Chart{{Title: "recovery against outage", Kind: "bar",
+		X: []string{"0.5s", "1s", "2s"}, Series: []Series{
+			{Name: "naive", Values: []float64{300, 900, 1500}, Never: []bool{false, false, true}},
+			{Name: "guarded", Values: []float64{40, 60, 80}, NotJudged: []bool{false, true, false}}}}}}
+	rec.Charts = append(rec.Charts, Chart{Title: "goodput over time", Kind: "line", XLabel: "time (s)", XValues: []float64{0, 1, 2, 3},
+		Series: []Series{{Name: "DB down", Values: []float64{0, 100, 0, 0}, Fill: true}, {Name: "naive", Values: []float64{100, 20, 10, 90}},
+			Series{Name: "guarded", Values: []float64{100, 80, 95, 100}}.notJudgedIf(false)}})
+	rec.Rows = []Row{row("guarded", Float("slower_pct", 17.7, 1).As("vs plain", "%+.1f%%").judgedAs(Fail),
+		Float("other_pct", 4, 1).As("vs other", "%+.1f%%").judgedAs(Pass), Ms("recovery_ms", 1259*time.Millisecond))}
+	rec.Checks = []Check{{Name: "within 1.10x", Verdict: Fail, Detail: "+17.7%"}}
+	return []*Result{amp, br, jit, hist, rec}
 }
 
 // TestJitterChartCoversEveryRow: the axis reaches the end of the longest
@@ -106,7 +121,19 @@ const probe = `<script>
     const r = {id: ch.canvas.id, type: ch.config.type, xType: xs.type, xMin: xs.min, xMax: xs.max, dataXMin: Infinity, dataXMax: -Infinity, datasets: [], misplaced: 0};
     ch.data.datasets.forEach((ds, k) => {
       const meta = ch.getDatasetMeta(k);
-      const d = {label: ds.label, colour: ds.borderColor, want: 0, drawn: 0, missing: []};
+      const d = {label: ds.label, colour: ds.borderColor, want: 0, drawn: 0, missing: [], never: [], faded: [], dashed: !!ds.borderDash};
+      // Each point marked never: its marker's pixel, and that no bar or
+      // point of a value stands there.
+      for (const m of (ch.$never || []).filter(m => m.dataset === k)) {
+        const dpr = ch.currentDevicePixelRatio || 1;
+        const px = ch.ctx.getImageData(m.x * dpr, m.y * dpr, 1, 1).data;
+        const el = meta.data[m.index];
+        const raw = ds.data[m.index];
+        const v = raw !== null && typeof raw === 'object' ? raw.y : raw;
+        d.never.push({index: m.index, inked: px[3] > 0 && Math.max(px[0], px[1], px[2]) - Math.min(px[0], px[1], px[2]) > 40,
+          atTop: Math.abs(m.y - a.top) < 20, value: v ?? null, barHeight: el && Number.isFinite(el.base - el.y) ? Math.abs(el.base - el.y) : 0});
+      }
+      if (Array.isArray(ds.backgroundColor)) ds.backgroundColor.forEach((bg, i) => { if (bg.length === 9 && bg.endsWith('40')) d.faded.push(i); });
       const pts = [];
       meta.data.forEach((el, i) => {
         const raw = ds.data[i];
@@ -143,6 +170,8 @@ const probe = `<script>
   const summary = document.getElementById('summary');
   pre.textContent = JSON.stringify({charts: out, pageWidth: document.documentElement.scrollWidth,
     viewWidth: window.innerWidth, summary: summary ? summary.innerText : '',
+    headers: [...document.querySelectorAll('th')].map(e => e.innerText).join('|'),
+    cells: [...document.querySelectorAll('td')].map(e => e.innerText).join('|'),
     links: summary ? [...summary.querySelectorAll('a')].filter(a => document.getElementById(a.hash.slice(1))).length : 0});
   document.body.appendChild(pre);
 })();
@@ -164,6 +193,15 @@ type probedChart struct {
 		Want    int    `json:"want"`
 		Drawn   int    `json:"drawn"`
 		Missing []int  `json:"missing"`
+		Never   []struct {
+			Index     int      `json:"index"`
+			Inked     bool     `json:"inked"`
+			AtTop     bool     `json:"atTop"`
+			Value     *float64 `json:"value"`
+			BarHeight float64  `json:"barHeight"`
+		} `json:"never"`
+		Faded  []int `json:"faded"`
+		Dashed bool  `json:"dashed"`
 	} `json:"datasets"`
 }
 
@@ -205,6 +243,8 @@ func TestReportChartsDraw(t *testing.T) {
 		ViewWidth int           `json:"viewWidth"`
 		Summary   string        `json:"summary"`
 		Links     int           `json:"links"`
+		Headers   string        `json:"headers"`
+		Cells     string        `json:"cells"`
 	}
 	if err := json.Unmarshal([]byte(html.UnescapeString(string(m[1]))), &probed); err != nil {
 		t.Fatalf("probe: %v: %s", err, m[1])
@@ -232,6 +272,20 @@ func TestReportChartsDraw(t *testing.T) {
 	}
 	if probed.Links != fail+unjudged {
 		t.Errorf("the summary links to %d sections, want one per check that did not pass (%d)", probed.Links, fail+unjudged)
+	}
+	// Series of different names have different colours: the report has
+	// fewer names than the palette has colours, and a shaded band takes
+	// none of them.
+	owner := map[string]string{}
+	for _, c := range got {
+		for _, d := range c.Datasets {
+			hue := d.Colour[:min(7, len(d.Colour))]
+			name := strings.TrimSuffix(d.Label, " (not judged)")
+			if prev, ok := owner[hue]; ok && prev != name && !strings.HasPrefix(hue, "rgba") {
+				t.Errorf("%s: series %q has %s, the colour of %q", c.ID, name, hue, prev)
+			}
+			owner[hue] = name
+		}
 	}
 	colour := map[string]string{}
 	for _, c := range got {
@@ -271,10 +325,79 @@ func TestReportChartsDraw(t *testing.T) {
 			}
 		}
 	}
+	// The run that never recovered is a marker at the top saying so,
+	// not a bar of the 1,500 ms it lasted; the others are bars.
+	recovery := byID[chartID(4, 0)]
+	if len(recovery.Datasets) != 2 {
+		t.Fatalf("recovery chart: %d datasets, want 2", len(recovery.Datasets))
+	}
+	naive, guarded := recovery.Datasets[0], recovery.Datasets[1]
+	if len(naive.Never) != 1 || naive.Never[0].Index != 2 {
+		t.Errorf("naive: never marks %+v, want one, at point 2", naive.Never)
+	} else if m := naive.Never[0]; !m.Inked || !m.AtTop || m.Value != nil || m.BarHeight >= 2 {
+		t.Errorf("naive, never: marker inked %v, at the top %v; value %v, bar %g px: want a marker at the top and no bar", m.Inked, m.AtTop, m.Value, m.BarHeight)
+	}
+	if naive.Want != 2 || naive.Drawn != 2 {
+		t.Errorf("naive: %d of %d bars drawn, want the 2 that recovered", naive.Drawn, naive.Want)
+	}
+	if len(guarded.Never) != 0 || !slices.Equal(guarded.Faded, []int{1}) || guarded.Label != "guarded" {
+		t.Errorf("guarded: never %v, faded %v, label %q; want no never mark, point 1 faded, the plain label", guarded.Never, guarded.Faded, guarded.Label)
+	}
+	// A series every point of which was not judged says so in the legend
+	// and is dashed.
+	if tl := byID[chartID(4, 1)]; len(tl.Datasets) != 3 || tl.Datasets[2].Label != "guarded (not judged)" || !tl.Datasets[2].Dashed || tl.Datasets[1].Dashed {
+		t.Errorf("timeline: datasets %+v, want guarded labelled not judged and dashed, naive not", tl.Datasets)
+	}
+	if !strings.Contains(probed.Cells, "+17.7% ✗") || !strings.Contains(probed.Cells, "+4.0% ✓") || !strings.Contains(probed.Headers, "recovery") || strings.Contains(probed.Headers, "recovery_ms") {
+		t.Errorf("table: headers %q, cells %q; want the verdicts beside the numbers and recovery without _ms", probed.Headers, probed.Cells)
+	}
 	if c := byID[chartID(1, 0)]; c.XType != "linear" {
 		t.Errorf("breaker state: x axis is %q, want linear (a time axis)", c.XType)
 	}
 	if c := byID[chartID(2, 0)]; c.XType != "linear" || c.XMax < 32.7 {
 		t.Errorf("jitter: x axis %q up to %g, want linear up to no jitter's 32.7 s", c.XType, c.XMax)
+	}
+}
+
+// TestReportSeriesJSON: a point of no number (NaN, an infinity) or marked
+// never is a gap in the chart's data, not a failed report or a stand-in
+// value; a series all of whose points are not judged says so.
+func TestReportSeriesJSON(t *testing.T) {
+	r := &Result{Experiment: "x", Title: "x", Charts: []Chart{{Title: "c", Kind: "bar", X: []string{"a", "b", "c", "d"},
+		Series: []Series{
+			{Name: "s", Values: []float64{1, math.NaN(), math.Inf(1), 1500}, Never: []bool{false, false, false, true}},
+			Series{Name: "u", Values: []float64{1, 2, 3, 4}}.notJudgedIf(false),
+			Series{Name: "v", Values: []float64{1, 2, 3, 4}}.notJudgedIf(true),
+		}}}}
+	var buf bytes.Buffer
+	if err := WriteReport(&buf, []*Result{r}, time.Second); err != nil {
+		t.Fatalf("WriteReport: %v", err)
+	}
+	for _, want := range []string{
+		`"values":[1,null,null,null],"never":[false,false,false,true]`,
+		`"name":"u","values":[1,2,3,4],"nj":[true,true,true,true],"njAll":true`,
+		`"name":"v","values":[1,2,3,4]}`,
+	} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("report lacks %s", want)
+		}
+	}
+}
+
+// TestReportHeaders: a column is headed as the text table names it, a
+// duration's without _ms, or by its key where rows name it differently.
+func TestReportHeaders(t *testing.T) {
+	r := &Result{Experiment: "x", Title: "x", Rows: []Row{
+		row("a", Float("slower_pct", 1, 1).As("vs plain", "%+.1f%%"), Ms("took_ms", time.Second).Named("took"), Ms("wait_ms", time.Second)),
+		row("b", Float("slower_pct", 2, 1).As("vs plain+headers", "%+.1f%%"), Col{Key: "took_ms", Name: "took", Value: nil}, Ms("wait_ms", 531759339)),
+	}}
+	var buf bytes.Buffer
+	if err := WriteReport(&buf, []*Result{r}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<th>slower_pct</th><th>took</th><th>wait</th>", "<td>1s</td><td>1s</td>", "<td>none</td><td>532ms</td>"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("report lacks %s", want)
+		}
 	}
 }
