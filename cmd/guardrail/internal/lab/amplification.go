@@ -24,6 +24,8 @@ type ampParams struct {
 	ratio    float64
 	base     time.Duration
 	dbMode   string
+	// transport is what the tiers speak: http or grpc.
+	transport string
 }
 
 func amplification() Experiment {
@@ -31,7 +33,7 @@ func amplification() Experiment {
 		Name:    "amplification",
 		Summary: "retries at every tier of a call chain multiply the load on a dead database; retrying at one tier, a retry budget and a breaker do not",
 		bind: func(fs *flag.FlagSet, quick bool) flagged {
-			p := ampParams{tiers: 3, attempts: 4, users: 1000, over: 2 * time.Second, ratio: 0.1, base: time.Millisecond, dbMode: "reset"}
+			p := ampParams{tiers: 3, attempts: 4, users: 1000, over: 2 * time.Second, ratio: 0.1, base: time.Millisecond, dbMode: "reset", transport: "http"}
 			if quick {
 				p.users, p.over = 300, 600*time.Millisecond
 			}
@@ -42,6 +44,7 @@ func amplification() Experiment {
 			fs.Float64Var(&p.ratio, "budget", p.ratio, "retry budget ratio at the tier nearest the DB")
 			fs.DurationVar(&p.base, "base", p.base, "full-jitter backoff base (a longer one only makes the run slower: the counts do not depend on it)")
 			fs.StringVar(&p.dbMode, "db", p.dbMode, "how the DB is down: reset (accepts and resets, counted by the DB) or refused (nothing listens, counted at the data-service's dialer)")
+			fs.StringVar(&p.transport, "transport", p.transport, "what the tiers speak: http (net/http servers, guardhttp clients) or grpc (gRPC servers, guardgrpc clients)")
 			return &p
 		},
 	})
@@ -84,11 +87,19 @@ func (p ampParams) checkFlags() error {
 	if p.dbMode != "reset" && p.dbMode != "refused" {
 		c.failf("--db must be reset or refused, not %q", p.dbMode)
 	}
+	if p.transport != "http" && p.transport != "grpc" {
+		c.failf("--transport must be http or grpc, not %q", p.transport)
+	}
 	return c.err()
 }
 
 func (p ampParams) run(ctx context.Context, env *Env) (*Result, error) {
 	r := &Result{Experiment: "amplification", Title: fmt.Sprintf("%d tiers of services in front of a dead database: the database calls one user request costs", p.tiers)}
+	scenario := p.scenario
+	if p.transport == "grpc" {
+		r.Title += ", over gRPC"
+		scenario = p.grpcScenario
+	}
 	rows := []struct {
 		label string
 		all   bool    // every tier retries (else only the one nearest the DB)
@@ -110,12 +121,12 @@ func (p ampParams) run(ctx context.Context, env *Env) (*Result, error) {
 	budgetPer := 0.0
 	for i, row := range rows {
 		env.Progress("amplification: row %d/%d: %s, %d users", i+1, len(rows), row.label, row.users)
-		calls, err := p.scenario(ctx, row.all, row.ratio, row.users, row.over, row.breaker)
+		calls, err := scenario(ctx, row.all, row.ratio, row.users, row.over, row.breaker)
 		if err != nil {
 			return nil, err
 		}
 		per := float64(calls) / float64(row.users)
-		cols := []Col{Int("users", row.users)}
+		cols := []Col{Str("transport", p.transport), Int("users", row.users)}
 		if row.over > 0 {
 			cols = append(cols, Ms("over_ms", row.over).As("over", "ms"))
 		}
@@ -152,6 +163,10 @@ func (p ampParams) run(ctx context.Context, env *Env) (*Result, error) {
 		r.note("db_calls are counted by the DB, which accepts and resets every connection; per_user = db_calls / users.")
 	} else {
 		r.note("db_calls are refused connections, counted at the data-service's dialer (nothing listens); per_user = db_calls / users.")
+	}
+	if p.transport == "grpc" {
+		r.note("Over gRPC the data-service opens a connection of its own for each attempt, as the HTTP one does for each call: on one long-lived")
+		r.note("connection grpc-go fails attempts at once, without dialing, while it backs off reconnecting to a dead DB, which would not hear the retries.")
 	}
 	r.Charts = append(r.Charts, ampChart(labels, perUser))
 	return r, nil
@@ -264,6 +279,7 @@ func (p ampParams) scenario(ctx context.Context, allTiers bool, ratio float64, u
 		if over > 0 {
 			at := start.Add(time.Duration(int64(over) * int64(u) / int64(users)))
 			if err := sleepUntil(ctx, at); err != nil {
+				wg.Wait()
 				return 0, err
 			}
 			wg.Go(func() { _, _ = get(ctx, user, next) })
