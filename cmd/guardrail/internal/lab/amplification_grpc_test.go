@@ -2,10 +2,14 @@ package lab
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"go.uber.org/goleak"
 
 	"github.com/guardrail-go/guardrail/breaker"
 )
@@ -129,5 +133,29 @@ func TestAmplificationTransportFlag(t *testing.T) {
 				t.Errorf("%q: message %q does not say %q", tc.args, fe.Msg, w)
 			}
 		}
+	}
+}
+
+// TestAmplificationCancelled: a run cancelled while the users' requests
+// are spread over an hour returns at once with the context's error, over
+// either transport, and leaves no goroutine behind (the spread rows wait
+// for the requests they started before the servers close).
+func TestAmplificationCancelled(t *testing.T) {
+	for _, tr := range []string{"http", "grpc"} {
+		t.Run(tr, func(t *testing.T) {
+			_, run := bindExp(t, "amplification", true, "--transport", tr, "--users", "100", "--over", "1h")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			env := &Env{Quick: true, Seed: 1, Progress: func(format string, args ...any) {
+				// Row 4 is the first whose users are spread.
+				if strings.HasPrefix(fmt.Sprintf(format, args...), "amplification: row 4/") {
+					cancel()
+				}
+			}}
+			if _, err := run(ctx, env); !errors.Is(err, context.Canceled) {
+				t.Fatalf("got %v, want context.Canceled", err)
+			}
+			goleak.VerifyNone(t)
+		})
 	}
 }
