@@ -167,6 +167,7 @@ func (p ampParams) run(ctx context.Context, env *Env) (*Result, error) {
 	if p.transport == "grpc" {
 		r.note("Over gRPC the data-service opens a connection of its own for each attempt, as the HTTP one does for each call: on one long-lived")
 		r.note("connection grpc-go fails attempts at once, without dialing, while it backs off reconnecting to a dead DB, which would not hear the retries.")
+		r.note("The bounds are HTTP's: an attempt whose connection was refused or reset before the handshake had no stream, so grpc-go's transparent retry adds no call.")
 	}
 	r.Charts = append(r.Charts, ampChart(labels, perUser))
 	return r, nil
