@@ -2,9 +2,11 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -68,21 +70,36 @@ func dialGRPC(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	return grpc.NewClient("passthrough:///"+addr, opts...)
 }
 
+// ampGRPCAttemptTimeout bounds an attempt of the data-service: the dead DB
+// fails it at once, so only a stuck machine reaches it, and the run then
+// ends instead of hanging.
+const ampGRPCAttemptTimeout = 10 * time.Second
+
+// errSecondDial refuses a second connection for one attempt.
+var errSecondDial = errors.New("lab: one connection per attempt")
+
 // freshConnAttempt is the data-service's guardgrpc.AttemptFunc: each
 // attempt opens a connection of its own to the DB, sends the call on it
 // once and closes it, as the HTTP data-service opens a connection per call.
 // On one long-lived connection grpc-go would fail most attempts at once,
 // without dialing, while it backs off reconnecting to a dead address
 // (TRANSIENT_FAILURE): the DB would not hear the retries the rows count.
+// An attempt dials once: were grpc-go to reconnect (after its backoff,
+// on a machine too busy to close the connection first), the second dial
+// fails without reaching the DB, so the DB counts attempts, not dials.
 func freshConnAttempt(addr string, dial func(context.Context, string, string) (net.Conn, error)) guardgrpc.AttemptFunc {
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
 	return func(ctx context.Context, a *guardgrpc.Attempt) error {
-		opts := []grpc.DialOption{grpc.WithDisableRetry()}
-		if dial != nil {
-			opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-				return dial(ctx, "tcp", addr)
-			}))
-		}
-		cc, err := dialGRPC(addr, opts...)
+		var dialed atomic.Bool
+		cc, err := dialGRPC(addr, grpc.WithDisableRetry(), grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			if dialed.Swap(true) {
+				return nil, errSecondDial
+			}
+			return dial(ctx, "tcp", addr)
+		}))
 		if err != nil {
 			return err
 		}
@@ -147,6 +164,7 @@ func (p ampParams) grpcScenario(ctx context.Context, allTiers bool, ratio float6
 			}
 		}
 		if i == 0 {
+			cfg.AttemptTimeout = ampGRPCAttemptTimeout
 			if withBreaker {
 				cfg.Breakers = nil // guardgrpc's default: one breaker per target
 			}
