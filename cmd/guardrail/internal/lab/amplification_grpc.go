@@ -30,10 +30,14 @@ const ampGRPCService = "/grpc.health.v1.Health/"
 // answer 502.
 type tierHealth struct {
 	healthpb.UnimplementedHealthServer
-	next healthpb.HealthClient
+	next   healthpb.HealthClient
+	flight *inFlight // nil: not counted
 }
 
 func (h *tierHealth) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if h.flight != nil {
+		defer h.flight.enter()()
+	}
 	if _, err := h.next.Check(ctx, req); err != nil {
 		return nil, status.Error(codes.Unavailable, "downstream failed")
 	}
@@ -110,8 +114,9 @@ func freshConnAttempt(addr string, dial func(context.Context, string, string) (n
 
 // grpcScenario is scenario over gRPC: tiers of gRPC servers, each calling
 // the next through a guardgrpc client, in front of a dead DB. It returns
-// the DB calls the DB (or the data-service's dialer) saw.
-func (p ampParams) grpcScenario(ctx context.Context, allTiers bool, ratio float64, users int, over time.Duration, withBreaker bool) (int64, error) {
+// the DB calls the DB (or the data-service's dialer) saw; peak counts the
+// calls in the data-service.
+func (p ampParams) grpcScenario(ctx context.Context, allTiers bool, ratio float64, users int, over time.Duration, withBreaker bool, peak *inFlight) (int64, error) {
 	var dbAddr string
 	var count func() int64
 	var dial func(context.Context, string, string) (net.Conn, error)
@@ -181,7 +186,11 @@ func (p ampParams) grpcScenario(ctx context.Context, allTiers bool, ratio float6
 			return 0, err
 		}
 		closers = append(closers, func() { _ = cc.Close() })
-		s, err := serveGRPC(&tierHealth{next: healthpb.NewHealthClient(cc)})
+		h := &tierHealth{next: healthpb.NewHealthClient(cc)}
+		if i == 0 {
+			h.flight = peak
+		}
+		s, err := serveGRPC(h)
 		if err != nil {
 			return 0, err
 		}
