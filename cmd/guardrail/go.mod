@@ -17,7 +17,12 @@ require (
 	golang.org/x/tools v0.52.0
 )
 
-require golang.org/x/time v0.16.0 // indirect
+require (
+	golang.org/x/net v0.61.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -30,5 +35,10 @@ require (
 	golang.org/x/mod v0.42.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
-	golang.org/x/text v0.41.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+)
+
+require (
+	github.com/guardrail-go/guardrail/extra/guardgrpc v0.1.0
+	google.golang.org/grpc v1.85.0
 )
