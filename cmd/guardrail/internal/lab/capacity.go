@@ -181,10 +181,10 @@ func (p shedParams) capacity(ctx context.Context, env *Env, r *Result) error {
 				if err != nil {
 					return err
 				}
-				if try == 1 || res.lagP99 < run.res.lagP99 {
+				if try == 1 || p.betterRun(res, run.res, over*capacity0) {
 					run.res, run.limits = res, trace
 				}
-				if !p.capacityLagged(res, over*capacity0) || try == shedTries {
+				if !p.unfit(res, over*capacity0) || try == shedTries {
 					break
 				}
 			}
@@ -217,12 +217,15 @@ func (p shedParams) capacity(ctx context.Context, env *Env, r *Result) error {
 	for _, over := range cp.overloads {
 		var adaptive *capacityRun
 		var fixed []*capacityRun
-		lagged := false
+		// Every check of an overload compares its runs' timings: each
+		// run must have kept its schedule on a machine quiet enough to time.
+		pre := &timing{}
 		for _, run := range runs {
 			if run.overload != over {
 				continue
 			}
-			lagged = lagged || p.capacityLagged(run.res, over*capacity0)
+			what := fmt.Sprintf("%s at %gx", run.label, over)
+			pre.needSchedule(p.sched(run.res, over*capacity0, what)).needQuiet(what, run.res.late)
 			if run.limit == 0 {
 				adaptive = run
 			} else {
@@ -232,9 +235,9 @@ func (p shedParams) capacity(ctx context.Context, env *Env, r *Result) error {
 		name := func(what string) string { return fmt.Sprintf("capacity %gx: %s", over, what) }
 		checks := []string{"the adaptive limit follows the pool", "adaptive keeps >= 85% goodput in every phase",
 			"adaptive p99 within a fifth of the client timeout in every phase", "adaptive converges within 1 s", "no fixed limit does all that"}
-		if lagged {
+		if !pre.held() {
 			for _, what := range checks {
-				r.notJudged(name(what), "a run of this overload could not keep its load on schedule: this machine was too busy to measure it")
+				r.timed(pre, false, name(what), "")
 			}
 			continue
 		}
@@ -301,11 +304,6 @@ func joinFloats(v []float64) string {
 	return strings.Join(s, ", ")
 }
 
-// capacityLagged is lagged for a run at its own rate.
-func (p shedParams) capacityLagged(res shedResult, rps float64) bool {
-	return res.sendRate < 0.95*rps || res.lagP99 > p.maxLag()
-}
-
 // capacityScenario serves a resizable pool behind a shedder with limit (0:
 // adaptive) and sends it load open-loop at rps through every phase. It
 // returns the run and the shedder's limit every limitStep.
@@ -364,6 +362,8 @@ func (p shedParams) capacityScenario(ctx context.Context, limit int, rps float64
 	})
 	interval := float64(time.Second) / rps
 	var shots sync.WaitGroup
+	probe := probeQuiet(ctx)
+	defer probe.stop()
 	for i := range n {
 		due := time.Duration(float64(i) * interval)
 		if err := sleepUntil(ctx, start.Add(due)); err != nil {
@@ -376,6 +376,7 @@ func (p shedParams) capacityScenario(ctx context.Context, limit int, rps float64
 		})
 	}
 	shots.Wait()
+	res.late = probe.stop()
 	stop()
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
