@@ -214,7 +214,17 @@ func (p shedParams) capacity(ctx context.Context, env *Env, r *Result) error {
 				p99, conv.Named("converge"))
 		}
 	}
-	for _, over := range cp.overloads {
+	p.capacityChecks(r, runs, capacity0)
+	r.note("capacity rows: the pool has %v slots in %v phases of %v, at %s x its first capacity (%.0f rps); goodput_pct_of_capacity = 200s answered within the client timeout during the phase, per second, over the phase's capacity; p99_ok_ms is over those 200s; converge_ms = time after the change until successes per 100 ms are back within 5%% of the median of the phase's second half.",
+		cp.phases, len(cp.phases), cp.phase, joinFloats(cp.overloads), capacity0)
+	r.Charts = append(r.Charts, p.capacityCharts(runs)...)
+	return nil
+}
+
+// capacityChecks judges every overload's runs: the adaptive limit and
+// each fixed one, at capacity0 x the overload.
+func (p shedParams) capacityChecks(r *Result, runs []*capacityRun, capacity0 float64) {
+	for _, over := range p.cap.overloads {
 		var adaptive *capacityRun
 		var fixed []*capacityRun
 		// Every check of an overload compares its runs' timings: each
@@ -290,10 +300,6 @@ func (p shedParams) capacity(ctx context.Context, env *Env, r *Result) error {
 		r.check(len(fixedOK) == 0, name(checks[4]), "fixed limits that kept >= 85%% goodput and p99 <= %v in every phase: %d (%s)", maxP99, len(fixedOK), strings.Join(fixedOK, ", "))
 		r.note("capacity %gx, the stricter targets (goodput within 2 points of the best fixed limit of the phase, p99 <= 2x the query time): %s.", over, strings.Join(strict, "; "))
 	}
-	r.note("capacity rows: the pool has %v slots in %v phases of %v, at %s x its first capacity (%.0f rps); goodput_pct_of_capacity = 200s answered within the client timeout during the phase, per second, over the phase's capacity; p99_ok_ms is over those 200s; converge_ms = time after the change until successes per 100 ms are back within 5%% of the median of the phase's second half.",
-		cp.phases, len(cp.phases), cp.phase, joinFloats(cp.overloads), capacity0)
-	r.Charts = append(r.Charts, p.capacityCharts(runs)...)
-	return nil
 }
 
 func joinFloats(v []float64) string {

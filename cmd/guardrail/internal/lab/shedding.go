@@ -283,7 +283,56 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 		}
 	}
 
-	// Checks. Without shedding, request i (of an offered rate 3C on a pool
+	p.checks(r, rows, results, mix)
+
+	// Notes.
+	r.note("goodput = 200s received within the client timeout / the %v of load; p99_503 is the client-side latency of the refusals; wasted = queries the pool ran for clients that had already given up.", p.duration)
+	// shed's default shares, as its Config.Shares documents them.
+	shares := map[shed.Priority]float64{shed.Sheddable: 0.50, shed.Low: 0.70, shed.Normal: 0.85, shed.High: 0.95, shed.Critical: 1.00}
+	var mixText, shareText []string
+	for _, m := range mix {
+		sent := results[len(results)-1].summary(func(o *shot) bool { return o.prio == m.p }).sent
+		mixText = append(mixText, fmt.Sprintf("%s %.0f%%", m.p, pct(sent, n)))
+		shareText = append(shareText, fmt.Sprintf("%.0f%%", 100*shares[m.p]))
+	}
+	r.note("%s: %s of the requests, claimed in %s (this server trusts it up to critical); with the default shares they are admitted while fewer than %s of the limit are in flight.",
+		prioRow.label, strings.Join(mixText, ", "), shed.HeaderPriority, strings.Join(shareText, ", "))
+	r.note("the pool holds a slot %v per query whatever the caller does (a query runs to its end), but a request waiting for a slot leaves when its client does; slots go first come, first served.", p.service)
+	for i, row := range rows {
+		res := results[i]
+		if res.probeEnd == nil {
+			continue
+		}
+		st := res.shedder.Stats()
+		during := res.summary(func(o *shot) bool { return o.sched < startWindow })
+		after := res.summary(func(o *shot) bool { return o.sched >= startWindow })
+		r.note("%s: it starts at the limit %d with no probe, measures the no-load latency (%v) from its first requests, and settles in a window or two: %.0f%% of the requests sent in the first %v succeeded, %.0f%% of those sent after (the pool can serve %.0f%% of the offered load); limit at the end %d.",
+			row.label, 20, st.MinRTT.Round(time.Millisecond), pct(during.ok, during.sent), startWindow, pct(after.ok, after.sent), 100*min(1, capacity/p.rps), st.Limit)
+	}
+	worstRate, worstP99, worstMax := math.Inf(1), time.Duration(0), time.Duration(0)
+	var worstLate lateness
+	for _, res := range results {
+		worstRate = min(worstRate, res.sendRate)
+		worstP99, worstMax = max(worstP99, res.lagP99), max(worstMax, res.lagMax)
+		worstLate = worstLate.worse(res.late)
+	}
+	r.note("load generator: open loop, %d requests per row scheduled at %.0f rps, a goroutine each; achieved send rate at least %.1f rps in every row; requests started behind schedule by p99 %v, at most %v (worst row); timer lateness alongside the load %s (worst row; a row is timed when its p99 is <= %v).",
+		n, p.rps, worstRate, worstP99.Round(100*time.Microsecond), worstMax.Round(100*time.Microsecond), worstLate, quietBound)
+	if len(reruns) > 0 {
+		r.note("rerun because the load generator fell behind its schedule (send rate under 95%% of the target, or p99 lag over %v) or the machine was too busy to time the row (timer lateness p99 over %v): %s.", p.maxLag(), quietBound, strings.Join(reruns, "; "))
+	}
+
+	r.Charts = append(r.Charts, p.charts(rows, results, mix)...)
+	if err := p.capacity(ctx, env, r); err != nil {
+		return nil, nil, err
+	}
+	return r, results, nil
+}
+
+// checks judges the rows (no shedding, a fixed limit, then the others).
+func (p shedParams) checks(r *Result, rows []shedRow, results []shedResult, mix []mixShare) {
+	capacity := float64(p.slots) / p.service.Seconds()
+	// Without shedding, request i (of an offered rate 3C on a pool
 	// of capacity C) waits i(1/C - 1/3C) for a slot, so only the first
 	// 1.5 C (timeout - service) succeed, however long the run; at a limit L
 	// the pool serves C per second for the whole duration D, plus L. The
@@ -347,61 +396,15 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 		r.timed(pre(len(results)-1), pct(ts.ok, ts.sent) >= 95, top.p.String()+" keeps its success",
 			"%s: %d of %d succeeded (%.1f%%, want >= 95%%)", top.p, ts.ok, ts.sent, pct(ts.ok, ts.sent))
 	}
-
-	// Notes.
-	r.note("goodput = 200s received within the client timeout / the %v of load; p99_503 is the client-side latency of the refusals; wasted = queries the pool ran for clients that had already given up.", p.duration)
-	// shed's default shares, as its Config.Shares documents them.
-	shares := map[shed.Priority]float64{shed.Sheddable: 0.50, shed.Low: 0.70, shed.Normal: 0.85, shed.High: 0.95, shed.Critical: 1.00}
-	var mixText, shareText []string
-	for _, m := range mix {
-		sent := results[len(results)-1].summary(func(o *shot) bool { return o.prio == m.p }).sent
-		mixText = append(mixText, fmt.Sprintf("%s %.0f%%", m.p, pct(sent, n)))
-		shareText = append(shareText, fmt.Sprintf("%.0f%%", 100*shares[m.p]))
-	}
-	r.note("%s: %s of the requests, claimed in %s (this server trusts it up to critical); with the default shares they are admitted while fewer than %s of the limit are in flight.",
-		prioRow.label, strings.Join(mixText, ", "), shed.HeaderPriority, strings.Join(shareText, ", "))
-	r.note("the pool holds a slot %v per query whatever the caller does (a query runs to its end), but a request waiting for a slot leaves when its client does; slots go first come, first served.", p.service)
-	for i, row := range rows {
-		res := results[i]
-		if res.probeEnd == nil {
-			continue
-		}
-		st := res.shedder.Stats()
-		during := res.summary(func(o *shot) bool { return o.sched < startWindow })
-		after := res.summary(func(o *shot) bool { return o.sched >= startWindow })
-		r.note("%s: it starts at the limit %d with no probe, measures the no-load latency (%v) from its first requests, and settles in a window or two: %.0f%% of the requests sent in the first %v succeeded, %.0f%% of those sent after (the pool can serve %.0f%% of the offered load); limit at the end %d.",
-			row.label, 20, st.MinRTT.Round(time.Millisecond), pct(during.ok, during.sent), startWindow, pct(after.ok, after.sent), 100*min(1, capacity/p.rps), st.Limit)
-	}
-	worstRate, worstP99, worstMax := math.Inf(1), time.Duration(0), time.Duration(0)
-	var worstLate lateness
-	for _, res := range results {
-		worstRate = min(worstRate, res.sendRate)
-		worstP99, worstMax = max(worstP99, res.lagP99), max(worstMax, res.lagMax)
-		worstLate = worstLate.worse(res.late)
-	}
-	r.note("load generator: open loop, %d requests per row scheduled at %.0f rps, a goroutine each; achieved send rate at least %.1f rps in every row; requests started behind schedule by p99 %v, at most %v (worst row); timer lateness alongside the load %s (worst row; a row is timed when its p99 is <= %v).",
-		n, p.rps, worstRate, worstP99.Round(100*time.Microsecond), worstMax.Round(100*time.Microsecond), worstLate, quietBound)
-	if len(reruns) > 0 {
-		r.note("rerun because the load generator fell behind its schedule (send rate under 95%% of the target, or p99 lag over %v) or the machine was too busy to time the row (timer lateness p99 over %v): %s.", p.maxLag(), quietBound, strings.Join(reruns, "; "))
-	}
-
-	r.Charts = append(r.Charts, p.charts(rows, results, mix)...)
-	if err := p.capacity(ctx, env, r); err != nil {
-		return nil, nil, err
-	}
-	return r, results, nil
 }
 
 // shedTries is how many times a row runs at most while its load generator
 // falls behind.
 const shedTries = 3
 
-// lagged reports whether res's load generator fell behind its schedule:
-// an achieved send rate under 95 % of the target, or more than 1 % of the
-// requests late by more than maxLag.
-func (p shedParams) lagged(res shedResult) bool { return !p.sched(res, p.rps, "").kept() }
-
-// sched is res's schedule, at rps, for timing's rule.
+// sched is res's schedule at rps, for timing's rule: an achieved send
+// rate of at least 95 % of rps, and at most 1 % of the requests late by
+// more than maxLag.
 func (p shedParams) sched(res shedResult, rps float64, run string) schedule {
 	return schedule{run: run, rate: res.sendRate, want: rps, lagP99: res.lagP99, maxLag: p.maxLag()}
 }
