@@ -95,9 +95,77 @@ func TestLatenessQuiet(t *testing.T) {
 			}
 		})
 	}
-	if why := busyLate.reason(""); !strings.Contains(why, "p99 65ms") || !strings.Contains(why, "want p99 <= 5ms") {
+	if why := busyLate.reason(""); !strings.Contains(why, "p99 65ms") || !strings.Contains(why, "want p99 <= 10ms") {
 		t.Errorf("reason %q lacks the lateness and the bound", why)
 	}
+	// Every core taken: the timer wakes promptly, the CPU is not there.
+	for _, tc := range []struct {
+		wait  float64
+		quiet bool
+	}{{-1, true}, {0, true}, {maxCPUWait, true}, {0.97, false}} {
+		l := lateness{samples: 1000, p99: time.Millisecond, cpuWait: tc.wait}
+		if l.quiet() != tc.quiet {
+			t.Errorf("CPU wait %v: quiet() = %v, want %v", tc.wait, l.quiet(), tc.quiet)
+		}
+		if !tc.quiet && !strings.Contains(l.reason(""), "tasks waited for a CPU 97% of the time (want <= 50%)") {
+			t.Errorf("reason %q lacks the CPU wait and its bound", l.reason(""))
+		}
+	}
+}
+
+func TestCPUWait(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	marks := []stallMark{{t0, 0}, {t0.Add(time.Second), 100 * time.Millisecond}, {t0.Add(2 * time.Second), 1100 * time.Millisecond}}
+	for _, tc := range []struct {
+		marks []stallMark
+		until time.Time
+		want  float64
+	}{
+		{marks, time.Time{}, 0.55},
+		{marks, t0.Add(1500 * time.Millisecond), 0.1},
+		{marks, t0.Add(500 * time.Millisecond), -1},
+		{marks[:1], time.Time{}, -1},
+		{nil, time.Time{}, -1},
+		{[]stallMark{{t0, time.Second}, {t0.Add(time.Second), 0}}, time.Time{}, -1}, // a counter going back
+		{[]stallMark{{t0, 0}, {t0.Add(time.Second), 5 * time.Second}}, time.Time{}, 1},
+	} {
+		if got := cpuWait(tc.marks, tc.until); got != tc.want {
+			t.Errorf("cpuWait(%v, %v) = %v, want %v", tc.marks, tc.until, got, tc.want)
+		}
+	}
+}
+
+func TestParseCPUPressure(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"some avg10=19.53 avg60=19.39 avg300=41.80 total=2621281596\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", 2621281596 * time.Microsecond, true},
+		{"full avg10=0.00 total=5\nsome total=7\n", 7 * time.Microsecond, true},
+		{"", 0, false},
+		{"some avg10=1.00\n", 0, false},
+		{"some total=-1\n", 0, false},
+		{"some total=99999999999999999999\n", 0, false},
+		{"some total=9223372036854776\n", 0, false}, // overflows as a Duration
+		{"some total=x\n", 0, false},
+	} {
+		got, ok := parseCPUPressure(tc.in)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("parseCPUPressure(%q) = %v, %v; want %v, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func FuzzParseCPUPressure(f *testing.F) {
+	f.Add("some avg10=19.53 avg60=19.39 avg300=41.80 total=2621281596\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+	f.Add("some total=9223372036854775807")
+	f.Add("some\n\n total=")
+	f.Fuzz(func(t *testing.T, s string) {
+		if d, ok := parseCPUPressure(s); ok && d < 0 {
+			t.Errorf("parseCPUPressure(%q) = %v, negative", s, d)
+		}
+	})
 }
 
 // The probe samples until stopped, and before keeps the samples of the
