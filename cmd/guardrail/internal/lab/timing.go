@@ -75,8 +75,8 @@ const quietBound = 10 * time.Millisecond
 
 // maxCPUWait is the largest share of a run during which some task may
 // wait for a CPU (the kernel's CPU pressure, "some") on a machine quiet
-// enough to time. The lab alone on 2 cores stays under a tenth; with 8
-// busy loops it is all of the time.
+// enough to time. The lab's own load on 2 cores stays below it; with 8
+// busy loops it is over 90 % of the time.
 const maxCPUWait = 0.5
 
 // cpuPressureFile is where Linux reports CPU pressure.
