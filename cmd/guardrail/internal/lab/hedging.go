@@ -152,7 +152,7 @@ func (p hedgingParams) run(ctx context.Context, env *Env) (*Result, error) {
 	for _, row := range rows {
 		worst = worst.worse(row.late)
 	}
-	r.note("timer lateness alongside the calls %s (worst row; a row is timed when its p99 is <= %v)", worst, quietBound)
+	r.note("timer lateness alongside the calls %s (worst row; a row is timed when its p99 is <= %v and its CPU wait, where known, <= %.0f%%)", worst, quietBound, 100*maxCPUWait)
 	r.note("hedges spend the retry budget (10 %%) and pause for 10 s after a 503 or a Retry-After; calls are not retried (1 attempt), so every extra request is a hedge")
 	return r, nil
 }

@@ -513,8 +513,8 @@ func (p incParams) run(ctx context.Context, env *Env) (*Result, error) {
 		worstRate, worstP99 = min(worstRate, row.res.sendRate/row.res.rateWanted), max(worstP99, row.res.lagP99)
 		worstLate = worstLate.worse(row.res.late)
 	}
-	r.note("load generator: open loop, a goroutine per request; worst send rate %.1f%% of its schedule, worst p99 start lag %v; timer lateness alongside the load %s (worst run; a run is timed when its p99 is <= %v). Judged over the whole run for guarded, before the trigger for naive: from then on the naive storm loads this machine by itself.",
-		100*worstRate, worstP99.Round(100*time.Microsecond), worstLate, quietBound)
+	r.note("load generator: open loop, a goroutine per request; worst send rate %.1f%% of its schedule, worst p99 start lag %v; timer lateness alongside the load %s (worst run; a run is timed when its p99 is <= %v and its CPU wait, where known, <= %.0f%%). Judged over the whole run for guarded, before the trigger for naive: from then on the naive storm loads this machine by itself.",
+		100*worstRate, worstP99.Round(100*time.Microsecond), worstLate, quietBound, 100*maxCPUWait)
 	r.Notes = append(r.Notes, timelines...)
 	if len(reruns) > 0 {
 		r.note("rerun because the load generator fell behind its schedule or the machine was too busy to time the run: %s.", strings.Join(reruns, "; "))

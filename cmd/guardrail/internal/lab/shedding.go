@@ -316,10 +316,10 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 		worstP99, worstMax = max(worstP99, res.lagP99), max(worstMax, res.lagMax)
 		worstLate = worstLate.worse(res.late)
 	}
-	r.note("load generator: open loop, %d requests per row scheduled at %.0f rps, a goroutine each; achieved send rate at least %.1f rps in every row; requests started behind schedule by p99 %v, at most %v (worst row); timer lateness alongside the load %s (worst row; a row is timed when its p99 is <= %v).",
-		n, p.rps, worstRate, worstP99.Round(100*time.Microsecond), worstMax.Round(100*time.Microsecond), worstLate, quietBound)
+	r.note("load generator: open loop, %d requests per row scheduled at %.0f rps, a goroutine each; achieved send rate at least %.1f rps in every row; requests started behind schedule by p99 %v, at most %v (worst row); timer lateness alongside the load %s (worst row; a row is timed when its p99 is <= %v and its CPU wait, where known, <= %.0f%%).",
+		n, p.rps, worstRate, worstP99.Round(100*time.Microsecond), worstMax.Round(100*time.Microsecond), worstLate, quietBound, 100*maxCPUWait)
 	if len(reruns) > 0 {
-		r.note("rerun because the load generator fell behind its schedule (send rate under 95%% of the target, or p99 lag over %v) or the machine was too busy to time the row (timer lateness p99 over %v): %s.", p.maxLag(), quietBound, strings.Join(reruns, "; "))
+		r.note("rerun because the load generator fell behind its schedule (send rate under 95%% of the target, or p99 lag over %v) or the machine was too busy to time the row (timer lateness p99 over %v, or CPU wait over %.0f%%): %s.", p.maxLag(), quietBound, 100*maxCPUWait, strings.Join(reruns, "; "))
 	}
 
 	r.Charts = append(r.Charts, p.charts(rows, results, mix)...)

@@ -183,7 +183,7 @@ func (p throttlingParams) checks(r *Result, results []throttleRun) {
 	for _, run := range results {
 		worst = worst.worse(run.late)
 	}
-	r.note("load generator: %.0f req/s open loop in every mode; timer lateness alongside it %s (worst mode; a mode is timed when its p99 is <= %v)", p.offered, worst, quietBound)
+	r.note("load generator: %.0f req/s open loop in every mode; timer lateness alongside it %s (worst mode; a mode is timed when its p99 is <= %v and its CPU wait, where known, <= %.0f%%)", p.offered, worst, quietBound, 100*maxCPUWait)
 }
 
 // runMode offers the load for two phases, halving the backend's capacity
