@@ -181,10 +181,10 @@ func (p shedParams) capacity(ctx context.Context, env *Env, r *Result) error {
 				if err != nil {
 					return err
 				}
-				if try == 1 || res.lagP99 < run.res.lagP99 {
+				if try == 1 || p.betterRun(res, run.res, over*capacity0) {
 					run.res, run.limits = res, trace
 				}
-				if !p.capacityLagged(res, over*capacity0) || try == shedTries {
+				if !p.unfit(res, over*capacity0) || try == shedTries {
 					break
 				}
 			}
@@ -214,15 +214,28 @@ func (p shedParams) capacity(ctx context.Context, env *Env, r *Result) error {
 				p99, conv.Named("converge"))
 		}
 	}
-	for _, over := range cp.overloads {
+	p.capacityChecks(r, runs, capacity0)
+	r.note("capacity rows: the pool has %v slots in %v phases of %v, at %s x its first capacity (%.0f rps); goodput_pct_of_capacity = 200s answered within the client timeout during the phase, per second, over the phase's capacity; p99_ok_ms is over those 200s; converge_ms = time after the change until successes per 100 ms are back within 5%% of the median of the phase's second half.",
+		cp.phases, len(cp.phases), cp.phase, joinFloats(cp.overloads), capacity0)
+	r.Charts = append(r.Charts, p.capacityCharts(runs)...)
+	return nil
+}
+
+// capacityChecks judges every overload's runs: the adaptive limit and
+// each fixed one, at capacity0 x the overload.
+func (p shedParams) capacityChecks(r *Result, runs []*capacityRun, capacity0 float64) {
+	for _, over := range p.cap.overloads {
 		var adaptive *capacityRun
 		var fixed []*capacityRun
-		lagged := false
+		// Every check of an overload compares its runs' timings: each
+		// run must have kept its schedule on a machine quiet enough to time.
+		pre := &timing{}
 		for _, run := range runs {
 			if run.overload != over {
 				continue
 			}
-			lagged = lagged || p.capacityLagged(run.res, over*capacity0)
+			what := fmt.Sprintf("%s at %gx", run.label, over)
+			pre.needSchedule(p.sched(run.res, over*capacity0, what)).needQuiet(what, run.res.late)
 			if run.limit == 0 {
 				adaptive = run
 			} else {
@@ -232,9 +245,9 @@ func (p shedParams) capacity(ctx context.Context, env *Env, r *Result) error {
 		name := func(what string) string { return fmt.Sprintf("capacity %gx: %s", over, what) }
 		checks := []string{"the adaptive limit follows the pool", "adaptive keeps >= 85% goodput in every phase",
 			"adaptive p99 within a fifth of the client timeout in every phase", "adaptive converges within 1 s", "no fixed limit does all that"}
-		if lagged {
+		if !pre.held() {
 			for _, what := range checks {
-				r.notJudged(name(what), "a run of this overload could not keep its load on schedule: this machine was too busy to measure it")
+				r.timed(pre, false, name(what), "")
 			}
 			continue
 		}
@@ -287,10 +300,6 @@ func (p shedParams) capacity(ctx context.Context, env *Env, r *Result) error {
 		r.check(len(fixedOK) == 0, name(checks[4]), "fixed limits that kept >= 85%% goodput and p99 <= %v in every phase: %d (%s)", maxP99, len(fixedOK), strings.Join(fixedOK, ", "))
 		r.note("capacity %gx, the stricter targets (goodput within 2 points of the best fixed limit of the phase, p99 <= 2x the query time): %s.", over, strings.Join(strict, "; "))
 	}
-	r.note("capacity rows: the pool has %v slots in %v phases of %v, at %s x its first capacity (%.0f rps); goodput_pct_of_capacity = 200s answered within the client timeout during the phase, per second, over the phase's capacity; p99_ok_ms is over those 200s; converge_ms = time after the change until successes per 100 ms are back within 5%% of the median of the phase's second half.",
-		cp.phases, len(cp.phases), cp.phase, joinFloats(cp.overloads), capacity0)
-	r.Charts = append(r.Charts, p.capacityCharts(runs)...)
-	return nil
 }
 
 func joinFloats(v []float64) string {
@@ -299,11 +308,6 @@ func joinFloats(v []float64) string {
 		s = append(s, strconv.FormatFloat(f, 'g', -1, 64))
 	}
 	return strings.Join(s, ", ")
-}
-
-// capacityLagged is lagged for a run at its own rate.
-func (p shedParams) capacityLagged(res shedResult, rps float64) bool {
-	return res.sendRate < 0.95*rps || res.lagP99 > p.maxLag()
 }
 
 // capacityScenario serves a resizable pool behind a shedder with limit (0:
@@ -364,6 +368,8 @@ func (p shedParams) capacityScenario(ctx context.Context, limit int, rps float64
 	})
 	interval := float64(time.Second) / rps
 	var shots sync.WaitGroup
+	probe := probeQuiet(ctx)
+	defer probe.stop()
 	for i := range n {
 		due := time.Duration(float64(i) * interval)
 		if err := sleepUntil(ctx, start.Add(due)); err != nil {
@@ -376,6 +382,7 @@ func (p shedParams) capacityScenario(ctx context.Context, limit int, rps float64
 		})
 	}
 	shots.Wait()
+	res.late = probe.stop()
 	stop()
 	wg.Wait()
 	if err := ctx.Err(); err != nil {

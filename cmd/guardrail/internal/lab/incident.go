@@ -303,7 +303,7 @@ type incRow struct {
 	recovery time.Duration // -1: never before the run ended
 	degraded time.Duration // -1: until the run ended
 	tipped   bool          // naive: degraded for 5x the outage or until the run ended
-	measured bool          // the load kept its schedule where it mattered
+	measured bool          // the load kept its schedule where it mattered, on a machine quiet enough to time it
 }
 
 func (row incRow) config() string {
@@ -357,8 +357,8 @@ func (p incParams) run(ctx context.Context, env *Env) (*Result, error) {
 			if row.measured || !guarded || try == incTries {
 				return row, nil
 			}
-			reruns = append(reruns, fmt.Sprintf("%s (try %d: %.1f rps, p99 lag %v)", row.name(), try,
-				res.sendRate, res.lagP99.Round(100*time.Microsecond)))
+			reruns = append(reruns, fmt.Sprintf("%s (try %d: %.1f rps, p99 lag %v, timer lateness %v)", row.name(), try,
+				res.sendRate, res.lagP99.Round(100*time.Microsecond), res.late))
 		}
 	}
 	threshold := map[string]time.Duration{}
@@ -443,6 +443,7 @@ func (p incParams) run(ctx context.Context, env *Env) (*Result, error) {
 			Float("send_rate_rps", round1(res.sendRate), 1).jsonOnly(),
 			Ms("lag_p99_ms", res.lagP99).jsonOnly(),
 			Bool("measured", row.measured).jsonOnly(),
+			Ms("timer_lateness_p99_ms", res.late.p99).jsonOnly(),
 		}
 		if row.relief {
 			cols = append(cols, Ms("relief_start_ms", res.reliefStart).jsonOnly(), Ms("relief_end_ms", res.reliefEnd).jsonOnly(),
@@ -477,8 +478,7 @@ func (p incParams) run(ctx context.Context, env *Env) (*Result, error) {
 		}
 		name := fmt.Sprintf("the naive system tips over after the longest outage (%s %v)", v, longest.outage)
 		if !longest.measured {
-			r.notJudged(name, "%s: the load generator fell behind its schedule before the outage (%.1f rps of %.0f, p99 lag %v): this machine was too busy to measure the run",
-				longest.name(), longest.res.sendRate, longest.res.rateWanted, longest.res.lagP99.Round(100*time.Microsecond))
+			r.notJudged(name, "%s (before the outage)", p.pre(*longest).reason())
 			continue
 		}
 		observed := (longest.res.end - longest.res.trigEnd).Round(time.Millisecond)
@@ -508,14 +508,16 @@ func (p incParams) run(ctx context.Context, env *Env) (*Result, error) {
 			100*p.reliefRate, p.reliefAfter, p.workers, p.step, p.reliefFor)
 	}
 	worstRate, worstP99 := math.Inf(1), time.Duration(0)
+	var worstLate lateness
 	for _, row := range rows {
 		worstRate, worstP99 = min(worstRate, row.res.sendRate/row.res.rateWanted), max(worstP99, row.res.lagP99)
+		worstLate = worstLate.worse(row.res.late)
 	}
-	r.note("load generator: open loop, a goroutine per request; worst send rate %.1f%% of its schedule, worst p99 start lag %v (judged over the whole run for guarded, before the trigger for naive: from then on the naive storm loads this machine by itself).",
-		100*worstRate, worstP99.Round(100*time.Microsecond))
+	r.note("load generator: open loop, a goroutine per request; worst send rate %.1f%% of its schedule, worst p99 start lag %v; timer lateness alongside the load %s (worst run; a run is timed when its p99 is <= %v and its CPU wait, where known, <= %.0f%%). Judged over the whole run for guarded, before the trigger for naive: from then on the naive storm loads this machine by itself.",
+		100*worstRate, worstP99.Round(100*time.Microsecond), worstLate, quietBound, 100*maxCPUWait)
 	r.Notes = append(r.Notes, timelines...)
 	if len(reruns) > 0 {
-		r.note("rerun because the load generator fell behind its schedule: %s.", strings.Join(reruns, "; "))
+		r.note("rerun because the load generator fell behind its schedule or the machine was too busy to time the run: %s.", strings.Join(reruns, "; "))
 	}
 	r.Charts = p.charts(rows, variants, threshold)
 	return r, nil
@@ -557,15 +559,15 @@ func (p incParams) judge(row *incRow) {
 	row.degraded = res.degradedFrom(p, res.trigEnd)
 	want := min(5*row.outage, res.end-res.trigEnd)
 	row.tipped = row.degraded < 0 || row.degraded >= want
-	row.measured = !res.lagged(p)
+	row.measured = p.pre(*row).held()
 }
 
 func (p incParams) checks(r *Result, rows []incRow, threshold map[string]time.Duration) {
 	notJudged := func(name string, row incRow) {
-		// A run whose load fell behind its schedule measured this machine,
-		// not the system: its check is not judged.
-		r.notJudged(name, "%s: the load generator fell behind its schedule (%.1f rps of %.0f, p99 lag %v, want >= 95%% and under %v): this machine was too busy to measure the run",
-			row.name(), row.res.sendRate, row.res.rateWanted, row.res.lagP99.Round(100*time.Microsecond), p.maxLag())
+		// A run whose load fell behind its schedule, or that ran on a
+		// machine too busy to time it, measured this machine, not the
+		// system: its check is not judged.
+		r.notJudged(name, "%s", p.pre(row).reason())
 	}
 	for _, row := range rows {
 		res := row.res
@@ -661,6 +663,7 @@ type incRun struct {
 	sendRate   float64         // achieved, over the judged part of the run
 	rateWanted float64         // scheduled, over the same part
 	lagP99     time.Duration   // start behind schedule, over the same part
+	late       lateness        // the machine's scheduling lateness, over the same part
 	maxLag     []time.Duration // the worst start lag, by send bucket
 }
 
@@ -752,9 +755,16 @@ func (res *incRun) wastedPct() float64 {
 	return 100 * float64(lost) / float64(run)
 }
 
-// lagged reports whether the load generator fell behind its schedule.
-func (res *incRun) lagged(p incParams) bool {
-	return res.sendRate < 0.95*res.rateWanted || res.lagP99 > p.maxLag()
+// sched is the run's schedule, for timing's rule.
+func (res *incRun) sched(p incParams, run string) schedule {
+	return schedule{run: run, rate: res.sendRate, want: res.rateWanted, lagP99: res.lagP99, maxLag: p.maxLag()}
+}
+
+// pre is what a timing check of row needs: its load kept its schedule, on
+// a machine quiet enough to time it, over the part of the run judged.
+func (p incParams) pre(row incRow) *timing {
+	t := &timing{}
+	return t.needSchedule(row.res.sched(p, row.name())).needQuiet(row.name(), row.res.late)
 }
 
 // headerUserDeadline carries, from tier to tier, when the user who caused a
@@ -1301,6 +1311,8 @@ func (p incParams) scenario(ctx context.Context, env *Env, variant string, guard
 		return !guarded && !relief && snap.degradedFrom(p, trigEnd) < 0 && snap.end-trigEnd >= 5*outage
 	}
 	var shots sync.WaitGroup
+	probe := probeQuiet(runCtx)
+	defer probe.stop()
 	n := len(due)
 	nextCheck := trigEnd
 	drainedSince := time.Duration(-1)
@@ -1410,6 +1422,7 @@ func (p incParams) scenario(ctx context.Context, env *Env, variant string, guard
 		res.sendRate = float64(cnt-1) / (last - first).Seconds()
 	}
 	res.lagP99 = quantile(lags, 0.99)
+	res.late = probe.before(start.Add(judgeTo))
 	res.maxLag = make([]time.Duration, nbUsed)
 	for i, d := range due {
 		if k := res.bucket(d); k < nbUsed {

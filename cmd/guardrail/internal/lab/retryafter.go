@@ -92,6 +92,43 @@ func (s *raServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(s.status)
 }
 
+// raRow is what one row measured, for its checks.
+type raRow struct {
+	honour          bool          // the deadline leaves time to wait as asked
+	asked, deadline time.Duration // what the server asked, the caller's deadline
+	late            lateness      // the machine's scheduling lateness while the calls ran
+	retries, early  int           // retries the server saw, and those before it allowed them
+	afterDeadline   int           // attempts that reached the server after their caller's deadline
+	ok              int           // calls answered 200
+	refusedAtOnce   int           // calls handed the refusal without a retry
+	earliest        time.Duration // the soonest retry after its refusal; -1 if none
+	slowest         time.Duration // the slowest call
+}
+
+// checks judges a row. The counts of retries, and of those earlier than
+// asked, hold however busy the machine (a late timer cannot make a retry
+// early); what happens by a time (success before the deadline, the
+// refusal handed back at once, nothing arriving after the deadline) needs
+// a machine quiet enough to time.
+func (p retryAfterParams) checks(r *Result, row raRow) {
+	pre := (&timing{}).needQuiet("", row.late)
+	if row.honour {
+		r.check(row.retries == p.clients && row.early == 0, "retry no earlier than asked",
+			"%d of %d calls retried, %d before the server allowed, earliest %v after the refusal (asked %v)", row.retries, p.clients, row.early, row.earliest.Round(time.Millisecond), row.asked)
+		r.timed(pre, row.ok == p.clients, "retry succeeds in time", "%d of %d calls succeeded", row.ok, p.clients)
+	} else {
+		name := "no retry past the deadline"
+		detail := "%d retries, %d callers handed the %d at once, slowest call %v: asked %v with %v left"
+		args := []any{row.retries, row.refusedAtOnce, p.status, row.slowest.Round(time.Millisecond), row.asked, row.deadline}
+		if row.retries != 0 {
+			r.check(false, name, detail, args...) // a count: judged whatever the machine did
+		} else {
+			r.timed(pre, row.refusedAtOnce == p.clients && row.slowest < 200*time.Millisecond, name, detail, args...)
+		}
+	}
+	r.timed(pre, row.afterDeadline == 0, "nothing after the deadline", "%d attempts reached the server after their caller's deadline", row.afterDeadline)
+}
+
 // checkFlags reports every flag the experiment cannot run with.
 func (p retryAfterParams) checkFlags() error {
 	var c flagCheck
@@ -146,6 +183,7 @@ func (p retryAfterParams) run(ctx context.Context, env *Env) (*Result, error) {
 		var mu sync.Mutex
 		var took []time.Duration
 		var ok, refusedAtOnce int
+		probe := probeQuiet(ctx)
 		for c := range p.clients {
 			wg.Go(func() {
 				cctx, cancel := context.WithTimeout(ctx, row.deadline)
@@ -175,6 +213,7 @@ func (p retryAfterParams) run(ctx context.Context, env *Env) (*Result, error) {
 			})
 		}
 		wg.Wait()
+		late := probe.stop()
 		s.Close()
 
 		srv.mu.Lock()
@@ -184,7 +223,7 @@ func (p retryAfterParams) run(ctx context.Context, env *Env) (*Result, error) {
 				earliest = g
 			}
 		}
-		retries, early, late := len(srv.gaps), srv.early, srv.late
+		retries, early, afterDeadline := len(srv.gaps), srv.early, srv.late
 		asked := time.Duration(-1) // what the server allowed, at least: an HTTP-date rounds up
 		for id, t := range srv.refused {
 			if a := srv.until[id].Sub(t); asked < 0 || a < asked {
@@ -202,17 +241,11 @@ func (p retryAfterParams) run(ctx context.Context, env *Env) (*Result, error) {
 		} else {
 			cols = append(cols, Col{Key: "earliest_retry_after_ms", Name: "earliest_retry", Value: nil, Format: "none"})
 		}
-		cols = append(cols, Int("calls", p.clients), Int("retries", retries), Int("ok", ok), Ms("took_ms", maxTook).Named("slowest"))
+		cols = append(cols, Int("calls", p.clients), Int("retries", retries), Int("ok", ok), Ms("took_ms", maxTook).Named("slowest"),
+			Ms("timer_lateness_p99_ms", late.p99).jsonOnly())
 		r.add(row.label, cols...)
-		if row.honour {
-			r.check(retries == p.clients && early == 0, "retry no earlier than asked",
-				"%d of %d calls retried, %d before the server allowed, earliest %v after the refusal (asked %v)", retries, p.clients, early, earliest.Round(time.Millisecond), row.asked)
-			r.check(ok == p.clients, "retry succeeds in time", "%d of %d calls succeeded", ok, p.clients)
-		} else {
-			r.check(retries == 0 && refusedAtOnce == p.clients && maxTook < 200*time.Millisecond, "no retry past the deadline",
-				"%d retries, %d callers handed the %d at once, slowest call %v: asked %v with %v left", retries, refusedAtOnce, p.status, maxTook.Round(time.Millisecond), row.asked, row.deadline)
-		}
-		r.check(late == 0, "nothing after the deadline", "%d attempts reached the server after their caller's deadline", late)
+		p.checks(r, raRow{honour: row.honour, asked: row.asked, deadline: row.deadline, late: late, retries: retries, early: early,
+			afterDeadline: afterDeadline, ok: ok, refusedAtOnce: refusedAtOnce, earliest: earliest, slowest: maxTook})
 	}
 	r.note("earliest_retry is measured by the server: from writing the refusal to the retry's arrival.")
 	return r, nil

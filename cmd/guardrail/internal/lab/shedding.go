@@ -259,13 +259,13 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 			if err != nil {
 				return nil, nil, err
 			}
-			if try == 1 || res.lagP99 < results[i].lagP99 {
+			if try == 1 || p.betterRun(res, results[i], p.rps) {
 				results[i] = res
 			}
-			if !p.lagged(res) || try == shedTries {
+			if !p.unfit(res, p.rps) || try == shedTries {
 				break
 			}
-			reruns = append(reruns, fmt.Sprintf("%s (try %d: %.1f rps, p99 lag %v)", row.label, try, res.sendRate, res.lagP99.Round(100*time.Microsecond)))
+			reruns = append(reruns, fmt.Sprintf("%s (try %d: %.1f rps, p99 lag %v, timer lateness %v)", row.label, try, res.sendRate, res.lagP99.Round(100*time.Microsecond), res.late))
 		}
 	}
 
@@ -283,84 +283,7 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 		}
 	}
 
-	// Checks. Without shedding, request i (of an offered rate 3C on a pool
-	// of capacity C) waits i(1/C - 1/3C) for a slot, so only the first
-	// 1.5 C (timeout - service) succeed, however long the run; at a limit L
-	// the pool serves C per second for the whole duration D, plus L. The
-	// ratio, (D + L/C) / (1.5 (timeout - service)), is 2.2 at the default
-	// numbers and 2.4 in a quick run, whatever C the machine really gives.
-	//
-	// A row whose load still fell behind its schedule after every try
-	// measured this machine, not the shedder: the checks that need it are
-	// reported as not judged, so the lab neither passes on numbers it did
-	// not get nor blames the shedder for a stalled process.
-	const unmeasured = "a row this check needs could not keep its load on schedule"
-	measured := func(rows ...int) bool {
-		for _, i := range rows {
-			if p.lagged(results[i]) {
-				return false
-			}
-		}
-		return true
-	}
-	for i, res := range results {
-		if p.lagged(res) {
-			r.notJudged("load kept its schedule ("+rows[i].label+")",
-				"%d tries, the best at %.1f rps with a p99 lag of %v (want >= 95%% of %.0f rps, lag under %v): this machine was too busy to measure the row, so its checks were not judged",
-				shedTries, res.sendRate, res.lagP99.Round(100*time.Microsecond), p.rps, p.maxLag())
-		}
-	}
-	none, fixed := results[0].summary(nil), results[1].summary(nil)
-	if measured(0, 1) {
-		ratio := fixed.goodput(p.duration) / none.goodput(p.duration)
-		r.check(ratio >= 2, "shedding more than doubles goodput",
-			"shed at %d: %.1f rps, no shedding: %.1f rps (%.2fx, want >= 2x)", p.limit, fixed.goodput(p.duration), none.goodput(p.duration), ratio)
-	} else {
-		r.notJudged("shedding more than doubles goodput", unmeasured)
-	}
-	for i, row := range rows[1:] {
-		if s := results[i+1].summary(nil); measured(i + 1) {
-			r.check(s.timeout == 0, "no timeouts with shedding ("+row.label+")", "%d of %d requests timed out", s.timeout, s.sent)
-		} else {
-			r.notJudged("no timeouts with shedding ("+row.label+")", unmeasured)
-		}
-	}
-	if measured(1) {
-		r.check(fixed.ok > 0 && fixed.p99ok <= p.timeout/2, "admitted requests answered well in time",
-			"shed at %d: p99 of the 200s %v, want <= half the client timeout (%v)", p.limit, fixed.p99ok.Round(time.Millisecond), p.timeout/2)
-	} else {
-		r.notJudged("admitted requests answered well in time", unmeasured)
-	}
-	var refused, noRA, timed int
-	var p90, p99 time.Duration
-	for i, res := range results {
-		s := res.summary(nil)
-		refused, noRA = refused+s.shed, noRA+s.noRetryAfter
-		if measured(i) {
-			timed += s.shed
-			p90, p99 = max(p90, s.p90shed), max(p99, s.p99shed)
-		}
-	}
-	r.check(refused > 0 && noRA == 0, "503s carry Retry-After", "%d of %d 503s lacked a valid Retry-After", noRA, refused)
-	// The p90, not the p99: refusing costs microseconds, and what sits in
-	// the last percent is this machine's scheduling, not the shedder.
-	if timed > 0 {
-		r.check(p90 < p.service/2, "refusals are fast",
-			"worst p90 of the 503s over the rows %v (p99 %v), want under half a query (%v)", p90.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), p.service/2)
-	} else if refused > 0 {
-		r.notJudged("refusals are fast", unmeasured)
-	}
-	top := mix[0]
-	ts := results[len(results)-1].summary(func(o *shot) bool { return o.prio == top.p })
-	switch offered := float64(ts.sent) / p.duration.Seconds(); {
-	case offered >= capacity:
-		r.note("%s alone offers %.0f rps, above the pool's %.0f: its success is not checked.", top.p, offered, capacity)
-	case measured(len(results) - 1):
-		r.check(pct(ts.ok, ts.sent) >= 95, top.p.String()+" keeps its success",
-			"%s: %d of %d succeeded (%.1f%%, want >= 95%%)", top.p, ts.ok, ts.sent, pct(ts.ok, ts.sent))
-	default:
-		r.notJudged(top.p.String()+" keeps its success", unmeasured)
-	}
+	p.checks(r, rows, results, mix)
 
 	// Notes.
 	r.note("goodput = 200s received within the client timeout / the %v of load; p99_503 is the client-side latency of the refusals; wasted = queries the pool ran for clients that had already given up.", p.duration)
@@ -387,14 +310,16 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 			row.label, 20, st.MinRTT.Round(time.Millisecond), pct(during.ok, during.sent), startWindow, pct(after.ok, after.sent), 100*min(1, capacity/p.rps), st.Limit)
 	}
 	worstRate, worstP99, worstMax := math.Inf(1), time.Duration(0), time.Duration(0)
+	var worstLate lateness
 	for _, res := range results {
 		worstRate = min(worstRate, res.sendRate)
 		worstP99, worstMax = max(worstP99, res.lagP99), max(worstMax, res.lagMax)
+		worstLate = worstLate.worse(res.late)
 	}
-	r.note("load generator: open loop, %d requests per row scheduled at %.0f rps, a goroutine each; achieved send rate at least %.1f rps in every row; requests started behind schedule by p99 %v, at most %v (worst row).",
-		n, p.rps, worstRate, worstP99.Round(100*time.Microsecond), worstMax.Round(100*time.Microsecond))
+	r.note("load generator: open loop, %d requests per row scheduled at %.0f rps, a goroutine each; achieved send rate at least %.1f rps in every row; requests started behind schedule by p99 %v, at most %v (worst row); timer lateness alongside the load %s (worst row; a row is timed when its p99 is <= %v and its CPU wait, where known, <= %.0f%%).",
+		n, p.rps, worstRate, worstP99.Round(100*time.Microsecond), worstMax.Round(100*time.Microsecond), worstLate, quietBound, 100*maxCPUWait)
 	if len(reruns) > 0 {
-		r.note("rerun because the load generator fell behind its schedule (send rate under 95%% of the target, or p99 lag over %v): %s.", p.maxLag(), strings.Join(reruns, "; "))
+		r.note("rerun because the load generator fell behind its schedule (send rate under 95%% of the target, or p99 lag over %v) or the machine was too busy to time the row (timer lateness p99 over %v, or CPU wait over %.0f%%): %s.", p.maxLag(), quietBound, 100*maxCPUWait, strings.Join(reruns, "; "))
 	}
 
 	r.Charts = append(r.Charts, p.charts(rows, results, mix)...)
@@ -404,15 +329,99 @@ func (p shedParams) measure(ctx context.Context, env *Env) (*Result, []shedResul
 	return r, results, nil
 }
 
+// checks judges the rows (no shedding, a fixed limit, then the others).
+func (p shedParams) checks(r *Result, rows []shedRow, results []shedResult, mix []mixShare) {
+	capacity := float64(p.slots) / p.service.Seconds()
+	// Without shedding, request i (of an offered rate 3C on a pool
+	// of capacity C) waits i(1/C - 1/3C) for a slot, so only the first
+	// 1.5 C (timeout - service) succeed, however long the run; at a limit L
+	// the pool serves C per second for the whole duration D, plus L. The
+	// ratio, (D + L/C) / (1.5 (timeout - service)), is 2.2 at the default
+	// numbers and 2.4 in a quick run, whatever C the machine really gives.
+	//
+	// A row whose load still fell behind its schedule after every try, or
+	// that ran on a machine too busy to time it, measured this machine, not
+	// the shedder: the checks that need it are reported as not judged, with
+	// the precondition that failed, so the lab neither passes on numbers it
+	// did not get nor blames the shedder for a stalled process. The 503s'
+	// Retry-After is a count, judged whatever the machine did.
+	pre := func(idx ...int) *timing {
+		t := &timing{}
+		for _, i := range idx {
+			t.needSchedule(p.sched(results[i], p.rps, rows[i].label)).needQuiet(rows[i].label, results[i].late)
+		}
+		return t
+	}
+	none, fixed := results[0].summary(nil), results[1].summary(nil)
+	{
+		ratio := fixed.goodput(p.duration) / none.goodput(p.duration)
+		r.timed(pre(0, 1), ratio >= 2, "shedding more than doubles goodput",
+			"shed at %d: %.1f rps, no shedding: %.1f rps (%.2fx, want >= 2x)", p.limit, fixed.goodput(p.duration), none.goodput(p.duration), ratio)
+	}
+	for i, row := range rows[1:] {
+		s := results[i+1].summary(nil)
+		r.timed(pre(i+1), s.timeout == 0, "no timeouts with shedding ("+row.label+")", "%d of %d requests timed out", s.timeout, s.sent)
+	}
+	r.timed(pre(1), fixed.ok > 0 && fixed.p99ok <= p.timeout/2, "admitted requests answered well in time",
+		"shed at %d: p99 of the 200s %v, want <= half the client timeout (%v)", p.limit, fixed.p99ok.Round(time.Millisecond), p.timeout/2)
+	var refused, noRA, timed int
+	var p90, p99 time.Duration
+	var shedRows []int
+	for i, res := range results {
+		s := res.summary(nil)
+		refused, noRA = refused+s.shed, noRA+s.noRetryAfter
+		if s.shed > 0 {
+			shedRows = append(shedRows, i)
+		}
+		if pre(i).held() {
+			timed += s.shed
+			p90, p99 = max(p90, s.p90shed), max(p99, s.p99shed)
+		}
+	}
+	r.check(refused > 0 && noRA == 0, "503s carry Retry-After", "%d of %d 503s lacked a valid Retry-After", noRA, refused)
+	// The p90, not the p99: refusing costs microseconds, and what sits in
+	// the last percent is this machine's scheduling, not the shedder. It
+	// is judged over the rows that could be timed.
+	if timed > 0 {
+		r.check(p90 < p.service/2, "refusals are fast",
+			"worst p90 of the 503s over the rows %v (p99 %v), want under half a query (%v)", p90.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), p.service/2)
+	} else if refused > 0 {
+		r.timed(pre(shedRows...), false, "refusals are fast", "no row with 503s could be timed")
+	}
+	top := mix[0]
+	ts := results[len(results)-1].summary(func(o *shot) bool { return o.prio == top.p })
+	if offered := float64(ts.sent) / p.duration.Seconds(); offered >= capacity {
+		r.note("%s alone offers %.0f rps, above the pool's %.0f: its success is not checked.", top.p, offered, capacity)
+	} else {
+		r.timed(pre(len(results)-1), pct(ts.ok, ts.sent) >= 95, top.p.String()+" keeps its success",
+			"%s: %d of %d succeeded (%.1f%%, want >= 95%%)", top.p, ts.ok, ts.sent, pct(ts.ok, ts.sent))
+	}
+}
+
 // shedTries is how many times a row runs at most while its load generator
 // falls behind.
 const shedTries = 3
 
-// lagged reports whether res's load generator fell behind its schedule:
-// an achieved send rate under 95 % of the target, or more than 1 % of the
-// requests late by more than maxLag.
-func (p shedParams) lagged(res shedResult) bool {
-	return res.sendRate < 0.95*p.rps || res.lagP99 > p.maxLag()
+// sched is res's schedule at rps, for timing's rule: an achieved send
+// rate of at least 95 % of rps, and at most 1 % of the requests late by
+// more than maxLag.
+func (p shedParams) sched(res shedResult, rps float64, run string) schedule {
+	return schedule{run: run, rate: res.sendRate, want: rps, lagP99: res.lagP99, maxLag: p.maxLag()}
+}
+
+// unfit reports whether res cannot be judged: its load fell behind its
+// schedule at rps, or the machine was too busy to time it.
+func (p shedParams) unfit(res shedResult, rps float64) bool {
+	return !p.sched(res, rps, "").kept() || !res.late.quiet()
+}
+
+// betterRun reports whether a is a better try than b at rps: one that can
+// be judged beats one that cannot, then the smaller start lag wins.
+func (p shedParams) betterRun(a, b shedResult, rps float64) bool {
+	if ua, ub := p.unfit(a, rps), p.unfit(b, rps); ua != ub {
+		return !ua
+	}
+	return a.lagP99 < b.lagP99
 }
 
 // maxLag is the most a request may start behind its schedule before the
@@ -471,6 +480,7 @@ type shedResult struct {
 	sendRate float64       // achieved
 	lagP99   time.Duration // start behind schedule
 	lagMax   time.Duration
+	late     lateness // the machine's scheduling lateness during the load
 }
 
 type shotSummary struct {
@@ -579,6 +589,8 @@ func (p shedParams) scenario(ctx context.Context, row shedRow, n int) (shedResul
 	res.shots = make([]shot, n)
 	interval := float64(time.Second) / p.rps
 	var wg sync.WaitGroup
+	probe := probeQuiet(ctx)
+	defer probe.stop()
 	start := time.Now()
 	for i := range n {
 		due := time.Duration(float64(i) * interval)
@@ -595,6 +607,7 @@ func (p shedParams) scenario(ctx context.Context, row shedRow, n int) (shedResul
 		})
 	}
 	wg.Wait()
+	res.late = probe.stop()
 	if err := ctx.Err(); err != nil {
 		return shedResult{}, err
 	}
