@@ -161,7 +161,7 @@ func (p breakerParams) run(ctx context.Context, env *Env) (*Result, error) {
 	}
 	defer pr.Close()
 	def := breaker.DefaultConfig()
-	r.note("guardrail defaults: window %v, min requests %d, failure rate %.0f%%, open %v + up to %.0f%% jitter, %d probe; opossum's: timeout 10s, volumeThreshold 0",
+	r.note("guardrail defaults: window %v, min requests %d, failure rate %.0f%%, open %v + up to %.0f%% jitter, %d probe; for comparison, the defaults of opossum (the Node.js breaker): timeout 10s, errorThresholdPercentage 50%%, resetTimeout 30s, volumeThreshold 0",
 		def.Window, def.MinRequests, def.FailureRate*100, def.OpenFor, def.OpenJitter*100, def.HalfOpenProbes)
 
 	add := func(label string, o breakerOut) {

@@ -210,12 +210,12 @@ func (p shedParams) capacity(ctx context.Context, env *Env, r *Result) error {
 			}
 			r.add(fmt.Sprintf("capacity %s, %gx, phase %d (%d slots)", run.label, run.overload, k+1, ph.slots),
 				limit, Float("overload", run.overload, 0), Int("phase", k+1), Int("slots", ph.slots),
-				Float("goodput_pct_of_capacity", round1(ph.goodputPct), 1).As("goodput", "%.1f%%"),
+				Float("goodput_pct_of_capacity", round1(ph.goodputPct), 1).As("goodput/capacity", "%.1f%%"),
 				p99, conv.Named("converge"))
 		}
 	}
 	p.capacityChecks(r, runs, capacity0)
-	r.note("capacity rows: the pool has %v slots in %v phases of %v, at %s x its first capacity (%.0f rps); goodput_pct_of_capacity = 200s answered within the client timeout during the phase, per second, over the phase's capacity; p99_ok_ms is over those 200s; converge_ms = time after the change until successes per 100 ms are back within 5%% of the median of the phase's second half.",
+	r.note("capacity rows: the pool has %v slots in %v phases of %v, at %s x its first capacity (%.0f rps); goodput/capacity = 200s answered within the client timeout during the phase, per second, over the phase's capacity (it can pass 100%% by a point: requests admitted at the end of the previous phase are answered in this one); p99_ok_ms is over those 200s; converge_ms = time after the change until successes per 100 ms are back within 5%% of the median of the phase's second half.",
 		cp.phases, len(cp.phases), cp.phase, joinFloats(cp.overloads), capacity0)
 	r.Charts = append(r.Charts, p.capacityCharts(runs)...)
 	return nil

@@ -168,7 +168,7 @@ func (p hedgingParams) checks(r *Result, rows []hedgingRow) {
 	// hedges, however late.
 	pre := (&timing{}).needQuiet("plain", plain.late).needQuiet("hedged", hedged.late)
 	ratio := float64(plain.p99) / float64(max(hedged.p99, 1))
-	r.timed(pre, ratio >= 3, "p99 at least 3x lower with hedging", "p99 %v plain, %v hedged: %.1fx lower", plain.p99, hedged.p99, ratio)
+	r.timed(pre, ratio >= 3, "p99 at least 3x lower with hedging", "p99 %s plain, %s hedged: %.1fx lower", fmtDur(plain.p99), fmtDur(hedged.p99), ratio)
 	r.timed(pre, hedged.extraPct <= 10, "at most 10 % extra requests", "%.1f %% extra requests (%d requests for %d calls)", hedged.extraPct, hedged.requests, hedged.calls)
 	r.check(hedgedOver.extraPct <= 1, "at most 1 % extra requests under overload", "%.1f %% extra requests (%d requests for %d calls): hedging paused on the 503s",
 		hedgedOver.extraPct, hedgedOver.requests, hedgedOver.calls)

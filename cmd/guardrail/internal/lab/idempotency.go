@@ -161,14 +161,14 @@ func (p idemParams) run(ctx context.Context, env *Env) (*Result, error) {
 			// A caller errs only when all its attempts lost their answer.
 			allLost := float64(p.payments) * math.Pow(p.loss, attempts)
 			r.check(res.charges == p.payments && float64(res.errors) <= 3*allLost+2, "a key makes retries safe",
-				"%d charges for %d payments; %d answers replayed; %d callers lost all %d answers (expected about %.1f)",
-				res.charges, p.payments, res.replayed, res.errors, attempts, allLost)
+				"%d charges for %d payments; %d answers replayed; %s lost all %d answers (expected about %.1f)",
+				res.charges, p.payments, res.replayed, plural(res.errors, "caller"), attempts, allLost)
 		case row.retry:
 			r.check(res.charges > p.payments || res.lost == 0, "blind retries charge twice",
 				"%d charges for %d payments (%d responses lost)", res.charges, p.payments, res.lost)
 		default:
 			r.check(res.charges == p.payments && res.errors == res.lost, "no key, no retry",
-				"%d charges for %d payments; %d callers left not knowing (lost %d)", res.charges, p.payments, res.errors, res.lost)
+				"%d charges for %d payments; %s left not knowing (lost %d)", res.charges, p.payments, plural(res.errors, "caller"), res.lost)
 		}
 	}
 	r.note("The server commits the charge, then the connection is cut before the answer (fault: lose_response).")

@@ -1462,7 +1462,7 @@ func (p incParams) charts(rows []incRow, variants []string, threshold map[string
 			for k := range v {
 				v[k] = float64(r.res.ok[k])
 			}
-			c.Series = append(c.Series, Series{Name: r.config(), Values: v})
+			c.Series = append(c.Series, Series{Name: r.config(), Values: v}.notJudgedIf(r.measured))
 		}
 		offered := make([]float64, n)
 		for k := range offered {
@@ -1485,25 +1485,24 @@ func (p incParams) charts(rows []incRow, variants []string, threshold map[string
 		if len(pair) > 0 {
 			out = append(out, timeline(fmt.Sprintf("Goodput over time, DB %s for %v (until the shorter run ended)", v, T), pair...))
 		}
-		rec := Chart{Title: fmt.Sprintf("Recovery time against outage length (%s; a run that never recovered is drawn at its observed length)", v),
+		rec := Chart{Title: fmt.Sprintf("Recovery time against outage length (%s)", v),
 			Kind: "bar", XLabel: "outage", YLabel: "recovery (ms)"}
-		var naive, guarded []float64
+		naive, guarded := Series{Name: "naive"}, Series{Name: "guarded"}
 		for _, r := range rows {
 			if r.variant != v || r.relief {
 				continue
 			}
-			ms := float64(r.recovery.Milliseconds())
-			if r.recovery < 0 {
-				ms = float64((r.res.end - r.res.trigEnd).Milliseconds())
-			}
+			s := &naive
 			if r.guarded {
-				guarded = append(guarded, ms)
+				s = &guarded
 			} else {
-				naive = append(naive, ms)
 				rec.X = append(rec.X, fmtSec(r.outage))
 			}
+			s.Values = append(s.Values, float64(r.recovery.Milliseconds()))
+			s.Never = append(s.Never, r.recovery < 0) // never recovered: a marker, not a bar of the run's length
+			s.NotJudged = append(s.NotJudged, !r.measured)
 		}
-		rec.Series = []Series{{Name: "naive", Values: naive}, {Name: "guarded", Values: guarded}}
+		rec.Series = []Series{naive, guarded}
 		out = append(out, rec)
 	}
 	for _, r := range rows {

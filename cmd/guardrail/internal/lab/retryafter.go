@@ -114,12 +114,12 @@ func (p retryAfterParams) checks(r *Result, row raRow) {
 	pre := (&timing{}).needQuiet("", row.late)
 	if row.honour {
 		r.check(row.retries == p.clients && row.early == 0, "retry no earlier than asked",
-			"%d of %d calls retried, %d before the server allowed, earliest %v after the refusal (asked %v)", row.retries, p.clients, row.early, row.earliest.Round(time.Millisecond), row.asked)
+			"%d of %d calls retried, %d before the server allowed, earliest %s after the refusal (allowed after %s)", row.retries, p.clients, row.early, fmtDur(row.earliest), fmtDur(row.asked))
 		r.timed(pre, row.ok == p.clients, "retry succeeds in time", "%d of %d calls succeeded", row.ok, p.clients)
 	} else {
 		name := "no retry past the deadline"
-		detail := "%d retries, %d callers handed the %d at once, slowest call %v: asked %v with %v left"
-		args := []any{row.retries, row.refusedAtOnce, p.status, row.slowest.Round(time.Millisecond), row.asked, row.deadline}
+		detail := "%d retries, %d callers handed the %d at once, slowest call %s: asked %s with %s left"
+		args := []any{row.retries, row.refusedAtOnce, p.status, fmtDur(row.slowest), fmtDur(row.asked), fmtDur(row.deadline)}
 		if row.retries != 0 {
 			r.check(false, name, detail, args...) // a count: judged whatever the machine did
 		} else {
