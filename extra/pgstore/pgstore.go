@@ -111,8 +111,9 @@ func New(db DB, cfg Config) (*Store, error) {
 	s := &Store{
 		db:    db,
 		table: pgx.Identifier(parts).Sanitize(),
-		index: pgx.Identifier{parts[len(parts)-1] + "_expires_at_idx"}.Sanitize(),
-		// Cut so that the name is not truncated to the table's own.
+		// Both cut so that PostgreSQL does not truncate them to the table's
+		// own name, which IF NOT EXISTS would then find and skip.
+		index:      pgx.Identifier{truncate(parts[len(parts)-1], maxIdentifier-len("_expires_at_idx")) + "_expires_at_idx"}.Sanitize(),
 		scopeIndex: pgx.Identifier{truncate(parts[len(parts)-1], maxIdentifier-len("_scope_idx")) + "_scope_idx"}.Sanitize(),
 	}
 	t := s.table

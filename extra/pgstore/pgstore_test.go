@@ -209,6 +209,27 @@ func TestNewRefusesBadTables(t *testing.T) {
 	}
 }
 
+// TestMigrateIndexesALongTable: a table name of the longest length
+// PostgreSQL allows still gets both its indexes; an index name cut by
+// PostgreSQL to the table's own was skipped by IF NOT EXISTS.
+func TestMigrateIndexesALongTable(t *testing.T) {
+	pool := newPool(t, "")
+	ctx := t.Context()
+	table := "g" + idempotency.NewToken()[:12] + strings.Repeat("x", 50) // 63 bytes
+	t.Cleanup(func() { pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+table+`"`) })
+	s := must(pgstore.New(pool, pgstore.Config{Table: table}))
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE tablename = $1`, table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 { // the primary key's, expires_at's, (scope, expires_at)'s
+		t.Fatalf("%d indexes on a %d-byte table, want 3", n, len(table))
+	}
+}
+
 // TestMigrateUpgradesATableWithoutScope: Migrate adds the scope column and
 // its index to a table made by an earlier version, keeping its rows, and
 // BeginScoped then counts callers' keys on it.
