@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/guardrail-go/guardrail"
+	"github.com/guardrail-go/guardrail/guardhttp"
 )
 
 // Call is what the rules match a call on when it is not an *http.Request:
@@ -141,12 +143,24 @@ func (e *StatusError) Error() string {
 }
 
 // callError returns the error a call that is not HTTP gets for s: a
-// *StatusError, marked with guardrail.RetryAfterError when s has a
-// RetryAfter.
+// *StatusError, with the verdict guardhttp's DefaultClassify gives the
+// same HTTP answer, so that an injected status is retried, or not, and
+// counted by the breaker, or not, as the answer itself would be over
+// HTTP (a 404 is the request's own fault: not retried, ignored by the
+// breaker), with a RetryAfter waited exactly.
 func (s Status) callError() error {
 	e := &StatusError{Code: s.code(), GRPCCode: s.GRPCCode, RetryAfter: s.RetryAfter}
+	resp := &http.Response{StatusCode: e.Code, Header: make(http.Header, 1)}
 	if s.RetryAfter > 0 {
-		return guardrail.RetryAfterError(e, s.RetryAfter)
+		secs := s.RetryAfter / time.Second
+		if s.RetryAfter%time.Second != 0 {
+			secs++ // rounded up, as the HTTP fault sends it; without overflow
+		}
+		resp.Header.Set("Retry-After", strconv.FormatInt(int64(secs), 10))
 	}
-	return e
+	v := guardhttp.DefaultClassify(resp, nil)
+	if s.RetryAfter > 0 {
+		v.RetryAfter = s.RetryAfter // exact, not rounded to the header's seconds
+	}
+	return guardrail.WithVerdict(e, v)
 }

@@ -3,6 +3,7 @@ package fault_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -13,6 +14,7 @@ import (
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/budget"
+	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/fault"
 )
 
@@ -177,6 +179,43 @@ func TestDoHonoursInjectedRetryAfter(t *testing.T) {
 			t.Errorf("%d, %v with %d runs after %v; want 42 with 1 run after 3s", v, err, o.runs.Load(), time.Since(start))
 		}
 	})
+}
+
+// An injected status is classified as the same HTTP answer would be: a
+// 503 is retried, a 404 is the request's own fault (not retried, ignored
+// by the breaker), a 429 without a Retry-After is not retried.
+func TestDoClassifiesInjectedStatusAsHTTP(t *testing.T) {
+	for _, tc := range []struct {
+		code, attempts int
+		outcome        string
+	}{
+		{503, 3, "failure"},
+		{404, 1, "ignored"},
+		{429, 1, "failure"},
+	} {
+		t.Run(strconv.Itoa(tc.code), func(t *testing.T) {
+			in := newInjector(t, fault.Config{Rules: []fault.Rule{{Fault: fault.Status{Code: tc.code}}}})
+			var o countingOp
+			var attempts int
+			var outcomes []string
+			obs := event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+				if e.Kind == event.AttemptEnd {
+					attempts++
+					outcomes = append(outcomes, e.Outcome)
+				}
+				return ctx
+			})
+			p := &guardrail.Policy{Idempotent: true, Observer: obs, Retry: guardrail.Retry{Budget: budget.Unlimited(), Backoff: backoff.None()}}
+			_, err := guardrail.Do(t.Context(), p, fault.Wrap(in, "/pricing/quote", o.op))
+			var se *fault.StatusError
+			if !errors.As(err, &se) || se.Code != tc.code {
+				t.Fatalf("err %v, want the injected %d", err, tc.code)
+			}
+			if attempts != tc.attempts || outcomes[0] != tc.outcome || o.runs.Load() != 0 {
+				t.Errorf("%d attempts %v, op ran %d times; want %d attempts, outcome %s, op never run", attempts, outcomes, o.runs.Load(), tc.attempts, tc.outcome)
+			}
+		})
+	}
 }
 
 // Apply matches headers on metadata (lower-case keys) and reads header
