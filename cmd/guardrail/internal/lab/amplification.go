@@ -226,6 +226,29 @@ func ampChart(labels []string, perUser []float64) Chart {
 }
 
 // plural returns n and noun, with an s unless n is 1.
+// tierRetry is the retry settings of tier i (0 is nearest the DB), the
+// same over HTTP and gRPC: one attempt, unless every tier retries or it
+// is tier 0; an unlimited budget, unless ratio sets tier 0's; backoff
+// from --base.
+func (p ampParams) tierRetry(i int, allTiers bool, ratio float64) (guardrail.Retry, error) {
+	r := guardrail.Retry{
+		MaxAttempts:    1,
+		MinAttemptTime: -1,
+		Backoff:        backoff.FullJitter(p.base, 100*p.base),
+		Budget:         budget.Unlimited(),
+	}
+	if allTiers || i == 0 {
+		r.MaxAttempts = p.attempts
+	}
+	if ratio > 0 && i == 0 {
+		var err error
+		if r.Budget, err = budget.New(budget.Config{Ratio: ratio}); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
 func plural(n int, noun string) string {
 	if n == 1 {
 		return "1 " + noun
@@ -276,24 +299,13 @@ func (p ampParams) scenario(ctx context.Context, allTiers bool, ratio float64, u
 	for i := 0; i < p.tiers; i++ {
 		cfg := guardhttp.Config{
 			Name: fmt.Sprintf("tier%d", i),
-			Retry: guardrail.Retry{
-				MaxAttempts:    1,
-				MinAttemptTime: -1,
-				Backoff:        backoff.FullJitter(p.base, 100*p.base),
-				Budget:         budget.Unlimited(),
-			},
 			// The rows measure retries alone: breakers off unless the row
 			// asks for guardrail's default one.
 			Breakers: noBreakers(),
 		}
-		if allTiers || i == 0 {
-			cfg.MaxAttempts = p.attempts
-		}
-		if ratio > 0 && i == 0 {
-			var err error
-			if cfg.Budget, err = budget.New(budget.Config{Ratio: ratio}); err != nil {
-				return 0, err
-			}
+		var err error
+		if cfg.Retry, err = p.tierRetry(i, allTiers, ratio); err != nil {
+			return 0, err
 		}
 		if withBreaker && i == 0 {
 			cfg.Breakers = nil // guardhttp's default: one breaker per host

@@ -15,9 +15,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/guardrail-go/guardrail"
-	"github.com/guardrail-go/guardrail/backoff"
-	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/extra/guardgrpc"
 )
 
@@ -147,26 +144,15 @@ func (p ampParams) grpcScenario(ctx context.Context, allTiers bool, ratio float6
 	// Build from the DB up: tier 0 is the data-service, nearest the DB.
 	for i := 0; i < p.tiers; i++ {
 		cfg := guardgrpc.ClientConfig{
-			Name: fmt.Sprintf("tier%d", i),
-			Retry: guardrail.Retry{
-				MaxAttempts:    1,
-				MinAttemptTime: -1,
-				Backoff:        backoff.FullJitter(p.base, 100*p.base),
-				Budget:         budget.Unlimited(),
-			},
+			Name:              fmt.Sprintf("tier%d", i),
 			IdempotentMethods: []string{ampGRPCService},
 			// The rows measure retries alone: breakers off unless the row
 			// asks for guardgrpc's default one.
 			Breakers: noBreakers(),
 		}
-		if allTiers || i == 0 {
-			cfg.MaxAttempts = p.attempts
-		}
-		if ratio > 0 && i == 0 {
-			var err error
-			if cfg.Budget, err = budget.New(budget.Config{Ratio: ratio}); err != nil {
-				return 0, err
-			}
+		var err error
+		if cfg.Retry, err = p.tierRetry(i, allTiers, ratio); err != nil {
+			return 0, err
 		}
 		if i == 0 {
 			cfg.AttemptTimeout = ampGRPCAttemptTimeout
