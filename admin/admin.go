@@ -85,6 +85,7 @@ func New(cfg Config) (*Guard, error) {
 
 // Middleware returns next behind the Guard.
 func (g *Guard) Middleware(next http.Handler) http.Handler {
+	protected := g.csrf.Handler(next) // built once, not per request
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !g.hostAllowed(r.Host) {
 			http.Error(w, "admin: unexpected Host header", http.StatusForbidden)
@@ -94,7 +95,7 @@ func (g *Guard) Middleware(next http.Handler) http.Handler {
 			http.Error(w, "admin: want Content-Type: application/json", http.StatusUnsupportedMediaType)
 			return
 		}
-		g.csrf.Handler(next).ServeHTTP(w, r)
+		protected.ServeHTTP(w, r)
 	})
 }
 
