@@ -1,18 +1,11 @@
 package redisstore_test
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,254 +16,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/guardrail-go/guardrail/extra/redisstore"
+	"github.com/guardrail-go/guardrail/extra/redisstore/internal/redistest"
 	"github.com/guardrail-go/guardrail/idempotency"
 	"github.com/guardrail-go/guardrail/idempotency/storetest"
 )
 
-// envClusterRequired, when set, turns the cluster tests' skip (no
-// redis-server on PATH) into a failure, so CI cannot pass without them.
-const envClusterRequired = "GUARDRAIL_TEST_REDIS_CLUSTER_REQUIRED"
-
-// redisCluster is a Redis Cluster of the test's own: three masters and
-// three replicas on loopback ports, each node a redis-server process.
-type redisCluster struct {
-	bin, dir string
-	ports    []string
-	procs    []*exec.Cmd
-}
-
-// startNode starts node i, or restarts it: it keeps its nodes file, so a
-// restarted node rejoins the cluster with its identity.
-func (c *redisCluster) startNode(tb testing.TB, i int) {
-	tb.Helper()
-	if !c.tryNode(tb, i) {
-		tb.Fatalf("node 127.0.0.1:%s could not listen: its port was taken", c.ports[i])
-	}
-}
-
-// tryNode starts node i and waits until it answers; it reports false,
-// at once, when the node could not bind its port, which another process
-// may take between freePort's check and the node's start.
-func (c *redisCluster) tryNode(tb testing.TB, i int) bool {
-	tb.Helper()
-	port := c.ports[i]
-	log, err := os.OpenFile(filepath.Join(c.dir, port+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer log.Close()
-	cmd := exec.Command(c.bin, "--port", port, "--bind", "127.0.0.1", "--dir", c.dir,
-		"--cluster-enabled", "yes", "--cluster-config-file", "nodes-"+port+".conf",
-		"--cluster-node-timeout", "1000", "--save", "", "--appendonly", "no")
-	cmd.Stdout, cmd.Stderr = log, log // a file, not a pipe: no goroutine copies it
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	c.procs[i] = cmd
-	a := "127.0.0.1:" + port
-	bound := true
-	waitFor(tb, "node "+a+" to answer", func() bool {
-		if b, _ := os.ReadFile(filepath.Join(c.dir, port+".log")); bytes.Contains(b, []byte("Address already in use")) {
-			bound = false
-			return true
-		}
-		n := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1})
-		defer n.Close()
-		return n.Ping(context.Background()).Err() == nil
-	})
-	if !bound {
-		c.kill(i)
-	}
-	return bound
-}
-
-func (c *redisCluster) addrs() []string {
-	a := make([]string, len(c.ports))
-	for i, p := range c.ports {
-		a[i] = "127.0.0.1:" + p
-	}
-	return a
-}
-
-// freePort returns a loopback port that is free, as is the port 10000
-// above it (the cluster bus). Both are below Linux's ephemeral range
-// (32768 up), so that outgoing connections, which take their ports from
-// it, do not take them between this check and the node's start.
-func freePort(tb testing.TB) string {
-	for range 1000 {
-		p := 12000 + rand.IntN(10000) // bus at 22000..31999
-		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			continue
-		}
-		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+10000))
-		ln.Close()
-		if err != nil {
-			continue
-		}
-		bus.Close()
-		return strconv.Itoa(p)
-	}
-	tb.Fatal("no free pair of loopback ports for a cluster node")
-	return ""
-}
-
-// startCluster starts the six nodes and joins them with redis-cli
-// --cluster create, then waits until every node reports the cluster ok and
-// every replica is in sync. The caller stops it.
-func startCluster(tb testing.TB) *redisCluster {
-	tb.Helper()
-	bin, err := exec.LookPath("redis-server")
-	cli, err2 := exec.LookPath("redis-cli")
-	if err != nil || err2 != nil {
-		if os.Getenv(envClusterRequired) != "" {
-			tb.Fatalf("redis-server or redis-cli is not on PATH, and %s is set", envClusterRequired)
-		}
-		tb.Skip("redis-server or redis-cli is not on PATH: the Redis Cluster tests start a cluster of their own")
-	}
-	dir, err := os.MkdirTemp("", "guardrail-redis-cluster-")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	c := &redisCluster{bin: bin, dir: dir}
-	for range 6 {
-		c.ports = append(c.ports, freePort(tb))
-	}
-	c.procs = make([]*exec.Cmd, len(c.ports))
-	for i := range c.ports {
-		for try := 0; !c.tryNode(tb, i); try++ {
-			if try == 10 {
-				c.stop()
-				tb.Fatalf("node %d: ten ports in a row were taken before it could listen", i)
-			}
-			c.ports[i] = freePort(tb)
-		}
-	}
-	args := append([]string{"--cluster", "create"}, c.addrs()...)
-	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
-	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
-		c.stop()
-		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
-	}
-	c.waitHealthy(tb)
-	return c
-}
-
-// waitHealthy waits until every live node says cluster_state:ok and every
-// replica's link to its master is up.
-func (c *redisCluster) waitHealthy(tb testing.TB) {
-	tb.Helper()
-	for i, a := range c.addrs() {
-		if c.procs[i].ProcessState != nil {
-			continue // stopped on purpose
-		}
-		waitFor(tb, "node "+a+" to be part of a healthy cluster", func() bool {
-			n := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1})
-			defer n.Close()
-			ctx := context.Background()
-			info, err := n.ClusterInfo(ctx).Result()
-			if err != nil || !strings.Contains(info, "cluster_state:ok") {
-				return false
-			}
-			repl, err := n.Info(ctx, "replication").Result()
-			return err == nil && (strings.Contains(repl, "role:master") || strings.Contains(repl, "master_link_status:up"))
-		})
-	}
-}
-
-// waitFor polls cond until it holds, for at most 60 s: the cluster is
-// other processes, with no event to wait on.
-func waitFor(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for d := 10 * time.Millisecond; !cond(); d = min(2*d, 250*time.Millisecond) {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(d)
-	}
-}
-
-func (c *redisCluster) kill(i int) {
-	if c.procs[i] != nil && c.procs[i].ProcessState == nil {
-		_ = c.procs[i].Process.Kill()
-		_ = c.procs[i].Wait()
-	}
-}
-
-func (c *redisCluster) stop() {
-	for i := range c.procs {
-		c.kill(i)
-	}
-}
-
-func (c *redisCluster) client(tb testing.TB) *redis.ClusterClient {
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.addrs(), DialTimeout: time.Second, MaxRedirects: 8, DialerRetries: 1})
-	tb.Cleanup(func() { cc.Close() })
-	return cc
-}
-
-var shared struct {
-	once sync.Once
-	c    *redisCluster
-	err  string
-	skip string
-}
-
-// sharedCluster is one cluster for the conformance tests of this package,
-// started by the first test that needs it and stopped by TestMain.
-func sharedCluster(tb testing.TB) *redisCluster {
-	tb.Helper()
-	shared.once.Do(func() {
-		r := &recordingTB{TB: tb}
-		func() {
-			defer func() { _ = recover() }()
-			shared.c = startCluster(r)
-		}()
-		shared.err, shared.skip = r.fatal, r.skip
-	})
-	if shared.skip != "" {
-		tb.Skip(shared.skip)
-	}
-	if shared.c == nil {
-		tb.Fatalf("starting the Redis Cluster: %s", shared.err)
-	}
-	return shared.c
-}
-
-// recordingTB turns the first test's Skip and Fatal while it starts the
-// shared cluster into a record every test that needs the cluster repeats.
-type recordingTB struct {
-	testing.TB
-	fatal, skip string
-}
-
-func (r *recordingTB) Helper() {}
-func (r *recordingTB) Fatal(args ...any) {
-	r.fatal = fmt.Sprint(args...)
-	panic(r)
-}
-func (r *recordingTB) Fatalf(f string, args ...any) {
-	r.fatal = fmt.Sprintf(f, args...)
-	panic(r)
-}
-func (r *recordingTB) Skip(args ...any) {
-	r.skip = fmt.Sprint(args...)
-	panic(r)
-}
-
-func stopSharedCluster(int) {
-	if shared.c != nil {
-		shared.c.stop()
-	}
-}
-
-// clusterHarness runs the store on a *redis.ClusterClient against the
 // shared cluster; replicas is Config.Replicas.
 func clusterHarness(replicas int) storetest.Harness {
 	return storetest.Harness{New: func(t *testing.T) storetest.Subject {
-		cl := sharedCluster(t)
-		client := cl.client(t)
+		cl := redistest.Shared(t)
+		client := cl.Client(t)
 		prefix := "guardrail-test:" + idempotency.NewToken()[:12] + ":"
 		keys := func() []string {
 			var mu sync.Mutex
@@ -315,8 +70,8 @@ func TestClusterConformanceWaitReplica(t *testing.T) { storetest.Run(t, clusterH
 // per record, so there is nothing a hash tag would have to keep together.
 // This checks that a record is one key, whatever the key's text.
 func TestClusterOneKeyPerRecord(t *testing.T) {
-	cl := sharedCluster(t)
-	client := cl.client(t)
+	cl := redistest.Shared(t)
+	client := cl.Client(t)
 	prefix := "guardrail-test:" + idempotency.NewToken()[:12] + ":"
 	s := mustNew(client, redisstore.Config{Prefix: prefix})
 	ctx := t.Context()
@@ -352,9 +107,9 @@ func TestClusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and fails over a Redis Cluster")
 	}
-	cl := startCluster(t)
-	defer cl.stop()
-	client := cl.client(t)
+	cl := redistest.StartCluster(t)
+	defer cl.Stop()
+	client := cl.Client(t)
 	store := mustNew(client, redisstore.Config{Prefix: "failover:", Replicas: 1, ReplicaTimeout: 500 * time.Millisecond})
 
 	var mu sync.Mutex
@@ -423,7 +178,7 @@ func TestClusterFailover(t *testing.T) {
 	// Kill one master; force its replica to take over.
 	ctx := context.Background()
 	var victim, heir int = -1, -1
-	for i, a := range cl.addrs() {
+	for i, a := range cl.Addrs() {
 		n := redis.NewClient(&redis.Options{Addr: a})
 		repl := n.Info(ctx, "replication").Val()
 		n.Close()
@@ -431,31 +186,31 @@ func TestClusterFailover(t *testing.T) {
 			victim = i
 		}
 	}
-	for i, a := range cl.addrs() {
+	for i, a := range cl.Addrs() {
 		n := redis.NewClient(&redis.Options{Addr: a})
 		repl := n.Info(ctx, "replication").Val()
 		n.Close()
-		if strings.Contains(repl, "master_port:"+cl.ports[victim]+"\r\n") {
+		if strings.Contains(repl, "master_port:"+cl.Port(victim)+"\r\n") {
 			heir = i
 		}
 	}
 	if heir < 0 {
-		t.Fatalf("no replica of the master on port %s", cl.ports[victim])
+		t.Fatalf("no replica of the master on port %s", cl.Port(victim))
 	}
-	cl.kill(victim)
-	n := redis.NewClient(&redis.Options{Addr: cl.addrs()[heir]})
+	cl.Kill(victim)
+	n := redis.NewClient(&redis.Options{Addr: cl.Addrs()[heir]})
 	defer n.Close()
 	if err := n.Do(ctx, "CLUSTER", "FAILOVER", "FORCE").Err(); err != nil {
 		t.Fatalf("CLUSTER FAILOVER FORCE: %v", err)
 	}
-	waitFor(t, "the replica to be promoted", func() bool {
+	redistest.WaitFor(t, "the replica to be promoted", func() bool {
 		return strings.Contains(n.Info(ctx, "replication").Val(), "role:master")
 	})
 	// The promoted master has no replica: with Replicas 1 its writes fail
 	// (503, retried by the clients) until the old master, restarted,
 	// rejoins as its replica.
-	cl.startNode(t, victim)
-	cl.waitHealthy(t)
+	cl.StartNode(t, victim)
+	cl.WaitHealthy(t)
 	wg.Wait()
 
 	dups := 0

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/guardrail-go/guardrail/extra/redisstore"
+	"github.com/guardrail-go/guardrail/extra/redisstore/internal/redistest"
 	"github.com/guardrail-go/guardrail/fault/faulttest"
 	"github.com/guardrail-go/guardrail/idempotency"
 	"github.com/guardrail-go/guardrail/idempotency/storetest"
@@ -28,43 +28,7 @@ func middleware(store idempotency.Store, cfg idempotency.Config) func(http.Handl
 	return srv.Middleware
 }
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(stopSharedCluster)) }
-
-const envAddr = "GUARDRAIL_TEST_REDIS_ADDR"
-
-func redisAddr(tb testing.TB) string {
-	tb.Helper()
-	addr := os.Getenv(envAddr)
-	if addr == "" {
-		tb.Skip(envAddr + " is not set: set it to a Redis server (for example 127.0.0.1:6379) to run the Redis store tests")
-	}
-	return addr
-}
-
-func newClient(tb testing.TB, addr string, opts redis.Options) *redis.Client {
-	tb.Helper()
-	opts.Addr = addr
-	c := redis.NewClient(&opts)
-	tb.Cleanup(func() { c.Close() })
-	if err := c.Ping(context.Background()).Err(); err != nil {
-		tb.Fatalf("Redis at %s (%s) is not reachable: %v", addr, envAddr, err)
-	}
-	return c
-}
-
-// testPrefix is unique per test, so packages and tests running at the same
-// time never share keys.
-func testPrefix(tb testing.TB, direct *redis.Client) string {
-	prefix := "guardrail-test:" + idempotency.NewToken()[:12] + ":"
-	tb.Cleanup(func() {
-		ctx := context.Background()
-		iter := direct.Scan(ctx, 0, prefix+"*", 100).Iterator()
-		for iter.Next(ctx) {
-			direct.Del(ctx, iter.Val())
-		}
-	})
-	return prefix
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(redistest.StopShared)) }
 
 // advanceScript shortens the expiry of KEYS by ARGV[1] ms, deleting those
 // that end within it: the server's clock, moved forward for these keys.
@@ -91,13 +55,13 @@ return 0
 
 func harness() storetest.Harness {
 	return storetest.Harness{New: func(t *testing.T) storetest.Subject {
-		addr := redisAddr(t)
-		direct := newClient(t, addr, redis.Options{})
-		prefix := testPrefix(t, direct)
+		addr := redistest.Addr(t)
+		direct := redistest.NewClient(t, addr, redis.Options{})
+		prefix := redistest.Prefix(t, direct)
 		// The store reaches Redis through a proxy that the outage test cuts.
 		// No client retries, so a cut is seen at once.
 		proxy := faulttest.StartProxy(t, addr)
-		client := newClient(t, proxy.Addr(), redis.Options{MaxRetries: -1, DialTimeout: time.Second, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
+		client := redistest.NewClient(t, proxy.Addr(), redis.Options{MaxRetries: -1, DialTimeout: time.Second, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
 		return storetest.Subject{
 			Store: mustNew(client, redisstore.Config{Prefix: prefix}),
 			Advance: func(d time.Duration) {
@@ -126,9 +90,9 @@ func TestHTTP(t *testing.T) { storetest.RunHTTP(t, harness()) }
 // TestLeaseIsServerExpiry checks the lock and the response carry Redis
 // expiries of the requested length: Redis, not a sweep, frees them.
 func TestLeaseIsServerExpiry(t *testing.T) {
-	addr := redisAddr(t)
-	client := newClient(t, addr, redis.Options{})
-	prefix := testPrefix(t, client)
+	addr := redistest.Addr(t)
+	client := redistest.NewClient(t, addr, redis.Options{})
+	prefix := redistest.Prefix(t, client)
 	s := mustNew(client, redisstore.Config{Prefix: prefix})
 	ctx := t.Context()
 	res, err := s.Begin(ctx, "k", idempotency.Fingerprint{1}, 7*time.Second)
@@ -147,9 +111,9 @@ func TestLeaseIsServerExpiry(t *testing.T) {
 }
 
 func TestCorruptValue(t *testing.T) {
-	addr := redisAddr(t)
-	client := newClient(t, addr, redis.Options{})
-	prefix := testPrefix(t, client)
+	addr := redistest.Addr(t)
+	client := redistest.NewClient(t, addr, redis.Options{})
+	prefix := redistest.Prefix(t, client)
 	s := mustNew(client, redisstore.Config{Prefix: prefix})
 	client.Set(t.Context(), prefix+"k", "garbage", time.Minute)
 	if _, err := s.Begin(t.Context(), "k", idempotency.Fingerprint{}, time.Second); err == nil {
@@ -179,8 +143,8 @@ func TestNewRefusesANilClient(t *testing.T) {
 func BenchmarkScopedBegin(b *testing.B) { storetest.BenchmarkScopedBegin(b, benchStore(b)) }
 
 func benchStore(b *testing.B) *redisstore.Store {
-	direct := newClient(b, redisAddr(b), redis.Options{})
-	return mustNew(direct, redisstore.Config{Prefix: testPrefix(b, direct)})
+	direct := redistest.NewClient(b, redistest.Addr(b), redis.Options{})
+	return mustNew(direct, redisstore.Config{Prefix: redistest.Prefix(b, direct)})
 }
 
 // TestScopedFindsRecordsOfBeginOnOneNode: on a single node a caller's
@@ -188,8 +152,8 @@ func benchStore(b *testing.B) *redisstore.Store {
 // the quota existed (by Begin) is replayed by BeginScoped after an
 // upgrade, rather than run again.
 func TestScopedFindsRecordsOfBeginOnOneNode(t *testing.T) {
-	direct := newClient(t, redisAddr(t), redis.Options{})
-	s := mustNew(direct, redisstore.Config{Prefix: testPrefix(t, direct)})
+	direct := redistest.NewClient(t, redistest.Addr(t), redis.Options{})
+	s := mustNew(direct, redisstore.Config{Prefix: redistest.Prefix(t, direct)})
 	ctx := t.Context()
 	fp := idempotency.Fingerprint{1}
 	res, err := s.Begin(ctx, "k", fp, time.Minute)

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/guardrail-go/guardrail/extra/redisstore"
+	"github.com/guardrail-go/guardrail/extra/redisstore/internal/redistest"
 	"github.com/guardrail-go/guardrail/idempotency"
 )
 
@@ -61,7 +62,7 @@ func (p *redisProcess) stop(t *testing.T) {
 // A response stored before Redis restarts is replayed after: the store keeps
 // nothing in the process, and a Redis that persists its data loses none.
 func TestStoreRestartKeepsData(t *testing.T) {
-	redisAddr(t) // integration tests only
+	redistest.Addr(t) // integration tests only
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Skip("redis-server is not on PATH: the restart test starts a Redis of its own")
