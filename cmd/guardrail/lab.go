@@ -235,32 +235,57 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var results []*lab.Result
 	var failed, unjudged []string
 	start := time.Now()
-	for _, s := range runs {
-		prog.set(s.exp.Name)
-		env := &lab.Env{Quick: lf.quick, Seed: lf.seed, Progress: prog.printf}
-		t0 := time.Now()
-		res, err := s.run(ctx, env)
+	// Consecutive light experiments run at once; every other one runs
+	// alone. Their tables are printed in the order of the list.
+	for i := 0; i < len(runs); {
+		j := i + 1
+		for runs[i].exp.Light && j < len(runs) && runs[j].exp.Light {
+			j++
+		}
+		batch := runs[i:j]
+		i = j
+		names := make([]string, len(batch))
+		for k, s := range batch {
+			names[k] = s.exp.Name
+		}
+		prog.set(strings.Join(names, ", "))
+		out := make([]*lab.Result, len(batch))
+		errs := make([]error, len(batch))
+		var wg sync.WaitGroup
+		for k, s := range batch {
+			wg.Go(func() {
+				env := &lab.Env{Quick: lf.quick, Seed: lf.seed, Progress: prog.printf}
+				t0 := time.Now()
+				out[k], errs[k] = s.run(ctx, env)
+				if out[k] != nil {
+					out[k].Took = time.Since(t0)
+				}
+			})
+		}
+		wg.Wait()
 		prog.clear()
-		if fe, ok := errors.AsType[*lab.FlagError](err); ok {
-			return helpHint{usageError{s.exp.Name + ": " + fe.Msg}, "guardrail lab " + s.exp.Name + " --help"}
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", s.exp.Name, err)
-		}
-		res.Took = time.Since(t0)
-		results = append(results, res)
-		if lf.json {
-			if err := lab.WriteJSON(stdout, res); err != nil {
-				return err
+		for k, s := range batch {
+			res, err := out[k], errs[k]
+			if fe, ok := errors.AsType[*lab.FlagError](err); ok {
+				return helpHint{usageError{s.exp.Name + ": " + fe.Msg}, "guardrail lab " + s.exp.Name + " --help"}
 			}
-		} else {
-			lab.WriteTable(stdout, res)
-		}
-		for _, c := range res.Failed() {
-			failed = append(failed, fmt.Sprintf("%s: %s: %s", res.Experiment, c.Name, c.Detail))
-		}
-		for _, c := range res.NotJudged() {
-			unjudged = append(unjudged, fmt.Sprintf("%s: %s", res.Experiment, c.Name))
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.exp.Name, err)
+			}
+			results = append(results, res)
+			if lf.json {
+				if err := lab.WriteJSON(stdout, res); err != nil {
+					return err
+				}
+			} else {
+				lab.WriteTable(stdout, res)
+			}
+			for _, c := range res.Failed() {
+				failed = append(failed, fmt.Sprintf("%s: %s: %s", res.Experiment, c.Name, c.Detail))
+			}
+			for _, c := range res.NotJudged() {
+				unjudged = append(unjudged, fmt.Sprintf("%s: %s", res.Experiment, c.Name))
+			}
 		}
 	}
 	if lf.report != "" {

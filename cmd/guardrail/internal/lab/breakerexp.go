@@ -31,6 +31,7 @@ type breakerParams struct {
 func breakerExp() Experiment {
 	return bound(Experiment{
 		Name:    "breaker",
+		Light:   true,
 		Summary: "a pricing service that fails, answers 404 and hangs, behind a breaker with a last-good-price fallback",
 		bind: func(fs *flag.FlagSet, quick bool) flagged {
 			p := breakerParams{openFor: time.Second, attemptTimeout: 1200 * time.Millisecond, hang: 5 * time.Second, outageMin: 4, requests: 30}

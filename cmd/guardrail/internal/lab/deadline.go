@@ -27,6 +27,7 @@ type deadlineParams struct {
 func deadlineExp() Experiment {
 	return bound(Experiment{
 		Name:    "deadline",
+		Light:   true,
 		Summary: "a 1.9 s deadline propagated to A, then B and optional C: a partial answer in time, and a disconnect stopping everything",
 		bind: func(fs *flag.FlagSet, quick bool) flagged {
 			p := deadlineParams{a: 700 * time.Millisecond, b: 600 * time.Millisecond, c: 3 * time.Second,

@@ -35,7 +35,7 @@ func hedging() Experiment {
 		Name:    "hedging",
 		Summary: "a dependency with a slow tail: hedged reads cut p99 for a few extra requests, and stop when it is overloaded",
 		bind: func(fs *flag.FlagSet, quick bool) flagged {
-			p := hedgingParams{calls: 2000, workers: 8, fast: 10 * time.Millisecond, slow: 500 * time.Millisecond, slowPct: 5,
+			p := hedgingParams{calls: 2000, workers: 32, fast: 10 * time.Millisecond, slow: 500 * time.Millisecond, slowPct: 5,
 				percentile: 0.9, minDelay: 20 * time.Millisecond, overPct: 30, overSlow: 100 * time.Millisecond}
 			if quick {
 				p.calls = 600
@@ -189,37 +189,40 @@ func (p hedgingParams) runRow(ctx context.Context, seed uint64, hedge, overloade
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 
+	// drive makes n calls, --workers at a time, and records each one's
+	// latency in lat, when it is not nil.
+	drive := func(n int, lat []time.Duration) {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range min(p.workers, n) {
+			wg.Go(func() {
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= n || ctx.Err() != nil {
+						return
+					}
+					start := time.Now()
+					cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					_, _ = get(cctx, client, s.URL)
+					cancel()
+					if lat != nil {
+						lat[i] = time.Since(start)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
 	// Warm up first, unmeasured: an adaptive delay knows no percentile
 	// before it has seen 20 answers, and a long-running service is past
 	// that.
-	for range hedgeWarmup {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, _ = get(cctx, client, s.URL)
-		cancel()
-	}
+	drive(hedgeWarmup, nil)
 	warm := srv.requests.Load()
 
 	lat := make([]time.Duration, p.calls)
-	var next atomic.Int64
-	var wg sync.WaitGroup
 	probe := probeQuiet(ctx)
 	defer probe.stop()
-	for range p.workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= p.calls || ctx.Err() != nil {
-					return
-				}
-				start := time.Now()
-				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				_, _ = get(cctx, client, s.URL)
-				cancel()
-				lat[i] = time.Since(start)
-			}
-		})
-	}
-	wg.Wait()
+	drive(p.calls, lat)
 	late := probe.stop()
 	if err := ctx.Err(); err != nil {
 		return hedgingRow{}, err

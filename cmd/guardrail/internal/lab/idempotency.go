@@ -41,6 +41,7 @@ type idemParams struct {
 func idempotencyExp() Experiment {
 	return bound(Experiment{
 		Name:    "idempotency",
+		Light:   true,
 		Summary: "POST /payments whose response is lost after commit, retried with and without an Idempotency-Key: count the charges",
 		bind: func(fs *flag.FlagSet, quick bool) flagged {
 			p := idemParams{payments: 200, loss: 0.3, store: "memory", redis: "127.0.0.1:6379",

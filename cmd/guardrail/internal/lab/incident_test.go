@@ -382,7 +382,7 @@ func TestIncidentBusyMachineIsNotJudged(t *testing.T) {
 		}
 	}
 	r := &Result{}
-	p.checks(r, rows, map[string]time.Duration{"refuse": time.Second})
+	p.checks(r, rows, map[string]time.Duration{"refuse": time.Second}, nil)
 	var judged, notJudged int
 	for _, c := range r.Checks {
 		switch {
@@ -467,5 +467,38 @@ func TestIncidentHandlersInFlight(t *testing.T) {
 	hs.wg.Wait()
 	if got := hs.inFlight.Load(); got != 0 {
 		t.Errorf("%d handlers in flight after they returned, want 0", got)
+	}
+}
+
+// The threshold is taken from the majority of the runs near it, so one run
+// that recovered by luck does not move it.
+func TestTipThreshold(t *testing.T) {
+	sweep := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second}
+	for _, c := range []struct {
+		name string
+		tips []tipCount
+		want time.Duration
+	}{
+		{"once each", []tipCount{{0, 1}, {0, 1}, {1, 1}, {1, 1}}, 2 * time.Second},
+		{"2s tipped in 2 of 3", []tipCount{{0, 1}, {0, 2}, {2, 3}, {1, 1}}, 2 * time.Second},
+		{"2s tipped in 1 of 3", []tipCount{{0, 1}, {0, 1}, {1, 3}, {1, 1}}, 4 * time.Second},
+		{"1s tipped in 2 of 2", []tipCount{{0, 1}, {2, 2}, {2, 2}, {1, 1}}, time.Second},
+		{"never", []tipCount{{0, 1}, {0, 1}, {0, 1}, {0, 2}}, -1},
+	} {
+		if got := tipThreshold(sweep, c.tips); got != c.want {
+			t.Errorf("%s: threshold %v, want %v", c.name, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		t    tipCount
+		n    int
+		want bool
+	}{
+		{tipCount{1, 1}, 1, true}, {tipCount{1, 1}, 3, false}, {tipCount{2, 2}, 3, true},
+		{tipCount{1, 2}, 3, false}, {tipCount{1, 3}, 3, true}, {tipCount{0, 2}, 3, true},
+	} {
+		if got := c.t.decided(c.n); got != c.want {
+			t.Errorf("%+v decided at best of %d: %v, want %v", c.t, c.n, got, c.want)
+		}
 	}
 }

@@ -23,6 +23,7 @@ type jitterParams struct {
 func jitter() Experiment {
 	return bound(Experiment{
 		Name:    "jitter",
+		Light:   true,
 		Summary: "1,000 clients failing together against a server of limited capacity: which backoff breaks the herd (a simulation)",
 		bind: func(fs *flag.FlagSet, quick bool) flagged {
 			p := jitterParams{clients: sim.DefaultClients, capacity: sim.DefaultCapacity, attempts: sim.DefaultMaxAttempts,

@@ -24,6 +24,11 @@ type Experiment struct {
 	Name string
 	// Summary is one line for the experiment list.
 	Summary string
+	// Light marks an experiment that may run alongside the other light
+	// ones: its load is a few requests at a time, and its checks count
+	// calls or time against margins far wider than a busy machine's
+	// stalls (its own timing rule still judges those).
+	Light bool
 	// Setup binds the experiment's parameters to fs, with defaults shrunk
 	// when quick is set, and returns the function that runs it with them.
 	Setup func(fs *flag.FlagSet, quick bool) Run

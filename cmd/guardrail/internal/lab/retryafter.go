@@ -28,6 +28,7 @@ type retryAfterParams struct {
 func retryAfter() Experiment {
 	return bound(Experiment{
 		Name:    "retry-after",
+		Light:   true,
 		Summary: "a server answering 429/503 with Retry-After: retries land no earlier than asked, never past the deadline",
 		bind: func(fs *flag.FlagSet, quick bool) flagged {
 			p := retryAfterParams{asked: time.Second, deadline: 3 * time.Second, tooLong: 5 * time.Second, short: 2 * time.Second, clients: 20, status: 429, maxAttempt: 3}

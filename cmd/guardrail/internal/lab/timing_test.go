@@ -398,7 +398,7 @@ func TestIncidentBusyButOnScheduleIsNotJudged(t *testing.T) {
 		row.res.late = tc.late
 		p.judge(&row)
 		r := &Result{}
-		p.checks(r, []incRow{row}, nil)
+		p.checks(r, []incRow{row}, nil, nil)
 		if got := len(r.NotJudged()); got != tc.notJudged {
 			t.Errorf("lateness %v: %d not judged, want %d: %v", tc.late, got, tc.notJudged, r.Checks)
 		}
