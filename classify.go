@@ -50,6 +50,15 @@ type Verdict struct {
 	// Outcome says, and it is no overload. Set it only for a call that
 	// carried a key: without one, the answer is someone else's.
 	InFlight bool
+	// Retried reports that the answer said the server behind had already
+	// retried (or was refused for budget, an open breaker or the throttle)
+	// before it gave up: it carried chain.HeaderRetried or its gRPC twin.
+	// Do does not retry it, whatever Retryable says: retrying here would
+	// multiply the load on a failing chain. When the call ends with it,
+	// the request being served is marked so that its own error answer
+	// carries the marker on to the tier above (see package chain). The
+	// breaker records Outcome as for any answer.
+	Retried bool
 }
 
 // Classifier decides what an attempt's non-nil error means. It must be safe

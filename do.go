@@ -10,6 +10,7 @@ import (
 
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/bulkhead"
+	"github.com/guardrail-go/guardrail/chain"
 	"github.com/guardrail-go/guardrail/throttle"
 )
 
@@ -27,6 +28,15 @@ import (
 // the delay before the retry plus MinAttemptTime fits in the time left, and
 // the retry budget grants a token. The delay is the server's Retry-After
 // when it gave one, else the backoff's. Cancelling ctx ends a wait at once.
+//
+// When ctx carries a chain.State (the request a server is serving, package
+// chain), Do takes part in the call chain: it does not retry an answer
+// whose verdict has Retried (the server behind already retried), it
+// refuses a retry that would take the request past the chain's
+// amplification cap (ErrBudgetExhausted), and, when it gives up after
+// retries or is refused by the budget, the breaker or the throttle, it
+// marks the State, so that the server's error answer tells the tier above
+// not to retry in turn.
 //
 // Do returns exactly one of:
 //
@@ -182,22 +192,23 @@ type call struct {
 	settled
 
 	// State of the attempts.
-	ref      time.Time // what clock measures from; zero before its first read
-	start    time.Time // the call's start; set only when observed
-	attempts int       // attempts started, hedges included
-	hedges   int       // hedges sent
-	retries  int       // retries granted
-	delay    time.Duration
-	permit   breaker.Permit  // the current attempt's
-	slot     bulkhead.Slot   // the current attempt's, freed when op returns
-	held     *bulkhead.Slot  // the current attempt's instead, kept for Call.Hold
-	actx     context.Context // the current attempt's context, as the observer returned it
-	astart   time.Time       // the current attempt's start, when timed
-	endAt    time.Time       // the current attempt's end, once read
-	lastErr  error           // the last attempt's error, unmarked
-	lost     bool            // the last attempt got no answer after it may have been received
-	timer    *time.Timer
-	outcome  string // the CallEnd outcome of a call that fails; "" means event.OutcomeError
+	ref          time.Time // what clock measures from; zero before its first read
+	start        time.Time // the call's start; set only when observed
+	attempts     int       // attempts started, hedges included
+	hedges       int       // hedges sent
+	retries      int       // retries granted
+	delay        time.Duration
+	permit       breaker.Permit  // the current attempt's
+	slot         bulkhead.Slot   // the current attempt's, freed when op returns
+	held         *bulkhead.Slot  // the current attempt's instead, kept for Call.Hold
+	actx         context.Context // the current attempt's context, as the observer returned it
+	astart       time.Time       // the current attempt's start, when timed
+	endAt        time.Time       // the current attempt's end, once read
+	lastErr      error           // the last attempt's error, unmarked
+	lost         bool            // the last attempt got no answer after it may have been received
+	chainRetried bool            // an answer said the server behind had already retried
+	timer        *time.Timer
+	outcome      string // the CallEnd outcome of a call that fails; "" means event.OutcomeError
 }
 
 // settled is what a call runs under: the Policy's settings refined by the
@@ -605,6 +616,12 @@ func (c *call) failed(err error, timedOut bool) error {
 		return c.giveUp(ErrOutcomeUnknown, 0)
 	}
 	switch {
+	case v.Retried:
+		c.chainRetried = true
+		if v.Retryable {
+			c.refuse(event.ReasonAlreadyRetried)
+		}
+		return c.lastErr
 	case !v.Retryable:
 		return c.lastErr
 	case !c.idempotent && !v.Unsent:
@@ -691,6 +708,12 @@ func (c *call) grant(delay time.Duration, reason string) error {
 			c.refuse(event.ReasonBreakerOpen)
 			return c.rejected(err)
 		}
+	}
+	if st := chain.FromContext(c.ctx); st != nil && !st.AllowsAttempt(c.attempts-c.hedges+1) {
+		// The request being served already stands for enough sends of
+		// the user's: another one here multiplies a chain's retries.
+		c.refuse(event.ReasonAmplification)
+		return c.giveUp(ErrBudgetExhausted, delay)
 	}
 	if !c.s.budget.TryRetry() {
 		if c.obs != nil {
@@ -867,6 +890,11 @@ func (c *call) end(err error) error {
 		err = &Error{Kind: ErrOutcomeUnknown, Attempts: c.attempts, Err: err}
 		c.outcome = event.OutcomeUnknown
 	}
+	if c.chainRetried || c.retries > 0 || chainRefusal(c.outcome) {
+		// Whatever ends the request being served ends it after this tier
+		// spent its retries: the tier above must not spend its own.
+		chain.FromContext(c.ctx).MarkRetried()
+	}
 	if c.obs == nil {
 		return err
 	}
@@ -884,6 +912,18 @@ func (c *call) end(err error) error {
 	e.Err = err
 	c.obs.Observe(c.ctx, e)
 	return err
+}
+
+// chainRefusal reports whether a call that ended with outcome was refused
+// by this process's own protection against a failing dependency, which
+// the tier above would only meet again: the budget, the breaker, the
+// throttle.
+func chainRefusal(outcome string) bool {
+	switch outcome {
+	case event.OutcomeBudgetExhausted, event.OutcomeCircuitOpen, event.OutcomeThrottled:
+		return true
+	}
+	return false
 }
 
 // event fills the fields every event shares. now may be zero when the

@@ -12,7 +12,9 @@ var (
 	// ErrCircuitOpen: the breaker refused the call without running it.
 	ErrCircuitOpen = errors.New("guardrail: circuit open")
 	// ErrBudgetExhausted: a retryable failure was not retried because the retry
-	// budget had no token left.
+	// budget had no token left, or because another attempt would take the
+	// request being served past its chain's amplification cap (package
+	// chain).
 	ErrBudgetExhausted = errors.New("guardrail: retry budget exhausted")
 	// ErrDeadline: the time left on the context was too short for another
 	// attempt (or the next retry's delay would not fit).

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/guardrail-go/guardrail/chain"
 )
 
 // Server-side defaults.
@@ -119,6 +121,7 @@ func (s *Server) Middleware(next http.Handler) http.Handler {
 		}
 		left -= s.reserve
 		if left <= 0 {
+			chain.MarkNotProcessed(r.Context()) // next never runs
 			s.expired.ServeHTTP(w, r)
 			return
 		}

@@ -53,7 +53,8 @@ const (
 	// Reason why (ReasonRetryAfter, ReasonBackoff), Err the error retried.
 	Retry
 	// RetryRefused: a retryable failure was not retried. Reason says why
-	// (ReasonBudget, ReasonDeadline, ReasonAttempts, ReasonNotIdempotent).
+	// (ReasonBudget, ReasonDeadline, ReasonAttempts, ReasonNotIdempotent,
+	// ReasonAlreadyRetried, ReasonAmplification).
 	RetryRefused
 	// BudgetExhausted: the retry budget refused a retry; Tokens left.
 	BudgetExhausted
@@ -103,6 +104,11 @@ const (
 	// the file. Dependency and Operation are empty: a reload concerns the
 	// whole process.
 	ConfigReload
+	// Amplification: a server received a request of a call chain (package
+	// chain). Amplification is the sends of the user's original request it
+	// represents (1 for a request that was never retried upstream), Limit
+	// the server's cap on what its own calls may add up to.
+	Amplification
 )
 
 var kindNames = [...]string{
@@ -125,6 +131,7 @@ var kindNames = [...]string{
 	HedgeRefused:      "hedge_refused",
 	Throttled:         "throttled",
 	ConfigReload:      "config_reload",
+	Amplification:     "amplification",
 }
 
 // String returns the kind's snake_case name.
@@ -141,23 +148,24 @@ func (k Kind) String() string {
 // metric labels, except Operation, which is whatever the caller set. An
 // Event is a plain value owned by the Observer that receives it.
 type Event struct {
-	Kind       Kind          // what happened; says which other fields are set
-	Dependency string        // Policy.Name, a host, a breaker group key
-	Operation  string        // set by the caller with WithOperation; may be empty
-	Attempt    int           // 1-based attempt number
-	Outcome    string        // a call outcome (Outcome*) or an attempt outcome (Attempt*)
-	Reason     string        // Reason* constants or a breaker cause
-	Phase      string        // Phase* constants
-	From, To   string        // breaker states
-	Priority   string        // shed priority name
-	Err        error         // the error involved, if any
-	Duration   time.Duration // attempt or call duration, queueing time
-	Delay      time.Duration // backoff before an attempt, retry delay, time to next probe
-	Remaining  time.Duration // time left on the deadline; -1 when there is none
-	Detail     string        // free text for logs (a breaker transition's cause); never a label
-	Tokens     float64       // retry budget tokens after the event
-	InFlight   int           // shedder or bulkhead in-flight count
-	Limit      int           // shedder or bulkhead limit
+	Kind          Kind          // what happened; says which other fields are set
+	Dependency    string        // Policy.Name, a host, a breaker group key
+	Operation     string        // set by the caller with WithOperation; may be empty
+	Attempt       int           // 1-based attempt number
+	Outcome       string        // a call outcome (Outcome*) or an attempt outcome (Attempt*)
+	Reason        string        // Reason* constants or a breaker cause
+	Phase         string        // Phase* constants
+	From, To      string        // breaker states
+	Priority      string        // shed priority name
+	Err           error         // the error involved, if any
+	Duration      time.Duration // attempt or call duration, queueing time
+	Delay         time.Duration // backoff before an attempt, retry delay, time to next probe
+	Remaining     time.Duration // time left on the deadline; -1 when there is none
+	Detail        string        // free text for logs (a breaker transition's cause); never a label
+	Tokens        float64       // retry budget tokens after the event
+	InFlight      int           // shedder or bulkhead in-flight count
+	Limit         int           // shedder or bulkhead limit; a chain server's amplification cap
+	Amplification int           // sends of the user's original request a request represents
 }
 
 // Call outcomes (CallEnd) and attempt outcomes (AttemptEnd).
@@ -210,6 +218,12 @@ const (
 	ReasonThrottled = "throttled"
 	// ReasonOutcomeUnknown: idempotency: the handler panicked or hijacked the connection; its key answers 500 until it expires.
 	ReasonOutcomeUnknown = "outcome_unknown"
+	// ReasonAlreadyRetried: a failure was not retried because the answer
+	// said the server behind had already retried it (package chain).
+	ReasonAlreadyRetried = "already_retried"
+	// ReasonAmplification: a retry was refused because it would take the
+	// request's chain amplification past the server's cap (package chain).
+	ReasonAmplification = "amplification"
 )
 
 // Timeout phases (Timeout and typed timeout errors).

@@ -15,6 +15,7 @@ import (
 
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
+	"github.com/guardrail-go/guardrail/chain"
 	"github.com/guardrail-go/guardrail/deadline"
 )
 
@@ -135,15 +136,17 @@ func TestAttemptHeaders(t *testing.T) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://example.test/", nil)
 	req.Header.Set("X-Caller", "yes")
 	before := req.Header.Clone()
-	c := &call{t: tr, req: req, n: 3, idemKey: "k1"}
+	c := &call{t: tr, req: req, n: 3, idemKey: "k1", chain: chain.NewState(2, 0)}
 	dl, need := c.headers(&attempt{}, c.n)
 	if !need || !dl.Equal(func() time.Time { d, _ := ctx.Deadline(); return d }()) {
 		t.Fatalf("headers() = %v, %v: want the context's deadline, and headers needed", dl, need)
 	}
-	var vals [4]string
+	var vals [5]string
 	var digits [40]byte
 	h := c.header(dl, time.Now(), c.n, &vals, &digits)
-	for key, want := range map[string]string{"X-Caller": "yes", deadline.HeaderRetryAttempt: "2", idempotency.HeaderKey: "k1"} {
+	// The request being served arrived as 2 sends of its user's; this is
+	// the third attempt: 6.
+	for key, want := range map[string]string{"X-Caller": "yes", deadline.HeaderRetryAttempt: "2", idempotency.HeaderKey: "k1", chain.HeaderAmplification: "6"} {
 		if got := h[key]; len(got) != 1 || got[0] != want {
 			t.Errorf("%s = %q, want [%q]", key, got, want)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/bulkhead"
+	"github.com/guardrail-go/guardrail/chain"
 	"github.com/guardrail-go/guardrail/deadline"
 )
 
@@ -332,10 +333,11 @@ type call struct {
 	unsafe     bool // the method is not idempotent (POST, PATCH), key or not
 	bodyMode   int
 	buf        []byte
-	bodySent   bool        // req.Body was handed to the base transport, which closes it
-	n          int         // attempts started
-	resends    *int        // sends the base transport made on its own, for the engine (Call.Resends); nil when hedged
-	mu         *sync.Mutex // a hedged request's: its attempts run at once; nil when not hedged
+	bodySent   bool         // req.Body was handed to the base transport, which closes it
+	n          int          // attempts started
+	resends    *int         // sends the base transport made on its own, for the engine (Call.Resends); nil when hedged
+	mu         *sync.Mutex  // a hedged request's: its attempts run at once; nil when not hedged
+	chain      *chain.State // the request a server is serving, when it is one; nil otherwise
 }
 
 func (c *call) prepare() error {
@@ -353,6 +355,7 @@ func (c *call) prepare() error {
 	}
 	c.idempotent = idempotent(req)
 	c.unsafe = !idempotentMethod(req.Method)
+	c.chain = chain.FromContext(req.Context())
 	if !c.idempotent && t.s.generateKeys && (req.Method == http.MethodPost || req.Method == http.MethodPatch) {
 		c.idemKey = newKey()
 		c.idempotent = true
@@ -506,6 +509,7 @@ func (c *call) send(actx context.Context, n int) (*http.Response, error) {
 	if v.Outcome == breaker.Success {
 		return resp, nil
 	}
+	chainMarks(resp, &v)
 	if stop != nil {
 		stop()
 	}
@@ -552,7 +556,7 @@ func (c *call) headers(a *attempt, n int) (time.Time, bool) {
 	if adl := a.deadlineTime(); !adl.IsZero() && (!hasDeadline || adl.Before(dl)) {
 		dl, hasDeadline = adl, true
 	}
-	return dl, hasDeadline || n > 1 || c.idemKey != ""
+	return dl, hasDeadline || n > 1 || c.idemKey != "" || c.chain.Amplification() > 1
 }
 
 // header returns the headers of attempt n, whose deadline is dl (zero:
@@ -560,16 +564,16 @@ func (c *call) headers(a *attempt, n int) (time.Time, bool) {
 // digits, both parts of the attempt. now is the attempt's start.
 //
 // It allocates the map alone, whatever it adds.
-func (c *call) header(dl time.Time, now time.Time, n int, vals *[4]string, digits *[40]byte) http.Header {
+func (c *call) header(dl time.Time, now time.Time, n int, vals *[5]string, digits *[40]byte) http.Header {
 	hasDeadline := !dl.IsZero()
 	// A shallow copy: the caller's value slices are shared, never written
 	// (a key we set gets a slice of its own), and the base transport only
 	// reads them.
-	h := make(http.Header, len(c.req.Header)+4)
+	h := make(http.Header, len(c.req.Header)+len(vals))
 	for k, v := range c.req.Header {
 		h[k] = v
 	}
-	var keys [4]string
+	var keys [len(vals)]string
 	k := 0
 	if hasDeadline {
 		vals[0], vals[1] = deadlineValues(now, dl.Sub(now)-c.t.s.reserve, digits)
@@ -582,6 +586,10 @@ func (c *call) header(dl time.Time, now time.Time, n int, vals *[4]string, digit
 	}
 	if c.idemKey != "" {
 		keys[k], vals[k] = headerIdempotencyKey, c.idemKey
+		k++
+	}
+	if amp := c.chain.Outgoing(n); amp > 1 {
+		keys[k], vals[k] = chain.HeaderAmplification, strconv.Itoa(amp)
 		k++
 	}
 	for i := range k {

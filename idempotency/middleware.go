@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/guardrail-go/guardrail/chain"
 	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/internal/readlimit"
 )
@@ -719,6 +720,7 @@ func (m *Server) storeFailed(w http.ResponseWriter, r *http.Request, next http.H
 	}
 	m.log.ErrorContext(r.Context(), "idempotency: store failed; refusing the request with 503 rather than running it unprotected",
 		"op", op, "err", err, "method", r.Method, "route", route)
+	chain.MarkNotProcessed(r.Context()) // next never runs
 	w.Header().Set("Retry-After", m.retryAfterHeader)
 	m.problem(w, http.StatusServiceUnavailable, "Idempotency store unavailable",
 		"The request was not processed; retry it with the same Idempotency-Key after the delay in Retry-After.")

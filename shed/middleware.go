@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/guardrail-go/guardrail/chain"
 	"github.com/guardrail-go/guardrail/deadline"
 )
 
@@ -23,6 +24,7 @@ func (s *Shedder) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, err := s.acquire(r.Context(), s.requestPriority(r), s.requestIsRetry(r))
 		if err != nil {
+			chain.MarkNotProcessed(r.Context()) // next never runs
 			// Shared, never modified: cap == len, so an append elsewhere copies.
 			w.Header()["Retry-After"] = s.retryAfter
 			w.WriteHeader(http.StatusServiceUnavailable)

@@ -3,7 +3,6 @@ package guardgrpc
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -508,9 +507,7 @@ func clearOpts(o []grpc.CallOption) []grpc.CallOption {
 func (u *unaryCall) attempt(ctx context.Context) (struct{}, error) {
 	u.attempts++
 	u.trailer, u.peer = nil, peer.Peer{}
-	if u.attempts > 1 {
-		ctx = metadata.AppendToOutgoingContext(ctx, MDRetryAttempt, strconv.Itoa(u.attempts-1))
-	}
+	ctx = attemptContext(ctx, u.attempts)
 	var err error
 	if a := u.c.cfg.Attempt; a != nil {
 		u.info = Attempt{Method: u.method, Req: u.req, Reply: u.reply, Conn: u.cc, Invoker: u.invoker,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"reflect"
-	"strconv"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -169,9 +168,7 @@ func (h *hedgedCall) attempt(ctx context.Context) (_ *hedgeAttempt, err error) {
 	} else {
 		a.reply = newReply(h.reply)
 	}
-	if n > 1 {
-		ctx = metadata.AppendToOutgoingContext(ctx, MDRetryAttempt, strconv.Itoa(n-1))
-	}
+	ctx = attemptContext(ctx, n)
 	opts := append(a.buf[:0], h.opts...)
 	opts = append(opts, grpc.Trailer(&a.trailer))
 	if len(h.headers) > 0 {

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/guardrail-go/guardrail/chain"
 	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/idempotency"
 )
@@ -346,6 +347,7 @@ func (k *keys) handle(ctx context.Context, req any, method string, handler grpc.
 		}
 		k.log.ErrorContext(ctx, "idempotency: store failed; refusing the call with UNAVAILABLE rather than running it unprotected", "err", err, "method", method, "op", "begin")
 		k.pushback(ctx, k.retry)
+		chain.MarkNotProcessed(ctx) // the handler never runs
 		return nil, status.Error(codes.Unavailable, "idempotency: the key store is unavailable; retry later")
 	}
 	switch res.State {

@@ -1,10 +1,13 @@
 package guardgrpc
 
 import (
+	"context"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc/metadata"
 
+	"github.com/guardrail-go/guardrail/chain"
 	"github.com/guardrail-go/guardrail/shed"
 )
 
@@ -112,4 +115,21 @@ func first(md metadata.MD, key string) string {
 		return v[0]
 	}
 	return ""
+}
+
+// attemptContext returns ctx with the metadata attempt n (1-based) adds:
+// MDRetryAttempt on a retry, and chain.MDAmplification when the call is
+// made for a request that is itself a retry somewhere up the chain, or is
+// one here.
+func attemptContext(ctx context.Context, n int) context.Context {
+	amp := chain.FromContext(ctx).Outgoing(n)
+	switch {
+	case n > 1 && amp > 1:
+		return metadata.AppendToOutgoingContext(ctx, MDRetryAttempt, strconv.Itoa(n-1), chain.MDAmplification, strconv.Itoa(amp))
+	case n > 1:
+		return metadata.AppendToOutgoingContext(ctx, MDRetryAttempt, strconv.Itoa(n-1))
+	case amp > 1:
+		return metadata.AppendToOutgoingContext(ctx, chain.MDAmplification, strconv.Itoa(amp))
+	}
+	return ctx
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/guardrail-go/guardrail/chain"
 	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/shed"
 )
@@ -76,6 +77,18 @@ type ServerConfig struct {
 	// Keys, when not nil, deduplicates unary calls carrying an
 	// idempotency-key (see KeyConfig).
 	Keys *KeyConfig
+
+	// Chain, when not nil, makes the server a tier of a call chain
+	// (package chain), before everything else the interceptors do: a
+	// call's context carries a chain.State built from its
+	// x-retry-amplification metadata, for the guarded calls its handler
+	// makes; a call refused before its handler ran (its deadline had
+	// passed, it was shed, the key store failed) ends with the trailer
+	// x-not-processed: 1, and a call that failed after its own guarded
+	// calls spent their retries ends with x-already-retried: 1. An
+	// x-not-processed the handler sets itself is dropped: only a refusal
+	// at the door may claim that nothing ran.
+	Chain *chain.Server
 
 	// Observer receives the idempotency events, with the full method as
 	// the operation. When it is set, the Shedder's events carry the full
@@ -247,25 +260,96 @@ func ended(ctx context.Context) error {
 // the reason expired, apart from the calls it refused).
 func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		outer := ctx
+		var st *chain.State
+		if s.cfg.Chain != nil {
+			ctx, st = s.beginChain(ctx)
+			if ts := grpc.ServerTransportStreamFromContext(ctx); ts != nil {
+				ctx = grpc.NewContextWithServerTransportStream(ctx, &noMarkStream{ts})
+			}
+		}
 		cctx, cancel, err := s.clamp(ctx)
 		if err != nil {
-			return nil, err
+			st.MarkNotProcessed()
+			return nil, chainEnd(st, err, func(md metadata.MD) { grpc.SetTrailer(outer, md) })
 		}
 		if cancel != nil {
 			defer cancel()
 		}
-		release, err := s.admit(cctx, info.FullMethod, func(md metadata.MD) { grpc.SetTrailer(ctx, md) })
+		release, err := s.admit(cctx, info.FullMethod, func(md metadata.MD) { grpc.SetTrailer(outer, md) })
 		if err != nil {
-			return nil, err
+			st.MarkNotProcessed()
+			return nil, chainEnd(st, err, func(md metadata.MD) { grpc.SetTrailer(outer, md) })
 		}
 		if release != nil {
 			defer release()
 		}
+		var resp any
 		if s.keys != nil {
-			return s.keys.handle(cctx, req, info.FullMethod, handler)
+			resp, err = s.keys.handle(cctx, req, info.FullMethod, handler)
+		} else {
+			resp, err = handler(cctx, req)
 		}
-		return handler(cctx, req)
+		return resp, chainEnd(st, err, func(md metadata.MD) { grpc.SetTrailer(outer, md) })
 	}
+}
+
+// beginChain returns ctx with the call's chain.State.
+func (s *Server) beginChain(ctx context.Context) (context.Context, *chain.State) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return s.cfg.Chain.Begin(ctx, first(md, chain.MDAmplification))
+}
+
+// chainEnd adds the chain's marker to a call that ends with err, through
+// setTrailer, and returns err. Only failures that a client might retry
+// are marked.
+func chainEnd(st *chain.State, err error, setTrailer func(metadata.MD)) error {
+	if st == nil || err == nil {
+		return err
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.ResourceExhausted, codes.DeadlineExceeded, codes.Internal, codes.Unknown, codes.Aborted:
+	default:
+		return err
+	}
+	switch {
+	case st.NotProcessed():
+		setTrailer(notProcessedMD)
+	case st.Retried():
+		setTrailer(retriedMD)
+	}
+	return err
+}
+
+var (
+	notProcessedMD = metadata.Pairs(chain.MDNotProcessed, "1")
+	retriedMD      = metadata.Pairs(chain.MDRetried, "1")
+)
+
+// noMarkStream is the transport stream a handler sees: it drops the
+// x-not-processed marker from what the handler sets, so that only a
+// refusal at the door sends it.
+type noMarkStream struct{ grpc.ServerTransportStream }
+
+func (s *noMarkStream) SetHeader(md metadata.MD) error {
+	return s.ServerTransportStream.SetHeader(dropMark(md))
+}
+func (s *noMarkStream) SendHeader(md metadata.MD) error {
+	return s.ServerTransportStream.SendHeader(dropMark(md))
+}
+func (s *noMarkStream) SetTrailer(md metadata.MD) error {
+	return s.ServerTransportStream.SetTrailer(dropMark(md))
+}
+
+// dropMark returns md without chain.MDNotProcessed, copied only when it
+// had it.
+func dropMark(md metadata.MD) metadata.MD {
+	if _, ok := md[chain.MDNotProcessed]; !ok {
+		return md
+	}
+	md = md.Copy()
+	delete(md, chain.MDNotProcessed)
+	return md
 }
 
 // StreamServerInterceptor returns the stream interceptor: the deadline
@@ -273,29 +357,62 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // keys apply to unary calls only.
 func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		cctx, cancel, err := s.clamp(ss.Context())
+		outer := ss
+		ctx := ss.Context()
+		var st *chain.State
+		if s.cfg.Chain != nil {
+			ctx, st = s.beginChain(ctx)
+			ss = &ctxStream{ServerStream: ss, ctx: ctx, noMark: true}
+		}
+		cctx, cancel, err := s.clamp(ctx)
 		if err != nil {
-			return err
+			st.MarkNotProcessed()
+			return chainEnd(st, err, outer.SetTrailer)
 		}
 		if cancel != nil {
 			defer cancel()
-			ss = &ctxStream{ServerStream: ss, ctx: cctx}
+			ss = &ctxStream{ServerStream: ss, ctx: cctx, noMark: st != nil}
 		}
-		release, err := s.admit(cctx, info.FullMethod, ss.SetTrailer)
+		release, err := s.admit(cctx, info.FullMethod, outer.SetTrailer)
 		if err != nil {
-			return err
+			st.MarkNotProcessed()
+			return chainEnd(st, err, outer.SetTrailer)
 		}
 		if release != nil {
 			defer release()
 		}
-		return handler(srv, ss)
+		return chainEnd(st, handler(srv, ss), outer.SetTrailer)
 	}
 }
 
-// ctxStream is a server stream with a clamped context.
+// ctxStream is a server stream with a context of the interceptor's (the
+// clamped deadline, the chain's State) and, with noMark, without the
+// handler's x-not-processed.
 type ctxStream struct {
 	grpc.ServerStream
-	ctx context.Context
+	ctx    context.Context
+	noMark bool
 }
 
 func (s *ctxStream) Context() context.Context { return s.ctx }
+
+func (s *ctxStream) SetHeader(md metadata.MD) error {
+	if s.noMark {
+		md = dropMark(md)
+	}
+	return s.ServerStream.SetHeader(md)
+}
+
+func (s *ctxStream) SendHeader(md metadata.MD) error {
+	if s.noMark {
+		md = dropMark(md)
+	}
+	return s.ServerStream.SendHeader(md)
+}
+
+func (s *ctxStream) SetTrailer(md metadata.MD) {
+	if s.noMark {
+		md = dropMark(md)
+	}
+	s.ServerStream.SetTrailer(md)
+}

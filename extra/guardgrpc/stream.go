@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -49,9 +48,7 @@ func (c *Client) newStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.
 // open opens the stream for one attempt of newStream.
 func (s *clientStream) open(ctx context.Context) (grpc.ClientStream, error) {
 	s.opens++
-	if s.opens > 1 {
-		ctx = metadata.AppendToOutgoingContext(ctx, MDRetryAttempt, strconv.Itoa(s.opens-1))
-	}
+	ctx = attemptContext(ctx, s.opens)
 	st, err := s.streamer(ctx, s.desc, s.cc, s.method, s.opts...)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -212,7 +209,7 @@ func (s *clientStream) reopen(ctx context.Context) (grpc.ClientStream, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.opens++
-	ctx = metadata.AppendToOutgoingContext(ctx, MDRetryAttempt, strconv.Itoa(s.opens-1))
+	ctx = attemptContext(ctx, s.opens)
 	st, err := s.streamer(ctx, s.desc, s.cc, s.method, s.opts...)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -131,6 +131,7 @@ type Observer struct {
 	transitions, rejections, probes, bulkhead, shed, admitted, idempotency, reloads metric.Int64Counter
 	reloadOK, reloadErr                       metric.AddOption
 	callDur, attemptDur, remaining, queueWait metric.Float64Histogram
+	amp                                       metric.Int64Histogram
 
 	callC       *series.Cache[*callAttrs]
 	attemptC    *series.Cache[*attrs]
@@ -144,6 +145,7 @@ type Observer struct {
 	shedC       *series.Cache[*attrs]
 	admitC      *series.Cache[*attrs]
 	queueC      *series.Cache[*attrs]
+	ampC        *series.Cache[*attrs]
 	idempotentC *series.Cache[*attrs]
 }
 
@@ -240,6 +242,10 @@ func (o *Observer) instruments(meter metric.Meter, durBuckets, remBuckets []floa
 	o.shed = counter(series.Shed)
 	o.admitted = counter(series.Admitted)
 	o.queueWait = histogram(series.QueueWait, durBuckets)
+	amp, err := meter.Int64Histogram(series.Amplification.OTel, metric.WithDescription(series.Amplification.Help),
+		metric.WithUnit(series.Amplification.Unit), metric.WithExplicitBucketBoundaries(series.AmplificationBuckets...))
+	o.amp = amp
+	errs = append(errs, err)
 	o.idempotency = counter(series.Idempotency)
 	o.reloads = counter(series.ConfigReloads)
 	o.reloadOK = metric.WithAttributes(attribute.String(series.LOutcome, event.OutcomeOK))
@@ -308,6 +314,7 @@ func (o *Observer) caches(fs *series.Folders) {
 	o.shedC = cache(series.Shed)
 	o.admitC = cache(series.Admitted)
 	o.queueC = cache(series.QueueWait)
+	o.ampC = cache(series.Amplification)
 	o.idempotentC = cache(series.Idempotency)
 }
 
@@ -415,6 +422,8 @@ func (o *Observer) Observe(ctx context.Context, e event.Event) context.Context {
 	case event.Idempotency:
 		o.idempotency.Add(ctx, 1, o.idempotentC.Get(dep, op, e.Reason, "").add...)
 		spanEvent(ctx, "guardrail.idempotency", attrOutcome.String(e.Reason))
+	case event.Amplification:
+		o.amp.Record(ctx, int64(e.Amplification), o.ampC.Get(dep, "", "", "").rec...)
 	}
 	return ctx
 }

@@ -144,6 +144,7 @@ type Collector struct {
 	shed        *prometheus.CounterVec
 	admitted    *prometheus.CounterVec
 	queueWait   *prometheus.HistogramVec
+	amp         *prometheus.HistogramVec
 	idempotency *prometheus.CounterVec
 
 	vecs []prometheus.Collector
@@ -165,6 +166,7 @@ type Collector struct {
 	shedC       *series.Cache[prometheus.Counter]
 	admitC      *series.Cache[prometheus.Counter]
 	queueC      *series.Cache[prometheus.Observer]
+	ampC        *series.Cache[prometheus.Observer]
 	idempotentC *series.Cache[prometheus.Counter]
 
 	gauges *series.Gauges
@@ -242,6 +244,7 @@ func New(cfg Config) (*Collector, error) {
 	c.shed = counter(series.Shed)
 	c.admitted = counter(series.Admitted)
 	c.queueWait = histogram(series.QueueWait, durBuckets)
+	c.amp = histogram(series.Amplification, series.AmplificationBuckets)
 	c.idempotency = counter(series.Idempotency)
 	c.stateDesc = gauge(series.BreakerState)
 	c.tokensDesc = gauge(series.BudgetTokens)
@@ -285,6 +288,9 @@ func New(cfg Config) (*Collector, error) {
 	c.idempotentC = counterCache(series.Idempotency, c.idempotency)
 	c.queueC = series.NewCache(series.QueueWait, fs, func(lv []string) prometheus.Observer {
 		return c.queueWait.WithLabelValues(lv...)
+	})
+	c.ampC = series.NewCache(series.Amplification, fs, func(lv []string) prometheus.Observer {
+		return c.amp.WithLabelValues(lv...)
 	})
 	return c, nil
 }
@@ -346,6 +352,8 @@ func (c *Collector) Observe(ctx context.Context, e event.Event) context.Context 
 		c.gauges.Observe(&e)
 	case event.Idempotency:
 		c.idempotentC.Get(dep, op, e.Reason, "").Inc()
+	case event.Amplification:
+		c.ampC.Get(dep, "", "", "").Observe(float64(e.Amplification))
 	}
 	return ctx
 }

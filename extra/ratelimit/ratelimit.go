@@ -32,6 +32,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/guardrail-go/guardrail/chain"
 	"github.com/guardrail-go/guardrail/event"
 )
 
@@ -388,6 +389,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		}
 		if wait, ok := l.allow(h, time.Now()); !ok {
 			l.observe(r.Context(), wait, nil)
+			chain.MarkNotProcessed(r.Context()) // next never runs
 			w.Header()["Retry-After"] = retryAfterHeader(wait)
 			w.WriteHeader(http.StatusTooManyRequests)
 			return

@@ -96,7 +96,7 @@ var (
 	RetriesRefused = &Def{
 		Name: "guardrail_retries_refused_total", OTel: "guardrail.retries.refused", Kind: Counter,
 		Labels: []string{LDependency, LOperation, LReason},
-		Help:   "Retryable failures that were not retried, by reason: attempts, budget, deadline, not_idempotent, retry_after, breaker_open.",
+		Help:   "Retryable failures that were not retried, by reason: attempts, budget, deadline, not_idempotent, retry_after, breaker_open, already_retried (the server behind had already retried), amplification (the request's chain amplification reached its cap).",
 	}
 	Hedges = &Def{
 		Name: "guardrail_hedges_total", OTel: "guardrail.hedges", Kind: Counter,
@@ -178,6 +178,11 @@ var (
 		Labels: []string{LDependency, LOperation, LOutcome},
 		Help:   "Idempotency-Key decisions: stored, replayed, conflict, mismatch, released, store_error, outcome_unknown.",
 	}
+	Amplification = &Def{
+		Name: "guardrail_request_amplification", OTel: "guardrail.request.amplification", Kind: Histogram, Unit: "{request}",
+		Labels: []string{LDependency},
+		Help:   "Sends of the user's original request that each request a server received represents: the product of the attempt numbers along the call chain (1: never retried upstream).",
+	}
 	// ConfigReloads is the one series without a dependency: a policy file
 	// configures the whole process, and the file's name would be a label
 	// of unbounded values.
@@ -194,7 +199,7 @@ var All = []*Def{
 	Retries, RetriesRefused, Hedges, RetrySuccess, RetryExhausted, Timeouts,
 	BudgetTokens, BreakerState, BreakerTransitions, BreakerRejections,
 	BreakerProbes, BulkheadRejections, Shed, Admitted, QueueWait, InFlight,
-	Limit, Idempotency, ConfigReloads,
+	Limit, Idempotency, Amplification, ConfigReloads,
 }
 
 // States are the breaker states exported by BreakerState, each present
@@ -209,4 +214,8 @@ var (
 	// default least time worth starting an attempt with) to generous
 	// end-to-end budgets.
 	RemainingBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	// AmplificationBuckets span one send to a chain whose every tier
+	// retried: three attempts at two, three and four tiers are 9, 27 and
+	// 81 sends.
+	AmplificationBuckets = []float64{1, 2, 3, 4, 6, 9, 16, 27, 81}
 )
