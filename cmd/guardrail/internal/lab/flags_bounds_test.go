@@ -118,6 +118,13 @@ func TestFlagBounds(t *testing.T) {
 		{"shedding", []string{"--capacity-fixed", strings.Repeat("10,", 99) + "10"}, []string{"--capacity-fixed has 100 entries"}},
 		{"shedding", []string{"--capacity-overloads", strings.Repeat("3,", 99) + "3"}, []string{"--capacity-overloads has 100 entries"}},
 		{"jitter", []string{"--strategies", strings.Repeat("full,", 99) + "full"}, []string{"--strategies has 100 entries"}},
+		{"chain", []string{"--tiers", "2000000000"}, []string{"--tiers is 2000000000"}},
+		{"chain", []string{"--attempts", "10", "--tiers", "6"}, []string{"--attempts ^ (--tiers - 1) is 100000"}},
+		{"chain", []string{"--rps", "NaN"}, []string{"--rps is NaN"}},
+		{"chain", []string{"--outages", "1s,1000000h"}, []string{"--outages: \"1000000h\" is not a duration"}},
+		{"chain", []string{"--outages", "50m,55m"}, []string{"add up to"}},
+		{"chain", []string{"--configs", "naive,everything"}, []string{"--configs: \"everything\" is none of"}},
+		{"chain", []string{"--outages", strings.Repeat("1s,", 99) + "1s"}, []string{"--outages has 100 entries"}},
 		{"incident", []string{"--outages", strings.Repeat("1s,", 99) + "1s"}, []string{"--outages has 100 entries"}},
 
 		{"hedging", []string{"--calls", "2000000000"}, []string{"--calls is 2000000000"}},

@@ -1,0 +1,35 @@
+package lab
+
+import "testing"
+
+// The chain experiment, one short outage: the naive chain multiplies the
+// bottom's calls by attempts^(tiers-1), the markers keep them near one per
+// user request, and every tier's calls are counted.
+func TestChain(t *testing.T) {
+	res := runExpTries(t, 2, "chain", "--outages", "500ms", "--tiers", "3", "--rps", "60", "--after", "1s")
+	if len(res.Rows) != len(chainConfigs) {
+		t.Fatalf("%d rows, want one per configuration (%d)", len(res.Rows), len(chainConfigs))
+	}
+	per := map[string]float64{}
+	all := map[string]float64{}
+	for _, r := range res.Rows {
+		cfg := col(t, r, "config").(string)
+		per[cfg] = col(t, r, "bottom_calls_per_request").(float64)
+		all[cfg] = col(t, r, "chain_calls_per_request").(float64)
+		if all[cfg] < per[cfg] {
+			t.Errorf("%s: %.2f calls per request at all tiers, fewer than the bottom's %.2f", cfg, all[cfg], per[cfg])
+		}
+	}
+	// 3 attempts through 2 retrying tiers: 9 at the bottom.
+	if per[chainNaive] < 6 || per[chainNaive] > 9 {
+		t.Errorf("naive: %.2f bottom calls per request, want about 9", per[chainNaive])
+	}
+	for _, cfg := range []string{chainBudgetMarkers, chainMarkers} {
+		if per[cfg] > per[chainNaive]/4 {
+			t.Errorf("%s: %.2f bottom calls per request, want far below naive's %.2f", cfg, per[cfg], per[chainNaive])
+		}
+	}
+	if all[chainBudgetMarkers] >= all[chainBudget] {
+		t.Errorf("all tiers: %.2f calls per request with markers, %.2f without: the markers must cut the upper tiers' retries", all[chainBudgetMarkers], all[chainBudget])
+	}
+}
