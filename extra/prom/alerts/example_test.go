@@ -29,4 +29,5 @@ func ExampleRules() {
 	// GuardrailIdempotencyStoreErrors
 	// GuardrailOutcomeUnknown
 	// GuardrailConfigReloadRejected
+	// GuardrailRetryAmplification
 }
