@@ -48,12 +48,12 @@ type grpcServer struct {
 	wg   sync.WaitGroup
 }
 
-func serveGRPC(h healthpb.HealthServer) (*grpcServer, error) {
+func serveGRPC(h healthpb.HealthServer, opts ...grpc.ServerOption) (*grpcServer, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	s := &grpcServer{Addr: ln.Addr().String(), srv: grpc.NewServer()}
+	s := &grpcServer{Addr: ln.Addr().String(), srv: grpc.NewServer(opts...)}
 	healthpb.RegisterHealthServer(s.srv, h)
 	s.wg.Go(func() { _ = s.srv.Serve(ln) })
 	return s, nil

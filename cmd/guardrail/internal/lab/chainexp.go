@@ -12,11 +12,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/chain"
+	"github.com/guardrail-go/guardrail/extra/guardgrpc"
 	"github.com/guardrail-go/guardrail/guardhttp"
 	"github.com/guardrail-go/guardrail/respond"
 )
@@ -33,6 +39,8 @@ type chainParams struct {
 	deadline time.Duration // the user gives up after this long
 	openFor  time.Duration // the breakers' open time, scaled for the lab
 	step     time.Duration // goodput bucket
+	// transport is what the tiers speak: http or grpc.
+	transport string
 }
 
 // The chain experiment's configurations.
@@ -56,7 +64,7 @@ func chainExp() Experiment {
 		bind: func(fs *flag.FlagSet, quick bool) flagged {
 			p := chainParams{tiers: 4, attempts: 3, rps: 100, warmup: 500 * time.Millisecond, after: 1500 * time.Millisecond,
 				outages: "500ms,1s,2s,4s,8s", configs: strings.Join(chainConfigs, ","), deadline: 2 * time.Second,
-				openFor: 300 * time.Millisecond, step: 100 * time.Millisecond}
+				openFor: 300 * time.Millisecond, step: 100 * time.Millisecond, transport: "http"}
 			if quick {
 				p.outages = "500ms,2s"
 			}
@@ -70,6 +78,7 @@ func chainExp() Experiment {
 			fs.DurationVar(&p.deadline, "deadline", p.deadline, "the user's deadline")
 			fs.DurationVar(&p.openFor, "open", p.openFor, "breaker open time (scaled down from the production default so that a run fits the lab)")
 			fs.DurationVar(&p.step, "step", p.step, "goodput bucket, for the recovery time")
+			fs.StringVar(&p.transport, "transport", p.transport, "what the tiers speak: http (net/http servers, guardhttp clients) or grpc (gRPC servers, guardgrpc clients and interceptors)")
 			return &p
 		},
 	})
@@ -103,6 +112,9 @@ func (p chainParams) checkFlags() error {
 	outs, _, err := p.plan()
 	if err != nil {
 		c.failf("%v", err)
+	}
+	if p.transport != "http" && p.transport != "grpc" {
+		c.failf("--transport must be http or grpc, not %q", p.transport)
 	}
 	// Each outage runs warmup + outage + after, one after the other.
 	var total time.Duration
@@ -175,6 +187,9 @@ func (p chainParams) run(ctx context.Context, env *Env) (*Result, error) {
 		return nil, err
 	}
 	r := &Result{Experiment: "chain", Title: fmt.Sprintf("%d tiers that all retry (%d attempts) in front of a bottom that fails: what reaches the bottom", p.tiers, p.attempts)}
+	if p.transport == "grpc" {
+		r.Title += ", over gRPC"
+	}
 	naiveWant := pow(p.attempts, p.tiers-1)
 	var labels []string
 	perCfg := map[string][]float64{}
@@ -214,7 +229,7 @@ func (p chainParams) run(ctx context.Context, env *Env) (*Result, error) {
 				recCol = Str("recovery_ms", "never").Named("recovery")
 			}
 			r.add(fmt.Sprintf("%s, outage %s", cfg, fmtDur(out)),
-				Str("config", cfg), Ms("outage_ms", out).As("outage", "ms"),
+				Str("transport", p.transport), Str("config", cfg), Ms("outage_ms", out).As("outage", "ms"),
 				Float("bottom_calls_per_request", per, 2).Named("bottom calls per request"),
 				Float("chain_calls_per_request", all, 2).Named("calls per request, all tiers"),
 				recCol, Float("goodput_pct", good, 1).Named("goodput %"))
@@ -255,7 +270,7 @@ func (p chainParams) run(ctx context.Context, env *Env) (*Result, error) {
 	}
 	r.Charts = append(r.Charts, Chart{Title: "Bottom calls per user request during the outage (log scale)", Kind: "bar", X: labels,
 		YLabel: "bottom calls per user request", LogY: true, Series: series})
-	r.note("naive: every tier retries %d times, no budget, no breaker; budget: every tier a guardhttp client with its default retry budget, no breaker;", p.attempts)
+	r.note("naive: every tier retries %d times, no budget, no breaker; budget: every tier a guardrail client (guardhttp, or guardgrpc over gRPC) with its default retry budget, no breaker;", p.attempts)
 	r.note("guardrail: budget and a breaker (open %v, scaled down for the lab); +markers: every tier behind chain.Server, so an answer produced after retries is not retried above.", p.openFor)
 	r.note("bottom calls per request = calls that reached the bottom during the outage / user requests sent during it; all tiers counts the calls every tier received.")
 	r.note("The configurations run at once, each on its own servers; naive at 1/%d of the load (%.0f rps), since its counts do not depend on it.", chainNaiveShare, p.rps/chainNaiveShare)
@@ -300,6 +315,42 @@ func (res *chainRun) recovery(p chainParams, out time.Duration) (time.Duration, 
 	return 0, false
 }
 
+// chainProbe is what a chain's servers share with the run: whether the
+// bottom is down now, and the calls they saw during the outage.
+type chainProbe struct {
+	start               atomic.Pointer[time.Time]
+	warmup, out         time.Duration
+	outBottom, outTiers atomic.Int64
+}
+
+// down reports whether the bottom is down now.
+func (c *chainProbe) down() bool {
+	t0 := c.start.Load()
+	if t0 == nil {
+		return false
+	}
+	since := time.Since(*t0)
+	return since >= c.warmup && since < c.warmup+c.out
+}
+
+// tierSaw counts a call a tier above the bottom received.
+func (c *chainProbe) tierSaw() {
+	if c.down() {
+		c.outTiers.Add(1)
+	}
+}
+
+// bottomFails counts a call the bottom received and reports whether it
+// fails it.
+func (c *chainProbe) bottomFails() bool {
+	if !c.down() {
+		return false
+	}
+	c.outBottom.Add(1)
+	c.outTiers.Add(1)
+	return true
+}
+
 // runOne builds the chain for cfg on loopback, offers the users' load
 // with the bottom down for out after the warm-up, and returns what it
 // measured.
@@ -307,73 +358,24 @@ func (p chainParams) runOne(ctx context.Context, cfg string, out time.Duration, 
 	total := p.warmup + out + p.after
 	buckets := int(total/p.step) + 1
 	res := &chainRun{offered: make([]int64, buckets), ok: make([]int64, buckets)}
-	var start atomic.Pointer[time.Time]
-	var outBottom, outTiers atomic.Int64
-	inOutage := func() bool {
-		t0 := start.Load()
-		if t0 == nil {
-			return false
-		}
-		since := time.Since(*t0)
-		return since >= p.warmup && since < p.warmup+out
+	probe := &chainProbe{warmup: p.warmup, out: out}
+	build := p.httpChain
+	if p.transport == "grpc" {
+		build = p.grpcChain
 	}
-	bottom, err := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if inOutage() {
-			outBottom.Add(1)
-			outTiers.Add(1)
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok"))
-	}))
+	call, closeAll, err := build(cfg, probe)
+	if closeAll != nil {
+		defer closeAll()
+	}
 	if err != nil {
 		return nil, err
 	}
-	servers := []*server{bottom}
-	defer func() {
-		for _, s := range servers {
-			s.Close()
-		}
-	}()
-	next := bottom.URL + "/"
-	for i := 1; i < p.tiers; i++ {
-		client := &http.Client{Transport: mustTransport(newBaseTransport(true), p.tierConfig(cfg, i))}
-		target := next
-		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if inOutage() {
-				outTiers.Add(1)
-			}
-			code, err := get(r.Context(), client, target)
-			switch {
-			case err == nil:
-				_, _ = w.Write([]byte("ok"))
-			case code != 0:
-				w.WriteHeader(http.StatusServiceUnavailable) // downstream answered a failure
-			default:
-				respond.Error(w, err)
-			}
-		})
-		if chainMarked(cfg) {
-			cs, err := chain.New(chain.Config{Name: fmt.Sprintf("tier%d", i)})
-			if err != nil {
-				return nil, err
-			}
-			h = cs.Middleware(h)
-		}
-		s, err := serve(h)
-		if err != nil {
-			return nil, err
-		}
-		servers = append(servers, s)
-		next = s.URL + "/"
-	}
 
-	user := newHTTPClient(true)
 	n := int(rps * total.Seconds())
 	var wg sync.WaitGroup
 	lags := make([]time.Duration, 0, n)
 	t0 := time.Now()
-	start.Store(&t0)
+	probe.start.Store(&t0)
 	for u := range n {
 		at := t0.Add(time.Duration(float64(u) / rps * float64(time.Second)))
 		if err := sleepUntil(ctx, at); err != nil {
@@ -390,23 +392,168 @@ func (p chainParams) runOne(ctx context.Context, cfg string, out time.Duration, 
 		wg.Go(func() {
 			uctx, cancel := context.WithTimeout(ctx, p.deadline)
 			defer cancel()
-			if _, err := get(uctx, user, next); err == nil {
+			if call(uctx) == nil {
 				atomic.AddInt64(&res.ok[k], 1)
 			}
 		})
 	}
 	elapsed := time.Since(t0)
 	wg.Wait()
-	res.outBottom, res.outTiers = outBottom.Load(), outTiers.Load()
+	res.outBottom, res.outTiers = probe.outBottom.Load(), probe.outTiers.Load()
 	slices.Sort(lags)
 	res.sched = schedule{run: cfg, rate: float64(n) / max(elapsed.Seconds(), 1e-9), want: rps,
 		lagP99: lags[min(len(lags)-1, len(lags)*99/100)], maxLag: 50 * time.Millisecond}
 	return res, ctx.Err()
 }
 
+// httpChain builds the chain over HTTP: the bottom, then the tiers above
+// it, each calling the next through a guardhttp client. It returns the
+// user's call to the top, and what closes the servers.
+func (p chainParams) httpChain(cfg string, probe *chainProbe) (func(context.Context) error, func(), error) {
+	var servers []*server
+	closeAll := func() {
+		for _, s := range servers {
+			s.Close()
+		}
+	}
+	bottom, err := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if probe.bottomFails() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	}))
+	if err != nil {
+		return nil, closeAll, err
+	}
+	servers = append(servers, bottom)
+	next := bottom.URL + "/"
+	for i := 1; i < p.tiers; i++ {
+		hc := p.tierConfig(cfg, i)
+		client := &http.Client{Transport: mustTransport(newBaseTransport(true), guardhttp.Config{Name: hc.Name, Retry: hc.Retry, Breakers: hc.Breakers})}
+		target := next
+		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			probe.tierSaw()
+			code, err := get(r.Context(), client, target)
+			switch {
+			case err == nil:
+				_, _ = w.Write([]byte("ok"))
+			case code != 0:
+				w.WriteHeader(http.StatusServiceUnavailable) // downstream answered a failure
+			default:
+				respond.Error(w, err)
+			}
+		})
+		if chainMarked(cfg) {
+			cs, err := chain.New(chain.Config{Name: hc.Name})
+			if err != nil {
+				return nil, closeAll, err
+			}
+			h = cs.Middleware(h)
+		}
+		s, err := serve(h)
+		if err != nil {
+			return nil, closeAll, err
+		}
+		servers = append(servers, s)
+		next = s.URL + "/"
+	}
+	user := newHTTPClient(true)
+	return func(ctx context.Context) error {
+		_, err := get(ctx, user, next)
+		return err
+	}, closeAll, nil
+}
+
+// chainHealth is a tier of the gRPC chain: its Check calls the next
+// tier's; the bottom's (next nil) fails during the outage.
+type chainHealth struct {
+	healthpb.UnimplementedHealthServer
+	next  healthpb.HealthClient
+	probe *chainProbe
+}
+
+func (h *chainHealth) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if h.next == nil {
+		if h.probe.bottomFails() {
+			return nil, status.Error(codes.Unavailable, "down")
+		}
+		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+	}
+	h.probe.tierSaw()
+	if _, err := h.next.Check(ctx, req); err != nil {
+		return nil, status.Error(codes.Unavailable, "downstream failed")
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+// grpcChain is httpChain over gRPC: guardgrpc clients, and for the marked
+// configurations guardgrpc servers with the chain's Server.
+func (p chainParams) grpcChain(cfg string, probe *chainProbe) (func(context.Context) error, func(), error) {
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	bottom, err := serveGRPC(&chainHealth{probe: probe})
+	if err != nil {
+		return nil, closeAll, err
+	}
+	closers = append(closers, bottom.Close)
+	next := bottom.Addr
+	for i := 1; i < p.tiers; i++ {
+		tc := p.tierConfig(cfg, i)
+		client, err := guardgrpc.NewClient(guardgrpc.ClientConfig{Name: tc.Name, Retry: tc.Retry, Breakers: tc.Breakers, IdempotentMethods: []string{ampGRPCService}})
+		if err != nil {
+			return nil, closeAll, err
+		}
+		cc, err := dialGRPC(next, client.DialOptions()...)
+		if err != nil {
+			return nil, closeAll, err
+		}
+		closers = append(closers, func() { _ = cc.Close() })
+		var opts []grpc.ServerOption
+		if chainMarked(cfg) {
+			cs, err := chain.New(chain.Config{Name: tc.Name})
+			if err != nil {
+				return nil, closeAll, err
+			}
+			gs, err := guardgrpc.NewServer(guardgrpc.ServerConfig{Chain: cs, MaxTimeout: -1})
+			if err != nil {
+				return nil, closeAll, err
+			}
+			opts = gs.ServerOptions()
+		}
+		s, err := serveGRPC(&chainHealth{next: healthpb.NewHealthClient(cc), probe: probe}, opts...)
+		if err != nil {
+			return nil, closeAll, err
+		}
+		closers = append(closers, s.Close)
+		next = s.Addr
+	}
+	userConn, err := dialGRPC(next, grpc.WithDisableRetry())
+	if err != nil {
+		return nil, closeAll, err
+	}
+	closers = append(closers, func() { _ = userConn.Close() })
+	user := healthpb.NewHealthClient(userConn)
+	return func(ctx context.Context) error {
+		_, err := user.Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}, closeAll, nil
+}
+
+// chainTier is a tier's client settings, whatever its transport.
+type chainTier struct {
+	Name     string
+	Retry    guardrail.Retry
+	Breakers *breaker.Group
+}
+
 // tierConfig is the client of tier i (1 is next to the bottom) under cfg.
-func (p chainParams) tierConfig(cfg string, i int) guardhttp.Config {
-	c := guardhttp.Config{
+func (p chainParams) tierConfig(cfg string, i int) chainTier {
+	c := chainTier{
 		Name: fmt.Sprintf("tier%d", i),
 		Retry: guardrail.Retry{
 			MaxAttempts: p.attempts,

@@ -6,7 +6,13 @@ import "testing"
 // bottom's calls by attempts^(tiers-1), the markers keep them near one per
 // user request, and every tier's calls are counted.
 func TestChain(t *testing.T) {
-	res := runExpTries(t, 2, "chain", "--outages", "500ms", "--tiers", "3", "--rps", "60", "--after", "1s")
+	for _, transport := range []string{"http", "grpc"} {
+		t.Run(transport, func(t *testing.T) { testChain(t, transport) })
+	}
+}
+
+func testChain(t *testing.T, transport string) {
+	res := runExpTries(t, 2, "chain", "--outages", "500ms", "--tiers", "3", "--rps", "60", "--after", "1s", "--transport", transport)
 	if len(res.Rows) != len(chainConfigs) {
 		t.Fatalf("%d rows, want one per configuration (%d)", len(res.Rows), len(chainConfigs))
 	}
@@ -14,6 +20,9 @@ func TestChain(t *testing.T) {
 	all := map[string]float64{}
 	for _, r := range res.Rows {
 		cfg := col(t, r, "config").(string)
+		if got := col(t, r, "transport").(string); got != transport {
+			t.Errorf("%s: transport %q, want %q", cfg, got, transport)
+		}
 		per[cfg] = col(t, r, "bottom_calls_per_request").(float64)
 		all[cfg] = col(t, r, "chain_calls_per_request").(float64)
 		if all[cfg] < per[cfg] {

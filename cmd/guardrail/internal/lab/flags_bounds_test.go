@@ -121,6 +121,7 @@ func TestFlagBounds(t *testing.T) {
 		{"chain", []string{"--tiers", "2000000000"}, []string{"--tiers is 2000000000"}},
 		{"chain", []string{"--attempts", "10", "--tiers", "6"}, []string{"--attempts ^ (--tiers - 1) is 100000"}},
 		{"chain", []string{"--rps", "NaN"}, []string{"--rps is NaN"}},
+		{"chain", []string{"--transport", "smoke"}, []string{"--transport must be http or grpc"}},
 		{"chain", []string{"--outages", "1s,1000000h"}, []string{"--outages: \"1000000h\" is not a duration"}},
 		{"chain", []string{"--outages", "50m,55m"}, []string{"add up to"}},
 		{"chain", []string{"--configs", "naive,everything"}, []string{"--configs: \"everything\" is none of"}},
