@@ -63,17 +63,47 @@ func (s *Server) MaxAmplification() int { return s.max }
 // it calls next, for a transport other than HTTP (guardgrpc's server
 // interceptors).
 func (s *Server) Begin(ctx context.Context, v string) (context.Context, *State) {
+	sv := &served{}
+	s.begin(ctx, v, sv)
+	return &sv.ctx, &sv.st
+}
+
+// served is what the chain keeps for one request, in one allocation: its
+// State, the context that carries it, and the writer that marks its
+// answer.
+type served struct {
+	ctx stateCtx
+	st  State
+	w   markWriter
+}
+
+// stateCtx is a context that carries a State, as NewContext's does,
+// without an allocation of its own.
+type stateCtx struct {
+	context.Context
+	st *State
+}
+
+func (c *stateCtx) Value(key any) any {
+	if key == (stateKey{}) {
+		return c.st
+	}
+	return c.Context.Value(key)
+}
+
+// begin fills sv for a request with context ctx and amplification value v.
+func (s *Server) begin(ctx context.Context, v string, sv *served) {
 	amp := 1
 	if v != "" {
 		if n, ok := ParseAmplification(v); ok {
 			amp = n
 		}
 	}
-	st := NewState(amp, s.max)
+	sv.st.amp, sv.st.max = amp, s.max
+	sv.ctx = stateCtx{Context: ctx, st: &sv.st}
 	if s.obs != nil {
 		s.obs.Observe(ctx, event.Event{Kind: event.Amplification, Dependency: s.name, Amplification: amp, Limit: s.max, Remaining: -1})
 	}
-	return NewContext(ctx, st), st
 }
 
 // Middleware reads the request's X-Retry-Amplification, runs next with a
@@ -92,9 +122,10 @@ func (s *Server) Middleware(next http.Handler) http.Handler {
 		if vs := r.Header[HeaderAmplification]; len(vs) > 0 {
 			v = vs[0]
 		}
-		ctx, st := s.Begin(r.Context(), v)
-		mw := &markWriter{ResponseWriter: w, st: st}
-		next.ServeHTTP(mw, r.WithContext(ctx))
+		sv := &served{}
+		s.begin(r.Context(), v, sv)
+		sv.w = markWriter{ResponseWriter: w, st: &sv.st}
+		next.ServeHTTP(&sv.w, r.WithContext(&sv.ctx))
 	})
 }
 
