@@ -95,6 +95,7 @@ const DefaultMaxAmplification = 10
 type State struct {
 	amp     int
 	max     int
+	cohort  int16 // the cohort + 1; 0: none
 	retried atomic.Bool
 	refused atomic.Bool
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/guardrail-go/guardrail/event"
 )
@@ -29,25 +31,59 @@ type Config struct {
 	// DefaultMaxAmplification; it must not be negative.
 	MaxAmplification int
 	// Observer receives an event.Amplification for every request, with
-	// the amplification it arrived with, for a histogram of it. Nil means
-	// none.
+	// the amplification it arrived with, for a histogram of it, and an
+	// event.Shed (reason event.ReasonCohort) for every request refused at
+	// the door for its cohort. Nil means none.
 	Observer event.Observer
+
+	// Key, when set, makes this server the edge that gives requests their
+	// cohort: the key of the request's user or session (an authenticated
+	// id, never something the client picks freely), from which
+	// CohortOf derives the cohort, rotated every CohortRotation. A request
+	// whose key is empty gets no cohort. When nil, the cohort is read from
+	// the request's X-Request-Cohort, as an internal tier does; an
+	// edge must set Key, or clients could pick the cohort least shed.
+	Key func(*http.Request) string
+	// CohortRotation is how long a key keeps its cohort; zero means
+	// DefaultCohortRotation. It must not be negative.
+	CohortRotation time.Duration
+	// Admission, when set, returns the lowest cohort the server admits now
+	// (0 admits every one): its own shedder's level
+	// (shed.Shedder.AdmissionLevel), the highest its dependencies reported
+	// (guardhttp.Transport.AdmissionLevel), or the larger of both. A request
+	// of a lower cohort is refused at the door, before next runs: 503, a
+	// Retry-After of 1 s and HeaderNotProcessed. Every answer carries the
+	// level in HeaderAdmission when it is above 0, so that the callers'
+	// servers refuse at their own doors what this one would refuse.
+	// Requests without a cohort are never refused for it. Nil means none.
+	Admission func() int
 }
 
 // Server is the chain's server side: see Middleware. It is safe for
 // concurrent use.
 type Server struct {
-	name string
-	max  int
-	obs  event.Observer
+	name      string
+	max       int
+	obs       event.Observer
+	key       func(*http.Request) string
+	rotate    time.Duration
+	admission func() int
 }
 
 // New returns a Server for cfg, or an error wrapping ErrInvalidConfig.
 func New(cfg Config) (*Server, error) {
+	var errs []error
 	if cfg.MaxAmplification < 0 {
-		return nil, fmt.Errorf("%w: Config.MaxAmplification is %d; want 1 or more, or zero for %d", ErrInvalidConfig, cfg.MaxAmplification, DefaultMaxAmplification)
+		errs = append(errs, fmt.Errorf("%w: Config.MaxAmplification is %d; want 1 or more, or zero for %d", ErrInvalidConfig, cfg.MaxAmplification, DefaultMaxAmplification))
 	}
-	s := &Server{name: cfg.Name, max: cfg.MaxAmplification, obs: cfg.Observer}
+	if cfg.CohortRotation < 0 {
+		errs = append(errs, fmt.Errorf("%w: Config.CohortRotation is %v; want a positive duration, or zero for %v", ErrInvalidConfig, cfg.CohortRotation, DefaultCohortRotation))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	s := &Server{name: cfg.Name, max: cfg.MaxAmplification, obs: cfg.Observer,
+		key: cfg.Key, rotate: cfg.CohortRotation, admission: cfg.Admission}
 	if s.max == 0 {
 		s.max = DefaultMaxAmplification
 	}
@@ -58,14 +94,43 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) MaxAmplification() int { return s.max }
 
 // Begin returns ctx carrying a new State for a request that arrived with
-// the amplification value v (as read from the wire; "" means 1), and
-// reports the request to the Observer. It is what Middleware does before
-// it calls next, for a transport other than HTTP (guardgrpc's server
-// interceptors).
-func (s *Server) Begin(ctx context.Context, v string) (context.Context, *State) {
+// the amplification value amp and the cohort value cohort (as read from
+// the wire; "" means 1 and none), and reports the request to the
+// Observer. It is what Middleware does before it calls next, for a
+// transport other than HTTP (guardgrpc's server interceptors); Config.Key
+// is HTTP's.
+func (s *Server) Begin(ctx context.Context, amp, cohort string) (context.Context, *State) {
 	sv := &served{}
-	s.begin(ctx, v, sv)
+	s.begin(ctx, amp, sv)
+	if c, ok := ParseCohort(cohort); ok {
+		sv.st.SetCohort(c)
+	}
 	return &sv.ctx, &sv.st
+}
+
+// Level returns the admission level in force (Config.Admission's), 0
+// without one.
+func (s *Server) Level() int {
+	if s.admission == nil {
+		return 0
+	}
+	return min(max(s.admission(), 0), Cohorts)
+}
+
+// Refuses reports whether the request st serves is refused for its cohort
+// at the level in force, and that level. A refused request is reported to
+// the Observer. It is what Middleware does before it calls next.
+func (s *Server) Refuses(ctx context.Context, st *State) (level int, refused bool) {
+	level = s.Level()
+	c, ok := st.Cohort()
+	if !ok || c >= level {
+		return level, false
+	}
+	if s.obs != nil {
+		s.obs.Observe(ctx, event.Event{Kind: event.Shed, Dependency: s.name, Operation: event.Operation(ctx),
+			Reason: event.ReasonCohort, Limit: level, Remaining: -1})
+	}
+	return level, true
 }
 
 // served is what the chain keeps for one request, in one allocation: its
@@ -124,8 +189,32 @@ func (s *Server) Middleware(next http.Handler) http.Handler {
 		}
 		sv := &served{}
 		s.begin(r.Context(), v, sv)
-		sv.w = markWriter{ResponseWriter: w, st: &sv.st}
+		switch {
+		case s.key != nil:
+			if k := s.key(r); k != "" {
+				sv.st.SetCohort(CohortOf(k, time.Now(), s.rotate))
+			}
+		default:
+			if vs := r.Header[HeaderCohort]; len(vs) > 0 {
+				if c, ok := ParseCohort(vs[0]); ok {
+					sv.st.SetCohort(c)
+				}
+			}
+		}
+		sv.w = markWriter{ResponseWriter: w, st: &sv.st, s: s}
+		if _, refused := s.Refuses(r.Context(), &sv.st); refused {
+			sv.st.MarkNotProcessed()
+			w.Header()["Retry-After"] = oneSecond
+			sv.w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
 		next.ServeHTTP(&sv.w, r.WithContext(&sv.ctx))
+		if !sv.w.wrote {
+			// An answer with neither status nor body: net/http writes 200
+			// after this returns, with the headers as they are now.
+			sv.w.wrote = true
+			sv.w.mark(http.StatusOK)
+		}
 	})
 }
 
@@ -134,6 +223,7 @@ func (s *Server) Middleware(next http.Handler) http.Handler {
 type markWriter struct {
 	http.ResponseWriter
 	st    *State
+	s     *Server
 	wrote bool
 }
 
@@ -156,6 +246,9 @@ func (w *markWriter) Write(p []byte) (int, error) {
 func (w *markWriter) mark(code int) {
 	h := w.ResponseWriter.Header()
 	delete(h, HeaderNotProcessed)
+	if level := w.s.Level(); level > 0 {
+		h[HeaderAdmission] = []string{strconv.Itoa(level)}
+	}
 	if code != http.StatusTooManyRequests && code < 500 {
 		return
 	}
@@ -167,9 +260,12 @@ func (w *markWriter) mark(code int) {
 	}
 }
 
-// markerValue is shared by every answer and never modified: cap == len,
-// so an append elsewhere copies.
-var markerValue = []string{"1"}
+// markerValue and oneSecond are shared by every answer and never
+// modified: cap == len, so an append elsewhere copies.
+var (
+	markerValue = []string{"1"}
+	oneSecond   = []string{"1"}
+)
 
 // Flush flushes the answer, as http.Flusher.
 func (w *markWriter) Flush() {

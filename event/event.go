@@ -206,6 +206,7 @@ const (
 	ReasonQueueFull  = "queue_full"  // shed: the queue was full
 	ReasonExpired    = "expired"     // shed: the caller's deadline had already passed
 	ReasonRateLimit  = "rate_limit"  // shed: the client's rate limit was spent (or the client could not be identified)
+	ReasonCohort     = "cohort"      // shed: the request's cohort is below the admission level (package chain)
 	ReasonStored     = "stored"      // idempotency: a response was stored
 	ReasonReplayed   = "replayed"    // idempotency: a stored response was replayed
 	ReasonConflict   = "conflict"    // idempotency: same key in flight (409)

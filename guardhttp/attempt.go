@@ -79,7 +79,7 @@ type attempt struct {
 	body   io.ReadCloser // the response body, once handed over
 	trace  httptrace.ClientTrace
 	req    http.Request // the copy of the caller's request the attempt sends
-	vals   [5]string    // values of the headers the attempt adds (see call.header)
+	vals   [6]string    // values of the headers the attempt adds (see call.header)
 	digits [40]byte     // the bytes of its deadline headers' values
 
 	// reading is the time at which the current body Read began, 0 between

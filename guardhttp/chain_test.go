@@ -238,3 +238,30 @@ func TestChainHandlerCannotClaimNotProcessed(t *testing.T) {
 		t.Errorf("%s = %q, want none", chain.HeaderNotProcessed, got)
 	}
 }
+
+// A request served for a user of some cohort carries it downstream, and
+// the dependency's admission level is kept for the caller's door.
+func TestChainCohortAndAdmissionLevel(t *testing.T) {
+	var got atomic.Value
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.Header.Get(chain.HeaderCohort))
+		w.Header().Set(chain.HeaderAdmission, "40")
+	}))
+	defer down.Close()
+	tr := newTransport(t, nil, guardhttp.Config{})
+	client := &http.Client{Transport: tr}
+	st := chain.NewState(1, 0)
+	st.SetCohort(77)
+	req, _ := http.NewRequestWithContext(chain.NewContext(t.Context(), st), http.MethodGet, down.URL, nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got.Load() != "77" {
+		t.Errorf("downstream saw cohort %q, want 77", got.Load())
+	}
+	if lvl := tr.AdmissionLevel(); lvl != 40 {
+		t.Errorf("AdmissionLevel %d, want 40", lvl)
+	}
+}

@@ -141,7 +141,7 @@ func TestAttemptHeaders(t *testing.T) {
 	if !need || !dl.Equal(func() time.Time { d, _ := ctx.Deadline(); return d }()) {
 		t.Fatalf("headers() = %v, %v: want the context's deadline, and headers needed", dl, need)
 	}
-	var vals [5]string
+	var vals [6]string
 	var digits [40]byte
 	h := c.header(dl, time.Now(), c.n, &vals, &digits)
 	// The request being served arrived as 2 sends of its user's; this is

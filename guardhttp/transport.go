@@ -106,7 +106,16 @@ type Transport struct {
 	hedges    bool             // Config.Hedge is set
 	hold      func(any, *bulkhead.Slot)
 	timers    sync.Pool // of *phaseTimer, lent to one attempt at a time
+	levels    chain.Levels
 }
+
+// AdmissionLevel returns the highest admission level the dependencies
+// reported on their answers (chain.HeaderAdmission) within the last
+// chain.LevelTTL, 0 if none: what a chain.Server in front of the handler
+// that calls through this Transport refuses at its door
+// (chain.Config.Admission), so that requests the dependencies would shed
+// are shed before any work.
+func (t *Transport) AdmissionLevel() int { return t.levels.Level(time.Now()) }
 
 // NewTransport returns a Transport that sends requests through base under
 // cfg. A nil base means http.DefaultTransport. It returns an error naming
@@ -487,6 +496,14 @@ func (c *call) send(actx context.Context, n int) (*http.Response, error) {
 		})
 	}
 	resp, err := t.base.RoundTrip(r)
+	if resp != nil {
+		vs, ok := resp.Header[chain.HeaderAdmission]
+		if ok && len(vs) > 0 {
+			t.levels.Note(c.key, vs[0], true, now)
+		} else {
+			t.levels.Note(c.key, "", false, now)
+		}
+	}
 	if c.resends != nil {
 		if k := a.sends(); k > 1 {
 			*c.resends += k - 1
@@ -556,7 +573,8 @@ func (c *call) headers(a *attempt, n int) (time.Time, bool) {
 	if adl := a.deadlineTime(); !adl.IsZero() && (!hasDeadline || adl.Before(dl)) {
 		dl, hasDeadline = adl, true
 	}
-	return dl, hasDeadline || n > 1 || c.idemKey != "" || c.chain.Amplification() > 1
+	_, cohort := c.chain.Cohort()
+	return dl, hasDeadline || n > 1 || c.idemKey != "" || c.chain.Amplification() > 1 || cohort
 }
 
 // header returns the headers of attempt n, whose deadline is dl (zero:
@@ -564,7 +582,7 @@ func (c *call) headers(a *attempt, n int) (time.Time, bool) {
 // digits, both parts of the attempt. now is the attempt's start.
 //
 // It allocates the map alone, whatever it adds.
-func (c *call) header(dl time.Time, now time.Time, n int, vals *[5]string, digits *[40]byte) http.Header {
+func (c *call) header(dl time.Time, now time.Time, n int, vals *[6]string, digits *[40]byte) http.Header {
 	hasDeadline := !dl.IsZero()
 	// A shallow copy: the caller's value slices are shared, never written
 	// (a key we set gets a slice of its own), and the base transport only
@@ -590,6 +608,10 @@ func (c *call) header(dl time.Time, now time.Time, n int, vals *[5]string, digit
 	}
 	if amp := c.chain.Outgoing(n); amp > 1 {
 		keys[k], vals[k] = chain.HeaderAmplification, strconv.Itoa(amp)
+		k++
+	}
+	if cohort, ok := c.chain.Cohort(); ok {
+		keys[k], vals[k] = chain.HeaderCohort, strconv.Itoa(cohort)
 		k++
 	}
 	for i := range k {

@@ -54,6 +54,7 @@ const (
 	reasonQueueFull
 	reasonCanceled // ReasonExpired, cause context.Canceled
 	reasonDeadline // ReasonExpired, cause context.DeadlineExceeded
+	reasonCohort   // ReasonCohort: below the admission level
 	numReasons
 )
 
@@ -64,6 +65,7 @@ var reasonNames = [numReasons]string{
 	reasonQueueFull: event.ReasonQueueFull,
 	reasonCanceled:  event.ReasonExpired,
 	reasonDeadline:  event.ReasonExpired,
+	reasonCohort:    event.ReasonCohort,
 }
 
 // errTable holds one immutable *Error per reason and priority, built once.

@@ -5,8 +5,10 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/guardrail-go/guardrail/chain"
 	"github.com/guardrail-go/guardrail/event"
 )
 
@@ -91,6 +93,19 @@ type Config struct {
 
 	// Observer receives event.Admit and event.Shed. Nil means none.
 	Observer event.Observer
+
+	// ByCohort makes the Shedder refuse by cohort first (package chain):
+	// when it must refuse a request of cohort c for capacity, it raises
+	// its admission level past c, step by step, and refuses at once the
+	// requests whose cohort is below the level (reason
+	// event.ReasonCohort); while it admits with room to spare, the level
+	// falls back. Every tier of a chain that does the same, and whose
+	// chain.Server refuses at its door below the level of the tiers it
+	// calls, refuses the same requests, so that no tier works for a
+	// request another will refuse. Requests without a cohort are admitted
+	// or refused for capacity as without it. The level is
+	// AdmissionLevel.
+	ByCohort bool
 }
 
 // Wire headers read by the middleware's defaults.
@@ -146,8 +161,12 @@ type Shedder struct {
 	priorityFn func(*http.Request) Priority
 	maxHeader  Priority
 	isRetryFn  func(*http.Request) bool
+	byCohort   bool
+	level      atomic.Int32 // the admission level; written under mu
 
 	mu sync.Mutex // guards everything below
+	// levelAt is when the level last fell (unix nanoseconds).
+	levelAt int64
 	// limit is the limit in force: the fixed one, or ctl.effective().
 	limit    float64
 	ctl      *controller // nil for a fixed limit
@@ -185,6 +204,7 @@ func New(c Config) (*Shedder, error) {
 		priorityFn: c.Priority,
 		maxHeader:  c.MaxHeaderPriority.normalize(),
 		isRetryFn:  c.IsRetry,
+		byCohort:   c.ByCohort,
 	}
 	s.maxWait = orDur(c.MaxQueueWait, s.interval)
 	if s.retryRatio == 0 {
@@ -273,14 +293,35 @@ func (s *Shedder) acquire(ctx context.Context, p Priority, retry bool) (Token, e
 	if s.maxQueue > 0 {
 		now = time.Now() // read once: latency start, queue arrival
 	}
+	cohort := -1
+	if s.byCohort {
+		if c, ok := chain.FromContext(ctx).Cohort(); ok {
+			cohort = c
+		}
+	}
 	s.mu.Lock()
+	if cohort >= 0 && cohort < int(s.level.Load()) {
+		s.shed[p][reasonCohort]++
+		inFlight, limit := s.inFlight, s.limitInt()
+		s.mu.Unlock()
+		return Token{}, s.rejected(ctx, p, reasonCohort, inFlight, limit)
+	}
 	r, ok := s.decideLocked(p, retry)
 	if ok {
 		tok := s.commitLocked(p, retry, now)
+		if cohort >= 0 && s.level.Load() > 0 {
+			s.lowerLevelLocked()
+		}
 		inFlight, limit := s.inFlight, s.limitInt()
 		s.mu.Unlock()
 		s.admittedEvent(ctx, p, inFlight, limit, 0)
 		return tok, nil
+	}
+	if r == reasonCapacity && cohort >= 0 {
+		// Refusing a cohort at or above the level: the level is too low
+		// for the load. Raise it by one; the refusals raise it until they
+		// stop.
+		s.level.Store(min(s.level.Load()+1, chain.Cohorts-1))
 	}
 	if r == reasonCapacity {
 		if s.ctl != nil {
@@ -360,6 +401,39 @@ func (s *Shedder) release(t Token, sample bool) {
 	}
 	s.mu.Unlock()
 }
+
+// levelFallEvery is the least time between two falls of the admission
+// level: it rises at each refusal, and falls at most this often, so that it
+// settles where the refusals for capacity stop.
+const levelFallEvery = 50 * time.Millisecond
+
+// lowerLevelLocked lowers the admission level after an admission, when the
+// Shedder has room to spare: by 1 with a quarter of its limit free, by 8
+// with half of it, at most once every levelFallEvery. The caller holds
+// s.mu.
+func (s *Shedder) lowerLevelLocked() {
+	in := float64(s.inFlight)
+	step := int32(0)
+	switch {
+	case in <= s.limit/2:
+		step = 8
+	case in <= 0.75*s.limit:
+		step = 1
+	default:
+		return
+	}
+	now := time.Now().UnixNano()
+	if now-s.levelAt < int64(levelFallEvery) {
+		return
+	}
+	s.levelAt = now
+	s.level.Store(max(s.level.Load()-step, 0))
+}
+
+// AdmissionLevel returns the lowest cohort the Shedder admits now (see
+// Config.ByCohort): 0 admits every one. It is what a chain.Server in front
+// of it refuses at its door (chain.Config.Admission) and tells its callers.
+func (s *Shedder) AdmissionLevel() int { return int(s.level.Load()) }
 
 // limitInt returns the limit in force, rounded down, for events and stats.
 // The caller must hold s.mu.

@@ -144,3 +144,38 @@ func TestChainNotProcessedGRPC(t *testing.T) {
 		t.Errorf("amplification metadata %q, want [2]", amps)
 	}
 }
+
+// A server's admission level reaches the client in the trailer, and a call
+// of a lower cohort is refused before its handler, marked not processed.
+func TestChainAdmissionGRPC(t *testing.T) {
+	cs, _ := chain.New(chain.Config{Admission: func() int { return 50 }})
+	h := &health{}
+	addr := serve(t, h, newServer(t, guardgrpc.ServerConfig{Chain: cs}).ServerOptions()...)
+	client := newClient(t, guardgrpc.ClientConfig{Retry: guardrail.Retry{MaxAttempts: 1}})
+	hc := dial(t, addr, client)
+
+	call := func(cohort int) (metadata.MD, error) {
+		st := chain.NewState(1, 0)
+		st.SetCohort(cohort)
+		var tr metadata.MD
+		_, err := hc.Check(chain.NewContext(ctxTimeout(t, 30*time.Second), st), &healthpb.HealthCheckRequest{}, grpc.Trailer(&tr))
+		return tr, err
+	}
+	tr, err := call(80)
+	if err != nil {
+		t.Fatalf("cohort 80 above the level: %v", err)
+	}
+	if got := tr.Get(chain.MDAdmission); len(got) != 1 || got[0] != "50" {
+		t.Errorf("trailer %v: want %s 50", tr, chain.MDAdmission)
+	}
+	if got := client.AdmissionLevel(); got != 50 {
+		t.Errorf("client's level %d, want 50", got)
+	}
+	tr, err = call(10)
+	if status.Code(err) != codes.Unavailable || len(tr.Get(chain.MDNotProcessed)) != 1 {
+		t.Errorf("cohort 10 below the level: %v, trailer %v; want UNAVAILABLE, not processed", err, tr)
+	}
+	if got := h.calls.Load(); got != 1 {
+		t.Errorf("the handler ran %d times, want 1: the refused call never reached it", got)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -16,6 +17,7 @@ import (
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/budget"
 	"github.com/guardrail-go/guardrail/bulkhead"
+	"github.com/guardrail-go/guardrail/chain"
 	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/throttle"
 )
@@ -232,7 +234,15 @@ type Client struct {
 	hedges     bool             // ClientConfig.Hedge is set
 	resumeObs  event.Observer   // the Observer without CallStart and CallEnd; nil without one
 	pool       sync.Pool        // *unaryCall
+	levels     chain.Levels
 }
+
+// AdmissionLevel returns the highest admission level the servers reported
+// in their trailers (chain.MDAdmission) within the last chain.LevelTTL,
+// 0 if none: what a chain.Server in front of the handler that calls
+// through this Client refuses at its door (chain.Config.Admission). Unary
+// calls report it.
+func (c *Client) AdmissionLevel() int { return c.levels.Level(time.Now()) }
 
 // NewClient returns a Client for cfg, or an error naming every invalid
 // field.
@@ -451,6 +461,7 @@ type unaryCall struct {
 	info       Attempt
 	trailerOpt grpc.TrailerCallOption
 	peerOpt    grpc.PeerCallOption
+	key        string // the breaker key, which the admission level is kept by
 }
 
 func (c *Client) invoke(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, retriesOff bool, opts []grpc.CallOption) error {
@@ -479,7 +490,7 @@ func (c *Client) invoke(ctx context.Context, method string, req, reply any, cc *
 	u := c.pool.Get().(*unaryCall)
 	u.c, u.method, u.req, u.reply, u.cc, u.invoker = c, method, req, reply, cc, invoker
 	u.idempotent, u.keyed = idempotent, keyed
-	u.attempts = 0
+	u.attempts, u.key = 0, key
 	u.opts = append(u.opts[:0], opts...)
 	u.callerOpts = len(opts)
 	u.trailerOpt.TrailerAddr = &u.trailer
@@ -516,6 +527,11 @@ func (u *unaryCall) attempt(ctx context.Context) (struct{}, error) {
 		u.info = Attempt{}
 	} else {
 		err = u.invoker(ctx, u.method, u.req, u.reply, u.cc, u.opts...)
+	}
+	if vs := u.trailer[chain.MDAdmission]; len(vs) > 0 {
+		u.c.levels.Note(u.key, vs[0], true, time.Now())
+	} else if u.c.levels.Seen() {
+		u.c.levels.Note(u.key, "", false, time.Now())
 	}
 	if err == nil {
 		return struct{}{}, nil

@@ -118,11 +118,15 @@ func first(md metadata.MD, key string) string {
 }
 
 // attemptContext returns ctx with the metadata attempt n (1-based) adds:
-// MDRetryAttempt on a retry, and chain.MDAmplification when the call is
-// made for a request that is itself a retry somewhere up the chain, or is
-// one here.
+// MDRetryAttempt on a retry, chain.MDAmplification when the call is made
+// for a request that is itself a retry somewhere up the chain, or is one
+// here, and chain.MDCohort when that request has a cohort.
 func attemptContext(ctx context.Context, n int) context.Context {
-	amp := chain.FromContext(ctx).Outgoing(n)
+	st := chain.FromContext(ctx)
+	if c, ok := st.Cohort(); ok {
+		ctx = metadata.AppendToOutgoingContext(ctx, chain.MDCohort, strconv.Itoa(c))
+	}
+	amp := st.Outgoing(n)
 	switch {
 	case n > 1 && amp > 1:
 		return metadata.AppendToOutgoingContext(ctx, MDRetryAttempt, strconv.Itoa(n-1), chain.MDAmplification, strconv.Itoa(amp))

@@ -263,7 +263,13 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		outer := ctx
 		var st *chain.State
 		if s.cfg.Chain != nil {
-			ctx, st = s.beginChain(ctx)
+			setTrailer := func(md metadata.MD) { grpc.SetTrailer(outer, md) }
+			defer s.chainLevel(setTrailer)
+			var err error
+			if ctx, st, err = s.beginChain(ctx); err != nil {
+				setTrailer(s.pushback)
+				return nil, chainEnd(st, err, setTrailer)
+			}
 			if ts := grpc.ServerTransportStreamFromContext(ctx); ts != nil {
 				ctx = grpc.NewContextWithServerTransportStream(ctx, &noMarkStream{ts})
 			}
@@ -294,11 +300,21 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	}
 }
 
-// beginChain returns ctx with the call's chain.State.
-func (s *Server) beginChain(ctx context.Context) (context.Context, *chain.State) {
+// beginChain returns ctx with the call's chain.State, and errRefused when
+// the chain's admission level refuses the call's cohort.
+func (s *Server) beginChain(ctx context.Context) (context.Context, *chain.State, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	return s.cfg.Chain.Begin(ctx, first(md, chain.MDAmplification))
+	ctx, st := s.cfg.Chain.Begin(ctx, first(md, chain.MDAmplification), first(md, chain.MDCohort))
+	if _, refused := s.cfg.Chain.Refuses(ctx, st); refused {
+		st.MarkNotProcessed()
+		return ctx, st, errCohort
+	}
+	return ctx, st, nil
 }
+
+// errCohort answers a call refused at the door for its cohort: UNAVAILABLE,
+// which a client retries after the pushback the trailer carries.
+var errCohort = status.Error(codes.Unavailable, "guardgrpc: shed: the call's cohort is below the admission level")
 
 // chainEnd adds the chain's marker to a call that ends with err, through
 // setTrailer, and returns err. Only failures that a client might retry
@@ -319,6 +335,17 @@ func chainEnd(st *chain.State, err error, setTrailer func(metadata.MD)) error {
 		setTrailer(retriedMD)
 	}
 	return err
+}
+
+// chainLevel adds the chain's admission level, when above 0, to the
+// trailer of every call, through setTrailer.
+func (s *Server) chainLevel(setTrailer func(metadata.MD)) {
+	if s.cfg.Chain == nil {
+		return
+	}
+	if level := s.cfg.Chain.Level(); level > 0 {
+		setTrailer(metadata.Pairs(chain.MDAdmission, strconv.Itoa(level)))
+	}
 }
 
 var (
@@ -361,7 +388,12 @@ func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		ctx := ss.Context()
 		var st *chain.State
 		if s.cfg.Chain != nil {
-			ctx, st = s.beginChain(ctx)
+			defer s.chainLevel(outer.SetTrailer)
+			var err error
+			if ctx, st, err = s.beginChain(ctx); err != nil {
+				outer.SetTrailer(s.pushback)
+				return chainEnd(st, err, outer.SetTrailer)
+			}
 			ss = &ctxStream{ServerStream: ss, ctx: ctx, noMark: true}
 		}
 		cctx, cancel, err := s.clamp(ctx)

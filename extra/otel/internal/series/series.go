@@ -151,7 +151,7 @@ var (
 	Shed = &Def{
 		Name: "guardrail_shed_total", OTel: "guardrail.shed", Kind: Counter,
 		Labels: []string{LDependency, LOperation, LPriority, LReason},
-		Help:   "Requests a server shed, by priority and reason: capacity, retry_ratio, queue_time, queue_full, expired, rate_limit (a client over its rate limit, or one that could not be identified).",
+		Help:   "Requests a server shed, by priority and reason: capacity, retry_ratio, queue_time, queue_full, expired, rate_limit (a client over its rate limit, or one that could not be identified), cohort (below the admission level of consistent shedding).",
 	}
 	Admitted = &Def{
 		Name: "guardrail_admitted_total", OTel: "guardrail.admitted", Kind: Counter,
