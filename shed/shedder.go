@@ -2,6 +2,7 @@ package shed
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -95,11 +96,12 @@ type Config struct {
 	Observer event.Observer
 
 	// ByCohort makes the Shedder refuse by cohort first (package chain):
-	// when it must refuse a request of cohort c for capacity, it raises
-	// its admission level past c, step by step, and refuses at once the
-	// requests whose cohort is below the level (reason
-	// event.ReasonCohort); while it admits with room to spare, the level
-	// falls back. Every tier of a chain that does the same, and whose
+	// it keeps an admission level and refuses at once the requests whose
+	// cohort is below it (reason event.ReasonCohort). Every 100 ms the
+	// level rises in proportion to the share of the requests above it that
+	// were refused for capacity past 5 % (the bursts no level prevents),
+	// and falls by a tenth after 100 ms without such a refusal. Every tier
+	// of a chain that does the same, and whose
 	// chain.Server refuses at its door below the level of the tiers it
 	// calls, refuses the same requests, so that no tier works for a
 	// request another will refuse. Requests without a cohort are admitted
@@ -165,8 +167,10 @@ type Shedder struct {
 	level      atomic.Int32 // the admission level; written under mu
 
 	mu sync.Mutex // guards everything below
-	// levelAt is when the level last fell (unix nanoseconds).
-	levelAt int64
+	// The admission level's window: its start (unix nanoseconds) and the
+	// requests at or above the level it refused for capacity and admitted.
+	winStart                int64
+	winRefused, winAdmitted int
 	// limit is the limit in force: the fixed one, or ctl.effective().
 	limit    float64
 	ctl      *controller // nil for a fixed limit
@@ -309,8 +313,8 @@ func (s *Shedder) acquire(ctx context.Context, p Priority, retry bool) (Token, e
 	r, ok := s.decideLocked(p, retry)
 	if ok {
 		tok := s.commitLocked(p, retry, now)
-		if cohort >= 0 && s.level.Load() > 0 {
-			s.lowerLevelLocked()
+		if cohort >= 0 {
+			s.noteCohortLocked(false)
 		}
 		inFlight, limit := s.inFlight, s.limitInt()
 		s.mu.Unlock()
@@ -318,10 +322,9 @@ func (s *Shedder) acquire(ctx context.Context, p Priority, retry bool) (Token, e
 		return tok, nil
 	}
 	if r == reasonCapacity && cohort >= 0 {
-		// Refusing a cohort at or above the level: the level is too low
-		// for the load. Raise it by one; the refusals raise it until they
-		// stop.
-		s.level.Store(min(s.level.Load()+1, chain.Cohorts-1))
+		// Refusing a cohort at or above the level: the level may be too
+		// low for the load.
+		s.noteCohortLocked(true)
 	}
 	if r == reasonCapacity {
 		if s.ctl != nil {
@@ -402,32 +405,47 @@ func (s *Shedder) release(t Token, sample bool) {
 	s.mu.Unlock()
 }
 
-// levelFallEvery is the least time between two falls of the admission
-// level: it rises at each refusal, and falls at most this often, so that it
-// settles where the refusals for capacity stop.
-const levelFallEvery = 50 * time.Millisecond
+// levelWindow is how often the admission level moves: it is set from the
+// refusals and admissions of the cohorts at or above it over one window.
+const levelWindow = 100 * time.Millisecond
 
-// lowerLevelLocked lowers the admission level after an admission, when the
-// Shedder has room to spare: by 1 with a quarter of its limit free, by 8
-// with half of it, at most once every levelFallEvery. The caller holds
-// s.mu.
-func (s *Shedder) lowerLevelLocked() {
-	in := float64(s.inFlight)
-	step := int32(0)
-	switch {
-	case in <= s.limit/2:
-		step = 8
-	case in <= 0.75*s.limit:
-		step = 1
-	default:
-		return
+// levelTarget is the share of the requests at or above the admission
+// level that the Shedder may still refuse for capacity over a window
+// without raising the level: the bursts that no level prevents.
+const levelTarget = 0.05
+
+// noteCohortLocked counts a request of a cohort at or above the admission
+// level, admitted or refused for capacity, and at the end of each
+// levelWindow moves the level: up in proportion to the share refused past
+// levelTarget (half of the cohorts it says are too many, so that it
+// settles rather than overshoots), down by a tenth (at least one) when none
+// was refused. The caller holds s.mu.
+func (s *Shedder) noteCohortLocked(refused bool) {
+	if refused {
+		s.winRefused++
+	} else {
+		s.winAdmitted++
 	}
 	now := time.Now().UnixNano()
-	if now-s.levelAt < int64(levelFallEvery) {
+	if s.winStart == 0 {
+		s.winStart = now
+	}
+	if now-s.winStart < int64(levelWindow) {
 		return
 	}
-	s.levelAt = now
-	s.level.Store(max(s.level.Load()-step, 0))
+	level := int(s.level.Load())
+	total := s.winRefused + s.winAdmitted
+	switch share := float64(s.winRefused) / float64(total); {
+	case share > levelTarget:
+		up := int(math.Ceil(0.5 * (share - levelTarget) * float64(chain.Cohorts-level)))
+		level = min(level+up, chain.Cohorts-1)
+	case s.winRefused == 0 && level > 0:
+		// A tenth at a time: back from the top within a few seconds
+		// once the overload is over.
+		level -= max(1, level/10)
+	}
+	s.level.Store(int32(level))
+	s.winStart, s.winRefused, s.winAdmitted = now, 0, 0
 }
 
 // AdmissionLevel returns the lowest cohort the Shedder admits now (see

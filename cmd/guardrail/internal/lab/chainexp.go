@@ -41,6 +41,8 @@ type chainParams struct {
 	step     time.Duration // goodput bucket
 	// transport is what the tiers speak: http or grpc.
 	transport string
+	// shed is the shedding part's; overload 0 skips it.
+	shed chainShedParams
 }
 
 // The chain experiment's configurations.
@@ -65,8 +67,10 @@ func chainExp() Experiment {
 			p := chainParams{tiers: 4, attempts: 3, rps: 100, warmup: 500 * time.Millisecond, after: 1500 * time.Millisecond,
 				outages: "500ms,1s,2s,4s,8s", configs: strings.Join(chainConfigs, ","), deadline: 2 * time.Second,
 				openFor: 300 * time.Millisecond, step: 100 * time.Millisecond, transport: "http"}
+			p.shed = chainShedParams{overload: 3, slots: 20, work: 100 * time.Millisecond, dur: 3 * time.Second, users: 10_000}
 			if quick {
 				p.outages = "500ms,2s"
+				p.shed.dur = 2 * time.Second
 			}
 			fs.IntVar(&p.tiers, "tiers", p.tiers, "services in the chain, the bottom one (which fails) included")
 			fs.IntVar(&p.attempts, "attempts", p.attempts, "attempts of every tier's client (1 call + retries)")
@@ -78,6 +82,11 @@ func chainExp() Experiment {
 			fs.DurationVar(&p.deadline, "deadline", p.deadline, "the user's deadline")
 			fs.DurationVar(&p.openFor, "open", p.openFor, "breaker open time (scaled down from the production default so that a run fits the lab)")
 			fs.DurationVar(&p.step, "step", p.step, "goodput bucket, for the recovery time")
+			fs.Float64Var(&p.shed.overload, "overload", p.shed.overload, "shedding rows: offered load over a backend's capacity (0: no shedding rows)")
+			fs.IntVar(&p.shed.slots, "shed-slots", p.shed.slots, "shedding rows: a backend's concurrent requests")
+			fs.DurationVar(&p.shed.work, "shed-work", p.shed.work, "shedding rows: a backend's time per request")
+			fs.DurationVar(&p.shed.dur, "shed-for", p.shed.dur, "shedding rows: how long each runs")
+			fs.IntVar(&p.shed.users, "users", p.shed.users, "shedding rows: distinct users, whose keys give the cohorts")
 			fs.StringVar(&p.transport, "transport", p.transport, "what the tiers speak: http (net/http servers, guardhttp clients) or grpc (gRPC servers, guardgrpc clients and interceptors)")
 			return &p
 		},
@@ -115,6 +124,16 @@ func (p chainParams) checkFlags() error {
 	}
 	if p.transport != "http" && p.transport != "grpc" {
 		c.failf("--transport must be http or grpc, not %q", p.transport)
+	}
+	within(&c, "overload", p.shed.overload, closed(0, 20.0))
+	notAbove(&c, "shed-slots", p.shed.slots, closed(1, 1000))
+	within(&c, "shed-work", p.shed.work, above(time.Millisecond, maxWait))
+	within(&c, "shed-for", p.shed.dur, above(0, maxRun))
+	notAbove(&c, "users", p.shed.users, closed(1, 10_000_000))
+	if p.shed.overload > 0 && p.shed.slots >= 1 && p.shed.work > time.Millisecond && p.shed.work <= maxWait {
+		if rps := p.shed.overload * p.shed.capacity(); rps > chainMaxRPS {
+			c.failf("--overload x --shed-slots / --shed-work is %.0f requests per second; want at most %d", rps, chainMaxRPS)
+		}
 	}
 	// Each outage runs warmup + outage + after, one after the other.
 	var total time.Duration
@@ -262,6 +281,11 @@ func (p chainParams) run(ctx context.Context, env *Env) (*Result, error) {
 			default:
 				r.check(recovered && rec <= chainRecoveryTarget, name, "%s, %s: recovered after %s, want at most %v", cfg, fmtDur(out), recText(rec, recovered), chainRecoveryTarget)
 			}
+		}
+	}
+	if p.shed.overload > 0 {
+		if err := p.runShedding(ctx, env, r); err != nil {
+			return nil, err
 		}
 	}
 	var series []Series

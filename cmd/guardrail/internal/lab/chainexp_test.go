@@ -12,7 +12,7 @@ func TestChain(t *testing.T) {
 }
 
 func testChain(t *testing.T, transport string) {
-	res := runExpTries(t, 2, "chain", "--outages", "500ms", "--tiers", "3", "--rps", "60", "--after", "1s", "--transport", transport)
+	res := runExpTries(t, 2, "chain", "--outages", "500ms", "--tiers", "3", "--rps", "60", "--after", "1s", "--transport", transport, "--overload", "0")
 	if len(res.Rows) != len(chainConfigs) {
 		t.Fatalf("%d rows, want one per configuration (%d)", len(res.Rows), len(chainConfigs))
 	}
@@ -40,5 +40,30 @@ func testChain(t *testing.T, transport string) {
 	}
 	if all[chainBudgetMarkers] >= all[chainBudget] {
 		t.Errorf("all tiers: %.2f calls per request with markers, %.2f without: the markers must cut the upper tiers' retries", all[chainBudgetMarkers], all[chainBudget])
+	}
+}
+
+// Shedding by cohort wastes far less of the backends' work than shedding
+// independently, and keeps more requests whole.
+func TestChainShedding(t *testing.T) {
+	res := runExpTries(t, 2, "chain", "--configs", "naive", "--outages", "100ms", "--after", "200ms", "--shed-for", "2s")
+	wasted := map[string]float64{}
+	good := map[string]float64{}
+	for _, r := range res.Rows {
+		cfg := col(t, r, "config").(string)
+		if cfg == chainIndependent+" shedding" || cfg == chainConsistent+" shedding" {
+			wasted[cfg] = col(t, r, "wasted_pct").(float64)
+			good[cfg] = col(t, r, "goodput_pct").(float64)
+		}
+	}
+	ind, con := chainIndependent+" shedding", chainConsistent+" shedding"
+	if len(wasted) != 2 {
+		t.Fatalf("shedding rows %v, want both", wasted)
+	}
+	if wasted[con] > wasted[ind]/2 {
+		t.Errorf("wasted %.1f%% consistent, %.1f%% independent: want at most half", wasted[con], wasted[ind])
+	}
+	if good[con] <= good[ind] {
+		t.Errorf("goodput %.1f%% consistent, %.1f%% independent: want more", good[con], good[ind])
 	}
 }
