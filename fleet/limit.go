@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,9 +31,10 @@ import (
 type TokenStore interface {
 	// Take removes up to want tokens (want is at least 1) from key's
 	// bucket and returns how many it removed, got, from 0 to want: as many
-	// as the bucket held, whole tokens only. When got is 0, retryIn is how
-	// long until the bucket holds one token, above zero; otherwise it is
-	// zero. An error means nothing is known about what was taken.
+	// as the bucket held, whole tokens only. retryIn is how long until the
+	// bucket, after the take, holds one whole token: zero when it still
+	// does, above zero when got is 0. An error means nothing is known
+	// about what was taken.
 	Take(ctx context.Context, key string, want int, rate float64, burst int) (got int, retryIn time.Duration, err error)
 	// Return puts back n tokens (n is at least 1) taken by Take and not
 	// spent; the bucket never holds more than burst.
@@ -172,6 +174,11 @@ type LimiterConfig struct {
 	// Rate while the store fails, so set it for a fleet.
 	Members Members
 
+	// Rand returns uniform draws in [0, 1) for the jitter of the takes
+	// that follow a spent bucket; nil means math/rand/v2. It must be safe
+	// for concurrent use.
+	Rand func() float64
+
 	// MaxKeys is the number of keys tracked at most; the least recently
 	// seen key is forgotten for a new one, after giving back its tokens.
 	// Forgetting a key loses nothing the store does not keep. Zero means
@@ -232,12 +239,14 @@ type Limiter struct {
 	probe    int64 // ns
 	mode     FailureMode
 	members  Members
+	rand     func() float64
 	perShard int
 	mask     uint64
 	seed     maphash.Seed
 	epoch    time.Time
 	shards   []lshard
 
+	rtt       atomic.Int64 // ns, a moving average of the store's answers
 	failing   atomic.Bool
 	failErr   atomic.Pointer[error]
 	failGen   atomic.Int64 // incremented at each failure's start
@@ -277,6 +286,9 @@ type lentry struct {
 	retryAt int64 // ns since epoch: the earliest admission the last short take allows
 
 	pending chan struct{} // closed when the take in flight ends
+	poll    *time.Timer   // takes again at nextTry, after a short take
+	shortAt int64         // ns since epoch of the last short take
+	seenAt  int64         // ns since epoch of the last request
 
 	fbGen    int64 // failGen of the fallback bucket
 	fbTokens float64
@@ -361,6 +373,10 @@ func NewLimiter(cfg LimiterConfig) (*Limiter, error) {
 	if members == nil {
 		members = Fixed(1)
 	}
+	rnd := cfg.Rand
+	if rnd == nil {
+		rnd = rand.Float64
+	}
 	n := 1
 	for n < maxShards && n*2*minPerShard <= maxKeys {
 		n *= 2
@@ -375,6 +391,7 @@ func NewLimiter(cfg LimiterConfig) (*Limiter, error) {
 		probe:    int64(probe),
 		mode:     cfg.OnStoreFailure,
 		members:  members,
+		rand:     rnd,
 		perShard: max(maxKeys/n, 1),
 		mask:     uint64(n - 1),
 		seed:     maphash.MakeSeed(),
@@ -436,6 +453,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) error {
 	now := l.now()
 	e := l.entry(s, key)
 	e.seen++
+	e.seenAt = now
 	for {
 		if e.tokens > 0 {
 			e.tokens--
@@ -510,6 +528,9 @@ func (l *Limiter) entry(s *lshard, key string) *lentry {
 		old.unlink()
 		delete(s.keys, old.key)
 		old.gone = true
+		if old.poll != nil {
+			old.poll.Stop()
+		}
 		if old.tokens > 0 {
 			l.enqueue(job{s: s, e: old, n: old.tokens})
 			old.tokens = 0
@@ -593,14 +614,48 @@ func (l *Limiter) settle(s *lshard, e *lentry, want, got int, retry time.Duratio
 		e.tokens += got
 		e.expires = now + l.lease
 	}
-	if got < want {
-		// The shared bucket is empty: ask again once it can have refilled
-		// what was asked for, or after a lease, but before it is full.
-		wait := max(nanos(float64(want)/l.rate), l.lease)
+	if got < want || retry > 0 {
+		// The shared bucket is spent: every process sharing it asks again
+		// after half a MaxLease of its own requests, so that each gets a
+		// share of the refill in proportion to its traffic, at a round
+		// trip per half lease; but before the bucket is full, so that
+		// nothing refills unseen, and not before a token is there.
+		wait := l.lease
+		if e.est > 0 {
+			wait = nanos(max(float64(l.maxLease)/2, 1) / e.est)
+		}
+		// Jitter, so that processes started together do not ask together.
+		wait = int64(float64(wait) * (0.8 + 0.4*l.rand()))
 		wait = min(wait, nanos(float64(l.burst)/l.rate))
 		wait = max(wait, int64(retry))
 		e.nextTry = now + wait
 		e.retryAt = e.nextTry
+		e.shortAt = now
+		// Take again in the background, early enough for the answer to
+		// be there at nextTry, so that no request waits for it.
+		early := time.Duration(max(wait-2*l.rtt.Load()-int64(time.Millisecond), 0))
+		if e.poll == nil {
+			e.poll = time.AfterFunc(early, func() { l.pollAgain(s, e) })
+		} else {
+			e.poll.Reset(early)
+		}
+	}
+}
+
+// pollAgain takes for e in the background after a short take, if the key
+// has had requests since. It runs on e.poll's goroutine.
+func (l *Limiter) pollAgain(s *lshard, e *lentry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.closed.Load() || e.gone || e.pending != nil || e.tokens > 0 || e.seenAt <= e.shortAt || l.failing.Load() {
+		return
+	}
+	want := l.want(e, l.now())
+	ch := make(chan struct{})
+	e.pending = ch
+	if !l.enqueue(job{s: s, e: e, ch: ch, want: want}) {
+		e.pending = nil
+		close(ch)
 	}
 }
 
@@ -610,7 +665,10 @@ func (l *Limiter) take(ctx context.Context, key string, want int) (int, time.Dur
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	l.takes.Add(1)
+	t0 := time.Now()
 	got, retry, err := l.store.Take(ctx, key, want, l.rate, l.burst)
+	el := int64(time.Since(t0))
+	l.rtt.Store((l.rtt.Load()*7 + el) / 8)
 	if err != nil {
 		l.storeErrs.Add(1)
 		return 0, 0, err
@@ -794,6 +852,11 @@ func (l *Limiter) Close() error {
 			backs = append(backs, job{e: e, n: e.tokens})
 			e.tokens = 0
 			delete(s.held, e)
+		}
+		for _, e := range s.keys {
+			if e.poll != nil {
+				e.poll.Stop()
+			}
 		}
 		s.mu.Unlock()
 	}

@@ -75,8 +75,8 @@ func (m *memStore) Take(ctx context.Context, key string, want int, rate float64,
 	b := m.bucket(key, rate, burst)
 	got := min(want, int(math.Floor(b.tokens)))
 	b.tokens -= float64(got)
-	if got == 0 {
-		return 0, time.Duration(math.Ceil((1 - b.tokens) / rate * 1e9)), nil
+	if b.tokens < 1 {
+		return got, time.Duration(math.Ceil((1 - b.tokens) / rate * 1e9)), nil
 	}
 	return got, 0, nil
 }
@@ -196,7 +196,7 @@ func TestLimiterUnderLimit(t *testing.T) {
 func TestLimiterFleetShare(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newMemStore()
-		const rate, burst = 1000, 100
+		const rate, burst = 1000, 200
 		offered := []float64{1500, 1500.0 / 7, 1500.0 / 7, 1500.0 / 7, 1500.0 / 7, 1500.0 / 7, 1500.0 / 7, 1500.0 / 7}
 		lims := make([]*fleet.Limiter, len(offered))
 		for i := range lims {
@@ -230,6 +230,11 @@ func TestLimiterFleetShare(t *testing.T) {
 		}
 		if total < 9500 || total > 10500 {
 			t.Errorf("admitted %d in 10 s, want 10000 ± 5%% (per process %v)", total, admitted)
+		}
+		// The busiest process offers half the load: it gets a share of
+		// the same order.
+		if share := float64(admitted[0]) / float64(total); share < 0.3 || share > 0.7 {
+			t.Errorf("the process offering half the load got %.0f%% of the admissions", share*100)
 		}
 		if float64(calls)/float64(total) > 0.1 {
 			t.Errorf("%d store calls for %d admitted: %.3f a request, want at most 0.1", calls, total, float64(calls)/float64(total))

@@ -46,8 +46,8 @@ func (s *bucketStore) Take(_ context.Context, key string, want int, rate float64
 	b := s.refill(key, rate, burst)
 	got := min(want, int(math.Floor(b[0])))
 	b[0] -= float64(got)
-	if got == 0 {
-		return 0, time.Duration(math.Ceil((1 - b[0]) / rate * 1e9)), nil
+	if b[0] < 1 {
+		return got, time.Duration(math.Ceil((1 - b[0]) / rate * 1e9)), nil
 	}
 	return got, 0, nil
 }

@@ -107,8 +107,8 @@ func (s *Store) Key(key string) string { return s.prefix + "{" + key + "}" }
 // return (ARGV[1] < 0: that many tokens back) on the bucket KEYS[1] of
 // rate ARGV[2] tokens a second and size ARGV[3]. The bucket is a hash of
 // t, the tokens, and a, the server's clock in µs when t was counted; a
-// missing bucket is full. It returns {tokens taken, µs until one token
-// when none was}.
+// missing bucket is full. It returns {tokens taken, µs until the bucket
+// holds a whole token again, 0 if it still does}.
 var bucketScript = redis.NewScript(`
 if redis.replicate_commands then redis.replicate_commands() end
 local clock = redis.call('TIME')
@@ -131,8 +131,8 @@ local got, retry = 0, 0
 if n > 0 then
   got = math.min(n, math.floor(tokens))
   tokens = tokens - got
-  if got == 0 then
-    retry = math.min(math.ceil((1 - tokens) * 1000000 / rate), 4e15)
+  if tokens < 1 then
+    retry = math.max(math.min(math.ceil((1 - tokens) * 1000000 / rate), 4e15), 1)
   end
 else
   tokens = math.min(burst, tokens - n)
@@ -156,7 +156,7 @@ func (s *Store) Take(ctx context.Context, key string, want int, rate float64, bu
 	if err != nil {
 		return 0, 0, err
 	}
-	if got < 0 || got > int64(want) || (got == 0 && retry <= 0) {
+	if got < 0 || got > int64(want) || retry < 0 || (got == 0 && retry == 0) {
 		return 0, 0, fmt.Errorf("%w: took %d of %d tokens, retry in %dµs", ErrCorrupt, got, want, retry)
 	}
 	return int(got), time.Duration(retry) * time.Microsecond, nil
