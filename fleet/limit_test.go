@@ -3,7 +3,9 @@ package fleet_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -465,4 +467,56 @@ func TestLimiterContext(t *testing.T) {
 			t.Error("the caller's deadline marked the store as failing")
 		}
 	})
+}
+
+// The fast path: a key whose lease has tokens.
+func BenchmarkAllow(b *testing.B) {
+	l, err := fleet.NewLimiter(fleet.LimiterConfig{Store: newMemStore(), Rate: 1e9, Burst: 1e9, MaxLease: 1e6})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := l.Allow(ctx, "k"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	s := l.Stats()
+	b.ReportMetric(float64(s.Takes+s.Returns)/float64(s.Admitted), "trips/op")
+}
+
+// grantStore grants every take and keeps nothing.
+type grantStore struct{}
+
+func (grantStore) Take(_ context.Context, _ string, want int, _ float64, _ int) (int, time.Duration, error) {
+	return want, 0, nil
+}
+func (grantStore) Return(context.Context, string, int, float64, int) error { return nil }
+
+// Each tracked key's memory, with keys of 16 bytes: the table holds
+// MaxKeys of them however many come.
+func TestLimiterMemoryPerKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures the heap")
+	}
+	const keys = 100_000
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	l := newLimiter(t, fleet.LimiterConfig{Store: grantStore{}, Rate: 10, MaxKeys: keys})
+	defer l.Close()
+	for i := range 2 * keys {
+		_ = l.Allow(context.Background(), fmt.Sprintf("client-%09d", i))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := float64(after.HeapAlloc-before.HeapAlloc) / keys
+	t.Logf("%.0f bytes a key", per)
+	if per > 400 {
+		t.Errorf("%.0f bytes a key", per)
+	}
 }
