@@ -71,6 +71,7 @@ type options struct {
 	OutageAt  time.Duration
 	OutageFor time.Duration
 	Workers   int
+	Series    string
 }
 
 func parse(args []string, stderr io.Writer) (options, error) {
@@ -93,6 +94,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.OutageAt, "outage-at", 6*time.Second, "when the Redis of the outage rows is killed")
 	fs.DurationVar(&o.OutageFor, "outage-for", 5*time.Second, "how long it stays down")
 	fs.IntVar(&o.Workers, "workers", 4, "goroutines per process sending requests")
+	fs.StringVar(&o.Series, "series", "", "if set, a file to write each run's admitted count per 100 ms to, a JSON line per run")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -124,7 +126,8 @@ type row struct {
 	Worst10sDevPct       float64 `json:"worst_10s_dev_pct"`
 	BusiestSharePct      float64 `json:"busiest_process_share_pct"`
 	RedisKilledS         float64 `json:"redis_killed_s,omitempty"`
-	Worst1sAfterPct      float64 `json:"worst_1s_dev_1s_after_return_pct,omitempty"`
+	RecoveredMS          float64 `json:"recovered_ms_after_return,omitempty"`
+	Worst1sAfterPct      float64 `json:"worst_1s_dev_1s_after_recovery_pct,omitempty"`
 	Seconds              float64 `json:"measured_s"`
 }
 
@@ -185,6 +188,9 @@ type childResult struct {
 	Errors     int        // neither admitted nor refused: the limiter failed
 	RoundTrips int64      // commands sent to Redis, pipelines counted once
 	Latency    [][2]int64 // µs, count
+	// RecoveredAt is when the limiter last stopped failing (unix ns), 0
+	// if it never failed; guardrail only.
+	RecoveredAt int64
 }
 
 func runOnce(o options, impl, addr string, srv *redisServer) (row, error) {
@@ -215,6 +221,7 @@ func runOnce(o options, impl, addr string, srv *redisServer) (row, error) {
 		cmds, outs = append(cmds, cmd), append(outs, out)
 	}
 	var killedFor time.Duration
+	var back time.Time
 	if srv != nil {
 		time.Sleep(time.Until(start.Add(o.OutageAt)))
 		srv.kill()
@@ -222,6 +229,7 @@ func runOnce(o options, impl, addr string, srv *redisServer) (row, error) {
 		if err := srv.start(); err != nil {
 			return row{}, err
 		}
+		back = time.Now()
 		killedFor = o.OutageFor
 	}
 	var results []childResult
@@ -236,10 +244,35 @@ func runOnce(o options, impl, addr string, srv *redisServer) (row, error) {
 		results = append(results, r)
 	}
 	r := summarize(o, impl, results)
+	if o.Series != "" {
+		f, err := os.OpenFile(o.Series, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return row{}, err
+		}
+		err = json.NewEncoder(f).Encode(struct {
+			Impl     string `json:"impl"`
+			Outage   bool   `json:"outage"`
+			Admitted []int  `json:"admitted_per_100ms"`
+		}{impl, srv != nil, merge(results)})
+		f.Close()
+		if err != nil {
+			return row{}, err
+		}
+	}
 	if srv != nil {
 		r.RedisKilledS = killedFor.Seconds()
-		back := o.OutageAt + o.OutageFor + time.Second
-		r.Worst1sAfterPct = worstWindow(merge(results), int(back/bucket), 10, o.Limit)
+		// The limiters see Redis again when their client reconnects (and
+		// go-redis's pool, after PoolSize failed dials in a row, dials
+		// again once a second); redis_rate has no state to recover.
+		seen := back
+		for _, c := range results {
+			if t := time.Unix(0, c.RecoveredAt); c.RecoveredAt != 0 && t.After(seen) {
+				seen = t
+			}
+		}
+		r.RecoveredMS = math.Round(float64(seen.Sub(back)) / 1e6)
+		from := int((seen.Sub(start) + time.Second + bucket - 1) / bucket)
+		r.Worst1sAfterPct = worstWindow(merge(results), from, 10, o.Limit)
 	}
 	return r, nil
 }
@@ -362,13 +395,14 @@ func childMain(cfgJSON string, stdout io.Writer) error {
 	client := redis.NewClient(&redis.Options{
 		Addr: cfg.Addr, ContextTimeoutEnabled: true,
 		DialTimeout: storeTimeout, ReadTimeout: storeTimeout, WriteTimeout: storeTimeout,
-		MaxRetries: -1, PoolSize: cfg.Workers + 4,
+		MaxRetries: -1,
 	})
 	defer client.Close()
 	redis.SetLogger(quiet{})
 	var rt counter
 	client.AddHook(&rt)
 
+	var recoveredAt atomic.Int64
 	var allow func(ctx context.Context) (ok bool, err error)
 	var closeFn func()
 	switch cfg.Impl {
@@ -394,7 +428,30 @@ func childMain(cfgJSON string, stdout io.Writer) error {
 			}
 			return false, err
 		}
-		closeFn = func() { _ = l.Close() }
+		// Watch the limiter's failure state, to report when it saw Redis
+		// again.
+		done := make(chan struct{})
+		var watched sync.WaitGroup
+		watched.Go(func() {
+			failing := false
+			for {
+				select {
+				case <-done:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+				f := l.Stats().Failing
+				if failing && !f {
+					recoveredAt.Store(time.Now().UnixNano())
+				}
+				failing = f
+			}
+		})
+		closeFn = func() {
+			close(done)
+			watched.Wait()
+			_ = l.Close()
+		}
 	case "redis_rate":
 		l := redis_rate.NewLimiter(client)
 		lim := redis_rate.Limit{Rate: int(cfg.Limit), Burst: cfg.Burst, Period: time.Second}
@@ -456,7 +513,10 @@ func childMain(cfgJSON string, stdout io.Writer) error {
 	offered.Store(int64(sent))
 	closeFn()
 
-	res := childResult{Offered: int(offered.Load()), Admitted: int(admitted.Load()), Errors: int(errs.Load()), RoundTrips: rt.n.Load()}
+	res := childResult{
+		Offered: int(offered.Load()), Admitted: int(admitted.Load()), Errors: int(errs.Load()),
+		RoundTrips: rt.n.Load(), RecoveredAt: recoveredAt.Load(),
+	}
 	for i := range n {
 		res.Buckets = append(res.Buckets, int(buckets[i].Load()))
 	}
