@@ -48,7 +48,11 @@ const (
 	// FailOpen admits requests at this process's share of the limit while
 	// the store fails: Rate / Members.Live(), in bursts of Burst /
 	// Members.Live() (at least 1), from a local bucket that starts empty,
-	// so a failure never admits a burst. It is the zero FailureMode.
+	// so a failure never admits a burst. When the store answers again, the
+	// first take of each key also takes what the local bucket admitted in
+	// the time the shared bucket takes to fill, so that a bucket that
+	// refilled unseen (or a store that restarted empty) does not add its
+	// burst to what was admitted meanwhile. It is the zero FailureMode.
 	FailOpen FailureMode = iota
 	// FailClosed refuses every request that the tokens already leased
 	// cannot pay for, while the store fails, with a RetryAfter that lasts
@@ -203,7 +207,8 @@ type Stats struct {
 	Failing bool
 }
 
-// maxShards and minPerShard cut the key table as ratelimit does.
+// maxShards and minPerShard cut the key table as ratelimit does; workers
+// run the background takes and returns, queued up to queueLen.
 const (
 	maxShards   = 64
 	minPerShard = 16
@@ -220,16 +225,20 @@ const (
 // Lease (at least 1, at most MaxLease); when what is left falls to a
 // quarter of that, the next take runs in the background, so that a
 // process with a steady share of the traffic rarely makes a request wait
-// for the store. A take that comes back short (the shared bucket is
-// empty) makes the process refuse the key locally, without asking the
-// store, until the bucket can have refilled what it asked for, or for
-// Lease, whichever is longer (but never longer than the bucket takes to
-// fill, so nothing refills unseen): the processes that share a spent key
-// ask the store about once per Lease each. Tokens unspent when their lease
-// ends go back to the store.
+// for the store. When a take finds the shared bucket spent (it came back
+// short, or left less than a token), the process refuses the key locally,
+// without asking the store, and takes again in the background after half
+// a MaxLease of its own requests (jittered, and never later than the
+// bucket takes to fill, so that no refill goes unseen): the processes
+// sharing a spent key each ask about as often as their share of its
+// traffic, and get a share of the refill in proportion. Tokens unspent
+// when their lease ends go back to the store.
 //
 // NewLimiter starts three goroutines (two for background takes and
-// returns, one that ends leases); Close stops them.
+// returns, one that ends leases), and a key whose bucket is spent has a
+// timer for its next take; Close stops them. Allow has no twin that takes
+// the time as a parameter: its leases end and its takes run in the
+// background on the clock, so tests run it under testing/synctest.
 type Limiter struct {
 	store    TokenStore
 	rate     float64
@@ -294,6 +303,13 @@ type lentry struct {
 	fbGen    int64 // failGen of the fallback bucket
 	fbTokens float64
 	fbAt     int64
+	// debt counts FailOpen's admissions, up to the fallback bucket's size
+	// (what it admits in the time the shared bucket takes to fill): the
+	// first take after the failure takes them too, and spends them on
+	// nothing, so that a bucket that refilled unseen during the failure
+	// (or a Redis that restarted empty) does not add its burst to what the
+	// fallback admitted.
+	debt int
 }
 
 type job struct {
@@ -559,7 +575,7 @@ func (l *Limiter) want(e *lentry, now int64) int {
 		e.seen, e.winStart = 0, now
 	}
 	w := min(math.Ceil(e.est*float64(l.lease)/1e9), float64(l.maxLease))
-	return max(int(w)-e.tokens, 1)
+	return max(int(w)-e.tokens, 1) + e.debt
 }
 
 // prefetch starts a take in the background when e's tokens are down to a
@@ -602,6 +618,11 @@ func (l *Limiter) settle(s *lshard, e *lentry, want, got int, retry time.Duratio
 		return
 	}
 	l.recover()
+	short := got < want || retry > 0
+	if e.debt > 0 {
+		got -= min(got, e.debt)
+		e.debt = 0
+	}
 	if e.gone {
 		if got > 0 {
 			l.enqueue(job{s: s, e: e, n: got})
@@ -615,7 +636,7 @@ func (l *Limiter) settle(s *lshard, e *lentry, want, got int, retry time.Duratio
 		e.tokens += got
 		e.expires = now + l.lease
 	}
-	if got < want || retry > 0 {
+	if short {
 		// The shared bucket is spent: every process sharing it asks again
 		// after half a MaxLease of its own requests, so that each gets a
 		// share of the refill in proportion to its traffic, at a round
@@ -715,7 +736,7 @@ func (l *Limiter) fallback(s *lshard, e *lentry, now int64) error {
 	if now >= next && e.pending == nil && l.nextProbe.CompareAndSwap(next, now+l.probe) {
 		ch := make(chan struct{})
 		e.pending = ch
-		if !l.enqueue(job{s: s, e: e, ch: ch, want: 1}) {
+		if !l.enqueue(job{s: s, e: e, ch: ch, want: 1 + e.debt}) {
 			e.pending = nil
 			close(ch)
 		}
@@ -743,6 +764,7 @@ func (l *Limiter) fallback(s *lshard, e *lentry, now int64) error {
 	}
 	if e.fbTokens >= 1 {
 		e.fbTokens--
+		e.debt = min(e.debt+1, int(b))
 		return nil
 	}
 	return limited(nanos((1-e.fbTokens)/r), nil)

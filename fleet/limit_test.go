@@ -520,3 +520,32 @@ func TestLimiterMemoryPerKey(t *testing.T) {
 		t.Errorf("%.0f bytes a key", per)
 	}
 }
+
+// A bucket that refilled while the store failed (or a store that came
+// back empty, with full buckets) does not add its burst to what FailOpen
+// admitted meanwhile: the first take after the failure pays for the
+// fallback's last admissions.
+func TestLimiterFailOpenNoBurstOnReturn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newMemStore()
+		const rate, burst = 1000, 200
+		l := newLimiter(t, fleet.LimiterConfig{Store: st, Rate: rate, Burst: burst})
+		defer l.Close()
+		_, _, _ = load(l, "k", 2000, time.Second)
+		st.set(errors.New("down"), false)
+		failed, _, _ := load(l, "k", 2000, 2*time.Second)
+		if failed < 1800 || failed > 2100 {
+			t.Fatalf("admitted %d in 2 s of failure, want about 2000 (Fixed(1): the whole rate)", failed)
+		}
+		st.set(nil, false) // the bucket is full: nobody took from it
+		var a int
+		for range 10 {
+			n, _, _ := load(l, "k", 2000, 100*time.Millisecond)
+			a += n
+		}
+		// 1 s at the rate, and no burst on top: at most a lease more.
+		if a > 1000+100 || a < 850 {
+			t.Errorf("admitted %d in the 1 s after the store came back, want about 1000, not 1000 + the burst of %d", a, burst)
+		}
+	})
+}
