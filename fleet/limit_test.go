@@ -549,3 +549,58 @@ func TestLimiterFailOpenNoBurstOnReturn(t *testing.T) {
 		}
 	})
 }
+
+// Rates far from the usual ones compute no overflowing wait: a refusal
+// still says to retry after a positive duration.
+func TestLimiterExtremeRates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for _, rate := range []float64{1e-300, 1e-9, 0.001, 1e300} {
+			st := newMemStore()
+			l := newLimiter(t, fleet.LimiterConfig{Store: st, Rate: rate, Burst: 1})
+			ctx := context.Background()
+			if err := l.Allow(ctx, "k"); err != nil {
+				t.Fatalf("rate %g: first request: %v", rate, err)
+			}
+			err := l.Allow(ctx, "k")
+			var le *fleet.LimitedError
+			switch {
+			case rate >= 1e300:
+				// A token a femtosecond: the bucket is never empty for long.
+			case !errors.As(err, &le) || le.RetryAfter <= 0:
+				t.Errorf("rate %g: second request: %v, want a refusal with a positive RetryAfter", rate, err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// Many goroutines of one process on one key admit no more than the
+// bucket allows.
+func TestLimiterConcurrent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newMemStore()
+		const rate, burst = 1000, 100
+		l := newLimiter(t, fleet.LimiterConfig{Store: st, Rate: rate, Burst: burst})
+		defer l.Close()
+		var mu sync.Mutex
+		total := 0
+		var wg sync.WaitGroup
+		for range 32 {
+			wg.Go(func() {
+				a, _, bad := load(l, "k", 200, 2*time.Second)
+				if len(bad) > 0 {
+					t.Error(bad[0])
+				}
+				mu.Lock()
+				total += a
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if max := 2*rate + burst; total > max || total < 2*rate*9/10 {
+			t.Errorf("32 goroutines admitted %d in 2 s, want at most %d and about %d", total, max, 2*rate)
+		}
+	})
+}
