@@ -34,6 +34,7 @@ import (
 
 	"github.com/guardrail-go/guardrail/chain"
 	"github.com/guardrail-go/guardrail/event"
+	"github.com/guardrail-go/guardrail/fleet"
 )
 
 // Defaults used for zero Config fields.
@@ -156,6 +157,23 @@ type Config struct {
 	// Limiter).
 	MaxKeys int
 
+	// Shared, when set, charges every request to a fleet-wide limit
+	// instead of this process's own buckets: a fleet.Limiter whose
+	// TokenStore every instance of the server shares (such as
+	// redisfleet's, on Redis), so that a client's limit holds however a
+	// load balancer spreads its requests. Its LimiterConfig then sets the
+	// rate, the burst and the number of keys: Rate, Burst and MaxKeys
+	// must be zero. Key is used as with local buckets; the default key is
+	// the text of the client's prefix ("192.0.2.7/32", "2001:db8::/64"),
+	// or "-" for a RemoteAddr that is not an address. The refusal's
+	// Retry-After is the fleet limiter's RetryAfter rounded up to whole
+	// seconds; a request the fleet limiter can neither admit nor refuse
+	// (Close was called, or the request's context ended while it waited
+	// for the store) is answered 503 Service Unavailable without running
+	// the handler. The caller keeps ownership of the fleet.Limiter and
+	// closes it. Nil means local buckets.
+	Shared *fleet.Limiter
+
 	// Observer receives an event.Shed with Reason event.ReasonRateLimit for
 	// every refused request: Delay is the Retry-After answered, and Err is
 	// the Key error when the request could not be attributed. Admitted
@@ -198,6 +216,7 @@ type Limiter struct {
 	obs      event.Observer
 	epoch    time.Time
 	shards   []shard
+	shared   *fleet.Limiter
 }
 
 type shard struct {
@@ -250,8 +269,22 @@ func New(cfg Config) (*Limiter, error) {
 	case v6bits < 0 || v6bits > 128:
 		errs = append(errs, invalid("IPv6PrefixBits", v6bits, "a prefix length of 1 to 128 bits, or 0 for the default 64"))
 	}
+	if cfg.Shared != nil {
+		for _, f := range []struct {
+			name string
+			set  bool
+			got  any
+		}{{"Rate", cfg.Rate != 0, cfg.Rate}, {"Burst", cfg.Burst != 0, cfg.Burst}, {"MaxKeys", cfg.MaxKeys != 0, cfg.MaxKeys}} {
+			if f.set {
+				errs = append(errs, invalid(f.name, f.got, "0 with Shared, whose fleet.LimiterConfig sets it"))
+			}
+		}
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
+	}
+	if cfg.Shared != nil {
+		return &Limiter{name: cfg.Name, key: cfg.Key, v6bits: v6bits, obs: cfg.Observer, shared: cfg.Shared}, nil
 	}
 	n := 1
 	for n < maxShards && n*2*minPerShard <= maxKeys {
@@ -374,6 +407,9 @@ func (l *Limiter) addrHash(remote string) uint64 {
 // request whose Key fails is answered 400 Bad Request, also without
 // running next.
 func (l *Limiter) Middleware(next http.Handler) http.Handler {
+	if l.shared != nil {
+		return l.sharedMiddleware(next)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var h uint64
 		if l.key == nil {
@@ -404,10 +440,74 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 // saying when to retry. Allow does not report to the Observer:
 // the caller knows more about the request than the limiter does.
 func (l *Limiter) Allow(key string) error {
+	if l.shared != nil {
+		wait, err := l.allowShared(context.Background(), key)
+		if err == nil && wait > 0 {
+			err = &LimitedError{RetryAfter: wait}
+		}
+		return err
+	}
 	if wait, ok := l.allow(maphash.String(l.seed, key), time.Now()); !ok {
 		return &LimitedError{RetryAfter: wait}
 	}
 	return nil
+}
+
+// sharedMiddleware is Middleware with Config.Shared.
+func (l *Limiter) sharedMiddleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var key string
+		if l.key == nil {
+			key = l.addrKey(r.RemoteAddr)
+		} else {
+			var err error
+			if key, err = l.key(r); err != nil {
+				l.observe(r.Context(), 0, err)
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+		}
+		wait, err := l.allowShared(r.Context(), key)
+		switch {
+		case err != nil:
+			l.observe(r.Context(), 0, err)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		case wait > 0:
+			l.observe(r.Context(), wait, nil)
+			w.Header()["Retry-After"] = retryAfterHeader(wait)
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// allowShared charges one request to key on the fleet limiter. A refusal
+// is a wait of whole seconds, at least one, never shorter than the fleet
+// limiter's; an error is what the fleet limiter returned that is not a
+// refusal.
+func (l *Limiter) allowShared(ctx context.Context, key string) (time.Duration, error) {
+	err := l.shared.Allow(ctx, key)
+	if err == nil {
+		return 0, nil
+	}
+	var le *fleet.LimitedError
+	if !errors.As(err, &le) {
+		return 0, err
+	}
+	secs := min(max(math.Ceil(le.RetryAfter.Seconds()), 1), maxRetryAfter)
+	return time.Duration(secs) * time.Second, nil
+}
+
+// addrKey is the fleet key of the client of a request from remote, under
+// the default Config.Key: its prefix as text, or "-" when remote is not an
+// address.
+func (l *Limiter) addrKey(remote string) string {
+	if p, ok := clientPrefix(remote, l.v6bits); ok {
+		return p.String()
+	}
+	return "-"
 }
 
 func (l *Limiter) observe(ctx context.Context, wait time.Duration, err error) {
