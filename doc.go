@@ -33,7 +33,7 @@
 // constructor, such as Policy, reports at first use: Do returns the error
 // without running the operation.
 //
-// Middleware. Every server-side piece (deadline.Server, shed.Shedder,
+// Middleware. Every server-side piece (chain.Server, deadline.Server, shed.Shedder,
 // idempotency.Server, fault.Injector, the OpenTelemetry adapter) is a value
 // built by New with a method
 //
