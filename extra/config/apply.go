@@ -385,17 +385,22 @@ func (a *applying) rateLimit(s *resolvedServer) error {
 	if s.RateLimit == nil {
 		return nil
 	}
-	rc := *s.RateLimit
+	rc, shared := *s.RateLimit, s.RateLimitShared
 	for _, e := range a.r.limits[s.Name] {
-		if reflect.DeepEqual(e.cfg, rc) {
+		if reflect.DeepEqual(e.cfg, rc) && reflect.DeepEqual(e.shared, shared) {
 			continue
 		}
-		l, err := e.build(rc)
+		l, fl, err := e.build(rc, shared)
 		if err != nil {
 			return err
 		}
 		a.changed = append(a.changed, "servers."+s.Name+".rate_limit")
-		a.swaps = append(a.swaps, func() { e.h.cur.Store(l); e.cfg = rc })
+		a.swaps = append(a.swaps, func() {
+			old := e.fleet
+			e.h.cur.Store(l)
+			e.cfg, e.shared, e.fleet = rc, shared, fl
+			retire(old)
+		})
 	}
 	return nil
 }

@@ -230,6 +230,28 @@ type fileRateLimit struct {
 	// IPv6PrefixBits is ratelimit.Config.IPv6PrefixBits: the prefix an
 	// IPv6 client is charged by, with the default key.
 	IPv6PrefixBits *int `yaml:"ipv6_prefix_bits"`
+	// Shared makes rate, burst and max_keys hold across every process
+	// that shares Options.TokenStore (a fleet.Limiter; see
+	// ratelimit.Config.Shared).
+	Shared *fileSharedLimit `yaml:"shared"`
+}
+
+// fileSharedLimit is a fleet.LimiterConfig without its Store, Rate, Burst
+// and MaxKeys, which come from Options.TokenStore and the rate_limit
+// section.
+// It is a plain value, safe to read concurrently and not to change while
+// it is read.
+type fileSharedLimit struct {
+	Lease         *time.Duration `yaml:"lease"`
+	MaxLease      *int           `yaml:"max_lease"`
+	StoreTimeout  *time.Duration `yaml:"store_timeout"`
+	ProbeInterval *time.Duration `yaml:"probe_interval"`
+	// OnStoreFailure is "open" (the default: this process's share of the
+	// limit) or "closed" (refuse).
+	OnStoreFailure *string `yaml:"on_store_failure"`
+	// Members is the fleet's size for FailOpen's share (fleet.Fixed); 0
+	// or absent means 1.
+	Members *int `yaml:"members"`
 }
 
 // fileDeadline is a deadline.Config.

@@ -13,6 +13,7 @@ import (
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/deadline"
 	"github.com/guardrail-go/guardrail/event"
+	"github.com/guardrail-go/guardrail/fleet"
 	"github.com/guardrail-go/guardrail/extra/ratelimit"
 	"github.com/guardrail-go/guardrail/guardhttp"
 	"github.com/guardrail-go/guardrail/idempotency"
@@ -253,15 +254,74 @@ func (r *Registry) Idempotency(name string, store idempotency.Store, scope func(
 // rateLimitEntry is a rate limiter handle, the key function it was given,
 // with which a reload rebuilds its value, and the settings of its value.
 type rateLimitEntry struct {
-	h     *Handle[ratelimit.Limiter]
-	keyFn func(*http.Request) (string, error)
-	obs   event.Observer
-	cfg   ratelimit.Config // settings of h's value, without Key; written under the Registry's mu
+	h      *Handle[ratelimit.Limiter]
+	keyFn  func(*http.Request) (string, error)
+	obs    event.Observer
+	store  fleet.TokenStore
+	cfg    ratelimit.Config     // settings of h's value, without Key; written under the Registry's mu
+	shared *fleet.LimiterConfig // its fleet limiter's, without Store; nil: none
+	fleet  *fleet.Limiter       // h's value's fleet limiter; nil: none
 }
 
-func (e *rateLimitEntry) build(cfg ratelimit.Config) (*ratelimit.Limiter, error) {
+// sharedGrace is how long a fleet limiter replaced by a reload stays open
+// for the requests that still hold the old handle's value; then it is
+// closed, which returns its unspent tokens to the store.
+const sharedGrace = 5 * time.Second
+
+// build returns the limiter for cfg and, when shared is set, the fleet
+// limiter it charges.
+func (e *rateLimitEntry) build(cfg ratelimit.Config, shared *fleet.LimiterConfig) (*ratelimit.Limiter, *fleet.Limiter, error) {
 	cfg.Key, cfg.Observer = e.keyFn, e.obs
-	return ratelimit.New(cfg)
+	if shared == nil {
+		l, err := ratelimit.New(cfg)
+		return l, nil, err
+	}
+	if e.store == nil {
+		return nil, nil, fmt.Errorf("config: servers.%s.rate_limit.shared needs Options.TokenStore, the store the fleet shares", cfg.Name)
+	}
+	lc := *shared
+	lc.Store = e.store
+	fl, err := fleet.NewLimiter(lc)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.Rate, cfg.Burst, cfg.MaxKeys, cfg.Shared = 0, 0, 0, fl
+	l, err := ratelimit.New(cfg)
+	if err != nil {
+		_ = fl.Close()
+		return nil, nil, err
+	}
+	return l, fl, nil
+}
+
+// retire closes fl, a fleet limiter a reload replaced, after sharedGrace.
+func retire(fl *fleet.Limiter) {
+	if fl != nil {
+		time.AfterFunc(sharedGrace, func() { _ = fl.Close() })
+	}
+}
+
+// Close closes the fleet limiters of the rate limiters with a shared
+// section, which returns their unspent tokens to the store and stops
+// their goroutines; their handles then refuse every request (503). Call it
+// when the process stops serving. A Registry without such a section has
+// nothing to close. It returns the first error a limiter's Close
+// returned.
+func (r *Registry) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var first error
+	for _, es := range r.limits {
+		for _, e := range es {
+			if e.fleet == nil {
+				continue
+			}
+			if err := e.fleet.Close(); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	return first
 }
 
 // RateLimiter builds the per-client rate limiter of server name. key says
@@ -283,12 +343,14 @@ func (r *Registry) RateLimiter(name string, key func(*http.Request) (string, err
 	if rs == nil {
 		return nil, r.unknown("server with a rate_limit section", name)
 	}
-	e := &rateLimitEntry{h: newHandle((*ratelimit.Limiter).Middleware), keyFn: key, obs: r.opts.Observer, cfg: *rs.RateLimit}
-	l, err := e.build(e.cfg)
+	e := &rateLimitEntry{h: newHandle((*ratelimit.Limiter).Middleware), keyFn: key, obs: r.opts.Observer,
+		store: r.opts.TokenStore, cfg: *rs.RateLimit, shared: rs.RateLimitShared}
+	l, fl, err := e.build(e.cfg, e.shared)
 	if err != nil {
 		return nil, err
 	}
 	e.h.cur.Store(l)
+	e.fleet = fl
 	r.limits[name] = append(r.limits[name], e)
 	return e.h, nil
 }

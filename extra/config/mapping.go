@@ -10,6 +10,7 @@ import (
 	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/deadline"
 	"github.com/guardrail-go/guardrail/extra/ratelimit"
+	"github.com/guardrail-go/guardrail/fleet"
 	"github.com/guardrail-go/guardrail/guardhttp"
 	"github.com/guardrail-go/guardrail/idempotency"
 	"github.com/guardrail-go/guardrail/shed"
@@ -245,6 +246,35 @@ func rateLimitConfig(name string, rl *fileRateLimit) *ratelimit.Config {
 	}
 	return &ratelimit.Config{Name: name, Rate: val(rl.Rate), Burst: val(rl.Burst), MaxKeys: val(rl.MaxKeys),
 		IPv6PrefixBits: val(rl.IPv6PrefixBits)}
+}
+
+// Values of rate_limit.shared.on_store_failure.
+const (
+	storeFailOpen   = "open"
+	storeFailClosed = "closed"
+)
+
+// sharedLimitConfig returns the fleet limiter rl's shared section
+// configures, without its Store; nil when there is none. ok is false when
+// on_store_failure is neither open nor closed.
+func sharedLimitConfig(rl *fileRateLimit) (cfg *fleet.LimiterConfig, ok bool) {
+	if rl == nil || rl.Shared == nil {
+		return nil, true
+	}
+	sh := rl.Shared
+	cfg = &fleet.LimiterConfig{Rate: val(rl.Rate), Burst: val(rl.Burst), MaxKeys: val(rl.MaxKeys),
+		Lease: val(sh.Lease), MaxLease: val(sh.MaxLease), StoreTimeout: val(sh.StoreTimeout), ProbeInterval: val(sh.ProbeInterval)}
+	if n := val(sh.Members); n > 0 {
+		cfg.Members = fleet.Fixed(n)
+	}
+	switch val(sh.OnStoreFailure) {
+	case "", storeFailOpen:
+	case storeFailClosed:
+		cfg.OnStoreFailure = fleet.FailClosed
+	default:
+		return cfg, false
+	}
+	return cfg, true
 }
 
 // Scopes of a server's idempotency keys.

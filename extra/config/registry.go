@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail/event"
+	"github.com/guardrail-go/guardrail/fleet"
 	"github.com/guardrail-go/guardrail/shed"
 )
 
@@ -37,6 +38,11 @@ type Options struct {
 	// outcome, for a metric or an alert; it runs on the reloading
 	// goroutine.
 	OnReload func(ReloadResult)
+	// TokenStore is the store of every rate_limit section with shared:
+	// their limits hold across every process that shares it (a
+	// redisfleet.Store on the fleet's Redis). A file with such a section
+	// and no TokenStore is refused by Registry.RateLimiter.
+	TokenStore fleet.TokenStore
 }
 
 // ReloadResult is the outcome of one reload. A plain value.

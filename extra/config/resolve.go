@@ -2,6 +2,7 @@ package config
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -16,6 +17,7 @@ import (
 	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/deadline"
 	"github.com/guardrail-go/guardrail/extra/ratelimit"
+	"github.com/guardrail-go/guardrail/fleet"
 	"github.com/guardrail-go/guardrail/guardhttp"
 	"github.com/guardrail-go/guardrail/idempotency"
 	"github.com/guardrail-go/guardrail/shed"
@@ -111,6 +113,9 @@ type resolvedServer struct {
 	Shed        *shed.Config
 	Idempotency *idempotency.Config
 	RateLimit   *ratelimit.Config
+	// RateLimitShared is the fleet limiter of a rate_limit section with
+	// shared, without its Store (Options.TokenStore); nil without one.
+	RateLimitShared *fleet.LimiterConfig
 	// IdempotencyScopeCaller is true when the scope is the caller's, which
 	// the code supplies.
 	IdempotencyScopeCaller bool
@@ -594,7 +599,26 @@ func (c *checkedFile) buildServer(r *resolvedServer, s *fileServer) []Diagnostic
 		diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileShed](), "", path+".shed")...)
 	}
 	if r.RateLimit = rateLimitConfig(r.Name, s.RateLimit); r.RateLimit != nil {
-		_, err := ratelimit.New(*r.RateLimit)
+		shared, ok := sharedLimitConfig(s.RateLimit)
+		r.RateLimitShared = shared
+		if !ok {
+			diags = append(diags, c.diag(severityError, path+".rate_limit.shared.on_store_failure", "is %q; want open or closed", *s.RateLimit.Shared.OnStoreFailure))
+		}
+		check := *r.RateLimit
+		if shared != nil {
+			// The fleet limiter takes rate, burst and max_keys; it is
+			// checked without a store, which only Options can give.
+			lc := *shared
+			lc.Store = nopTokenStore{}
+			lim, err := fleet.NewLimiter(lc)
+			if err == nil {
+				_ = lim.Close()
+			} else {
+				diags = append(diags, c.sharedLimitErrors(err, path+".rate_limit")...)
+			}
+			check.Rate, check.Burst, check.MaxKeys = 0, 0, 0
+		}
+		_, err := ratelimit.New(check)
 		diags = append(diags, c.coreErrors(err, reflect.TypeFor[fileRateLimit](), "", path+".rate_limit")...)
 	}
 	if id := s.Idempotency; id != nil {
@@ -615,4 +639,32 @@ func (c *checkedFile) buildServer(r *resolvedServer, s *fileServer) []Diagnostic
 		}
 	}
 	return diags
+}
+
+// nopTokenStore is the store a shared rate limit is checked with: it is
+// never called, since the limiter is closed unused.
+type nopTokenStore struct{}
+
+func (nopTokenStore) Take(context.Context, string, int, float64, int) (int, time.Duration, error) {
+	return 0, 0, nil
+}
+
+func (nopTokenStore) Return(context.Context, string, int, float64, int) error { return nil }
+
+// sharedLimitErrors turns fleet.NewLimiter's error into diagnostics on the
+// keys of a rate_limit section under prefix: rate, burst and max_keys,
+// or those of its shared section.
+func (c *checkedFile) sharedLimitErrors(err error, prefix string) []Diagnostic {
+	var out []Diagnostic
+	for _, line := range strings.Split(err.Error(), "\n") {
+		e := errors.New(line)
+		if m := coreRE.FindStringSubmatch(line); m != nil {
+			if _, ok := keyOf(reflect.TypeFor[fileSharedLimit](), m[3]); ok {
+				out = append(out, c.coreErrors(e, reflect.TypeFor[fileSharedLimit](), "", prefix+".shared")...)
+				continue
+			}
+		}
+		out = append(out, c.coreErrors(e, reflect.TypeFor[fileRateLimit](), "", prefix)...)
+	}
+	return out
 }
