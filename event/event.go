@@ -104,6 +104,11 @@ const (
 	// the file. Dependency and Operation are empty: a reload concerns the
 	// whole process.
 	ConfigReload
+	// SharedStore: the store a fleet limit shares (package fleet) stopped
+	// answering (Outcome OutcomeError, Err its error) or answered again
+	// (OutcomeOK); transitions only. Reason is what the limiter does
+	// meanwhile: ReasonFailOpen or ReasonFailClosed.
+	SharedStore
 	// Amplification: a server received a request of a call chain (package
 	// chain). Amplification is the sends of the user's original request it
 	// represents (1 for a request that was never retried upstream), Limit
@@ -131,6 +136,7 @@ var kindNames = [...]string{
 	HedgeRefused:      "hedge_refused",
 	Throttled:         "throttled",
 	ConfigReload:      "config_reload",
+	SharedStore:       "shared_store",
 	Amplification:     "amplification",
 }
 
@@ -225,6 +231,12 @@ const (
 	// ReasonAmplification: a retry was refused because it would take the
 	// request's chain amplification past the server's cap (package chain).
 	ReasonAmplification = "amplification"
+	// ReasonFailOpen: a fleet limiter admits this process's share of the
+	// limit while its shared store fails.
+	ReasonFailOpen = "fail_open"
+	// ReasonFailClosed: a fleet limiter refuses while its shared store
+	// fails.
+	ReasonFailClosed = "fail_closed"
 )
 
 // Timeout phases (Timeout and typed timeout errors).

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/guardrail-go/guardrail/event"
 )
 
 // TokenStore is a token bucket per key that every process of a fleet
@@ -190,6 +192,13 @@ type LimiterConfig struct {
 	// about 230 bytes and its name (at most 64 bytes, see MaxKeyLen):
 	// measured, 246 bytes a key of 16 bytes.
 	MaxKeys int
+
+	// Name names the limit in events (event.Event.Dependency).
+	Name string
+	// Observer receives an event.SharedStore when the store stops
+	// answering and when it answers again, transitions only. Nil means
+	// none.
+	Observer event.Observer
 }
 
 // Stats counts what a Limiter did since NewLimiter.
@@ -240,6 +249,8 @@ const (
 // the time as a parameter: its leases end and its takes run in the
 // background on the clock, so tests run it under testing/synctest.
 type Limiter struct {
+	name     string
+	obs      event.Observer
 	store    TokenStore
 	rate     float64
 	burst    int
@@ -399,6 +410,8 @@ func NewLimiter(cfg LimiterConfig) (*Limiter, error) {
 		n *= 2
 	}
 	l := &Limiter{
+		name:     cfg.Name,
+		obs:      cfg.Observer,
 		store:    cfg.Store,
 		rate:     r,
 		burst:    burst,
@@ -719,14 +732,29 @@ func (l *Limiter) fail(err error, now int64) {
 	if !l.failing.Load() {
 		l.failGen.Add(1)
 		l.nextProbe.Store(now + l.probe)
-		l.failing.Store(true)
+		if l.failing.CompareAndSwap(false, true) {
+			l.storeEvent(event.OutcomeError, err)
+		}
 	}
 }
 
 func (l *Limiter) recover() {
-	if l.failing.Load() {
-		l.failing.Store(false)
+	if l.failing.Load() && l.failing.CompareAndSwap(true, false) {
+		l.storeEvent(event.OutcomeOK, nil)
 	}
+}
+
+// storeEvent reports a transition of the store to the Observer.
+func (l *Limiter) storeEvent(outcome string, err error) {
+	if l.obs == nil {
+		return
+	}
+	reason := event.ReasonFailOpen
+	if l.mode == FailClosed {
+		reason = event.ReasonFailClosed
+	}
+	l.obs.Observe(context.Background(), event.Event{Kind: event.SharedStore, Dependency: l.name, Outcome: outcome,
+		Reason: reason, Err: err, Remaining: -1})
 }
 
 // fallback answers for e while the store fails, and starts a probe of the

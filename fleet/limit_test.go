@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/fleet"
 )
 
@@ -371,7 +372,15 @@ func TestLimiterFailClosed(t *testing.T) {
 		st := newMemStore()
 		boom := errors.New("connection refused")
 		st.set(boom, false)
-		l := newLimiter(t, fleet.LimiterConfig{Store: st, Rate: 100, OnStoreFailure: fleet.FailClosed})
+		var mu sync.Mutex
+		var seen []event.Event
+		obs := event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+			mu.Lock()
+			seen = append(seen, e)
+			mu.Unlock()
+			return ctx
+		})
+		l := newLimiter(t, fleet.LimiterConfig{Store: st, Rate: 100, OnStoreFailure: fleet.FailClosed, Name: "api", Observer: obs})
 		defer l.Close()
 		for i := range 100 {
 			err := l.Allow(context.Background(), "k")
@@ -390,6 +399,13 @@ func TestLimiterFailClosed(t *testing.T) {
 		synctest.Wait()
 		if err := l.Allow(context.Background(), "k"); err != nil {
 			t.Errorf("after the store came back: %v", err)
+		}
+		// One event when the store failed, one when it answered again.
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) != 2 || seen[0].Kind != event.SharedStore || seen[0].Outcome != event.OutcomeError || !errors.Is(seen[0].Err, boom) ||
+			seen[0].Reason != event.ReasonFailClosed || seen[0].Dependency != "api" || seen[1].Outcome != event.OutcomeOK {
+			t.Errorf("events %+v; want a failure then a recovery of api's store", seen)
 		}
 	})
 }

@@ -128,25 +128,26 @@ type Observer struct {
 	reg     metric.Registration
 
 	calls, attempts, retries, refused, hedges, retryOK, retryFailed, timeouts,
-	transitions, rejections, probes, bulkhead, shed, admitted, idempotency, reloads metric.Int64Counter
+	transitions, rejections, probes, bulkhead, shed, admitted, idempotency, reloads, sharedStore metric.Int64Counter
 	reloadOK, reloadErr                       metric.AddOption
 	callDur, attemptDur, remaining, queueWait metric.Float64Histogram
 	amp                                       metric.Int64Histogram
 
-	callC       *series.Cache[*callAttrs]
-	attemptC    *series.Cache[*attrs]
-	pairC       *series.Cache[*attrs] // dependency, operation
-	retriesC    *series.Cache[*attrs]
-	refusedC    *series.Cache[*attrs]
-	hedgesC     *series.Cache[*attrs]
-	timeoutsC   *series.Cache[*attrs]
-	transC      *series.Cache[*attrs]
-	bulkheadC   *series.Cache[*attrs]
-	shedC       *series.Cache[*attrs]
-	admitC      *series.Cache[*attrs]
-	queueC      *series.Cache[*attrs]
-	ampC        *series.Cache[*attrs]
-	idempotentC *series.Cache[*attrs]
+	callC        *series.Cache[*callAttrs]
+	attemptC     *series.Cache[*attrs]
+	pairC        *series.Cache[*attrs] // dependency, operation
+	retriesC     *series.Cache[*attrs]
+	refusedC     *series.Cache[*attrs]
+	hedgesC      *series.Cache[*attrs]
+	timeoutsC    *series.Cache[*attrs]
+	transC       *series.Cache[*attrs]
+	bulkheadC    *series.Cache[*attrs]
+	shedC        *series.Cache[*attrs]
+	admitC       *series.Cache[*attrs]
+	queueC       *series.Cache[*attrs]
+	ampC         *series.Cache[*attrs]
+	sharedStoreC *series.Cache[*attrs]
+	idempotentC  *series.Cache[*attrs]
 }
 
 // attrs is a precomputed attribute set, as options that allocate nothing
@@ -248,6 +249,7 @@ func (o *Observer) instruments(meter metric.Meter, durBuckets, remBuckets []floa
 	errs = append(errs, err)
 	o.idempotency = counter(series.Idempotency)
 	o.reloads = counter(series.ConfigReloads)
+	o.sharedStore = counter(series.SharedStore)
 	o.reloadOK = metric.WithAttributes(attribute.String(series.LOutcome, event.OutcomeOK))
 	o.reloadErr = metric.WithAttributes(attribute.String(series.LOutcome, event.OutcomeError))
 	return errors.Join(errs...)
@@ -315,6 +317,7 @@ func (o *Observer) caches(fs *series.Folders) {
 	o.admitC = cache(series.Admitted)
 	o.queueC = cache(series.QueueWait)
 	o.ampC = cache(series.Amplification)
+	o.sharedStoreC = cache(series.SharedStore)
 	o.idempotentC = cache(series.Idempotency)
 }
 
@@ -424,6 +427,8 @@ func (o *Observer) Observe(ctx context.Context, e event.Event) context.Context {
 		spanEvent(ctx, "guardrail.idempotency", attrOutcome.String(e.Reason))
 	case event.Amplification:
 		o.amp.Record(ctx, int64(e.Amplification), o.ampC.Get(dep, "", "", "").rec...)
+	case event.SharedStore:
+		o.sharedStore.Add(ctx, 1, o.sharedStoreC.Get(dep, e.Reason, e.Outcome, "").add...)
 	}
 	return ctx
 }

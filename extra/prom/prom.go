@@ -145,6 +145,7 @@ type Collector struct {
 	admitted    *prometheus.CounterVec
 	queueWait   *prometheus.HistogramVec
 	amp         *prometheus.HistogramVec
+	sharedStore *prometheus.CounterVec
 	idempotency *prometheus.CounterVec
 
 	vecs []prometheus.Collector
@@ -152,22 +153,23 @@ type Collector struct {
 	stateDesc, tokensDesc, inFlightDesc, limitDesc *prometheus.Desc
 
 	// Per label combination caches of the hot series.
-	callC       *series.Cache[*callSeries]
-	attemptC    *series.Cache[*attemptSeries]
-	remainingC  *series.Cache[prometheus.Observer]
-	retriesC    *series.Cache[prometheus.Counter]
-	refusedC    *series.Cache[prometheus.Counter]
-	hedgesC     *series.Cache[prometheus.Counter]
-	timeoutsC   *series.Cache[prometheus.Counter]
-	transC      *series.Cache[prometheus.Counter]
-	rejectC     *series.Cache[prometheus.Counter]
-	probeC      *series.Cache[prometheus.Counter]
-	bulkheadC   *series.Cache[prometheus.Counter]
-	shedC       *series.Cache[prometheus.Counter]
-	admitC      *series.Cache[prometheus.Counter]
-	queueC      *series.Cache[prometheus.Observer]
-	ampC        *series.Cache[prometheus.Observer]
-	idempotentC *series.Cache[prometheus.Counter]
+	callC        *series.Cache[*callSeries]
+	attemptC     *series.Cache[*attemptSeries]
+	remainingC   *series.Cache[prometheus.Observer]
+	retriesC     *series.Cache[prometheus.Counter]
+	refusedC     *series.Cache[prometheus.Counter]
+	hedgesC      *series.Cache[prometheus.Counter]
+	timeoutsC    *series.Cache[prometheus.Counter]
+	transC       *series.Cache[prometheus.Counter]
+	rejectC      *series.Cache[prometheus.Counter]
+	probeC       *series.Cache[prometheus.Counter]
+	bulkheadC    *series.Cache[prometheus.Counter]
+	shedC        *series.Cache[prometheus.Counter]
+	admitC       *series.Cache[prometheus.Counter]
+	queueC       *series.Cache[prometheus.Observer]
+	ampC         *series.Cache[prometheus.Observer]
+	sharedStoreC *series.Cache[prometheus.Counter]
+	idempotentC  *series.Cache[prometheus.Counter]
 
 	gauges *series.Gauges
 }
@@ -245,6 +247,7 @@ func New(cfg Config) (*Collector, error) {
 	c.admitted = counter(series.Admitted)
 	c.queueWait = histogram(series.QueueWait, durBuckets)
 	c.amp = histogram(series.Amplification, series.AmplificationBuckets)
+	c.sharedStore = counter(series.SharedStore)
 	c.idempotency = counter(series.Idempotency)
 	c.stateDesc = gauge(series.BreakerState)
 	c.tokensDesc = gauge(series.BudgetTokens)
@@ -289,6 +292,7 @@ func New(cfg Config) (*Collector, error) {
 	c.queueC = series.NewCache(series.QueueWait, fs, func(lv []string) prometheus.Observer {
 		return c.queueWait.WithLabelValues(lv...)
 	})
+	c.sharedStoreC = counterCache(series.SharedStore, c.sharedStore)
 	c.ampC = series.NewCache(series.Amplification, fs, func(lv []string) prometheus.Observer {
 		return c.amp.WithLabelValues(lv...)
 	})
@@ -354,6 +358,8 @@ func (c *Collector) Observe(ctx context.Context, e event.Event) context.Context 
 		c.idempotentC.Get(dep, op, e.Reason, "").Inc()
 	case event.Amplification:
 		c.ampC.Get(dep, "", "", "").Observe(float64(e.Amplification))
+	case event.SharedStore:
+		c.sharedStoreC.Get(dep, e.Reason, e.Outcome, "").Inc()
 	}
 	return ctx
 }

@@ -183,6 +183,11 @@ var (
 		Labels: []string{LDependency},
 		Help:   "Sends of the user's original request that each request a server received represents: the product of the attempt numbers along the call chain (1: never retried upstream).",
 	}
+	SharedStore = &Def{
+		Name: "guardrail_shared_store_transitions_total", OTel: "guardrail.shared_store.transitions", Kind: Counter,
+		Labels: []string{LDependency, LReason, LOutcome},
+		Help:   "A fleet limit's shared store stopped answering (outcome error) or answered again (ok), by what the limiter does meanwhile: fail_open (this process's share of the limit) or fail_closed (refuse).",
+	}
 	// ConfigReloads is the one series without a dependency: a policy file
 	// configures the whole process, and the file's name would be a label
 	// of unbounded values.
@@ -199,7 +204,7 @@ var All = []*Def{
 	Retries, RetriesRefused, Hedges, RetrySuccess, RetryExhausted, Timeouts,
 	BudgetTokens, BreakerState, BreakerTransitions, BreakerRejections,
 	BreakerProbes, BulkheadRejections, Shed, Admitted, QueueWait, InFlight,
-	Limit, Idempotency, Amplification, ConfigReloads,
+	Limit, Idempotency, Amplification, SharedStore, ConfigReloads,
 }
 
 // States are the breaker states exported by BreakerState, each present

@@ -30,4 +30,5 @@ func ExampleRules() {
 	// GuardrailOutcomeUnknown
 	// GuardrailConfigReloadRejected
 	// GuardrailRetryAmplification
+	// GuardrailSharedStoreFailing
 }
