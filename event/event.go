@@ -109,6 +109,13 @@ const (
 	// represents (1 for a request that was never retried upstream), Limit
 	// the server's cap on what its own calls may add up to.
 	Amplification
+	// FleetHint: a fleet hint (package fleet) was published, applied or
+	// dropped. Reason is ReasonHintPublished, ReasonHintApplied,
+	// ReasonHintQueueFull, ReasonHintPublishFailed (Err says why) or
+	// ReasonHintRejected; Detail is the hint's kind ("pause",
+	// "breaker_open"), Delay the pause it asks for. Dependency is empty
+	// for a rejected hint, whose name may be anything a peer sent.
+	FleetHint
 )
 
 var kindNames = [...]string{
@@ -132,6 +139,7 @@ var kindNames = [...]string{
 	Throttled:         "throttled",
 	ConfigReload:      "config_reload",
 	Amplification:     "amplification",
+	FleetHint:         "fleet_hint",
 }
 
 // String returns the kind's snake_case name.
@@ -224,6 +232,18 @@ const (
 	// ReasonAmplification: a retry was refused because it would take the
 	// request's chain amplification past the server's cap (package chain).
 	ReasonAmplification = "amplification"
+	// ReasonPaused: a call was refused before it was sent because a fleet
+	// hint paused its dependency (BreakerReject; package fleet).
+	ReasonPaused = "paused"
+)
+
+// Reasons carried by FleetHint events.
+const (
+	ReasonHintPublished     = "published"      // handed to the bus
+	ReasonHintApplied       = "applied"        // a peer's hint now pauses the dependency here
+	ReasonHintQueueFull     = "queue_full"     // dropped: the publish queue was full
+	ReasonHintPublishFailed = "publish_failed" // dropped: the bus returned an error
+	ReasonHintRejected      = "rejected"       // a received hint was ignored: unknown dependency, invalid or expired
 )
 
 // Timeout phases (Timeout and typed timeout errors).
