@@ -66,7 +66,8 @@ const (
 	// report of a transition: a breaker's Config.Observer receives it.
 	BreakerTransition
 	// BreakerReject: the breaker refused a call; Delay is the time until
-	// the next probe.
+	// the next probe. Reason is ReasonPaused when a fleet hint refused it
+	// instead (guardrail.Retry.Pauses), Delay the rest of the pause.
 	BreakerReject
 	// BreakerProbe: a half-open probe was admitted.
 	BreakerProbe
@@ -93,7 +94,8 @@ const (
 	Hedge
 	// HedgeRefused: a hedge was due but not sent; Reason says why
 	// (ReasonOverload, ReasonBudget, ReasonBreakerOpen, ReasonBulkheadFull,
-	// ReasonThrottled, ReasonDeadline). No more hedges back up that attempt.
+	// ReasonThrottled, ReasonDeadline, ReasonPaused). No more hedges back
+	// up that attempt.
 	HedgeRefused
 	// Throttled: the client-side throttle rejected attempt Attempt locally,
 	// without sending it (Reason ReasonThrottled).
