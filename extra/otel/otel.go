@@ -128,7 +128,7 @@ type Observer struct {
 	reg     metric.Registration
 
 	calls, attempts, retries, refused, hedges, retryOK, retryFailed, timeouts,
-	transitions, rejections, probes, bulkhead, shed, admitted, idempotency, reloads metric.Int64Counter
+	transitions, rejections, probes, bulkhead, shed, admitted, idempotency, reloads, hints metric.Int64Counter
 	reloadOK, reloadErr                       metric.AddOption
 	callDur, attemptDur, remaining, queueWait metric.Float64Histogram
 	amp                                       metric.Int64Histogram
@@ -147,6 +147,7 @@ type Observer struct {
 	queueC      *series.Cache[*attrs]
 	ampC        *series.Cache[*attrs]
 	idempotentC *series.Cache[*attrs]
+	hintsC      *series.Cache[*attrs]
 }
 
 // attrs is a precomputed attribute set, as options that allocate nothing
@@ -248,6 +249,7 @@ func (o *Observer) instruments(meter metric.Meter, durBuckets, remBuckets []floa
 	errs = append(errs, err)
 	o.idempotency = counter(series.Idempotency)
 	o.reloads = counter(series.ConfigReloads)
+	o.hints = counter(series.FleetHints)
 	o.reloadOK = metric.WithAttributes(attribute.String(series.LOutcome, event.OutcomeOK))
 	o.reloadErr = metric.WithAttributes(attribute.String(series.LOutcome, event.OutcomeError))
 	return errors.Join(errs...)
@@ -316,6 +318,7 @@ func (o *Observer) caches(fs *series.Folders) {
 	o.queueC = cache(series.QueueWait)
 	o.ampC = cache(series.Amplification)
 	o.idempotentC = cache(series.Idempotency)
+	o.hintsC = cache(series.FleetHints)
 }
 
 // Close stops reporting the observable gauges. Spans and counters keep
@@ -424,6 +427,8 @@ func (o *Observer) Observe(ctx context.Context, e event.Event) context.Context {
 		spanEvent(ctx, "guardrail.idempotency", attrOutcome.String(e.Reason))
 	case event.Amplification:
 		o.amp.Record(ctx, int64(e.Amplification), o.ampC.Get(dep, "", "", "").rec...)
+	case event.FleetHint:
+		o.hints.Add(ctx, 1, o.hintsC.Get(dep, e.Reason, "", "").add...)
 	}
 	return ctx
 }

@@ -146,6 +146,7 @@ type Collector struct {
 	queueWait   *prometheus.HistogramVec
 	amp         *prometheus.HistogramVec
 	idempotency *prometheus.CounterVec
+	hints       *prometheus.CounterVec
 
 	vecs []prometheus.Collector
 
@@ -168,6 +169,7 @@ type Collector struct {
 	queueC      *series.Cache[prometheus.Observer]
 	ampC        *series.Cache[prometheus.Observer]
 	idempotentC *series.Cache[prometheus.Counter]
+	hintsC      *series.Cache[prometheus.Counter]
 
 	gauges *series.Gauges
 }
@@ -246,6 +248,7 @@ func New(cfg Config) (*Collector, error) {
 	c.queueWait = histogram(series.QueueWait, durBuckets)
 	c.amp = histogram(series.Amplification, series.AmplificationBuckets)
 	c.idempotency = counter(series.Idempotency)
+	c.hints = counter(series.FleetHints)
 	c.stateDesc = gauge(series.BreakerState)
 	c.tokensDesc = gauge(series.BudgetTokens)
 	c.inFlightDesc = gauge(series.InFlight)
@@ -286,6 +289,7 @@ func New(cfg Config) (*Collector, error) {
 	c.shedC = counterCache(series.Shed, c.shed)
 	c.admitC = counterCache(series.Admitted, c.admitted)
 	c.idempotentC = counterCache(series.Idempotency, c.idempotency)
+	c.hintsC = counterCache(series.FleetHints, c.hints)
 	c.queueC = series.NewCache(series.QueueWait, fs, func(lv []string) prometheus.Observer {
 		return c.queueWait.WithLabelValues(lv...)
 	})
@@ -354,6 +358,8 @@ func (c *Collector) Observe(ctx context.Context, e event.Event) context.Context 
 		c.idempotentC.Get(dep, op, e.Reason, "").Inc()
 	case event.Amplification:
 		c.ampC.Get(dep, "", "", "").Observe(float64(e.Amplification))
+	case event.FleetHint:
+		c.hintsC.Get(dep, e.Reason, "", "").Inc()
 	}
 	return ctx
 }
