@@ -20,7 +20,7 @@ import (
 // publish may hold the queue behind it.
 const (
 	DefaultMaxPause       = 30 * time.Second
-	DefaultHintQueue      = 64
+	DefaultMaxQueued      = 64
 	DefaultPublishTimeout = time.Second
 )
 
@@ -125,11 +125,11 @@ type HintsConfig struct {
 	// value is invalid (an advisory pause always has a bound).
 	MaxPause time.Duration
 
-	// Queue bounds the hints waiting to be published. A hint published
-	// while it is full is dropped and counted (ReasonHintQueueFull): a
+	// MaxQueued bounds the hints waiting to be published. A hint published
+	// while that many wait is dropped and counted (ReasonHintQueueFull): a
 	// slow or lost bus never holds a call back. Zero means
-	// DefaultHintQueue (64); a negative value is invalid.
-	Queue int
+	// DefaultMaxQueued (64); a negative value is invalid.
+	MaxQueued int
 
 	// PublishTimeout bounds each Publish on the bus. Zero means
 	// DefaultPublishTimeout (1 s); a negative value is invalid.
@@ -234,12 +234,12 @@ func NewHints(cfg HintsConfig) (*Hints, error) {
 	case h.timeout < 0:
 		bad("PublishTimeout", cfg.PublishTimeout, "a positive duration, or zero for the default")
 	}
-	queue := cfg.Queue
+	queue := cfg.MaxQueued
 	switch {
 	case queue == 0:
-		queue = DefaultHintQueue
+		queue = DefaultMaxQueued
 	case queue < 0:
-		bad("Queue", cfg.Queue, "a positive size, or zero for the default")
+		bad("MaxQueued", cfg.MaxQueued, "a positive size, or zero for the default")
 	}
 	for _, d := range cfg.Dependencies {
 		if d == "" {

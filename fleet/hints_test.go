@@ -190,7 +190,7 @@ func TestLostBusNeverBlocks(t *testing.T) {
 		bus := new(stuckBus)
 		var failed, full atomic.Int64
 		h, err := fleet.NewHints(fleet.HintsConfig{
-			Bus: bus, Dependencies: []string{"pay"}, Queue: 2, PublishTimeout: 100 * time.Millisecond,
+			Bus: bus, Dependencies: []string{"pay"}, MaxQueued: 2, PublishTimeout: 100 * time.Millisecond,
 			Observer: event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
 				if e.Reason == event.ReasonHintPublishFailed && errors.Is(e.Err, context.DeadlineExceeded) {
 					failed.Add(1)
@@ -293,11 +293,11 @@ func TestPausedAllocatesNothing(t *testing.T) {
 }
 
 func TestHintsConfigIsChecked(t *testing.T) {
-	_, err := fleet.NewHints(fleet.HintsConfig{MaxPause: -1, Queue: -1, PublishTimeout: -1, Dependencies: []string{""}})
+	_, err := fleet.NewHints(fleet.HintsConfig{MaxPause: -1, MaxQueued: -1, PublishTimeout: -1, Dependencies: []string{""}})
 	if !errors.Is(err, fleet.ErrInvalidConfig) {
 		t.Fatalf("err = %v, want ErrInvalidConfig", err)
 	}
-	for _, want := range []string{"HintsConfig.MaxPause is -1ns", "HintsConfig.Queue is -1", "HintsConfig.PublishTimeout is -1ns", "HintsConfig.Dependencies"} {
+	for _, want := range []string{"HintsConfig.MaxPause is -1ns", "HintsConfig.MaxQueued is -1", "HintsConfig.PublishTimeout is -1ns", "HintsConfig.Dependencies"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("err = %v, want it to name %q", err, want)
 		}
