@@ -10,15 +10,14 @@ import (
 // it held and what is allowed.
 var ErrInvalidConfig = errors.New("fleet: invalid config")
 
-// configError reports one invalid field. It Is ErrInvalidConfig.
-type configError struct {
-	field string
-	value any
-	want  string
-}
+// configError reports an invalid field. It Is ErrInvalidConfig.
+type configError struct{ msg string }
 
-func (e *configError) Error() string {
-	return fmt.Sprintf("fleet: %s is %v; want %s", e.field, e.value, e.want)
-}
-
+func (e *configError) Error() string        { return e.msg }
 func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// invalidHints reports field of a HintsConfig holding got, and what is
+// allowed.
+func invalidHints(field string, got any, want string) error {
+	return &configError{fmt.Sprintf("fleet: HintsConfig.%s is %v; want %s", field, got, want)}
+}

@@ -211,7 +211,7 @@ type depHints struct {
 func NewHints(cfg HintsConfig) (*Hints, error) {
 	var errs []error
 	bad := func(field string, v any, want string) {
-		errs = append(errs, &configError{"HintsConfig." + field, v, want})
+		errs = append(errs, invalidHints(field, v, want))
 	}
 	h := &Hints{
 		bus:        cfg.Bus,

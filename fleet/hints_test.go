@@ -9,10 +9,18 @@ import (
 	"testing/synctest"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/guardrail-go/guardrail/breaker"
 	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/fleet"
 )
+
+// noLeaks fails the test if a goroutine it started outlives it. (Per test,
+// not in a TestMain: the package's other tests may have their own.)
+func noLeaks(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+}
 
 // newHints is fleet.NewHints for configurations the test knows are valid;
 // the Hints is closed when the test ends.
@@ -30,6 +38,7 @@ func newHints(t *testing.T, cfg fleet.HintsConfig) *fleet.Hints {
 // A pause one process was asked for reaches the others, which hold their
 // calls back until it ends, and then forget it.
 func TestPauseReachesPeers(t *testing.T) {
+	noLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
 		bus := new(fleet.MemoryBus)
 		cfg := fleet.HintsConfig{Bus: bus, Dependencies: []string{"pay"}}
@@ -64,6 +73,7 @@ func TestPauseReachesPeers(t *testing.T) {
 
 // No hint pauses for longer than MaxPause, whatever it asks.
 func TestPauseIsCapped(t *testing.T) {
+	noLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
 		bus := new(fleet.MemoryBus)
 		cfg := fleet.HintsConfig{Bus: bus, Dependencies: []string{"pay"}, MaxPause: 5 * time.Second}
@@ -84,6 +94,7 @@ func TestPauseIsCapped(t *testing.T) {
 // A hint's pause ends at At+For when that comes before For after receipt:
 // a hint delayed on the way is shortened, an expired one ignored.
 func TestLateHintsAreShortenedOrIgnored(t *testing.T) {
+	noLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
 		bus := new(fleet.MemoryBus)
 		h := newHints(t, fleet.HintsConfig{Bus: bus, Dependencies: []string{"pay", "ads"}})
@@ -106,6 +117,7 @@ func TestLateHintsAreShortenedOrIgnored(t *testing.T) {
 // Hints about names this process does not accept, of unknown kinds or
 // without a duration are dropped, and hold no state.
 func TestInvalidHintsAreRejected(t *testing.T) {
+	noLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
 		bus := new(fleet.MemoryBus)
 		var rejected []event.Event
@@ -145,6 +157,7 @@ func TestInvalidHintsAreRejected(t *testing.T) {
 // again: a fleet whose every call meets the same Retry-After publishes
 // it about once per process, not once per call.
 func TestKnownPausesAreNotPublishedAgain(t *testing.T) {
+	noLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
 		bus := new(fleet.MemoryBus)
 		cfg := fleet.HintsConfig{Bus: bus, Dependencies: []string{"pay"}}
@@ -186,6 +199,7 @@ func (b *stuckBus) Subscribe(ctx context.Context, deliver func(fleet.Hint)) (fun
 // and counted, publishes time out, subscribing is tried again and again,
 // and the local pause still holds this process's own calls back.
 func TestLostBusNeverBlocks(t *testing.T) {
+	noLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
 		bus := new(stuckBus)
 		var failed, full atomic.Int64
@@ -244,6 +258,7 @@ func TestLostBusNeverBlocks(t *testing.T) {
 // for the breaker's open time; the publisher's own calls are left to its
 // breaker; a forced opening, which has no end, is not published.
 func TestBreakerOpeningsArePublished(t *testing.T) {
+	noLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
 		bus := new(fleet.MemoryBus)
 		cfg := fleet.HintsConfig{Bus: bus, Dependencies: []string{"pay", "ads"}}
@@ -281,6 +296,7 @@ func TestBreakerOpeningsArePublished(t *testing.T) {
 }
 
 func TestPausedAllocatesNothing(t *testing.T) {
+	noLeaks(t)
 	h := newHints(t, fleet.HintsConfig{Dependencies: []string{"pay"}})
 	now := time.Now()
 	h.RetryAfter("pay", time.Second, now)
@@ -293,6 +309,7 @@ func TestPausedAllocatesNothing(t *testing.T) {
 }
 
 func TestHintsConfigIsChecked(t *testing.T) {
+	noLeaks(t)
 	_, err := fleet.NewHints(fleet.HintsConfig{MaxPause: -1, MaxQueued: -1, PublishTimeout: -1, Dependencies: []string{""}})
 	if !errors.Is(err, fleet.ErrInvalidConfig) {
 		t.Fatalf("err = %v, want ErrInvalidConfig", err)
@@ -314,6 +331,7 @@ func TestHintsConfigIsChecked(t *testing.T) {
 }
 
 func TestHintKindString(t *testing.T) {
+	noLeaks(t)
 	for k, want := range map[fleet.HintKind]string{fleet.HintPause: "pause", fleet.HintBreakerOpen: "breaker_open", 0: "unknown", 7: "unknown"} {
 		if got := k.String(); got != want {
 			t.Errorf("%d.String() = %q, want %q", k, got, want)
