@@ -1,9 +1,8 @@
 package fleet
 
-import (
-	"errors"
-	"fmt"
-)
+import "errors"
+
+// What every constructor of the package shares, alone in this file.
 
 // ErrInvalidConfig is the sentinel of every error a constructor of this
 // package returns for a Config it rejects; the error names the field, what
@@ -15,9 +14,3 @@ type configError struct{ msg string }
 
 func (e *configError) Error() string        { return e.msg }
 func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
-
-// invalidHints reports field of a HintsConfig holding got, and what is
-// allowed.
-func invalidHints(field string, got any, want string) error {
-	return &configError{fmt.Sprintf("fleet: HintsConfig.%s is %v; want %s", field, got, want)}
-}

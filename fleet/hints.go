@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -523,4 +524,10 @@ func (h *Hints) observe(hint Hint, reason string, err error) {
 		Err:        err,
 		Remaining:  -1,
 	})
+}
+
+// invalidHints reports field of a HintsConfig holding got, and what is
+// allowed.
+func invalidHints(field string, got any, want string) error {
+	return &configError{fmt.Sprintf("fleet: HintsConfig.%s is %v; want %s", field, got, want)}
 }
