@@ -17,8 +17,10 @@ import (
 // Do runs op under p and returns its result. p may be nil (see Policy).
 //
 // Before every attempt Do checks the time left on ctx: below
-// Policy.MinAttemptTime it stops with ErrDeadline. It then asks the breaker
-// (an open one stops the call with ErrCircuitOpen, without running op) and
+// Policy.MinAttemptTime it stops with ErrDeadline. It then asks the
+// Policy's Pauses, if any (a paused dependency stops the call with
+// ErrCircuitOpen around ErrPaused), and the breaker (an open one stops the
+// call with ErrCircuitOpen, without running op) and
 // takes a bulkhead slot if the Policy has a bulkhead (ErrBulkheadFull when
 // none frees up before the deadline minus MinAttemptTime). It runs the
 // attempt under min(AttemptTimeout, time left); op's context is done when
@@ -228,6 +230,7 @@ type settled struct {
 	breaker        *breaker.Breaker
 	bulkhead       *bulkhead.Bulkhead
 	throttle       *throttle.Throttler
+	pauses         Pauser // nil: none
 	discard        func(any)
 	hold           func(any, *bulkhead.Slot)
 	resends        *int // Call.Resends; nil for a hedged call
@@ -257,6 +260,7 @@ func (cl *call) init(ctx context.Context, p *Policy, c Call) error {
 	cl.idempotent, cl.effects = p.Idempotent, !p.Idempotent
 	cl.maxAttempts, cl.attemptTimeout = s.maxAttempts, s.attemptTimeout
 	cl.breaker, cl.bulkhead, cl.throttle = s.breaker, p.Bulkhead, p.Throttler
+	cl.pauses = s.pauses
 	if cl.dependency == "" {
 		cl.dependency = p.Name
 	}
@@ -443,21 +447,27 @@ func (c *call) cleanup() {
 }
 
 // beforeAttempt checks what must hold before an attempt starts (time left,
-// throttle, breaker, bulkhead, in that order: the cheapest refusal first,
-// and no slot taken for an attempt the breaker refuses), then builds the
-// attempt's context. It reads the clock once, and only if something
-// needs the time: the deadline, the throttle, or an attempt's duration.
+// a fleet's pause, throttle, breaker, bulkhead, in that order: the
+// cheapest refusal first, and no slot taken for an attempt the breaker
+// refuses), then builds the attempt's context. It reads the clock once,
+// and only if something needs the time: the deadline, the pauses, the
+// throttle, or an attempt's duration.
 func (c *call) beforeAttempt() (context.Context, context.CancelFunc, error) {
 	c.endAt = time.Time{}
 	var now time.Time
 	switch {
 	case c.attempts == 0 && !c.start.IsZero():
 		now = c.start // read by begin for the observer
-	case c.hasDeadline || c.throttle != nil || c.timed:
+	case c.hasDeadline || c.throttle != nil || c.timed || c.pauses != nil:
 		now = c.clock()
 	}
 	if c.hasDeadline && c.deadline.Sub(now) < c.s.minAttempt {
 		return nil, nil, c.giveUp(ErrDeadline, 0)
+	}
+	if c.pauses != nil {
+		if until, ok := c.pauses.Paused(c.dependency, now); ok {
+			return nil, nil, c.paused(until.Sub(now))
+		}
 	}
 	if c.throttle != nil && !c.throttle.Admit(now, c.s.rand()) {
 		return nil, nil, c.throttled()
@@ -600,6 +610,11 @@ func (c *call) failed(err error, timedOut bool) error {
 		v = Verdict{Outcome: breaker.Ignored, Retryable: c.idempotent, RetryAfter: v.RetryAfter, InFlight: true}
 	}
 	c.lost = (v.Timeout || v.Unanswered) && !v.Unsent
+	if v.RetryAfter > 0 && c.pauses != nil && !v.InFlight {
+		// The dependency asked to be left alone, whether or not this
+		// call retries: the process's other calls and the fleet's hear it.
+		c.pauses.RetryAfter(c.dependency, v.RetryAfter, c.ended())
+	}
 	if c.hasDeadline || c.throttle != nil {
 		c.ended() // the retry decision and the throttle need the attempt's end
 	}
@@ -674,17 +689,25 @@ func (c *call) callerDone(err, perr error) error {
 
 // retryDelay returns the delay before retrying the failure v, and the
 // reason for it, or the error that ends the call when the server asked for
-// a longer wait than MaxRetryAfter allows.
+// a longer wait than MaxRetryAfter allows. A fleet's pause that ends after
+// the delay asks for the same wait as the server's Retry-After.
 func (c *call) retryDelay(v Verdict) (time.Duration, string, error) {
-	if v.RetryAfter > 0 {
-		if c.s.maxRetryAfter >= 0 && v.RetryAfter > c.s.maxRetryAfter {
-			// Retrying sooner than the server asked would defeat its request.
-			c.refuse(event.ReasonRetryAfter)
-			return 0, "", c.lastErr
-		}
-		return v.RetryAfter, event.ReasonRetryAfter, nil
+	delay, reason := v.RetryAfter, event.ReasonRetryAfter
+	if delay <= 0 {
+		delay, reason = c.s.backoff.Delay(c.retries, c.delay, c.s.rand()), event.ReasonBackoff
 	}
-	return c.s.backoff.Delay(c.retries, c.delay, c.s.rand()), event.ReasonBackoff, nil
+	if c.pauses != nil {
+		now := c.ended()
+		if until, ok := c.pauses.Paused(c.dependency, now); ok && until.Sub(now) > delay {
+			delay, reason = until.Sub(now), event.ReasonRetryAfter
+		}
+	}
+	if reason == event.ReasonRetryAfter && c.s.maxRetryAfter >= 0 && delay > c.s.maxRetryAfter {
+		// Retrying sooner than the server asked would defeat its request.
+		c.refuse(event.ReasonRetryAfter)
+		return 0, "", c.lastErr
+	}
+	return delay, reason, nil
 }
 
 // grant asks the deadline, the breaker and the budget for a retry after

@@ -486,6 +486,11 @@ func (r *round[T]) gate(now time.Time) (string, breaker.Permit, *bulkhead.Slot) 
 	if dl, ok := c.ctx.Deadline(); ok && dl.Sub(now) < c.s.minAttempt {
 		return event.ReasonDeadline, breaker.Permit{}, none
 	}
+	if c.pauses != nil {
+		if _, ok := c.pauses.Paused(c.dependency, now); ok {
+			return event.ReasonPaused, breaker.Permit{}, none
+		}
+	}
 	if b := c.s.budget; b.Tokens() < b.Max()/2 {
 		return event.ReasonBudget, breaker.Permit{}, none
 	}

@@ -159,6 +159,19 @@ type Retry struct {
 	// first use. Share one Budget between policies to budget them together;
 	// use budget.Unlimited() to bound retries only by attempts and deadline.
 	Budget *budget.Budget
+
+	// Pauses, when not nil, shares the pauses the dependency asks for with
+	// the process's other calls and the fleet's other processes (a
+	// fleet.Hints, whose Dependencies must name the dependency as the
+	// call's events do: the Policy's Name or the Call's Dependency). Do
+	// tells it every Retry-After an attempt was answered with, and asks
+	// it before every attempt: a paused dependency is refused locally, as
+	// an open breaker refuses it, with ErrCircuitOpen around ErrPaused
+	// and RetryIn the rest of the pause; a retry whose own delay ends
+	// before the pause waits for the pause instead (within MaxRetryAfter
+	// and the deadline). Nil, the default, shares nothing: a Retry-After
+	// delays only the call that was given it.
+	Pauses Pauser
 }
 
 // Validate reports every field of r that holds an invalid value, as Do
@@ -203,6 +216,7 @@ type settings struct {
 	classify       Classifier
 	budget         *budget.Budget
 	breaker        *breaker.Breaker // nil: none
+	pauses         Pauser           // nil: none
 	rand           func() float64
 	hedge          *hedger // nil: no hedging
 }
@@ -230,6 +244,7 @@ func (p *Policy) resolve() *settings {
 		classify:       p.Classify,
 		budget:         p.Budget,
 		breaker:        p.Breaker,
+		pauses:         p.Pauses,
 		rand:           p.Rand,
 	}
 	var errs []error

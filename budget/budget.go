@@ -7,6 +7,8 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/guardrail-go/guardrail/fleet"
 )
 
 // Defaults used for zero Config fields: one retry for every ten calls, and
@@ -35,6 +37,11 @@ func (e *configError) Error() string {
 
 func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
 
+// MembersRefresh is how often a Budget with Config.Members asks it again
+// for the fleet's live size: at most once a second, on a retry's own
+// clock reading, so a costly Members is not read on every retry.
+const MembersRefresh = time.Second
+
 // unit is the fixed-point scale of the token count: one token is a million
 // units, so a ratio keeps six decimal digits and the bucket fits an int64.
 const unit = 1_000_000
@@ -61,6 +68,32 @@ type Config struct {
 	// bucket moves only with traffic and retries stay a fixed share of it.
 	// Allowed values are finite and not negative.
 	MinPerSecond float64
+
+	// Members, when not nil, makes the burst follow the fleet: each
+	// process's bucket holds at most FleetMax / Members.Live() tokens, and
+	// starts with that many, so that the processes of a fleet together
+	// start an outage with about FleetMax retries instead of Max times
+	// their number. It is read at New and then at most once per
+	// MembersRefresh, on a retry. Nil, the default, means the process is
+	// alone: the bucket holds Max tokens, as without a fleet.
+	//
+	// Only the burst is divided: the ratio already scales with each
+	// process's own traffic, so Ratio of all the calls of a fleet is Ratio
+	// of the fleet's traffic whatever its size. The bucket stays in the
+	// process rather than in a shared store: a retry never waits on the
+	// network, and a fleet whose size is known late (a Members that has
+	// learnt nothing yet counts only itself) has, for that while, the
+	// burst of a fleet of one per process, never less.
+	Members fleet.Members
+
+	// FleetMax is the burst of the whole fleet when Members is set: each
+	// process holds FleetMax / Members.Live() tokens, at least 1 (a
+	// process must be able to retry once after a quiet period, so a fleet
+	// larger than FleetMax has a burst of one retry per process) and at
+	// most Max. Zero means Max: the fleet together has the burst a single
+	// process would have alone. Allowed values are in [1, 1e9], and only
+	// with Members.
+	FleetMax float64
 }
 
 // Budget is a token bucket for retries: each original call deposits Ratio
@@ -71,13 +104,19 @@ type Config struct {
 //
 // A Budget is safe for concurrent use; it takes no lock. Budgets are per
 // process on purpose: a 10 % budget in each of 30 pods is still 10 % in all.
+// Only the burst multiplies with the pods, which Config.Members divides.
 type Budget struct {
 	tokens    atomic.Int64 // units
-	max       int64        // units
+	max       atomic.Int64 // units; changes only with Members
 	deposit   int64        // units per original call
 	perSecond float64      // tokens per second; 0 = no refill
 	refilled  atomic.Int64 // unix nanos of the last time-based refill
 	unlimited bool
+
+	members  fleet.Members // nil: the process alone
+	fleetMax float64       // tokens, for the whole fleet
+	ownMax   float64       // tokens: Config.Max, the cap of one process's share
+	counted  atomic.Int64  // unix nanos of the last Members.Live read
 }
 
 // New returns a full Budget configured by cfg, or an error that Is
@@ -104,19 +143,64 @@ func New(cfg Config) (*Budget, error) {
 	if r := cfg.MinPerSecond; !(r >= 0) || math.IsInf(r, 1) {
 		bad("MinPerSecond", r, "a finite value of at least 0")
 	}
+	fleetMax := cfg.FleetMax
+	switch {
+	case fleetMax != 0 && cfg.Members == nil:
+		bad("FleetMax", fleetMax, "zero when Members is nil")
+	case fleetMax == 0:
+		fleetMax = maxTokens
+	case !(fleetMax >= 1 && fleetMax <= 1e9):
+		bad("FleetMax", fleetMax, "a value in [1, 1e9], or zero for Max")
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	b := &Budget{
-		max:     int64(math.Round(maxTokens * unit)),
 		deposit: max(int64(math.Round(ratio*unit)), 1),
+		ownMax:  maxTokens,
 	}
+	now := time.Now()
 	if cfg.MinPerSecond > 0 {
 		b.perSecond = cfg.MinPerSecond
-		b.refilled.Store(time.Now().UnixNano())
+		b.refilled.Store(now.UnixNano())
 	}
-	b.tokens.Store(b.max)
+	b.max.Store(int64(math.Round(maxTokens * unit)))
+	if cfg.Members != nil {
+		b.members, b.fleetMax = cfg.Members, fleetMax
+		b.max.Store(b.share(cfg.Members.Live()))
+		b.counted.Store(now.UnixNano())
+	}
+	b.tokens.Store(b.max.Load())
 	return b, nil
+}
+
+// share returns one process's bucket size, in units, in a fleet of live
+// processes: FleetMax / live, within [1, Max].
+func (b *Budget) share(live int) int64 {
+	t := min(max(b.fleetMax/float64(max(live, 1)), 1), b.ownMax)
+	return int64(math.Round(t * unit))
+}
+
+// follow asks Members for the fleet's size when MembersRefresh has passed
+// since it last did, and resizes the bucket: a larger fleet lowers the
+// tokens to the new size at once; a smaller one raises only the cap, which
+// deposits then fill.
+func (b *Budget) follow(now time.Time) {
+	n := now.UnixNano()
+	last := b.counted.Load()
+	if n-last < int64(MembersRefresh) || !b.counted.CompareAndSwap(last, n) {
+		return
+	}
+	size := b.share(b.members.Live())
+	if b.max.Swap(size) <= size {
+		return
+	}
+	for {
+		cur := b.tokens.Load()
+		if cur <= size || b.tokens.CompareAndSwap(cur, size) {
+			return
+		}
+	}
 }
 
 // Unlimited returns a Budget that grants every retry: for callers that
@@ -132,11 +216,11 @@ func (b *Budget) Deposit() {
 		return
 	}
 	for {
-		cur := b.tokens.Load()
-		if cur >= b.max { // the common, healthy case: a read, no write
+		cur, top := b.tokens.Load(), b.max.Load()
+		if cur >= top { // the common, healthy case: reads, no write
 			return
 		}
-		next := min(cur+b.deposit, b.max)
+		next := min(cur+b.deposit, top)
 		if b.tokens.CompareAndSwap(cur, next) {
 			return
 		}
@@ -144,14 +228,36 @@ func (b *Budget) Deposit() {
 }
 
 // TryRetry spends one token and reports true, or reports false and leaves
-// the bucket unchanged when less than one token is left.
+// the bucket unchanged when less than one token is left. It reads the clock
+// only when MinPerSecond or Members is set.
 func (b *Budget) TryRetry() bool {
 	if b.unlimited {
 		return true
 	}
-	if b.perSecond > 0 {
-		b.refill(time.Now())
+	if b.perSecond > 0 || b.members != nil {
+		return b.TryRetryAt(time.Now())
 	}
+	return b.spend()
+}
+
+// TryRetryAt is TryRetry at time now: the time-based refill and the
+// refresh of the fleet's size measure from now instead of reading the
+// clock.
+func (b *Budget) TryRetryAt(now time.Time) bool {
+	if b.unlimited {
+		return true
+	}
+	if b.members != nil {
+		b.follow(now)
+	}
+	if b.perSecond > 0 {
+		b.refill(now)
+	}
+	return b.spend()
+}
+
+// spend takes one token if there is one.
+func (b *Budget) spend() bool {
 	for {
 		cur := b.tokens.Load()
 		if cur < unit {
@@ -175,9 +281,10 @@ func (b *Budget) refill(now time.Time) {
 	// Earned tokens past a full bucket are worth nothing; capping them
 	// before the conversion keeps a huge rate or a long pause from
 	// overflowing the int64.
+	top := b.max.Load()
 	earned := float64(elapsed) / float64(time.Second) * b.perSecond * unit
-	add := b.max
-	if earned < float64(b.max) {
+	add := top
+	if earned < float64(top) {
 		add = int64(earned)
 	}
 	if add < 1 || !b.refilled.CompareAndSwap(last, n) {
@@ -185,7 +292,7 @@ func (b *Budget) refill(now time.Time) {
 	}
 	for {
 		cur := b.tokens.Load()
-		next := min(cur+add, b.max)
+		next := min(cur+add, top)
 		if next <= cur || b.tokens.CompareAndSwap(cur, next) {
 			return
 		}
@@ -201,10 +308,11 @@ func (b *Budget) Tokens() float64 {
 	return float64(b.tokens.Load()) / unit
 }
 
-// Max returns the bucket's capacity in tokens (+Inf when Unlimited).
+// Max returns the bucket's capacity in tokens (+Inf when Unlimited): with
+// Members, this process's share of FleetMax as last computed.
 func (b *Budget) Max() float64 {
 	if b.unlimited {
 		return math.Inf(1)
 	}
-	return float64(b.max) / unit
+	return float64(b.max.Load()) / unit
 }

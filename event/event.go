@@ -66,7 +66,8 @@ const (
 	// report of a transition: a breaker's Config.Observer receives it.
 	BreakerTransition
 	// BreakerReject: the breaker refused a call; Delay is the time until
-	// the next probe.
+	// the next probe. Reason is ReasonPaused when a fleet hint refused it
+	// instead (guardrail.Retry.Pauses), Delay the rest of the pause.
 	BreakerReject
 	// BreakerProbe: a half-open probe was admitted.
 	BreakerProbe
@@ -93,7 +94,8 @@ const (
 	Hedge
 	// HedgeRefused: a hedge was due but not sent; Reason says why
 	// (ReasonOverload, ReasonBudget, ReasonBreakerOpen, ReasonBulkheadFull,
-	// ReasonThrottled, ReasonDeadline). No more hedges back up that attempt.
+	// ReasonThrottled, ReasonDeadline, ReasonPaused). No more hedges back
+	// up that attempt.
 	HedgeRefused
 	// Throttled: the client-side throttle rejected attempt Attempt locally,
 	// without sending it (Reason ReasonThrottled).
@@ -114,6 +116,13 @@ const (
 	// represents (1 for a request that was never retried upstream), Limit
 	// the server's cap on what its own calls may add up to.
 	Amplification
+	// FleetHint: a fleet hint (package fleet) was published, applied or
+	// dropped. Reason is ReasonHintPublished, ReasonHintApplied,
+	// ReasonHintQueueFull, ReasonHintPublishFailed (Err says why) or
+	// ReasonHintRejected; Detail is the hint's kind ("pause",
+	// "breaker_open"), Delay the pause it asks for. Dependency is empty
+	// for a rejected hint, whose name may be anything a peer sent.
+	FleetHint
 )
 
 var kindNames = [...]string{
@@ -138,6 +147,7 @@ var kindNames = [...]string{
 	ConfigReload:      "config_reload",
 	SharedStore:       "shared_store",
 	Amplification:     "amplification",
+	FleetHint:         "fleet_hint",
 }
 
 // String returns the kind's snake_case name.
@@ -237,6 +247,18 @@ const (
 	// ReasonFailClosed: a fleet limiter refuses while its shared store
 	// fails.
 	ReasonFailClosed = "fail_closed"
+	// ReasonPaused: a call was refused before it was sent because a fleet
+	// hint paused its dependency (BreakerReject; package fleet).
+	ReasonPaused = "paused"
+)
+
+// Reasons carried by FleetHint events.
+const (
+	ReasonHintPublished     = "published"      // handed to the bus
+	ReasonHintApplied       = "applied"        // a peer's hint now pauses the dependency here
+	ReasonHintQueueFull     = "queue_full"     // dropped: the publish queue was full
+	ReasonHintPublishFailed = "publish_failed" // dropped: the bus returned an error
+	ReasonHintRejected      = "rejected"       // a received hint was ignored: unknown dependency, invalid or expired
 )
 
 // Timeout phases (Timeout and typed timeout errors).

@@ -128,7 +128,7 @@ type Observer struct {
 	reg     metric.Registration
 
 	calls, attempts, retries, refused, hedges, retryOK, retryFailed, timeouts,
-	transitions, rejections, probes, bulkhead, shed, admitted, idempotency, reloads, sharedStore metric.Int64Counter
+	transitions, rejections, probes, bulkhead, shed, admitted, idempotency, reloads, sharedStore, hints metric.Int64Counter
 	reloadOK, reloadErr                       metric.AddOption
 	callDur, attemptDur, remaining, queueWait metric.Float64Histogram
 	amp                                       metric.Int64Histogram
@@ -148,6 +148,7 @@ type Observer struct {
 	ampC         *series.Cache[*attrs]
 	sharedStoreC *series.Cache[*attrs]
 	idempotentC  *series.Cache[*attrs]
+	hintsC       *series.Cache[*attrs]
 }
 
 // attrs is a precomputed attribute set, as options that allocate nothing
@@ -250,6 +251,7 @@ func (o *Observer) instruments(meter metric.Meter, durBuckets, remBuckets []floa
 	o.idempotency = counter(series.Idempotency)
 	o.reloads = counter(series.ConfigReloads)
 	o.sharedStore = counter(series.SharedStore)
+	o.hints = counter(series.FleetHints)
 	o.reloadOK = metric.WithAttributes(attribute.String(series.LOutcome, event.OutcomeOK))
 	o.reloadErr = metric.WithAttributes(attribute.String(series.LOutcome, event.OutcomeError))
 	return errors.Join(errs...)
@@ -319,6 +321,7 @@ func (o *Observer) caches(fs *series.Folders) {
 	o.ampC = cache(series.Amplification)
 	o.sharedStoreC = cache(series.SharedStore)
 	o.idempotentC = cache(series.Idempotency)
+	o.hintsC = cache(series.FleetHints)
 }
 
 // Close stops reporting the observable gauges. Spans and counters keep
@@ -429,6 +432,8 @@ func (o *Observer) Observe(ctx context.Context, e event.Event) context.Context {
 		o.amp.Record(ctx, int64(e.Amplification), o.ampC.Get(dep, "", "", "").rec...)
 	case event.SharedStore:
 		o.sharedStore.Add(ctx, 1, o.sharedStoreC.Get(dep, e.Reason, e.Outcome, "").add...)
+	case event.FleetHint:
+		o.hints.Add(ctx, 1, o.hintsC.Get(dep, e.Reason, "", "").add...)
 	}
 	return ctx
 }

@@ -147,6 +147,7 @@ type Collector struct {
 	amp         *prometheus.HistogramVec
 	sharedStore *prometheus.CounterVec
 	idempotency *prometheus.CounterVec
+	hints       *prometheus.CounterVec
 
 	vecs []prometheus.Collector
 
@@ -170,6 +171,7 @@ type Collector struct {
 	ampC         *series.Cache[prometheus.Observer]
 	sharedStoreC *series.Cache[prometheus.Counter]
 	idempotentC  *series.Cache[prometheus.Counter]
+	hintsC       *series.Cache[prometheus.Counter]
 
 	gauges *series.Gauges
 }
@@ -249,6 +251,7 @@ func New(cfg Config) (*Collector, error) {
 	c.amp = histogram(series.Amplification, series.AmplificationBuckets)
 	c.sharedStore = counter(series.SharedStore)
 	c.idempotency = counter(series.Idempotency)
+	c.hints = counter(series.FleetHints)
 	c.stateDesc = gauge(series.BreakerState)
 	c.tokensDesc = gauge(series.BudgetTokens)
 	c.inFlightDesc = gauge(series.InFlight)
@@ -289,6 +292,7 @@ func New(cfg Config) (*Collector, error) {
 	c.shedC = counterCache(series.Shed, c.shed)
 	c.admitC = counterCache(series.Admitted, c.admitted)
 	c.idempotentC = counterCache(series.Idempotency, c.idempotency)
+	c.hintsC = counterCache(series.FleetHints, c.hints)
 	c.queueC = series.NewCache(series.QueueWait, fs, func(lv []string) prometheus.Observer {
 		return c.queueWait.WithLabelValues(lv...)
 	})
@@ -360,6 +364,8 @@ func (c *Collector) Observe(ctx context.Context, e event.Event) context.Context 
 		c.ampC.Get(dep, "", "", "").Observe(float64(e.Amplification))
 	case event.SharedStore:
 		c.sharedStoreC.Get(dep, e.Reason, e.Outcome, "").Inc()
+	case event.FleetHint:
+		c.hintsC.Get(dep, e.Reason, "", "").Inc()
 	}
 	return ctx
 }

@@ -101,7 +101,7 @@ var (
 	Hedges = &Def{
 		Name: "guardrail_hedges_total", OTel: "guardrail.hedges", Kind: Counter,
 		Labels: []string{LDependency, LOperation, LReason},
-		Help:   "Hedged attempts: sent, or not sent and why: overload, budget, breaker_open, bulkhead_full, throttled, deadline.",
+		Help:   "Hedged attempts: sent, or not sent and why: overload, budget, breaker_open, bulkhead_full, throttled, deadline, paused (a fleet hint paused the dependency).",
 	}
 	RetrySuccess = &Def{
 		Name: "guardrail_retry_success_total", OTel: "guardrail.retry.success", Kind: Counter,
@@ -136,7 +136,7 @@ var (
 	BreakerRejections = &Def{
 		Name: "guardrail_breaker_rejections_total", OTel: "guardrail.breaker.rejections", Kind: Counter,
 		Labels: []string{LDependency, LOperation},
-		Help:   "Calls the breaker refused without running them.",
+		Help:   "Calls the breaker refused without running them, or a fleet hint's pause refused (reason paused in the events).",
 	}
 	BreakerProbes = &Def{
 		Name: "guardrail_breaker_probes_total", OTel: "guardrail.breaker.probes", Kind: Counter,
@@ -188,6 +188,11 @@ var (
 		Labels: []string{LDependency, LReason, LOutcome},
 		Help:   "A fleet limit's shared store stopped answering (outcome error) or answered again (ok), by what the limiter does meanwhile: fail_open (this process's share of the limit) or fail_closed (refuse).",
 	}
+	FleetHints = &Def{
+		Name: "guardrail_fleet_hints_total", OTel: "guardrail.fleet.hints", Kind: Counter,
+		Labels: []string{LDependency, LReason},
+		Help:   "Fleet hints (package fleet) by what became of them: published, applied (a peer's hint paused the dependency here), queue_full, publish_failed, rejected (dependency empty: a peer may name anything).",
+	}
 	// ConfigReloads is the one series without a dependency: a policy file
 	// configures the whole process, and the file's name would be a label
 	// of unbounded values.
@@ -204,7 +209,7 @@ var All = []*Def{
 	Retries, RetriesRefused, Hedges, RetrySuccess, RetryExhausted, Timeouts,
 	BudgetTokens, BreakerState, BreakerTransitions, BreakerRejections,
 	BreakerProbes, BulkheadRejections, Shed, Admitted, QueueWait, InFlight,
-	Limit, Idempotency, Amplification, SharedStore, ConfigReloads,
+	Limit, Idempotency, Amplification, SharedStore, FleetHints, ConfigReloads,
 }
 
 // States are the breaker states exported by BreakerState, each present
