@@ -8,9 +8,14 @@
 // retries at the onset of an outage, a Retry-After one instance was given)
 // goes through a store every instance can reach. This package names what
 // such a store must do, with nothing but the standard library, so the core
-// packages can take one; the Redis implementation lives in the redisfleet
-// package of the redisstore module, and another engine can implement the
-// same interfaces.
+// packages can take one; the Redis implementations live in the redisstore
+// module (redisfleet for the TokenStore of Limiter, redisbus for the Bus
+// of Hints), and another engine can implement the same interfaces.
+//
+// What is here: Members, the live fleet size; Limiter, a rate limit per
+// key on a shared TokenStore, spending leased tokens locally; Hints,
+// advisory pauses and breaker openings published on a Bus; and, in
+// package budget, a retry burst that follows Members.
 //
 // A shared store is never on the critical path of a call's safety: when it
 // cannot be reached, each user of it falls back to an explicit, documented
