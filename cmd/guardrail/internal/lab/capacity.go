@@ -241,7 +241,7 @@ func (p shedParams) capacity(ctx context.Context, env *Env, r *Result) error {
 	p.capacityChecks(r, runs, capacity0)
 	r.note("capacity rows: the pool has %v slots in %v phases of %v, at %s x its first capacity (%.0f rps), the fixed limits at the first overload only (an in-flight limit admits the same requests however much more is offered); goodput/capacity = 200s answered within the client timeout during the phase, per second, over the phase's capacity (it can pass 100%% by a point: requests admitted at the end of the previous phase are answered in this one); p99_ok_ms is over those 200s; converge_ms = time after the change until successes per 100 ms are back within 5%% of the median of the phase's second half.",
 		cp.phases, len(cp.phases), cp.phase, joinFloats(cp.overloads), capacity0)
-	r.Charts = append(r.Charts, p.capacityCharts(runs)...)
+	r.Charts = append(r.Charts, p.capacityCharts(runs, capacity0)...)
 	return nil
 }
 
@@ -486,12 +486,23 @@ func convergence(buckets []float64, width time.Duration) time.Duration {
 // p99 of each phase for every limiter, and the adaptive limit over time
 // against the pool: a small fixed limit shows in the first, a large one in
 // the second.
-func (p shedParams) capacityCharts(runs []*capacityRun) []Chart {
+func (p shedParams) capacityCharts(runs []*capacityRun, capacity0 float64) []Chart {
 	cp := p.cap
 	if len(runs) == 0 {
 		return nil
 	}
 	over := runs[0].overload
+	// An overload's checks are judged only when every run of it could be
+	// (capacityChecks): its series are drawn faded otherwise.
+	judged := map[float64]bool{}
+	for _, o := range cp.overloads {
+		judged[o] = true
+		for _, run := range runs {
+			if (run.overload == o || run.limit != 0) && p.unfit(run.res, run.overload*capacity0) {
+				judged[o] = false
+			}
+		}
+	}
 	step := 100 * time.Millisecond
 	total := cp.phase * time.Duration(len(cp.phases))
 	nt := int(total / step)
@@ -521,7 +532,7 @@ func (p shedParams) capacityCharts(runs []*capacityRun) []Chart {
 				t[k]++
 			}
 		}
-		good.Series = append(good.Series, Series{Name: run.label, Values: t})
+		good.Series = append(good.Series, Series{Name: run.label, Values: t}.notJudgedIf(judged[over]))
 	}
 	nl := int(total / limitStep)
 	for k := range nl {
@@ -542,7 +553,7 @@ func (p shedParams) capacityCharts(runs []*capacityRun) []Chart {
 				v[k] = float64(run.limits[k])
 			}
 		}
-		lim.Series = append(lim.Series, Series{Name: fmt.Sprintf("adaptive limit at %gx", run.overload), Values: v})
+		lim.Series = append(lim.Series, Series{Name: fmt.Sprintf("adaptive limit at %gx", run.overload), Values: v}.notJudgedIf(judged[run.overload]))
 	}
 	tail := Chart{Title: fmt.Sprintf("Capacity %v: p99 of the successes per phase at %gx", cp.phases, over), Kind: "bar",
 		YLabel: "p99 latency (ms)"}
@@ -557,7 +568,7 @@ func (p shedParams) capacityCharts(runs []*capacityRun) []Chart {
 		for k, ph := range run.phases {
 			v[k] = float64(ph.p99.Milliseconds())
 		}
-		tail.Series = append(tail.Series, Series{Name: run.label, Values: v})
+		tail.Series = append(tail.Series, Series{Name: run.label, Values: v}.notJudgedIf(judged[over]))
 	}
 	return []Chart{good, tail, lim}
 }

@@ -70,14 +70,21 @@ func (p chainParams) runShedding(ctx context.Context, env *Env, r *Result) error
 			return err
 		}
 	}
+	judged := quiet.quiet() && runs[0].sched.kept() && runs[1].sched.kept()
 	for i, cfg := range cfgs {
 		res := runs[i]
 		r.add(fmt.Sprintf("%s shedding, %gx overload", cfg, sp.overload),
-			Str("config", cfg+" shedding"), Float("overload_x", sp.overload, 1).Named("overload"),
+			Str("config", cfg+" shedding").jsonOnly(), Float("overload_x", sp.overload, 1).jsonOnly(),
 			Float("goodput_pct", res.goodputPct(), 1).Named("goodput %"),
 			Float("wasted_pct", res.wastedPct(), 1).Named("wasted %"),
-			Int("refused_at_front", int(res.frontRefuse)).Named("refused at the front"))
+			Int("refused_at_front", int(res.frontRefuse)).Named("front refused"))
 	}
+	r.Charts = append(r.Charts, Chart{Title: fmt.Sprintf("Two backends, both overloaded %gx: independent against consistent shedding", sp.overload),
+		Kind: "bar", X: []string{"goodput %", "wasted %"}, YLabel: "% of user requests / of the backends' work",
+		Series: []Series{
+			Series{Name: chainIndependent + " shedding", Values: []float64{runs[0].goodputPct(), runs[0].wastedPct()}}.notJudgedIf(judged),
+			Series{Name: chainConsistent + " shedding", Values: []float64{runs[1].goodputPct(), runs[1].wastedPct()}}.notJudgedIf(judged),
+		}})
 	ind, con := runs[0], runs[1]
 	// Both backends admit about 1/overload of the requests: independently,
 	// a request gets both with about 1/overload^2; consistently, up to

@@ -293,6 +293,9 @@ func WriteReport(w io.Writer, results []*Result, took time.Duration) error {
 		var keys []string
 		for _, row := range r.Rows {
 			for _, c := range row.Cols {
+				if c.JSONOnly {
+					continue // as in the text table: the row label says it
+				}
 				k := slices.Index(keys, c.Key)
 				if k < 0 {
 					keys = append(keys, c.Key)
