@@ -196,6 +196,10 @@ const (
 	// chainRecoveredFrac is the share of a bucket's requests that must
 	// succeed for it to count as recovered.
 	chainRecoveredFrac = 0.95
+	// chainMinNaiveOutage is the shortest outage the naive floor is
+	// judged on: in a shorter one, the retries of the requests sent in it
+	// mostly land after it.
+	chainMinNaiveOutage = 500 * time.Millisecond
 	// chainNaiveShare is the fraction of the load the naive rows run at.
 	chainNaiveShare = 4
 )
@@ -260,6 +264,9 @@ func (p chainParams) run(ctx context.Context, env *Env) (*Result, error) {
 				// user's deadline then cuts the retries short.
 				name := "naive retries multiply at every tier"
 				switch {
+				case out < chainMinNaiveOutage:
+					r.notJudged(name, "%s: %.2f bottom calls per request; an outage shorter than %v ends before most requests sent in it have made their retries",
+						fmtDur(out), per, chainMinNaiveOutage)
 				case !res.sched.kept():
 					r.notJudged(name, "%s: %.2f bottom calls per request; %s", fmtDur(out), per, res.sched.reason())
 				case !quiet.quiet():
