@@ -46,7 +46,7 @@ func testChain(t *testing.T, transport string) {
 // Shedding by cohort wastes far less of the backends' work than shedding
 // independently, and keeps more requests whole.
 func TestChainShedding(t *testing.T) {
-	res := runExpTries(t, 2, "chain", "--configs", "guardrail+markers", "--outages", "100ms", "--after", "200ms", "--shed-for", "2s")
+	res := runExpTries(t, 2, "chain", "--configs", "guardrail+markers", "--outages", "500ms", "--after", "500ms", "--shed-for", "2s")
 	wasted := map[string]float64{}
 	good := map[string]float64{}
 	for _, r := range res.Rows {
