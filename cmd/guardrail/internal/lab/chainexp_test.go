@@ -29,6 +29,13 @@ func testChain(t *testing.T, transport string) {
 			t.Errorf("%s: %.2f calls per request at all tiers, fewer than the bottom's %.2f", cfg, all[cfg], per[cfg])
 		}
 	}
+	// What follows compares counts that a machine too busy to keep the
+	// load's pace changes (the users' deadlines cut retries short): the
+	// experiment said so by not judging its checks.
+	if nj := res.NotJudged(); len(nj) > 0 {
+		t.Logf("%d checks not judged (%s: %s): the counts are not compared", len(nj), nj[0].Name, nj[0].Detail)
+		return
+	}
 	// 3 attempts through 2 retrying tiers: 9 at the bottom.
 	if per[chainNaive] < 6 || per[chainNaive] > 9 {
 		t.Errorf("naive: %.2f bottom calls per request, want about 9", per[chainNaive])
@@ -59,6 +66,10 @@ func TestChainShedding(t *testing.T) {
 	ind, con := chainIndependent+" shedding", chainConsistent+" shedding"
 	if len(wasted) != 2 {
 		t.Fatalf("shedding rows %v, want both", wasted)
+	}
+	if nj := res.NotJudged(); len(nj) > 0 {
+		t.Logf("%d checks not judged (%s: %s): the shedding rows are not compared", len(nj), nj[0].Name, nj[0].Detail)
+		return
 	}
 	if wasted[con] > wasted[ind]/2 {
 		t.Errorf("wasted %.1f%% consistent, %.1f%% independent: want at most half", wasted[con], wasted[ind])
