@@ -57,14 +57,18 @@ var ErrInvalidConfig = errors.New("fleet: invalid config")
 // Implementations must be safe for concurrent use.
 type SemaphoreStore interface {
 	// Acquire first reclaims what has lapsed: holders whose lease ended
-	// and waiters whose place was not refreshed within ttl. It then hands
-	// free slots to the waiters at the head of the queue, and then to
-	// holder when fewer than limit slots are held and no waiter is left
-	// ahead of it. A holder that gets a slot holds it for ttl. One that
-	// does not is queued (or keeps its place, refreshed for ttl) and
-	// learns its Position. Acquire is idempotent: called again for a
-	// holder that already holds a slot, it renews the lease and reports
-	// Held.
+	// and waiters whose place was not refreshed within ttl/2. It then
+	// hands free slots to the waiters at the head of the queue, each for
+	// ttl/3 (a waiter that died while queued so loses its slot soon), and
+	// then to holder when fewer than limit slots are held and no waiter
+	// is left ahead of it. A holder that gets a slot holds it for ttl.
+	// One that does not is queued (or keeps its place, refreshed for
+	// ttl/2) and learns its Position. Acquire is idempotent: called again
+	// for a holder that already holds a slot, handed over or not, it
+	// renews the lease for ttl and reports Held.
+	//
+	// So a slot held by a process that dies comes back within ttl, and
+	// one handed to it while it waited within ttl/2 + ttl/3.
 	Acquire(ctx context.Context, name string, limit int, holder string, ttl time.Duration) (SemaphoreState, error)
 	// Renew extends the leases of holders by ttl from now and returns the
 	// ones that no longer held a slot (their lease had lapsed and was
@@ -151,10 +155,12 @@ type SemaphoreConfig struct {
 	// caller's context.
 	StoreTimeout time.Duration
 	// PollInterval is how often a waiter asks the store whether a slot was
-	// handed to it, and so the longest it misses a free slot. Zero means
-	// LeaseTTL/3 when the store is a SemaphoreNotifier (the poll then only
-	// covers missed notices and keeps the waiter's place) and 50 ms
-	// otherwise; allowed values are 1 ms to LeaseTTL/2.
+	// handed to it, which also keeps its place in the queue. Zero means
+	// LeaseTTL/4 when the store is a SemaphoreNotifier (the poll then only
+	// covers missed notices) and the lesser of 50 ms and LeaseTTL/4
+	// otherwise; allowed values are 1 ms to LeaseTTL/4, so that a waiter
+	// asks before its place (LeaseTTL/2) or a slot handed to it
+	// (LeaseTTL/3) lapses.
 	PollInterval time.Duration
 	// Mode is what Acquire does when the store fails: FailClosed (the
 	// zero value) or FailOpen.
@@ -243,11 +249,11 @@ func NewSemaphore(cfg SemaphoreConfig) (*Semaphore, error) {
 	poll := cfg.PollInterval
 	switch {
 	case poll == 0 && n != nil:
-		poll = ttl / 3
+		poll = ttl / 4
 	case poll == 0:
-		poll = min(50*time.Millisecond, ttl/3)
-	case poll < time.Millisecond || poll > ttl/2:
-		errs = append(errs, &configError{"SemaphoreConfig.PollInterval", cfg.PollInterval, "1ms to LeaseTTL/2, or zero for the default"})
+		poll = min(50*time.Millisecond, ttl/4)
+	case poll < time.Millisecond || poll > ttl/4:
+		errs = append(errs, &configError{"SemaphoreConfig.PollInterval", cfg.PollInterval, "1ms to LeaseTTL/4, or zero for the default"})
 	}
 	switch cfg.Mode {
 	case FailClosed:
@@ -386,25 +392,26 @@ func (s *Semaphore) wait(ctx context.Context, holder string, notified <-chan str
 	for {
 		select {
 		case <-notified:
-			// The store handed the slot over and set its lease.
-			return s.hold(holder), nil
+			// The store handed the slot over for LeaseTTL/3: ask at
+			// once, which takes the full lease.
+			notified = nil
 		case <-poll.C:
-			st, err := s.acquire(ctx, holder)
-			switch {
-			case err != nil && ctx.Err() != nil:
-				return s.giveUp(ctx, holder, ctx.Err())
-			case err != nil:
-				s.leave(holder)
-				return s.storeFailed(ctx, err)
-			case st.Held:
-				return s.hold(holder), nil
-			}
-			poll.Reset(s.poll)
 		case <-expired:
 			return s.giveUp(ctx, holder, ErrFull)
 		case <-ctx.Done():
 			return s.giveUp(ctx, holder, ctx.Err())
 		}
+		st, err := s.acquire(ctx, holder)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return s.giveUp(ctx, holder, ctx.Err())
+		case err != nil:
+			s.leave(holder)
+			return s.storeFailed(ctx, err)
+		case st.Held:
+			return s.hold(holder), nil
+		}
+		poll.Reset(s.poll)
 	}
 }
 

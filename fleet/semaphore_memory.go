@@ -56,7 +56,7 @@ func (s *memSem) promote(now time.Time, limit int, ttl time.Duration) []string {
 		h := s.queue[0]
 		s.queue = s.queue[1:]
 		delete(s.queued, h)
-		s.holders[h] = now.Add(ttl)
+		s.holders[h] = now.Add(ttl / 3) // the waiter's Acquire takes the full lease
 		granted = append(granted, h)
 	}
 	return granted
@@ -99,7 +99,7 @@ func (m *MemorySemaphoreStore) Acquire(ctx context.Context, name string, limit i
 		pos = len(s.queue)
 		s.queue = append(s.queue, holder)
 	}
-	s.queued[holder] = now.Add(ttl)
+	s.queued[holder] = now.Add(ttl / 2)
 	return SemaphoreState{Position: pos, InUse: len(s.holders)}, nil
 }
 

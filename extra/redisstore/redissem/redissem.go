@@ -16,8 +16,9 @@
 //
 // Every call is one Lua script that reads the time on the server, drops
 // the lapsed leases and places, and hands free slots to the head of the
-// queue before it does its own work; so a crashed holder's slot comes
-// back at the first call after its lease ends. Keys expire with the last
+// queue (for a third of the lease, until the waiter takes it) before it
+// does its own work; so a crashed holder's slot comes back at the first
+// call after its lease ends. Keys expire with the last
 // lease or place they hold: an idle semaphore leaves nothing behind.
 package redissem
 
@@ -112,7 +113,7 @@ local function promote()
   local heads = redis.call('ZRANGE', queue, 0, free - 1)
   if #heads == 0 then return end
   for _, h in ipairs(heads) do
-    redis.call('ZADD', holders, now + ttl, h)
+    redis.call('ZADD', holders, now + math.floor(ttl / 3), h) -- its Acquire takes the full lease
   end
   redis.call('ZREM', queue, unpack(heads))
   redis.call('ZREM', places, unpack(heads))
@@ -152,7 +153,7 @@ end
 if not redis.call('ZSCORE', queue, holder) then
   redis.call('ZADD', queue, redis.call('INCR', ticket), holder)
 end
-redis.call('ZADD', places, now + ttl, holder)
+redis.call('ZADD', places, now + math.floor(ttl / 2), holder)
 tidy()
 return {0, redis.call('ZRANK', queue, holder), redis.call('ZCARD', holders)}
 `)
