@@ -1,0 +1,104 @@
+// Command semproc is one process of a fleet sharing a redissem semaphore,
+// for the test that runs several of them: Callers goroutines call URL in
+// a loop, each call under a slot of the semaphore, until standard input
+// closes; then it prints what it did as one JSON object.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/guardrail-go/guardrail/extra/redisstore/redissem"
+	"github.com/guardrail-go/guardrail/fleet"
+)
+
+// Report is what a process prints when it stops.
+type Report struct {
+	Calls         int64 `json:"calls"`
+	AcquireErrors int64 `json:"acquire_errors"`
+	CallErrors    int64 `json:"call_errors"`
+}
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:6379", "Redis address")
+	prefix := flag.String("prefix", redissem.DefaultPrefix, "key prefix")
+	name := flag.String("name", "api", "semaphore name")
+	limit := flag.Int("limit", 50, "the fleet's limit")
+	ttl := flag.Duration("ttl", time.Second, "lease TTL")
+	callers := flag.Int("callers", 40, "goroutines calling at once")
+	url := flag.String("url", "", "the URL each call gets")
+	id := flag.String("id", "0", "this process's name, sent in X-Proc")
+	flag.Parse()
+	if err := run(*addr, *prefix, *name, *limit, *ttl, *callers, *url, *id); err != nil {
+		fmt.Fprintln(os.Stderr, "semproc:", err)
+		os.Exit(1)
+	}
+}
+
+func run(addr, prefix, name string, limit int, ttl time.Duration, callers int, url, id string) error {
+	client := redis.NewClient(&redis.Options{Addr: addr, PoolSize: callers + 10})
+	defer client.Close()
+	if err := client.Ping(context.Background()).Err(); err != nil {
+		return err
+	}
+	store, err := redissem.New(client, redissem.Config{Prefix: prefix})
+	if err != nil {
+		return err
+	}
+	sem, err := fleet.NewSemaphore(fleet.SemaphoreConfig{Store: store, Name: name, Limit: limit, LeaseTTL: ttl, MaxWait: -1})
+	if err != nil {
+		return err
+	}
+	defer sem.Close()
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: callers}}
+
+	ctx, stop := context.WithCancel(context.Background())
+	var rep Report
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				call(ctx, sem, hc, url, id, &rep)
+			}
+		})
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, bufio.NewReader(os.Stdin)) // until the test closes it
+	stop()
+	wg.Wait()
+	return json.NewEncoder(os.Stdout).Encode(&rep)
+}
+
+func call(ctx context.Context, sem *fleet.Semaphore, hc *http.Client, url, id string, rep *Report) {
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	release, err := sem.Acquire(actx)
+	if err != nil {
+		if ctx.Err() == nil {
+			atomic.AddInt64(&rep.AcquireErrors, 1)
+		}
+		return
+	}
+	defer release()
+	req, _ := http.NewRequestWithContext(context.WithoutCancel(actx), http.MethodGet, url, nil)
+	req.Header.Set("X-Proc", id)
+	resp, err := hc.Do(req)
+	if err != nil {
+		atomic.AddInt64(&rep.CallErrors, 1)
+		return
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	atomic.AddInt64(&rep.Calls, 1)
+}

@@ -1,0 +1,236 @@
+package redissem_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/guardrail-go/guardrail/extra/redisstore/internal/redistest"
+)
+
+// countingServer counts its calls in flight and keeps the most it saw.
+type countingServer struct {
+	inFlight, peak atomic.Int64
+	calls          [8]atomic.Int64 // per process
+	procInFlight   [8]atomic.Int64 // per process
+	hold           time.Duration   // each call's work
+}
+
+func (c *countingServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := c.inFlight.Add(1)
+	for p := c.peak.Load(); n > p && !c.peak.CompareAndSwap(p, n); p = c.peak.Load() {
+	}
+	i, err := strconv.Atoi(r.Header.Get("X-Proc"))
+	if err != nil || i < 0 || i >= len(c.calls) {
+		i = 0
+	}
+	c.calls[i].Add(1)
+	c.procInFlight[i].Add(1)
+	time.Sleep(c.hold) // the dependency's work
+	c.procInFlight[i].Add(-1)
+	c.inFlight.Add(-1)
+}
+
+// proc is one OS process of the fleet.
+type proc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+// TestFleetOfProcesses runs 8 OS processes of 40 callers each against one
+// server under a semaphore of 50: the server never sees more than 50 calls
+// at once; one process killed mid-run loses its slots for at most the
+// lease, and the others go on.
+func TestFleetOfProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 8 processes for several seconds")
+	}
+	addr := redistest.Addr(t)
+	direct := redistest.NewClient(t, addr, redis.Options{})
+	prefix := redistest.Prefix(t, direct)
+	const (
+		processes = 8
+		callers   = 40
+		limit     = 50
+		ttl       = time.Second
+	)
+
+	bin := filepath.Join(t.TempDir(), "semproc")
+	build := exec.Command("go", "build", "-o", bin, "./internal/semproc")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	srv := &countingServer{hold: 20 * time.Millisecond}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+
+	procs := make([]*proc, processes)
+	for i := range procs {
+		cmd := exec.Command(bin, "-addr", addr, "-prefix", prefix, "-name", "api",
+			"-limit", strconv.Itoa(limit), "-ttl", ttl.String(), "-callers", strconv.Itoa(callers),
+			"-url", hs.URL, "-id", strconv.Itoa(i))
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		p := &proc{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
+		procs[i] = p
+		t.Cleanup(func() {
+			if p.cmd.ProcessState == nil {
+				_ = p.cmd.Process.Kill()
+				_ = p.cmd.Wait()
+			}
+		})
+	}
+	for i, p := range procs {
+		if line, err := p.out.ReadString('\n'); err != nil || line != "ready\n" {
+			t.Fatalf("process %d: %q, %v; want ready", i, line, err)
+		}
+	}
+
+	// Let the fleet run, then kill the process with the most calls in
+	// flight: it holds at least that many slots.
+	holders := prefix + "{api}:holders"
+	ctx := context.Background()
+	running := time.NewTimer(2 * time.Second)
+	<-running.C
+	victim := 0
+	for i := range processes {
+		if srv.calls[i].Load() == 0 {
+			t.Fatalf("process %d made no call in 2s", i)
+		}
+		if srv.procInFlight[i].Load() > srv.procInFlight[victim].Load() {
+			victim = i
+		}
+	}
+	held, err := direct.ZRange(ctx, holders, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := procs[victim].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	_ = procs[victim].cmd.Wait()
+	othersAtKill := int64(0)
+	for i := range processes {
+		if i != victim {
+			othersAtKill += srv.calls[i].Load()
+		}
+	}
+
+	// The slots held at the kill: the live processes' are released within
+	// a call; the dead one's stay until their leases end. Sample the set
+	// until none is left.
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	var reclaimed time.Duration
+	deadSlots := 0
+	for reclaimed == 0 {
+		<-tick.C
+		scores, err := direct.ZMScore(ctx, holders, held...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := 0
+		for _, sc := range scores {
+			if sc != 0 { // 0: not a member; a lease ends well after 1970
+				left++
+			}
+		}
+		if d := time.Since(killed); d >= 200*time.Millisecond && deadSlots == 0 {
+			deadSlots = left
+		}
+		if left == 0 {
+			reclaimed = time.Since(killed)
+		}
+		if time.Since(killed) > 10*ttl {
+			t.Fatalf("%d slots still held %v after the kill", left, time.Since(killed))
+		}
+	}
+	afterReclaim := srv.peak.Load()
+	srv.peak.Store(srv.inFlight.Load()) // the peak from here on
+	settle := time.NewTimer(time.Second)
+	<-settle.C
+	peakAfter := srv.peak.Load()
+
+	// Stop the others and collect their reports.
+	var wg sync.WaitGroup
+	var errsSeen atomic.Int64
+	for i, p := range procs {
+		if i == victim {
+			continue
+		}
+		p.stdin.Close()
+		wg.Go(func() {
+			var rep struct {
+				Calls, AcquireErrors, CallErrors int64
+			}
+			line, _ := p.out.ReadString('\n')
+			if err := json.Unmarshal([]byte(line), &rep); err != nil {
+				t.Errorf("report %q: %v", line, err)
+			}
+			errsSeen.Add(rep.AcquireErrors + rep.CallErrors)
+			_ = p.cmd.Wait()
+		})
+	}
+	wg.Wait()
+	others := int64(0)
+	total := int64(0)
+	for i := range srv.calls {
+		total += srv.calls[i].Load()
+		if i != victim {
+			others += srv.calls[i].Load()
+		}
+	}
+	maxInFlight := max(afterReclaim, peakAfter)
+	row, _ := json.Marshal(map[string]any{
+		"processes": processes, "callers": callers, "limit": limit, "lease_ttl_ms": ttl.Milliseconds(),
+		"call_ms": srv.hold.Milliseconds(), "max_in_flight": maxInFlight, "calls": total,
+		"killed": 1, "dead_slots": deadSlots, "reclaimed_ms": reclaimed.Milliseconds(),
+		"peak_after_reclaim": peakAfter, "errors": errsSeen.Load(),
+	})
+	t.Log(string(row))
+
+	if maxInFlight > limit {
+		t.Errorf("the server saw %d calls in flight; want at most %d", maxInFlight, limit)
+	}
+	if deadSlots == 0 {
+		t.Errorf("the killed process held no slot 200ms after the kill: the test proves nothing")
+	}
+	if reclaimed > ttl+ttl/10 {
+		t.Errorf("the killed process's slots came back after %v; want within the lease, %v", reclaimed, ttl)
+	}
+	if others-othersAtKill == 0 {
+		t.Errorf("no call by the live processes after the kill")
+	}
+	if peakAfter < limit-5 {
+		t.Errorf("peak %d in flight after the reclaim; want the fleet back near its limit, %d", peakAfter, limit)
+	}
+	if errsSeen.Load() != 0 {
+		t.Errorf("%d errors in the live processes", errsSeen.Load())
+	}
+}
