@@ -310,3 +310,66 @@ func TestSemaphoreFullIsPolicyBulkheadFull(t *testing.T) {
 		}
 	})
 }
+
+func TestSemaphoreDeadWaiterSlotComesBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := new(fleet.MemorySemaphoreStore)
+		const ttl = 3 * time.Second
+		ctx := context.Background()
+		s := mustSem(t, fleet.SemaphoreConfig{Store: store, Name: "api", Limit: 1, LeaseTTL: ttl, MaxWait: -1})
+		release := mustTake(t, s)
+		// A process queued and died: its place lasts ttl/2 from its last
+		// ask, and a slot handed to it lasts ttl/3 unless it takes it.
+		if st, _ := store.Acquire(ctx, "api", 1, "dead", ttl); st.Held || st.Position != 0 {
+			t.Fatalf("dead waiter: %+v; want queued first", st)
+		}
+		got := make(chan time.Duration)
+		go func() {
+			start := time.Now()
+			r, err := s.Acquire(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- time.Since(start)
+			r()
+		}()
+		synctest.Wait()
+		release() // handed to the dead waiter, which never takes it
+		if d := <-got; d > ttl/3+ttl/4 {
+			t.Fatalf("the slot came back after %v; want within the claim, %v, and a poll, %v", d, ttl/3, ttl/4)
+		}
+	})
+}
+
+// flakyStore fails Renew while down is set.
+type flakyStore struct {
+	*fleet.MemorySemaphoreStore
+	down atomic.Bool
+}
+
+func (f *flakyStore) Renew(ctx context.Context, name string, limit int, holders []string, ttl time.Duration) ([]string, error) {
+	if f.down.Load() {
+		return nil, errDown
+	}
+	return f.MemorySemaphoreStore.Renew(ctx, name, limit, holders, ttl)
+}
+
+func TestSemaphoreLeaseLapsesWithoutRenewals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyStore{MemorySemaphoreStore: new(fleet.MemorySemaphoreStore)}
+		const ttl = 3 * time.Second
+		s := mustSem(t, fleet.SemaphoreConfig{Store: store, Name: "api", Limit: 1, LeaseTTL: ttl})
+		release := mustTake(t, s)
+		store.down.Store(true)
+		time.Sleep(ttl + time.Millisecond)
+		if n := store.InUse("api"); n != 0 {
+			t.Fatalf("in use %d after a lease without renewals; want 0", n)
+		}
+		store.down.Store(false)
+		time.Sleep(ttl / 3) // the next renewal learns the slot is lost
+		if s.Held() != 0 {
+			t.Fatalf("held %d after the store reported the lease lost; want 0", s.Held())
+		}
+		release()
+	})
+}
