@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -62,7 +63,19 @@ func TestFleetOfProcesses(t *testing.T) {
 	}
 	addr := redistest.Addr(t)
 	direct := redistest.NewClient(t, addr, redis.Options{})
-	prefix := redistest.Prefix(t, direct)
+	runFleet(t, "standalone", addr, direct, redistest.Prefix(t, direct))
+}
+
+// TestFleetOfProcessesCluster is TestFleetOfProcesses on a Redis Cluster.
+func TestFleetOfProcessesCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 8 processes for several seconds")
+	}
+	h := cluster(t)
+	runFleet(t, "cluster", strings.Join(redistest.Shared(t).Addrs(), ","), h.client, h.prefix)
+}
+
+func runFleet(t *testing.T, redisKind, addr string, direct redis.Cmdable, prefix string) {
 	const (
 		processes = 8
 		callers   = 40
@@ -111,6 +124,7 @@ func TestFleetOfProcesses(t *testing.T) {
 		}
 	}
 
+	began := time.Now()
 	// Let the fleet run, then kill the process with the most calls in
 	// flight: it holds at least that many slots.
 	holders := prefix + "{api}:holders"
@@ -180,6 +194,9 @@ func TestFleetOfProcesses(t *testing.T) {
 	// Stop the others and collect their reports.
 	var wg sync.WaitGroup
 	var errsSeen atomic.Int64
+	var mu sync.Mutex
+	var p50, p99, pmax float64
+	elapsed := time.Since(began)
 	for i, p := range procs {
 		if i == victim {
 			continue
@@ -187,31 +204,46 @@ func TestFleetOfProcesses(t *testing.T) {
 		p.stdin.Close()
 		wg.Go(func() {
 			var rep struct {
-				Calls, AcquireErrors, CallErrors int64
+				AcquireErrors int64   `json:"acquire_errors"`
+				CallErrors    int64   `json:"call_errors"`
+				WaitP50       float64 `json:"wait_p50_ms"`
+				WaitP99       float64 `json:"wait_p99_ms"`
+				WaitMax       float64 `json:"wait_max_ms"`
 			}
 			line, _ := p.out.ReadString('\n')
 			if err := json.Unmarshal([]byte(line), &rep); err != nil {
 				t.Errorf("report %q: %v", line, err)
 			}
 			errsSeen.Add(rep.AcquireErrors + rep.CallErrors)
+			mu.Lock()
+			p50, p99, pmax = max(p50, rep.WaitP50), max(p99, rep.WaitP99), max(pmax, rep.WaitMax)
+			mu.Unlock()
 			_ = p.cmd.Wait()
 		})
 	}
 	wg.Wait()
-	others := int64(0)
-	total := int64(0)
+	others, total := int64(0), int64(0)
+	least, most := int64(-1), int64(0)
 	for i := range srv.calls {
-		total += srv.calls[i].Load()
+		n := srv.calls[i].Load()
+		total += n
 		if i != victim {
-			others += srv.calls[i].Load()
+			others += n
+			if least < 0 || n < least {
+				least = n
+			}
+			most = max(most, n)
 		}
 	}
 	maxInFlight := max(afterReclaim, peakAfter)
 	row, _ := json.Marshal(map[string]any{
-		"processes": processes, "callers": callers, "limit": limit, "lease_ttl_ms": ttl.Milliseconds(),
+		"redis": redisKind, "processes": processes, "callers": callers, "limit": limit, "lease_ttl_ms": ttl.Milliseconds(),
 		"call_ms": srv.hold.Milliseconds(), "max_in_flight": maxInFlight, "calls": total,
+		"elapsed_ms": elapsed.Milliseconds(), "slot_use": float64(int(1000*float64(total)*srv.hold.Seconds()/(limit*elapsed.Seconds()))) / 1000,
 		"killed": 1, "dead_slots": deadSlots, "reclaimed_ms": reclaimed.Milliseconds(),
 		"peak_after_reclaim": peakAfter, "errors": errsSeen.Load(),
+		"calls_per_live_process_min": least, "calls_per_live_process_max": most,
+		"wait_p50_ms_worst_process": p50, "wait_p99_ms_worst_process": p99, "wait_max_ms": pmax,
 	})
 	t.Log(string(row))
 

@@ -301,3 +301,42 @@ func testBulkhead(t *testing.T, h harness) {
 		t.Fatalf("peak in flight %d; want at most the limit, 3", peak)
 	}
 }
+
+// BenchmarkAcquireRelease is one Acquire and its release with a slot free:
+// two scripts, two round trips.
+func BenchmarkAcquireRelease(b *testing.B) {
+	addr := redistest.Addr(b)
+	c := redistest.NewClient(b, addr, redis.Options{})
+	store, err := redissem.New(c, redissem.Config{Prefix: redistest.Prefix(b, c)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sem, err := fleet.NewSemaphore(fleet.SemaphoreConfig{Store: store, Name: "api", Limit: 1000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sem.Close()
+	ctx := context.Background()
+	b.Run("seq", func(b *testing.B) {
+		for b.Loop() {
+			release, err := sem.Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			release()
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.SetParallelism(8)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				release, err := sem.Acquire(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				release()
+			}
+		})
+	})
+}

@@ -13,6 +13,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,10 +30,39 @@ type Report struct {
 	Calls         int64 `json:"calls"`
 	AcquireErrors int64 `json:"acquire_errors"`
 	CallErrors    int64 `json:"call_errors"`
+	// The wait for a slot, in milliseconds: median, 99th percentile, most.
+	WaitP50 float64 `json:"wait_p50_ms"`
+	WaitP99 float64 `json:"wait_p99_ms"`
+	WaitMax float64 `json:"wait_max_ms"`
+}
+
+// waits records how long each Acquire took.
+type waits struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (w *waits) add(d time.Duration) {
+	w.mu.Lock()
+	w.d = append(w.d, d)
+	w.mu.Unlock()
+}
+
+func (w *waits) fill(rep *Report) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.d) == 0 {
+		return
+	}
+	slices.Sort(w.d)
+	ms := func(q float64) float64 {
+		return float64(w.d[min(int(q*float64(len(w.d))), len(w.d)-1)].Microseconds()) / 1000
+	}
+	rep.WaitP50, rep.WaitP99, rep.WaitMax = ms(0.5), ms(0.99), ms(1)
 }
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:6379", "Redis address")
+	addr := flag.String("addr", "127.0.0.1:6379", "Redis address; several, comma-separated, for a Cluster")
 	prefix := flag.String("prefix", redissem.DefaultPrefix, "key prefix")
 	name := flag.String("name", "api", "semaphore name")
 	limit := flag.Int("limit", 50, "the fleet's limit")
@@ -47,7 +78,7 @@ func main() {
 }
 
 func run(addr, prefix, name string, limit int, ttl time.Duration, callers int, url, id string) error {
-	client := redis.NewClient(&redis.Options{Addr: addr, PoolSize: callers + 10})
+	client := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: strings.Split(addr, ","), PoolSize: callers + 10})
 	defer client.Close()
 	if err := client.Ping(context.Background()).Err(); err != nil {
 		return err
@@ -65,11 +96,12 @@ func run(addr, prefix, name string, limit int, ttl time.Duration, callers int, u
 
 	ctx, stop := context.WithCancel(context.Background())
 	var rep Report
+	var w waits
 	var wg sync.WaitGroup
 	for range callers {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				call(ctx, sem, hc, url, id, &rep)
+				call(ctx, sem, hc, url, id, &rep, &w)
 			}
 		})
 	}
@@ -77,13 +109,18 @@ func run(addr, prefix, name string, limit int, ttl time.Duration, callers int, u
 	_, _ = io.Copy(io.Discard, bufio.NewReader(os.Stdin)) // until the test closes it
 	stop()
 	wg.Wait()
+	w.fill(&rep)
 	return json.NewEncoder(os.Stdout).Encode(&rep)
 }
 
-func call(ctx context.Context, sem *fleet.Semaphore, hc *http.Client, url, id string, rep *Report) {
+func call(ctx context.Context, sem *fleet.Semaphore, hc *http.Client, url, id string, rep *Report, w *waits) {
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	start := time.Now()
 	release, err := sem.Acquire(actx)
+	if err == nil {
+		w.add(time.Since(start))
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			atomic.AddInt64(&rep.AcquireErrors, 1)
