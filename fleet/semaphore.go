@@ -88,7 +88,8 @@ type SemaphoreNotifier interface {
 	// queued, as soon as the store can tell, until stop is called. Missed
 	// notices are allowed: a waiter still asks every PollInterval. stop
 	// returns when granted will no longer be called.
-	Notify(name string, granted func(holder string)) (stop func(), err error)
+	// ctx bounds the subscription's start only.
+	Notify(ctx context.Context, name string, granted func(holder string)) (stop func(), err error)
 }
 
 // SemaphoreState is what a SemaphoreStore's Acquire reports.
@@ -226,6 +227,10 @@ type Semaphore struct {
 	wake     chan struct{}            // tells the renewal goroutine to look again
 	stop     func()                   // ends the notifications; nil: none yet
 	closed   bool
+	// subscribing: an Acquire is starting the notifications; subscribed:
+	// when the last start began.
+	subscribing bool
+	subscribed  time.Time
 }
 
 // NewSemaphore returns a Semaphore configured by cfg, or an error that Is
@@ -334,9 +339,15 @@ func (s *Semaphore) Acquire(ctx context.Context) (release func(), err error) {
 		notified = make(chan struct{})
 		s.mu.Lock()
 		s.waiting[holder] = notified
-		s.subscribeLocked()
+		subscribe := s.stop == nil && !s.closed && !s.subscribing && time.Since(s.subscribed) >= s.poll
+		if subscribe {
+			s.subscribing, s.subscribed = true, time.Now()
+		}
 		s.mu.Unlock()
 		defer s.forget(holder)
+		if subscribe {
+			s.subscribe(ctx)
+		}
 	}
 	st, err := s.acquire(ctx, holder)
 	if err != nil {
@@ -554,17 +565,23 @@ func (s *Semaphore) renew() {
 	}
 }
 
-// subscribeLocked starts the store's notifications on the first wait.
-// The caller holds mu.
-func (s *Semaphore) subscribeLocked() {
-	if s.notifier == nil || s.stop != nil || s.closed {
-		return
+// subscribe starts the store's notifications, for the first Acquire or
+// the first one a poll interval after a failed start; the others go on
+// meanwhile, and poll.
+func (s *Semaphore) subscribe(ctx context.Context) {
+	sctx, cancel := s.storeContext(ctx)
+	defer cancel()
+	stop, err := s.notifier.Notify(sctx, s.name, s.granted)
+	s.mu.Lock()
+	s.subscribing = false
+	closed := s.closed
+	if err == nil && !closed {
+		s.stop = stop
 	}
-	stop, err := s.notifier.Notify(s.name, s.granted)
-	if err != nil {
-		return // waiters poll
+	s.mu.Unlock()
+	if err == nil && closed {
+		stop()
 	}
-	s.stop = stop
 }
 
 // granted wakes holder's waiter, if it is this process's.

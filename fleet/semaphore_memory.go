@@ -145,7 +145,10 @@ func (m *MemorySemaphoreStore) Release(ctx context.Context, name string, limit i
 
 // Notify implements SemaphoreNotifier. It calls granted on the goroutine
 // whose store call handed the slot over.
-func (m *MemorySemaphoreStore) Notify(name string, granted func(holder string)) (stop func(), err error) {
+func (m *MemorySemaphoreStore) Notify(ctx context.Context, name string, granted func(holder string)) (stop func(), err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.sem(name)

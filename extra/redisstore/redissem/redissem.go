@@ -193,8 +193,20 @@ func (s *Store) args(name string, limit int, ttl time.Duration, more ...string) 
 	return a
 }
 
+// checkName refuses a name that would break the keys' hash tag: with a
+// "}" in it, the keys of one semaphore could land in different slots.
+func checkName(name string) error {
+	if strings.Contains(name, "}") {
+		return fmt.Errorf("redissem: the semaphore name %q holds a }; want a name without one, so that it can be the keys' hash tag", name)
+	}
+	return nil
+}
+
 // Acquire implements fleet.SemaphoreStore.
 func (s *Store) Acquire(ctx context.Context, name string, limit int, holder string, ttl time.Duration) (fleet.SemaphoreState, error) {
+	if err := checkName(name); err != nil {
+		return fleet.SemaphoreState{}, err
+	}
 	v, err := acquireScript.Run(ctx, s.client, s.keys(name), s.args(name, limit, ttl, holder)...).Int64Slice()
 	if err != nil {
 		return fleet.SemaphoreState{}, err
@@ -207,25 +219,30 @@ func (s *Store) Acquire(ctx context.Context, name string, limit int, holder stri
 
 // Renew implements fleet.SemaphoreStore.
 func (s *Store) Renew(ctx context.Context, name string, limit int, holders []string, ttl time.Duration) ([]string, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
 	return renewScript.Run(ctx, s.client, s.keys(name), s.args(name, limit, ttl, holders...)...).StringSlice()
 }
 
 // Release implements fleet.SemaphoreStore.
 func (s *Store) Release(ctx context.Context, name string, limit int, holder string, ttl time.Duration) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
 	return releaseScript.Run(ctx, s.client, s.keys(name), s.args(name, limit, ttl, holder)...).Err()
 }
 
-// subscribeTimeout bounds the wait for Redis to confirm a subscription.
-const subscribeTimeout = 2 * time.Second
-
 // Notify implements fleet.SemaphoreNotifier: it subscribes to the
-// semaphore's channel, on a connection of its own, and calls granted from
-// one goroutine until stop. The client resubscribes after a lost
+// semaphore's channel, on a connection of its own, waiting for Redis to
+// confirm no longer than ctx allows, and calls granted from one goroutine
+// until stop. The client resubscribes after a lost
 // connection; grants published meanwhile are missed, and the waiters'
 // polls find them.
-func (s *Store) Notify(name string, granted func(holder string)) (stop func(), err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
-	defer cancel()
+func (s *Store) Notify(ctx context.Context, name string, granted func(holder string)) (stop func(), err error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
 	ps := s.client.Subscribe(ctx, s.channel(name))
 	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
 		ps.Close()

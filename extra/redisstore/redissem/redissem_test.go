@@ -91,6 +91,13 @@ func TestNewRejects(t *testing.T) {
 	if !errors.Is(err, redissem.ErrInvalidConfig) || !strings.Contains(err.Error(), "client is nil") || !strings.Contains(err.Error(), "Config.Prefix") {
 		t.Fatalf("New = %v; want ErrInvalidConfig naming the client and Config.Prefix", err)
 	}
+	store, err := redissem.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), redissem.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Acquire(context.Background(), "a}b", 1, "h", time.Second); err == nil || !strings.Contains(err.Error(), "holds a }") {
+		t.Fatalf("Acquire of a name with a } = %v; want it refused before any call", err)
+	}
 }
 
 func TestStandalone(t *testing.T) { runAll(t, standalone) }
