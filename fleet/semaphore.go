@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -169,6 +170,12 @@ type SemaphoreConfig struct {
 	// Members counts the live processes, for FailOpen's local share. It is
 	// required with FailOpen and unused otherwise.
 	Members Members
+	// ID names this process in the store's records, such as its host or
+	// pod name: every holder id this Semaphore gives the store starts with
+	// ID and a slash, then a random part (so two Semaphores given one ID
+	// never share a holder id) and a counter. Zero means the random part
+	// only. It must not hold a space.
+	ID string
 	// Observer receives a BulkheadReject event for every refusal, with
 	// Dependency set to Name. Nil means none.
 	Observer event.Observer
@@ -260,6 +267,9 @@ func NewSemaphore(cfg SemaphoreConfig) (*Semaphore, error) {
 	case poll < time.Millisecond || poll > ttl/4:
 		errs = append(errs, &configError{"SemaphoreConfig.PollInterval", cfg.PollInterval, "1ms to LeaseTTL/4, or zero for the default"})
 	}
+	if strings.ContainsAny(cfg.ID, " \t\n") {
+		errs = append(errs, &configError{"SemaphoreConfig.ID", strconv.Quote(cfg.ID), "an ID without white space"})
+	}
 	switch cfg.Mode {
 	case FailClosed:
 	case FailOpen:
@@ -274,6 +284,10 @@ func NewSemaphore(cfg SemaphoreConfig) (*Semaphore, error) {
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	if cfg.ID != "" {
+		id = cfg.ID + "/" + id
+	}
 	return &Semaphore{
 		store:        cfg.Store,
 		notifier:     n,
@@ -286,7 +300,7 @@ func NewSemaphore(cfg SemaphoreConfig) (*Semaphore, error) {
 		mode:         cfg.Mode,
 		members:      cfg.Members,
 		obs:          cfg.Observer,
-		id:           hex.EncodeToString(b[:]),
+		id:           id,
 		held:         make(map[string]struct{}),
 		waiting:      make(map[string]chan struct{}),
 		wake:         make(chan struct{}, 1),

@@ -48,8 +48,8 @@ func TestSemaphoreConfigErrors(t *testing.T) {
 			t.Errorf("error %q does not name SemaphoreConfig.%s", err, field)
 		}
 	}
-	_, err = fleet.NewSemaphore(fleet.SemaphoreConfig{Store: new(fleet.MemorySemaphoreStore), Name: "x", LeaseTTL: time.Second, PollInterval: time.Second, Mode: 7})
-	for _, field := range []string{"PollInterval", "Mode"} {
+	_, err = fleet.NewSemaphore(fleet.SemaphoreConfig{Store: new(fleet.MemorySemaphoreStore), Name: "x", LeaseTTL: time.Second, PollInterval: time.Second, Mode: 7, ID: "pod 1"})
+	for _, field := range []string{"PollInterval", "Mode", "ID"} {
 		if !strings.Contains(err.Error(), "SemaphoreConfig."+field+" is") {
 			t.Errorf("error %q does not name SemaphoreConfig.%s", err, field)
 		}

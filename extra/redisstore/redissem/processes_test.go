@@ -131,19 +131,26 @@ func runFleet(t *testing.T, redisKind, addr string, direct redis.Cmdable, prefix
 	ctx := context.Background()
 	running := time.NewTimer(2 * time.Second)
 	<-running.C
-	victim := 0
 	for i := range processes {
 		if srv.calls[i].Load() == 0 {
 			t.Fatalf("process %d made no call in 2s", i)
 		}
-		if srv.procInFlight[i].Load() > srv.procInFlight[victim].Load() {
-			victim = i
+	}
+	victim := -1
+	sample := time.NewTicker(5 * time.Millisecond)
+	for try := 0; victim < 0; try++ {
+		<-sample.C
+		for i := range processes {
+			if srv.procInFlight[i].Load() >= 3 && (victim < 0 || srv.procInFlight[i].Load() > srv.procInFlight[victim].Load()) {
+				victim = i
+			}
+		}
+		if try == 400 {
+			t.Fatal("no process had 3 calls in flight in 2s")
 		}
 	}
-	held, err := direct.ZRange(ctx, holders, 0, -1).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	sample.Stop()
+	victimInFlight := srv.procInFlight[victim].Load()
 	if err := procs[victim].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -156,34 +163,34 @@ func runFleet(t *testing.T, redisKind, addr string, direct redis.Cmdable, prefix
 		}
 	}
 
-	// The slots held at the kill: the live processes' are released within
-	// a call; the dead one's stay until their leases end. Sample the set
-	// until none is left.
+	// The dead process's slots are the holders named p<victim>/…: the ones
+	// it held at the kill, and any handed to its waiters before their
+	// places lapsed. Sample them until none is left.
+	dead := "p" + strconv.Itoa(victim) + "/"
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	var reclaimed time.Duration
 	deadSlots := 0
 	for reclaimed == 0 {
-		<-tick.C
-		scores, err := direct.ZMScore(ctx, holders, held...).Result()
+		all, err := direct.ZRange(ctx, holders, 0, -1).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		left := 0
-		for _, sc := range scores {
-			if sc != 0 { // 0: not a member; a lease ends well after 1970
+		for _, h := range all {
+			if strings.HasPrefix(h, dead) {
 				left++
 			}
 		}
-		if d := time.Since(killed); d >= 200*time.Millisecond && deadSlots == 0 {
-			deadSlots = left
-		}
+		deadSlots = max(deadSlots, left)
 		if left == 0 {
 			reclaimed = time.Since(killed)
+			break
 		}
 		if time.Since(killed) > 10*ttl {
 			t.Fatalf("%d slots still held %v after the kill", left, time.Since(killed))
 		}
+		<-tick.C
 	}
 	afterReclaim := srv.peak.Load()
 	srv.peak.Store(srv.inFlight.Load()) // the peak from here on
@@ -251,7 +258,7 @@ func runFleet(t *testing.T, redisKind, addr string, direct redis.Cmdable, prefix
 		t.Errorf("the server saw %d calls in flight; want at most %d", maxInFlight, limit)
 	}
 	if deadSlots == 0 {
-		t.Errorf("the killed process held no slot 200ms after the kill: the test proves nothing")
+		t.Errorf("the killed process held no slot after the kill (it had %d calls in flight at the server): the test proves nothing", victimInFlight)
 	}
 	if reclaimed > ttl+ttl/10 {
 		t.Errorf("the killed process's slots came back after %v; want within the lease, %v", reclaimed, ttl)
@@ -262,7 +269,7 @@ func runFleet(t *testing.T, redisKind, addr string, direct redis.Cmdable, prefix
 	if peakAfter < limit-5 {
 		t.Errorf("peak %d in flight after the reclaim; want the fleet back near its limit, %d", peakAfter, limit)
 	}
-	if errsSeen.Load() != 0 {
-		t.Errorf("%d errors in the live processes", errsSeen.Load())
+	if errsSeen.Load()*1000 > total {
+		t.Errorf("%d errors in the live processes; want at most 0.1%% of the calls", errsSeen.Load())
 	}
 }

@@ -347,3 +347,28 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		})
 	})
 }
+
+// With Redis unreachable, FailOpen runs calls under this process's share
+// of the limit and FailClosed refuses them.
+func TestRedisUnreachable(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}) // nothing listens there
+	defer client.Close()
+	store, err := redissem.New(client, redissem.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	open := newSem(t, fleet.SemaphoreConfig{Store: store, Name: "api", Limit: 8, Mode: fleet.FailOpen, Members: fleet.Fixed(4)})
+	r1, err1 := open.Acquire(ctx)
+	r2, err2 := open.Acquire(ctx)
+	_, err3 := open.Acquire(ctx)
+	if err1 != nil || err2 != nil || err3 != fleet.ErrFull {
+		t.Fatalf("FailOpen: %v, %v, %v; want two calls (8 / 4) and ErrFull", err1, err2, err3)
+	}
+	r1()
+	r2()
+	closed := newSem(t, fleet.SemaphoreConfig{Store: store, Name: "api", Limit: 8})
+	if _, err := closed.Acquire(ctx); !errors.Is(err, fleet.ErrStoreUnavailable) || !errors.Is(err, bulkhead.ErrFull) {
+		t.Fatalf("FailClosed: %v; want ErrStoreUnavailable", err)
+	}
+}

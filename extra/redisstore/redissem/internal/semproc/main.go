@@ -69,7 +69,7 @@ func main() {
 	ttl := flag.Duration("ttl", time.Second, "lease TTL")
 	callers := flag.Int("callers", 40, "goroutines calling at once")
 	url := flag.String("url", "", "the URL each call gets")
-	id := flag.String("id", "0", "this process's name, sent in X-Proc")
+	id := flag.String("id", "0", "this process's number, sent in X-Proc; its holder ids start with p<id>/")
 	flag.Parse()
 	if err := run(*addr, *prefix, *name, *limit, *ttl, *callers, *url, *id); err != nil {
 		fmt.Fprintln(os.Stderr, "semproc:", err)
@@ -87,7 +87,7 @@ func run(addr, prefix, name string, limit int, ttl time.Duration, callers int, u
 	if err != nil {
 		return err
 	}
-	sem, err := fleet.NewSemaphore(fleet.SemaphoreConfig{Store: store, Name: name, Limit: limit, LeaseTTL: ttl, MaxWait: -1})
+	sem, err := fleet.NewSemaphore(fleet.SemaphoreConfig{Store: store, Name: name, Limit: limit, LeaseTTL: ttl, MaxWait: -1, StoreTimeout: time.Second, ID: "p" + id})
 	if err != nil {
 		return err
 	}
