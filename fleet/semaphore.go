@@ -152,9 +152,11 @@ type SemaphoreConfig struct {
 	// DefaultSemaphoreWait (1 s); negative means no limit: only the
 	// context ends the wait.
 	MaxWait time.Duration
-	// StoreTimeout bounds each call to the store. Zero means
-	// DefaultStoreTimeout (250 ms); negative means no limit beyond the
-	// caller's context.
+	// StoreTimeout bounds each call to the store. After a call fails,
+	// Acquire leaves the store alone for as long and applies Mode at once,
+	// so a store that is down costs a StoreTimeout per StoreTimeout, not
+	// per call. Zero means DefaultStoreTimeout (250 ms); negative means no
+	// limit beyond the caller's context, and no such pause.
 	StoreTimeout time.Duration
 	// PollInterval is how often a waiter asks the store whether a slot was
 	// handed to it, which also keeps its place in the queue. Zero means
@@ -208,7 +210,7 @@ func (e *configError) Is(target error) bool { return target == ErrInvalidConfig 
 // Semaphore is safe for concurrent use by multiple goroutines. It starts
 // one goroutine that renews leases while slots are held, and, when its
 // store is a SemaphoreNotifier, keeps one subscription from the first wait
-// until Close.
+// until Close: a Semaphore whose callers never wait never subscribes.
 type Semaphore struct {
 	store        SemaphoreStore
 	notifier     SemaphoreNotifier // nil: poll only
@@ -225,7 +227,8 @@ type Semaphore struct {
 	id  string // this Semaphore's part of every holder id
 	seq atomic.Uint64
 
-	local atomic.Int64 // slots taken under FailOpen's local cap
+	local    atomic.Int64 // slots taken under FailOpen's local cap
+	skipTill atomic.Int64 // UnixNano before which Acquire does not call the store
 
 	mu       sync.Mutex
 	held     map[string]struct{}      // holders with a slot in the store
@@ -348,22 +351,20 @@ func (s *Semaphore) Acquire(ctx context.Context) (release func(), err error) {
 	holder := s.id + ":" + strconv.FormatUint(s.seq.Add(1), 36)
 	// Listen before asking: a slot handed over between the store's answer
 	// and the wait would otherwise go unnoticed until the next poll.
-	var notified chan struct{}
-	if s.notifier != nil {
-		notified = make(chan struct{})
-		s.mu.Lock()
-		s.waiting[holder] = notified
-		subscribe := s.stop == nil && !s.closed && !s.subscribing && time.Since(s.subscribed) >= s.poll
-		if subscribe {
-			s.subscribing, s.subscribed = true, time.Now()
-		}
-		s.mu.Unlock()
-		defer s.forget(holder)
-		if subscribe {
-			s.subscribe(ctx)
-		}
+	notified := make(chan struct{})
+	s.mu.Lock()
+	s.waiting[holder] = notified
+	s.mu.Unlock()
+	defer s.forget(holder)
+	if s.skipTill.Load() > time.Now().UnixNano() {
+		return s.storeFailed(ctx, errStorePaused)
 	}
 	st, err := s.acquire(ctx, holder)
+	if err == nil && !st.Held && s.startNotify(ctx) {
+		// The first wait started the notifications: ask again, for a slot
+		// handed over before they were on.
+		st, err = s.acquire(ctx, holder)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			s.leave(holder) // the store may have queued it before ctx ended
@@ -373,14 +374,39 @@ func (s *Semaphore) Acquire(ctx context.Context) (release func(), err error) {
 	if st.Held {
 		return s.hold(holder), nil
 	}
-	if notified == nil {
-		notified = make(chan struct{})
-		s.mu.Lock()
-		s.waiting[holder] = notified
-		s.mu.Unlock()
-		defer s.forget(holder)
-	}
 	return s.wait(ctx, holder, notified)
+}
+
+// startNotify starts the store's notifications if the store has them and
+// they are not on, for the first wait or the first one a poll interval
+// after a failed start; other waiters go on meanwhile, and poll. It
+// reports whether they started.
+func (s *Semaphore) startNotify(ctx context.Context) bool {
+	if s.notifier == nil {
+		return false
+	}
+	s.mu.Lock()
+	if s.stop != nil || s.closed || s.subscribing || time.Since(s.subscribed) < s.poll {
+		s.mu.Unlock()
+		return false
+	}
+	s.subscribing, s.subscribed = true, time.Now()
+	s.mu.Unlock()
+
+	sctx, cancel := s.storeContext(ctx)
+	defer cancel()
+	stop, err := s.notifier.Notify(sctx, s.name, s.granted)
+	s.mu.Lock()
+	s.subscribing = false
+	closed := s.closed
+	if err == nil && !closed {
+		s.stop = stop
+	}
+	s.mu.Unlock()
+	if err == nil && closed {
+		stop()
+	}
+	return err == nil && !closed
 }
 
 // forget drops holder's waiter.
@@ -462,6 +488,9 @@ func (s *Semaphore) storeFailed(ctx context.Context, err error) (func(), error) 
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
+	if s.storeTimeout > 0 && err != errStorePaused {
+		s.skipTill.Store(time.Now().Add(s.storeTimeout).UnixNano())
+	}
 	if s.mode == FailOpen {
 		share := int64(max(s.limit/max(s.members.Live(), 1), 1))
 		for n := s.local.Load(); n < share; n = s.local.Load() {
@@ -481,6 +510,10 @@ func (s *Semaphore) storeFailed(ctx context.Context, err error) (func(), error) 
 	s.reject(ctx, err)
 	return nil, err
 }
+
+// errStorePaused is the cause of a refusal while Acquire leaves a store
+// that just failed alone.
+var errStorePaused = errors.New("the store failed less than StoreTimeout ago")
 
 // storeError is ErrStoreUnavailable with the store's error.
 type storeError struct{ err error }
@@ -576,25 +609,6 @@ func (s *Semaphore) renew() {
 			}
 			s.mu.Unlock()
 		}
-	}
-}
-
-// subscribe starts the store's notifications, for the first Acquire or
-// the first one a poll interval after a failed start; the others go on
-// meanwhile, and poll.
-func (s *Semaphore) subscribe(ctx context.Context) {
-	sctx, cancel := s.storeContext(ctx)
-	defer cancel()
-	stop, err := s.notifier.Notify(sctx, s.name, s.granted)
-	s.mu.Lock()
-	s.subscribing = false
-	closed := s.closed
-	if err == nil && !closed {
-		s.stop = stop
-	}
-	s.mu.Unlock()
-	if err == nil && closed {
-		stop()
 	}
 }
 

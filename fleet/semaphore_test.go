@@ -373,3 +373,34 @@ func TestSemaphoreLeaseLapsesWithoutRenewals(t *testing.T) {
 		release()
 	})
 }
+
+// countingFailStore fails every call and counts them.
+type countingFailStore struct {
+	failStore
+	calls atomic.Int32
+}
+
+func (c *countingFailStore) Acquire(ctx context.Context, name string, limit int, holder string, ttl time.Duration) (fleet.SemaphoreState, error) {
+	c.calls.Add(1)
+	return c.failStore.Acquire(ctx, name, limit, holder, ttl)
+}
+
+func TestSemaphoreLeavesAFailedStoreAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := new(countingFailStore)
+		s := mustSem(t, fleet.SemaphoreConfig{Store: store, Name: "api"})
+		for range 5 {
+			if _, err := s.Acquire(context.Background()); !errors.Is(err, fleet.ErrStoreUnavailable) {
+				t.Fatalf("Acquire = %v; want ErrStoreUnavailable", err)
+			}
+		}
+		if n := store.calls.Load(); n != 1 {
+			t.Fatalf("%d store calls for 5 Acquires within StoreTimeout; want 1", n)
+		}
+		time.Sleep(fleet.DefaultStoreTimeout)
+		s.Acquire(context.Background())
+		if n := store.calls.Load(); n != 2 {
+			t.Fatalf("%d store calls after StoreTimeout; want 2: the store is tried again", n)
+		}
+	})
+}
