@@ -241,6 +241,7 @@ type Semaphore struct {
 	// when the last start began.
 	subscribing bool
 	subscribed  time.Time
+	subDone     chan struct{} // closed when the start under way ends
 }
 
 // NewSemaphore returns a Semaphore configured by cfg, or an error that Is
@@ -379,19 +380,34 @@ func (s *Semaphore) Acquire(ctx context.Context) (release func(), err error) {
 
 // startNotify starts the store's notifications if the store has them and
 // they are not on, for the first wait or the first one a poll interval
-// after a failed start; other waiters go on meanwhile, and poll. It
-// reports whether they started.
+// after a failed start; waiters that come while they start wait for them.
+// It reports whether they started during the call.
 func (s *Semaphore) startNotify(ctx context.Context) bool {
 	if s.notifier == nil {
 		return false
 	}
 	s.mu.Lock()
-	if s.stop != nil || s.closed || s.subscribing || time.Since(s.subscribed) < s.poll {
+	if s.subscribing {
+		done := s.subDone
+		s.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+		s.mu.Lock()
+		on := s.stop != nil
+		s.mu.Unlock()
+		return on
+	}
+	if s.stop != nil || s.closed || time.Since(s.subscribed) < s.poll {
 		s.mu.Unlock()
 		return false
 	}
 	s.subscribing, s.subscribed = true, time.Now()
+	done := make(chan struct{})
+	s.subDone = done
 	s.mu.Unlock()
+	defer close(done)
 
 	sctx, cancel := s.storeContext(ctx)
 	defer cancel()
