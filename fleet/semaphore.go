@@ -25,7 +25,8 @@ const (
 )
 
 // ErrFull is returned by Semaphore.Acquire when no slot of the fleet
-// became free in the time the caller allowed. It Is bulkhead.ErrFull, so
+// became free within MaxWait, and under FailOpen when this process's
+// local share is taken. It Is bulkhead.ErrFull, so
 // every place that maps a full bulkhead (guardrail.Do, respond, guardhttp,
 // guardgrpc) maps it the same way.
 var ErrFull error = &fullError{"fleet: semaphore full"}
@@ -330,7 +331,8 @@ func (s *Semaphore) Held() int {
 	return len(s.held) + int(s.local.Load())
 }
 
-// Waiting returns the number of this process's callers queued for a slot.
+// Waiting returns the number of this process's callers in Acquire that
+// hold no slot yet: queued, or asking the store.
 func (s *Semaphore) Waiting() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
