@@ -1,7 +1,8 @@
 // Command semproc is one process of a fleet sharing a redissem semaphore,
 // for the test that runs several of them: Callers goroutines call URL in
-// a loop, each call under a slot of the semaphore, until standard input
-// closes; then it prints what it did as one JSON object.
+// a loop, each call under a slot of the semaphore (taken by Acquire, or by
+// a guardhttp client's bulkhead), until standard input closes; then it
+// prints what it did as one JSON object.
 package main
 
 import (
@@ -21,8 +22,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/extra/redisstore/redissem"
 	"github.com/guardrail-go/guardrail/fleet"
+	"github.com/guardrail-go/guardrail/guardhttp"
 )
 
 // Report is what a process prints when it stops.
@@ -70,14 +73,15 @@ func main() {
 	callers := flag.Int("callers", 40, "goroutines calling at once")
 	url := flag.String("url", "", "the URL each call gets")
 	id := flag.String("id", "0", "this process's number, sent in X-Proc; its holder ids start with p<id>/")
+	via := flag.String("via", "semaphore", "semaphore: Acquire, then an http.Client; guardhttp: a guardhttp client whose bulkhead the semaphore backs")
 	flag.Parse()
-	if err := run(*addr, *prefix, *name, *limit, *ttl, *callers, *url, *id); err != nil {
+	if err := run(*addr, *prefix, *name, *limit, *ttl, *callers, *url, *id, *via); err != nil {
 		fmt.Fprintln(os.Stderr, "semproc:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, prefix, name string, limit int, ttl time.Duration, callers int, url, id string) error {
+func run(addr, prefix, name string, limit int, ttl time.Duration, callers int, url, id, via string) error {
 	client := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: strings.Split(addr, ","), PoolSize: callers + 10})
 	defer client.Close()
 	if err := client.Ping(context.Background()).Err(); err != nil {
@@ -93,6 +97,16 @@ func run(addr, prefix, name string, limit int, ttl time.Duration, callers int, u
 	}
 	defer sem.Close()
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: callers}}
+	var guarded *http.Client
+	if via == "guardhttp" {
+		guarded, err = guardhttp.NewClient(guardhttp.Config{
+			Name:     name,
+			Bulkhead: &bulkhead.Config{MaxConcurrent: callers, MaxWait: -1, Shared: sem},
+		})
+		if err != nil {
+			return err
+		}
+	}
 
 	ctx, stop := context.WithCancel(context.Background())
 	var rep Report
@@ -101,7 +115,11 @@ func run(addr, prefix, name string, limit int, ttl time.Duration, callers int, u
 	for range callers {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				call(ctx, sem, hc, url, id, &rep, &w)
+				if guarded != nil {
+					callGuarded(ctx, guarded, url, id, &rep)
+				} else {
+					call(ctx, sem, hc, url, id, &rep, &w)
+				}
 			}
 		})
 	}
@@ -133,6 +151,25 @@ func call(ctx context.Context, sem *fleet.Semaphore, hc *http.Client, url, id st
 	resp, err := hc.Do(req)
 	if err != nil {
 		atomic.AddInt64(&rep.CallErrors, 1)
+		return
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	atomic.AddInt64(&rep.Calls, 1)
+}
+
+// callGuarded makes one call through the guardhttp client: its bulkhead
+// takes the semaphore's slot and frees it when the body is closed.
+func callGuarded(ctx context.Context, c *http.Client, url, id string, rep *Report) {
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(actx, http.MethodGet, url, nil)
+	req.Header.Set("X-Proc", id)
+	resp, err := c.Do(req)
+	if err != nil {
+		if ctx.Err() == nil {
+			atomic.AddInt64(&rep.CallErrors, 1)
+		}
 		return
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
