@@ -18,8 +18,11 @@
 // the lapsed leases and places, and hands free slots to the head of the
 // queue (for a third of the lease, until the waiter takes it) before it
 // does its own work; so a crashed holder's slot comes back at the first
-// call after its lease ends. Keys expire with the last
-// lease or place they hold: an idle semaphore leaves nothing behind.
+// call after its lease ends. Keys expire with the last lease or place
+// they hold: an idle semaphore leaves nothing behind.
+//
+// A semaphore's name is its keys' hash tag, so it must not hold a "}";
+// the Store's methods refuse one.
 package redissem
 
 import (
@@ -45,8 +48,8 @@ var ErrInvalidConfig = errors.New("redissem: invalid config")
 // Config configures a Store. Its zero value is valid.
 type Config struct {
 	// Prefix is prepended to every key and channel, to share a Redis with
-	// other data. Zero means DefaultPrefix. Do not put a hash tag ({…})
-	// in it: the semaphore's name is the tag.
+	// other data. Zero means DefaultPrefix. It must not hold a brace: the
+	// semaphore's name is the keys' hash tag.
 	Prefix string
 }
 
