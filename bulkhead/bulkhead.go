@@ -49,8 +49,26 @@ type Config struct {
 	// MaxWait is the longest a caller waits in the queue; the context's
 	// deadline, when sooner, ends the wait first. Zero means DefaultMaxWait
 	// (1 s); negative means no limit: only the context ends the wait.
-	// Unused when MaxQueue is zero.
+	// Unused when MaxQueue is zero, except to bound the wait for Shared.
 	MaxWait time.Duration
+	// Shared, when not nil, is a count of slots kept outside this
+	// Bulkhead, such as a fleet.Semaphore that bounds the calls of a whole
+	// fleet. A call then takes one of this Bulkhead's slots, which bound
+	// this process as before, and then one of Shared's, waiting for it at
+	// most MaxWait (whatever MaxQueue is) and never past the context's
+	// deadline or AcquireBy's latest time; Slot.Release frees both. Every
+	// compartment of a Group shares the one Shared. Nil means none: the
+	// Bulkhead counts only its own slots.
+	Shared Shared
+}
+
+// Shared is a count of slots kept outside a Bulkhead and shared with
+// other Bulkheads or processes; fleet.Semaphore is one. Acquire takes a
+// slot, waiting no longer than ctx allows, and returns the function that
+// frees it, or an error: one that Is ErrFull when no slot became free,
+// ctx.Err() when ctx ended the wait. It must be safe for concurrent use.
+type Shared interface {
+	Acquire(ctx context.Context) (release func(), err error)
 }
 
 // The state word packs the calls in flight (low half) and the callers
@@ -65,7 +83,8 @@ const (
 // context's deadline.
 //
 // Waiters are served in arrival order, and a newcomer never overtakes a
-// waiter. Acquire and Release allocate nothing when a slot is free.
+// waiter. Acquire and Release allocate nothing when a slot is free and
+// the Bulkhead has no Shared.
 //
 // Bulkhead is safe for concurrent use by multiple goroutines.
 type Bulkhead struct {
@@ -73,6 +92,7 @@ type Bulkhead struct {
 	limit    uint64
 	maxQueue uint64
 	maxWait  time.Duration // < 0: no limit
+	shared   Shared        // nil: none
 
 	mu sync.Mutex
 	// FIFO of waiters, guarded by mu. Its length is the queued half of
@@ -93,7 +113,7 @@ func New(cfg Config) (*Bulkhead, error) {
 	if errs := cfg.validate("Config."); len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	b := &Bulkhead{limit: DefaultMaxConcurrent, maxQueue: uint64(cfg.MaxQueue), maxWait: cfg.MaxWait}
+	b := &Bulkhead{limit: DefaultMaxConcurrent, maxQueue: uint64(cfg.MaxQueue), maxWait: cfg.MaxWait, shared: cfg.Shared}
 	if cfg.MaxConcurrent > 0 {
 		b.limit = uint64(cfg.MaxConcurrent)
 	}
@@ -145,15 +165,20 @@ func (e *configError) Is(target error) bool { return target == ErrInvalidConfig 
 // (go vet reports copies). A Slot is not safe for concurrent use; the
 // Bulkhead is.
 type Slot struct {
-	_ noCopy
-	b *Bulkhead
+	_      noCopy
+	b      *Bulkhead
+	shared func() // frees the Shared slot; nil: none
 }
 
-// Release frees the slot, handing it to the first waiter if any. Only the
-// first Release of a Slot frees it.
+// Release frees the slot, handing it to the first waiter if any, and the
+// Shared slot taken with it. Only the first Release of a Slot frees them.
 func (s *Slot) Release() {
 	if b := s.b; b != nil {
 		s.b = nil
+		if r := s.shared; r != nil {
+			s.shared = nil
+			r()
+		}
 		b.releaseOne()
 	}
 }
@@ -192,13 +217,49 @@ func (b *Bulkhead) AcquireBy(ctx context.Context, latest time.Time) (Slot, error
 	// which would take the mutex: under contention that doubled the cost.
 	for s := b.state.Load(); s < b.limit; s = b.state.Load() {
 		if b.state.CompareAndSwap(s, s+1) {
+			if b.shared != nil {
+				return b.acquireShared(ctx, latest)
+			}
 			return Slot{b: b}, nil
 		}
 	}
-	return b.acquireSlow(ctx, latest)
+	if err := b.acquireSlow(ctx, latest); err != nil {
+		return Slot{}, err
+	}
+	if b.shared != nil {
+		return b.acquireShared(ctx, latest)
+	}
+	return Slot{b: b}, nil
 }
 
-func (b *Bulkhead) acquireSlow(ctx context.Context, latest time.Time) (Slot, error) {
+// acquireShared takes a Shared slot for a caller that holds one of b's,
+// freeing b's if it gets none.
+func (b *Bulkhead) acquireShared(ctx context.Context, latest time.Time) (Slot, error) {
+	wait, waitErr := b.maxWait, ErrFull // wait < 0: no limit
+	if !latest.IsZero() {
+		if left := time.Until(latest); wait < 0 || left < wait {
+			wait, waitErr = max(left, 0), ErrNoTime
+		}
+	}
+	sctx := ctx
+	if wait >= 0 {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
+	}
+	release, err := b.shared.Acquire(sctx)
+	if err != nil {
+		b.releaseOne()
+		if ctx.Err() == nil && sctx.Err() != nil && !errors.Is(err, ErrFull) {
+			err = waitErr // our bound, not the caller's, ended the wait
+		}
+		return Slot{}, err
+	}
+	return Slot{b: b, shared: release}, nil
+}
+
+// acquireSlow takes one of b's slots, queueing for it if need be.
+func (b *Bulkhead) acquireSlow(ctx context.Context, latest time.Time) error {
 	wait, waitErr := b.maxWait, ErrFull // wait < 0: no limit
 	if !latest.IsZero() {
 		if left := time.Until(latest); wait < 0 || left < wait {
@@ -210,12 +271,12 @@ func (b *Bulkhead) acquireSlow(ctx context.Context, latest time.Time) (Slot, err
 			s := b.state.Load()
 			if s >= b.limit {
 				if b.maxQueue == 0 {
-					return Slot{}, ErrFull
+					return ErrFull
 				}
-				return Slot{}, waitErr // no time to wait
+				return waitErr // no time to wait
 			}
 			if b.state.CompareAndSwap(s, s+1) {
-				return Slot{b: b}, nil
+				return nil
 			}
 		}
 	}
@@ -225,13 +286,13 @@ func (b *Bulkhead) acquireSlow(ctx context.Context, latest time.Time) (Slot, err
 		if s < b.limit {
 			if b.state.CompareAndSwap(s, s+1) {
 				b.mu.Unlock()
-				return Slot{b: b}, nil
+				return nil
 			}
 			continue // a fast-path acquire or release raced us
 		}
 		if s>>32 >= b.maxQueue {
 			b.mu.Unlock()
-			return Slot{}, ErrFull
+			return ErrFull
 		}
 		// Queue. The CAS fails if a fast-path release freed a slot since
 		// the load; then look again. Once queued, releases take the slow path.
@@ -256,7 +317,7 @@ func (b *Bulkhead) acquireSlow(ctx context.Context, latest time.Time) (Slot, err
 	} // else no limit, or the deadline comes first: ctx.Done ends the wait
 	select {
 	case <-w.ready:
-		return Slot{b: b}, nil
+		return nil
 	case <-expired:
 		return b.giveUp(w, waitErr)
 	case <-ctx.Done():
@@ -267,15 +328,15 @@ func (b *Bulkhead) acquireSlow(ctx context.Context, latest time.Time) (Slot, err
 // giveUp leaves the queue. If a slot was handed to w meanwhile, a waiter
 // whose time ran out takes it (it came in time); one whose context is done
 // passes it on.
-func (b *Bulkhead) giveUp(w *waiter, err error) (Slot, error) {
+func (b *Bulkhead) giveUp(w *waiter, err error) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if w.granted {
 		if err == ErrFull || err == ErrNoTime {
-			return Slot{b: b}, nil
+			return nil
 		}
 		b.releaseLocked()
-		return Slot{}, err
+		return err
 	}
 	if w.prev == nil {
 		b.head = w.next
@@ -288,7 +349,7 @@ func (b *Bulkhead) giveUp(w *waiter, err error) (Slot, error) {
 		w.next.prev = w.prev
 	}
 	b.state.Add(^uint64(waitUnit - 1)) // -waitUnit
-	return Slot{}, err
+	return err
 }
 
 func (b *Bulkhead) releaseOne() {

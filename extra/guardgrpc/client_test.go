@@ -22,6 +22,7 @@ import (
 	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/extra/guardgrpc"
+	"github.com/guardrail-go/guardrail/fleet"
 )
 
 func failFirst(n int64, code codes.Code) func(context.Context, int64, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
@@ -527,6 +528,31 @@ func TestBulkheadRefusesOverflow(t *testing.T) {
 	wg.Wait()
 	if !errors.Is(err, guardrail.ErrBulkheadFull) || status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("err = %v, want ErrBulkheadFull with RESOURCE_EXHAUSTED", err)
+	}
+}
+
+// A fleet.Semaphore behind the bulkhead: a call refused because the
+// fleet's slots are taken is RESOURCE_EXHAUSTED like a local refusal.
+func TestBulkheadSharedByFleet(t *testing.T) {
+	sem, err := fleet.NewSemaphore(fleet.SemaphoreConfig{Store: new(fleet.MemorySemaphoreStore), Name: "health", Limit: 1, MaxWait: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sem.Close()
+	c := newClient(t, guardgrpc.ClientConfig{Bulkhead: &bulkhead.Config{MaxConcurrent: 10, Shared: sem}})
+	cl := dial(t, serve(t, &health{}), c)
+	ctx := ctxTimeout(t, 10*time.Second)
+	if _, err := cl.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("Check with the fleet's slot free: %v", err)
+	}
+	release, err := sem.Acquire(ctx) // another process of the fleet
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	_, err = cl.Check(ctx, &healthpb.HealthCheckRequest{})
+	if !errors.Is(err, guardrail.ErrBulkheadFull) || !errors.Is(err, fleet.ErrFull) || status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("err = %v, want ErrBulkheadFull from fleet.ErrFull with RESOURCE_EXHAUSTED", err)
 	}
 }
 
