@@ -20,7 +20,9 @@ import (
 const (
 	DefaultSemaphoreLimit = 10
 	DefaultLeaseTTL       = 10 * time.Second
-	DefaultStoreTimeout   = 250 * time.Millisecond
+	// DefaultSemaphoreStoreTimeout bounds a Semaphore's store calls; a
+	// Limiter's are bounded by DefaultStoreTimeout.
+	DefaultSemaphoreStoreTimeout = 250 * time.Millisecond
 	DefaultSemaphoreWait  = time.Second
 )
 
@@ -43,11 +45,6 @@ func (e *fullError) Error() string { return e.msg }
 func (e *fullError) Is(target error) bool {
 	return target == ErrFull || target == bulkhead.ErrFull
 }
-
-// ErrInvalidConfig is the sentinel of every error NewSemaphore returns for
-// a SemaphoreConfig it rejects; the error names the field, what it held
-// and what is allowed.
-var ErrInvalidConfig = errors.New("fleet: invalid config")
 
 // SemaphoreStore holds the slots of a semaphore shared by a fleet: a set
 // of holders, each with a lease that ends unless renewed, and a queue of
@@ -105,30 +102,6 @@ type SemaphoreState struct {
 	InUse int
 }
 
-// FailMode says what a Semaphore does when its store cannot be reached.
-type FailMode int
-
-const (
-	// FailClosed refuses the call with ErrStoreUnavailable: no call runs
-	// that the fleet's count does not include. It is the zero FailMode.
-	FailClosed FailMode = iota
-	// FailOpen runs the call under a cap of this process's own: its share
-	// of the limit, Limit / Members.Live() (at least 1), with no waiting.
-	// The fleet then stays near Limit as long as Members counts it right.
-	FailOpen
-)
-
-// String returns "fail_closed" or "fail_open".
-func (m FailMode) String() string {
-	switch m {
-	case FailClosed:
-		return "fail_closed"
-	case FailOpen:
-		return "fail_open"
-	}
-	return "FailMode(" + strconv.Itoa(int(m)) + ")"
-}
-
 // SemaphoreConfig configures a Semaphore: a plain value that NewSemaphore
 // copies. Store and Name are required; every other zero field means its
 // default.
@@ -156,7 +129,7 @@ type SemaphoreConfig struct {
 	// StoreTimeout bounds each call to the store. After a call fails,
 	// Acquire leaves the store alone for as long and applies Mode at once,
 	// so a store that is down costs a StoreTimeout per StoreTimeout, not
-	// per call. Zero means DefaultStoreTimeout (250 ms); negative means no
+	// per call. Zero means DefaultSemaphoreStoreTimeout (250 ms); negative means no
 	// limit beyond the caller's context, and no such pause.
 	StoreTimeout time.Duration
 	// PollInterval is how often a waiter asks the store whether a slot was
@@ -167,11 +140,18 @@ type SemaphoreConfig struct {
 	// asks before its place (LeaseTTL/2) or a slot handed to it
 	// (LeaseTTL/3) lapses.
 	PollInterval time.Duration
-	// Mode is what Acquire does when the store fails: FailClosed (the
-	// zero value) or FailOpen.
-	Mode FailMode
-	// Members counts the live processes, for FailOpen's local share. It is
-	// required with FailOpen and unused otherwise.
+	// OnStoreFailure is what Acquire does when the store fails, as a
+	// Limiter's: FailOpen (the zero value) runs the call under a cap of
+	// this process's own, its share of the limit, Limit / Members.Live()
+	// (at least 1), without waiting, so the fleet stays near Limit as long
+	// as Members counts it right; FailClosed refuses it with
+	// ErrStoreUnavailable, so that no call runs that the fleet's count does
+	// not include. For a third party that punishes a breach of its cap,
+	// choose FailClosed.
+	OnStoreFailure FailureMode
+	// Members counts the live processes, for FailOpen's local share. Nil
+	// means Fixed(1): each process alone then runs up to Limit while the
+	// store fails, so set it for a fleet.
 	Members Members
 	// ID names this process in the store's records, such as its host or
 	// pod name: every holder id this Semaphore gives the store starts with
@@ -184,18 +164,11 @@ type SemaphoreConfig struct {
 	Observer event.Observer
 }
 
-// configError reports one invalid field. It Is ErrInvalidConfig.
-type configError struct {
-	field string
-	value any
-	want  string
+// semInvalid reports one invalid field of a SemaphoreConfig. It Is
+// ErrInvalidConfig.
+func semInvalid(field string, got any, want string) error {
+	return &configError{fmt.Sprintf("fleet: %s is %v; want %s", field, got, want)}
 }
-
-func (e *configError) Error() string {
-	return fmt.Sprintf("fleet: %s is %v; want %s", e.field, e.value, e.want)
-}
-
-func (e *configError) Is(target error) bool { return target == ErrInvalidConfig }
 
 // Semaphore bounds the calls in flight across a fleet of processes: at
 // most Limit at once, counted in a shared store. A slot is held under a
@@ -221,7 +194,7 @@ type Semaphore struct {
 	maxWait      time.Duration // < 0: no limit
 	storeTimeout time.Duration // < 0: no limit
 	poll         time.Duration
-	mode         FailMode
+	mode         FailureMode
 	members      Members
 	obs          event.Observer
 
@@ -250,17 +223,17 @@ type Semaphore struct {
 func NewSemaphore(cfg SemaphoreConfig) (*Semaphore, error) {
 	var errs []error
 	if cfg.Store == nil {
-		errs = append(errs, &configError{"SemaphoreConfig.Store", "nil", "a SemaphoreStore"})
+		errs = append(errs, semInvalid("SemaphoreConfig.Store", "nil", "a SemaphoreStore"))
 	}
 	if cfg.Name == "" {
-		errs = append(errs, &configError{"SemaphoreConfig.Name", `""`, "a non-empty name"})
+		errs = append(errs, semInvalid("SemaphoreConfig.Name", `""`, "a non-empty name"))
 	}
 	if cfg.Limit < 0 {
-		errs = append(errs, &configError{"SemaphoreConfig.Limit", cfg.Limit, "1 or more, or zero for the default"})
+		errs = append(errs, semInvalid("SemaphoreConfig.Limit", cfg.Limit, "1 or more, or zero for the default"))
 	}
 	ttl := cmpOr(cfg.LeaseTTL, DefaultLeaseTTL)
 	if ttl < 30*time.Millisecond {
-		errs = append(errs, &configError{"SemaphoreConfig.LeaseTTL", cfg.LeaseTTL, "30ms or more, or zero for the default"})
+		errs = append(errs, semInvalid("SemaphoreConfig.LeaseTTL", cfg.LeaseTTL, "30ms or more, or zero for the default"))
 	}
 	n, _ := cfg.Store.(SemaphoreNotifier)
 	poll := cfg.PollInterval
@@ -270,19 +243,18 @@ func NewSemaphore(cfg SemaphoreConfig) (*Semaphore, error) {
 	case poll == 0:
 		poll = min(50*time.Millisecond, ttl/4)
 	case poll < time.Millisecond || poll > ttl/4:
-		errs = append(errs, &configError{"SemaphoreConfig.PollInterval", cfg.PollInterval, "1ms to LeaseTTL/4, or zero for the default"})
+		errs = append(errs, semInvalid("SemaphoreConfig.PollInterval", cfg.PollInterval, "1ms to LeaseTTL/4, or zero for the default"))
 	}
 	if strings.ContainsAny(cfg.ID, " \t\n") {
-		errs = append(errs, &configError{"SemaphoreConfig.ID", strconv.Quote(cfg.ID), "an ID without white space"})
+		errs = append(errs, semInvalid("SemaphoreConfig.ID", strconv.Quote(cfg.ID), "an ID without white space"))
 	}
-	switch cfg.Mode {
-	case FailClosed:
-	case FailOpen:
-		if cfg.Members == nil {
-			errs = append(errs, &configError{"SemaphoreConfig.Members", "nil", "a Members with FailOpen"})
-		}
+	switch cfg.OnStoreFailure {
+	case FailClosed, FailOpen:
 	default:
-		errs = append(errs, &configError{"SemaphoreConfig.Mode", cfg.Mode, "FailClosed or FailOpen"})
+		errs = append(errs, semInvalid("SemaphoreConfig.OnStoreFailure", cfg.OnStoreFailure, "FailOpen or FailClosed"))
+	}
+	if cfg.Members == nil {
+		cfg.Members = Fixed(1)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -300,9 +272,9 @@ func NewSemaphore(cfg SemaphoreConfig) (*Semaphore, error) {
 		limit:        cmpOr(cfg.Limit, DefaultSemaphoreLimit),
 		ttl:          ttl,
 		maxWait:      cmpOr(cfg.MaxWait, DefaultSemaphoreWait),
-		storeTimeout: cmpOr(cfg.StoreTimeout, DefaultStoreTimeout),
+		storeTimeout: cmpOr(cfg.StoreTimeout, DefaultSemaphoreStoreTimeout),
 		poll:         poll,
-		mode:         cfg.Mode,
+		mode:         cfg.OnStoreFailure,
 		members:      cfg.Members,
 		obs:          cfg.Observer,
 		id:           id,

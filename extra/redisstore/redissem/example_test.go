@@ -29,7 +29,7 @@ func Example() {
 		Name:     "partner-api",
 		Limit:    50,
 		LeaseTTL: 10 * time.Second, // a crashed instance's slots come back within 10 s
-		Mode:     fleet.FailOpen,   // Redis down: this instance's share, 50 / 5
+		OnStoreFailure:     fleet.FailOpen,   // Redis down: this instance's share, 50 / 5
 		Members:  fleet.Fixed(5),
 	})
 	if err != nil {

@@ -358,7 +358,7 @@ func TestRedisUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	open := newSem(t, fleet.SemaphoreConfig{Store: store, Name: "api", Limit: 8, Mode: fleet.FailOpen, Members: fleet.Fixed(4)})
+	open := newSem(t, fleet.SemaphoreConfig{Store: store, Name: "api", Limit: 8, OnStoreFailure: fleet.FailOpen, Members: fleet.Fixed(4)})
 	r1, err1 := open.Acquire(ctx)
 	r2, err2 := open.Acquire(ctx)
 	_, err3 := open.Acquire(ctx)
@@ -367,7 +367,7 @@ func TestRedisUnreachable(t *testing.T) {
 	}
 	r1()
 	r2()
-	closed := newSem(t, fleet.SemaphoreConfig{Store: store, Name: "api", Limit: 8})
+	closed := newSem(t, fleet.SemaphoreConfig{Store: store, Name: "api", Limit: 8, OnStoreFailure: fleet.FailClosed})
 	if _, err := closed.Acquire(ctx); !errors.Is(err, fleet.ErrStoreUnavailable) || !errors.Is(err, bulkhead.ErrFull) {
 		t.Fatalf("FailClosed: %v; want ErrStoreUnavailable", err)
 	}
