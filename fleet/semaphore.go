@@ -23,7 +23,7 @@ const (
 	// DefaultSemaphoreStoreTimeout bounds a Semaphore's store calls; a
 	// Limiter's are bounded by DefaultStoreTimeout.
 	DefaultSemaphoreStoreTimeout = 250 * time.Millisecond
-	DefaultSemaphoreWait  = time.Second
+	DefaultSemaphoreWait         = time.Second
 )
 
 // ErrFull is returned by Semaphore.Acquire when no slot of the fleet

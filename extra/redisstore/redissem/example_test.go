@@ -25,12 +25,12 @@ func Example() {
 		log.Fatal(err)
 	}
 	sem, err := fleet.NewSemaphore(fleet.SemaphoreConfig{
-		Store:    store,
-		Name:     "partner-api",
-		Limit:    50,
-		LeaseTTL: 10 * time.Second, // a crashed instance's slots come back within 10 s
-		OnStoreFailure:     fleet.FailOpen,   // Redis down: this instance's share, 50 / 5
-		Members:  fleet.Fixed(5),
+		Store:          store,
+		Name:           "partner-api",
+		Limit:          50,
+		LeaseTTL:       10 * time.Second, // a crashed instance's slots come back within 10 s
+		OnStoreFailure: fleet.FailOpen,   // Redis down: this instance's share, 50 / 5
+		Members:        fleet.Fixed(5),
 	})
 	if err != nil {
 		log.Fatal(err)
