@@ -90,6 +90,7 @@ type applying struct {
 	obs     event.Observer
 	next    map[poolKey]pooled
 	swaps   []func()
+	aborts  []func() // what undoes a build when the reload is rejected
 	changed []string
 }
 
@@ -102,11 +103,13 @@ func (r *Registry) apply(c *checkedFile) ([]string, error) {
 	a := &applying{r: r, obs: r.opts.Observer, next: map[poolKey]pooled{}}
 	for _, d := range c.Dependencies {
 		if err := a.dependency(d); err != nil {
+			a.abort()
 			return nil, err
 		}
 	}
 	for _, s := range c.Servers {
 		if err := a.server(s); err != nil {
+			a.abort()
 			return nil, err
 		}
 	}
@@ -395,6 +398,9 @@ func (a *applying) rateLimit(s *resolvedServer) error {
 			return err
 		}
 		a.changed = append(a.changed, "servers."+s.Name+".rate_limit")
+		if fl != nil {
+			a.aborts = append(a.aborts, func() { _ = fl.Close() })
+		}
 		a.swaps = append(a.swaps, func() {
 			old := e.fleet
 			e.h.cur.Store(l)
@@ -403,4 +409,13 @@ func (a *applying) rateLimit(s *resolvedServer) error {
 		})
 	}
 	return nil
+}
+
+// abort undoes what the builds of a rejected reload started: the fleet
+// limiters of shared rate limits, which would otherwise keep their
+// goroutines.
+func (a *applying) abort() {
+	for _, f := range a.aborts {
+		f()
+	}
 }
