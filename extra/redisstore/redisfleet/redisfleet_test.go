@@ -118,13 +118,19 @@ func TestTakeRefills(t *testing.T) {
 	s, _, _ := standalone(t)
 	ctx := t.Context()
 	const rate, burst = 1000, 50
-	got, _, err := s.Take(ctx, "k", 100, rate, burst)
+	// A spent bucket says when its next token comes: at 1/s, within a
+	// second, and no token comes back between two calls however slow the
+	// machine.
+	got, _, err := s.Take(ctx, "slow", 100, 1, burst)
 	if err != nil || got != 50 {
 		t.Fatalf("Take = %d, %v", got, err)
 	}
-	_, retry, err := s.Take(ctx, "k", 1, rate, burst)
-	if err != nil || retry <= 0 || retry > time.Millisecond {
-		t.Fatalf("retry %v, %v; want within 1 ms at 1000/s", retry, err)
+	got, retry, err := s.Take(ctx, "slow", 1, 1, burst)
+	if err != nil || got != 0 || retry <= 0 || retry > time.Second {
+		t.Fatalf("got %d, retry %v, %v; want none, and a retry within 1 s at 1/s", got, retry, err)
+	}
+	if got, _, err = s.Take(ctx, "k", 100, rate, burst); err != nil || got != 50 {
+		t.Fatalf("Take = %d, %v", got, err)
 	}
 	total := 0
 	start := time.Now()
