@@ -275,8 +275,11 @@ func runFleet(t *testing.T, redisKind, via, addr string, direct redis.Cmdable, p
 	if deadSlots == 0 {
 		t.Errorf("the killed process held no slot after the kill (it had %d calls in flight at the server): the test proves nothing", victimInFlight)
 	}
-	if reclaimed > ttl+ttl/10 {
-		t.Errorf("the killed process's slots came back after %v; want within the lease, %v", reclaimed, ttl)
+	// The slots lapse on the server's clock one lease after the kill
+	// (measured: 990-1,022 ms for 1 s); the margin is the time for this
+	// test to see it on a machine busy with the other processes.
+	if reclaimed > ttl+ttl/2 {
+		t.Errorf("the killed process's slots came back after %v; want within the lease, %v, and the time to see it", reclaimed, ttl)
 	}
 	if others-othersAtKill == 0 {
 		t.Errorf("no call by the live processes after the kill")
