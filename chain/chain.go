@@ -201,8 +201,18 @@ func ParseMarker(v string) bool {
 // and at most MaxAmplification. It reports false for anything else (signs,
 // garbage, absurd lengths), which a server reads as 1.
 func ParseAmplification(v string) (int, bool) {
+	n, ok := parseDigits(v, 9)
+	if !ok {
+		return 0, false
+	}
+	return clampAmp(n), true
+}
+
+// parseDigits parses a decimal number of at most maxLen digits, spaces
+// around it ignored: no sign, nothing else.
+func parseDigits(v string, maxLen int) (int, bool) {
 	v = trimSpace(v)
-	if v == "" || len(v) > 9 {
+	if v == "" || len(v) > maxLen {
 		return 0, false
 	}
 	n := 0
@@ -213,7 +223,7 @@ func ParseAmplification(v string) (int, bool) {
 		}
 		n = n*10 + int(c-'0')
 	}
-	return clampAmp(n), true
+	return n, true
 }
 
 func clampAmp(n int) int { return min(max(n, 1), MaxAmplification) }

@@ -59,7 +59,7 @@ func CohortOf(key string, now time.Time, rotate time.Duration) int {
 // [0, Cohorts), spaces around it ignored. Anything else reports false,
 // and the request has no cohort.
 func ParseCohort(v string) (int, bool) {
-	n, ok := parseSmall(v)
+	n, ok := parseDigits(v, 3)
 	return n, ok && n < Cohorts
 }
 
@@ -67,25 +67,8 @@ func ParseCohort(v string) (int, bool) {
 // [0, Cohorts], spaces around it ignored. Anything else reports false,
 // and the level is ignored.
 func ParseAdmission(v string) (int, bool) {
-	n, ok := parseSmall(v)
+	n, ok := parseDigits(v, 3)
 	return n, ok && n <= Cohorts
-}
-
-// parseSmall parses a decimal number of at most 3 digits.
-func parseSmall(v string) (int, bool) {
-	v = trimSpace(v)
-	if v == "" || len(v) > 3 {
-		return 0, false
-	}
-	n := 0
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n, true
 }
 
 // Cohort returns the cohort of the request being served, and false when
