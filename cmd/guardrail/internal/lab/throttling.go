@@ -35,7 +35,7 @@ func throttling() Experiment {
 		bind: func(fs *flag.FlagSet, quick bool) flagged {
 			p := throttlingParams{capacity: 400, offered: 360, phase: 6 * time.Second, settle: 2 * time.Second, k: 1.05, window: 2 * time.Second, openFor: 500 * time.Millisecond}
 			if quick {
-				p.phase = 4 * time.Second
+				p.phase = 5 * time.Second
 			}
 			fs.Float64Var(&p.capacity, "capacity", p.capacity, "requests per second the backend serves, before it halves")
 			fs.Float64Var(&p.offered, "offered", p.offered, "requests per second the clients send")
