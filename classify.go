@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/guardrail-go/guardrail/breaker"
+	"github.com/guardrail-go/guardrail/chain"
 )
 
 // Verdict is what a classifier says about one failed attempt: a plain
@@ -246,4 +247,15 @@ func failureOf(err error) (timeout, lost bool) {
 		}
 	}
 	return false, false
+}
+
+// Marked returns v with what an answer's chain markers say, whatever the
+// classifier said, for the client transports (guardhttp, guardgrpc): an
+// answer marked already retried is not retried (Retried), one marked not
+// processed is safe to retry for any operation (Unsent), since its
+// handler never ran.
+func (v Verdict) Marked(m chain.Marks) Verdict {
+	v.Retried = v.Retried || m.Retried
+	v.Unsent = v.Unsent || m.NotProcessed
+	return v
 }

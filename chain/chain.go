@@ -180,13 +180,24 @@ func (s *State) NotProcessed() bool {
 // MarkNotProcessed calls MarkNotProcessed on the State ctx carries, if any.
 func MarkNotProcessed(ctx context.Context) { FromContext(ctx).MarkNotProcessed() }
 
-// Marks says which markers an answer carries, as read by a client.
+// Marks says which markers an answer carries, as read by a client. A
+// plain value; guardrail.Verdict.Marked says what they mean for a retry.
 type Marks struct {
 	// Retried: the answer carried HeaderRetried (MDRetried).
 	Retried bool
 	// NotProcessed: the answer carried HeaderNotProcessed
 	// (MDNotProcessed).
 	NotProcessed bool
+}
+
+// MarksOf reads the markers from the values of an answer's HeaderRetried
+// and HeaderNotProcessed (or their gRPC twins): the first value of each
+// counts, as ParseMarker reads it.
+func MarksOf(retried, notProcessed []string) Marks {
+	return Marks{
+		Retried:      len(retried) > 0 && ParseMarker(retried[0]),
+		NotProcessed: len(notProcessed) > 0 && ParseMarker(notProcessed[0]),
+	}
 }
 
 // ParseMarker reports whether v, the value of a marker header or trailer,

@@ -8,7 +8,6 @@ import (
 	"github.com/guardrail-go/guardrail"
 	"github.com/guardrail-go/guardrail/backoff"
 	"github.com/guardrail-go/guardrail/breaker"
-	"github.com/guardrail-go/guardrail/chain"
 )
 
 // Classifier decides what one attempt's result means: exactly one of resp
@@ -124,18 +123,4 @@ func inFlight(r *http.Request, resp *http.Response, v *guardrail.Verdict) {
 		return
 	}
 	*v = guardrail.Verdict{Outcome: breaker.Ignored, InFlight: true, RetryAfter: d}
-}
-
-// chainMarks adds to v, the verdict on a failed answer, what the answer's
-// chain markers say, whatever the Classifier said: an answer marked
-// chain.HeaderRetried is not retried (the server behind already did), one
-// marked chain.HeaderNotProcessed is safe to retry for any method (its
-// handler never ran). The engine decides the rest.
-func chainMarks(resp *http.Response, v *guardrail.Verdict) {
-	if vs := resp.Header[chain.HeaderRetried]; len(vs) > 0 && chain.ParseMarker(vs[0]) {
-		v.Retried = true
-	}
-	if vs := resp.Header[chain.HeaderNotProcessed]; len(vs) > 0 && chain.ParseMarker(vs[0]) {
-		v.Unsent = true
-	}
 }

@@ -526,7 +526,7 @@ func (c *call) send(actx context.Context, n int) (*http.Response, error) {
 	if v.Outcome == breaker.Success {
 		return resp, nil
 	}
-	chainMarks(resp, &v)
+	v = v.Marked(chain.MarksOf(resp.Header[chain.HeaderRetried], resp.Header[chain.HeaderNotProcessed]))
 	if stop != nil {
 		stop()
 	}

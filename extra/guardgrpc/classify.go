@@ -103,22 +103,8 @@ func (e *attemptError) Overload() bool { return e.overload }
 // failedAttempt classifies a failed attempt for the engine.
 func (c *Client) failedAttempt(r Result) *attemptError {
 	ae := &attemptError{err: r.Err, v: c.classify(r), overload: overloaded(r)}
-	chainMarks(r.Trailer, &ae.v)
+	ae.v = ae.v.Marked(chain.MarksOf(r.Trailer[chain.MDRetried], r.Trailer[chain.MDNotProcessed]))
 	return ae
-}
-
-// chainMarks adds to v what the answer's chain trailers say, whatever the
-// Classifier said, as guardhttp does with the headers: an answer marked
-// chain.MDRetried is not retried (the server behind already did), one
-// marked chain.MDNotProcessed is safe to retry for any method (its
-// handler never ran). The engine decides the rest.
-func chainMarks(md metadata.MD, v *guardrail.Verdict) {
-	if vs := md[chain.MDRetried]; len(vs) > 0 && chain.ParseMarker(vs[0]) {
-		v.Retried = true
-	}
-	if vs := md[chain.MDNotProcessed]; len(vs) > 0 && chain.ParseMarker(vs[0]) {
-		v.Unsent = true
-	}
 }
 
 // overloaded reports whether a failed attempt's answer says the server is
