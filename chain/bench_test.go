@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/guardrail-go/guardrail/chain"
 )
@@ -47,4 +48,26 @@ func BenchmarkMiddleware(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkLevelsNote is the cost a client pays on every answer once a
+// dependency has reported an admission level: the same level again, and
+// a dependency without one.
+func BenchmarkLevelsNote(b *testing.B) {
+	var l chain.Levels
+	now := time.Now()
+	l.Note("a", "40", true, now)
+	b.Run("same", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			l.Note("a", "40", true, now)
+		}
+	})
+	b.Run("none", func(b *testing.B) {
+		var fresh chain.Levels
+		b.ReportAllocs()
+		for b.Loop() {
+			fresh.Note("a", "", false, now)
+		}
+	})
 }

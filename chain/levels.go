@@ -47,8 +47,18 @@ func (l *Levels) Note(key, v string, present bool, now time.Time) {
 	if level == 0 && !l.seen.Load() {
 		return
 	}
-	l.seen.Store(true)
 	ns := now.UnixNano()
+	cur := int(l.cur.Load())
+	if level == 0 && cur == 0 {
+		return // nothing above 0 is in force, and this adds none
+	}
+	if level == cur && ns < l.exp.Load()-int64(LevelTTL/2) {
+		// Every answer of a shedding dependency says its level: while
+		// the one in force is the same and fresh, there is nothing to
+		// update, and no lock to take.
+		return
+	}
+	l.seen.Store(true)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.byKey == nil {
