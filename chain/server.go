@@ -18,7 +18,8 @@ import (
 var ErrInvalidConfig = errors.New("chain: invalid config")
 
 // Config configures a Server. The zero Config is valid: the default cap,
-// no observer.
+// no observer. It is a plain value that New reads once; the functions it
+// holds (Key, Admission) must be safe for concurrent use.
 type Config struct {
 	// Name names the server in events (event.Event.Dependency).
 	Name string

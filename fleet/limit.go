@@ -43,7 +43,8 @@ type TokenStore interface {
 	Return(ctx context.Context, key string, n int, rate float64, burst int) error
 }
 
-// FailureMode says what a Limiter does while its TokenStore fails.
+// FailureMode says what a Limiter or a Semaphore does while its store
+// fails. It is a plain value, safe to copy.
 type FailureMode int
 
 const (
@@ -135,7 +136,8 @@ func (e *LimitedError) Is(target error) bool { return target == ErrLimited }
 func (e *LimitedError) Unwrap() error { return e.Err }
 
 // LimiterConfig configures a Limiter; NewLimiter copies it. Store is the
-// only field without a default.
+// only field without a default. It is a plain value; what it points to
+// (Store, Members, Rand, Observer) must be safe for concurrent use.
 type LimiterConfig struct {
 	// Store is the shared token bucket. It is required.
 	Store TokenStore
@@ -201,7 +203,8 @@ type LimiterConfig struct {
 	Observer event.Observer
 }
 
-// Stats counts what a Limiter did since NewLimiter.
+// Stats counts what a Limiter did since NewLimiter. A plain value, a
+// snapshot safe to read from any goroutine.
 type Stats struct {
 	// Admitted and Refused count Allow's answers (context errors and
 	// ErrClosed are neither).
