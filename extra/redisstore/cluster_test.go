@@ -26,27 +26,7 @@ func clusterHarness(replicas int) storetest.Harness {
 	return storetest.Harness{New: func(t *testing.T) storetest.Subject {
 		cl := redistest.Shared(t)
 		client := cl.Client(t)
-		prefix := "guardrail-test:" + idempotency.NewToken()[:12] + ":"
-		keys := func() []string {
-			var mu sync.Mutex
-			var all []string
-			err := client.ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error {
-				k, err := m.Keys(ctx, prefix+"*").Result()
-				mu.Lock()
-				all = append(all, k...)
-				mu.Unlock()
-				return err
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return all
-		}
-		t.Cleanup(func() {
-			for _, k := range keys() {
-				client.Del(context.Background(), k)
-			}
-		})
+		prefix, keys := redistest.ClusterPrefix(t, client)
 		return storetest.Subject{
 			Store: mustNew(client, redisstore.Config{Prefix: prefix, Replicas: replicas}),
 			Advance: func(d time.Duration) {

@@ -3,8 +3,6 @@ package redissem_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -43,27 +41,7 @@ func standalone(t *testing.T) harness {
 
 func cluster(t *testing.T) harness {
 	cc := redistest.Shared(t).Client(t)
-	prefix := fmt.Sprintf("guardrail-test:%012x:", rand.Uint64()>>16)
-	keys := func() []string {
-		var mu sync.Mutex
-		var all []string
-		err := cc.ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error {
-			k, err := m.Keys(ctx, prefix+"*").Result()
-			mu.Lock()
-			all = append(all, k...)
-			mu.Unlock()
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return all
-	}
-	t.Cleanup(func() {
-		for _, k := range keys() {
-			cc.Del(context.Background(), k)
-		}
-	})
+	prefix, keys := redistest.ClusterPrefix(t, cc)
 	return harness{client: cc, prefix: prefix, keys: keys}
 }
 

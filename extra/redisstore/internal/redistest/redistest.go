@@ -309,3 +309,35 @@ func Prefix(tb testing.TB, direct *redis.Client) string {
 	})
 	return prefix
 }
+
+// ClusterPrefix is Prefix on a Redis Cluster: a key prefix unique to the
+// test, whose keys are deleted on every master when it ends. keys lists
+// them, from every master.
+func ClusterPrefix(tb testing.TB, cc *redis.ClusterClient) (prefix string, keys func() []string) {
+	var b [6]byte
+	for i := range b {
+		b[i] = byte(rand.Uint32())
+	}
+	prefix = fmt.Sprintf("guardrail-test:%x:", b)
+	keys = func() []string {
+		var mu sync.Mutex
+		var all []string
+		err := cc.ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error {
+			k, err := m.Keys(ctx, prefix+"*").Result()
+			mu.Lock()
+			all = append(all, k...)
+			mu.Unlock()
+			return err
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return all
+	}
+	tb.Cleanup(func() {
+		for _, k := range keys() {
+			cc.Del(context.Background(), k)
+		}
+	})
+	return prefix, keys
+}
