@@ -202,8 +202,9 @@ func (s *Server) Middleware(next http.Handler) http.Handler {
 				}
 			}
 		}
-		sv.w = markWriter{ResponseWriter: w, st: &sv.st, s: s}
-		if _, refused := s.Refuses(r.Context(), &sv.st); refused {
+		level, refused := s.Refuses(r.Context(), &sv.st)
+		sv.w = markWriter{ResponseWriter: w, st: &sv.st, level: level}
+		if refused {
 			sv.st.MarkNotProcessed()
 			w.Header()["Retry-After"] = oneSecond
 			sv.w.WriteHeader(http.StatusServiceUnavailable)
@@ -224,7 +225,7 @@ func (s *Server) Middleware(next http.Handler) http.Handler {
 type markWriter struct {
 	http.ResponseWriter
 	st    *State
-	s     *Server
+	level int // the admission level at the request's arrival, told to the caller
 	wrote bool
 }
 
@@ -247,8 +248,8 @@ func (w *markWriter) Write(p []byte) (int, error) {
 func (w *markWriter) mark(code int) {
 	h := w.ResponseWriter.Header()
 	delete(h, HeaderNotProcessed)
-	if level := w.s.Level(); level > 0 {
-		h[HeaderAdmission] = []string{strconv.Itoa(level)}
+	if w.level > 0 {
+		h[HeaderAdmission] = []string{strconv.Itoa(w.level)}
 	}
 	if code != http.StatusTooManyRequests && code < 500 {
 		return

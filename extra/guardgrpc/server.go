@@ -264,9 +264,11 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		var st *chain.State
 		if s.cfg.Chain != nil {
 			setTrailer := func(md metadata.MD) { grpc.SetTrailer(outer, md) }
-			defer s.chainLevel(setTrailer)
 			var err error
-			if ctx, st, err = s.beginChain(ctx); err != nil {
+			var level int
+			ctx, st, level, err = s.beginChain(ctx)
+			defer chainLevel(level, setTrailer)
+			if err != nil {
 				setTrailer(s.pushback)
 				return nil, chainEnd(st, err, setTrailer)
 			}
@@ -300,16 +302,18 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	}
 }
 
-// beginChain returns ctx with the call's chain.State, and errRefused when
-// the chain's admission level refuses the call's cohort.
-func (s *Server) beginChain(ctx context.Context) (context.Context, *chain.State, error) {
+// beginChain returns ctx with the call's chain.State, the admission level
+// in force (told to the caller in the trailer), and errCohort when that
+// level refuses the call's cohort.
+func (s *Server) beginChain(ctx context.Context) (context.Context, *chain.State, int, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	ctx, st := s.cfg.Chain.Begin(ctx, first(md, chain.MDAmplification), first(md, chain.MDCohort))
-	if _, refused := s.cfg.Chain.Refuses(ctx, st); refused {
+	level, refused := s.cfg.Chain.Refuses(ctx, st)
+	if refused {
 		st.MarkNotProcessed()
-		return ctx, st, errCohort
+		return ctx, st, level, errCohort
 	}
-	return ctx, st, nil
+	return ctx, st, level, nil
 }
 
 // errCohort answers a call refused at the door for its cohort: UNAVAILABLE,
@@ -337,13 +341,10 @@ func chainEnd(st *chain.State, err error, setTrailer func(metadata.MD)) error {
 	return err
 }
 
-// chainLevel adds the chain's admission level, when above 0, to the
-// trailer of every call, through setTrailer.
-func (s *Server) chainLevel(setTrailer func(metadata.MD)) {
-	if s.cfg.Chain == nil {
-		return
-	}
-	if level := s.cfg.Chain.Level(); level > 0 {
+// chainLevel adds the admission level, when above 0, to the trailer of a
+// call, through setTrailer.
+func chainLevel(level int, setTrailer func(metadata.MD)) {
+	if level > 0 {
 		setTrailer(metadata.Pairs(chain.MDAdmission, strconv.Itoa(level)))
 	}
 }
@@ -388,9 +389,11 @@ func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		ctx := ss.Context()
 		var st *chain.State
 		if s.cfg.Chain != nil {
-			defer s.chainLevel(outer.SetTrailer)
 			var err error
-			if ctx, st, err = s.beginChain(ctx); err != nil {
+			var level int
+			ctx, st, level, err = s.beginChain(ctx)
+			defer chainLevel(level, outer.SetTrailer)
+			if err != nil {
 				outer.SetTrailer(s.pushback)
 				return chainEnd(st, err, outer.SetTrailer)
 			}
