@@ -349,54 +349,17 @@ func NewLimiter(cfg LimiterConfig) (*Limiter, error) {
 		errs = append(errs, invalid("Rate", r, "a finite number of requests per second above 0, or 0 for the default 10"))
 		r = DefaultRate
 	}
-	burst := cfg.Burst
-	switch {
-	case burst == 0:
-		burst = int(min(math.Ceil(r), math.MaxInt32))
-	case burst < 0:
-		errs = append(errs, invalid("Burst", burst, "a positive count, or 0 for Rate rounded up"))
-		burst = 1
-	}
-	lease := cfg.Lease
-	switch {
-	case lease == 0:
-		lease = DefaultLease
-	case lease < 0:
-		errs = append(errs, invalid("Lease", lease, "a positive duration, or 0 for the default 100ms"))
-		lease = DefaultLease
-	}
-	maxLease := cfg.MaxLease
-	switch {
-	case maxLease == 0:
-		maxLease = int(max(min(math.Ceil(r*lease.Seconds()), float64(burst)), 1))
-	case maxLease < 0:
-		errs = append(errs, invalid("MaxLease", maxLease, "a positive count, or 0 for Rate × Lease"))
-	}
+	burst := orDefault(cfg.Burst, int(min(math.Ceil(r), math.MaxInt32)), "Burst", "a positive count, or 0 for Rate rounded up", &errs)
+	lease := orDefault(cfg.Lease, DefaultLease, "Lease", "a positive duration, or 0 for the default 100ms", &errs)
+	maxLease := orDefault(cfg.MaxLease, int(max(min(math.Ceil(r*lease.Seconds()), float64(burst)), 1)),
+		"MaxLease", "a positive count, or 0 for Rate × Lease", &errs)
 	maxLease = min(maxLease, burst)
-	timeout := cfg.StoreTimeout
-	switch {
-	case timeout == 0:
-		timeout = DefaultStoreTimeout
-	case timeout < 0:
-		errs = append(errs, invalid("StoreTimeout", timeout, "a positive duration, or 0 for the default 50ms"))
-	}
-	probe := cfg.ProbeInterval
-	switch {
-	case probe == 0:
-		probe = DefaultProbeInterval
-	case probe < 0:
-		errs = append(errs, invalid("ProbeInterval", probe, "a positive duration, or 0 for the default 200ms"))
-	}
+	timeout := orDefault(cfg.StoreTimeout, DefaultStoreTimeout, "StoreTimeout", "a positive duration, or 0 for the default 50ms", &errs)
+	probe := orDefault(cfg.ProbeInterval, DefaultProbeInterval, "ProbeInterval", "a positive duration, or 0 for the default 200ms", &errs)
 	if cfg.OnStoreFailure != FailOpen && cfg.OnStoreFailure != FailClosed {
 		errs = append(errs, invalid("OnStoreFailure", cfg.OnStoreFailure, "FailOpen or FailClosed"))
 	}
-	maxKeys := cfg.MaxKeys
-	switch {
-	case maxKeys == 0:
-		maxKeys = DefaultMaxKeys
-	case maxKeys < 0:
-		errs = append(errs, invalid("MaxKeys", maxKeys, "a positive count, or 0 for the default 100000"))
-	}
+	maxKeys := orDefault(cfg.MaxKeys, DefaultMaxKeys, "MaxKeys", "a positive count, or 0 for the default 100000", &errs)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -444,6 +407,19 @@ func NewLimiter(cfg LimiterConfig) (*Limiter, error) {
 	}
 	l.wg.Go(l.expire)
 	return l, nil
+}
+
+// orDefault returns v, or def when v is zero; a negative v is invalid: it
+// adds the error naming field to errs, and returns def.
+func orDefault[T int | time.Duration](v, def T, field, want string, errs *[]error) T {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		*errs = append(*errs, invalid(field, v, want))
+		return def
+	}
+	return v
 }
 
 func invalid(field string, got any, want string) error {
