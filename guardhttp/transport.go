@@ -34,9 +34,13 @@ import (
 // (its host, or Config.Key's answer) may refuse it; the key's bulkhead, if
 // configured, gives it a slot; each attempt runs on a copy of the request,
 // with X-Request-Timeout and X-Request-Deadline set from the time left
-// (minus Config.DeadlineReserve), X-Retry-Attempt: n on the n-th retry, and
-// each phase bounded by its own timeout; its response or error is
-// classified (Config.Classify) and recorded by the breaker; a retryable
+// (minus Config.DeadlineReserve), X-Retry-Attempt: n on the n-th retry,
+// and, for a request made while serving one of a call chain (package
+// chain), X-Retry-Amplification and X-Request-Cohort; each phase is
+// bounded by its own timeout; its response or error is classified
+// (Config.Classify), the chain's markers added to the verdict whatever the
+// classifier said (guardrail.Verdict.Marked), and recorded by the
+// breaker; a retryable
 // failure is retried while attempts, the deadline, the breaker and the
 // retry budget allow, after the server's Retry-After or the backoff delay.
 //
@@ -44,7 +48,8 @@ import (
 // and any request with an Idempotency-Key (or X-Idempotency-Key) header;
 // Config.IdempotencyKeys gives POST and PATCH one. Any request is retried
 // after a failure that says it was never sent (connection refused, connect
-// or TLS timeout). A timeout after a request that is not idempotent was
+// or TLS timeout) or an answer marked X-Not-Processed; none is retried
+// after an answer marked X-Already-Retried. A timeout after a request that is not idempotent was
 // sent ends with guardrail.ErrOutcomeUnknown: it may have taken effect.
 // A request body is sent again through GetBody, or else from a copy kept in
 // memory up to Config.MaxBufferedBody; a larger body without GetBody is sent
