@@ -89,19 +89,31 @@ func runAll(t *testing.T, on func(*testing.T) harness) {
 	t.Run("Bulkhead", func(t *testing.T) { testBulkhead(t, on(t)) })
 }
 
-// signalStore tells when a waiter has its place in the queue.
+// signalStore tells when a waiter first has its place in the queue. A
+// waiter asks again while it waits; only its first answer counts, or a
+// waiter already queued could stand in for the one the test waits on.
 type signalStore struct {
 	*redissem.Store
 	queued chan struct{}
+	mu     sync.Mutex
+	seen   map[string]bool
 }
 
-func (s signalStore) Acquire(ctx context.Context, name string, limit int, holder string, ttl time.Duration) (fleet.SemaphoreState, error) {
+func newSignalStore(store *redissem.Store) *signalStore {
+	return &signalStore{Store: store, queued: make(chan struct{}, 8), seen: map[string]bool{}}
+}
+
+func (s *signalStore) Acquire(ctx context.Context, name string, limit int, holder string, ttl time.Duration) (fleet.SemaphoreState, error) {
 	st, err := s.Store.Acquire(ctx, name, limit, holder, ttl)
-	if err == nil && !st.Held {
-		select {
-		case s.queued <- struct{}{}:
-		default:
-		}
+	if err != nil || st.Held {
+		return st, err
+	}
+	s.mu.Lock()
+	first := !s.seen[holder]
+	s.seen[holder] = true
+	s.mu.Unlock()
+	if first {
+		s.queued <- struct{}{}
 	}
 	return st, err
 }
@@ -138,7 +150,7 @@ func testFIFO(t *testing.T, h harness) {
 	}
 
 	// Two processes' Semaphores.
-	sig := signalStore{store, make(chan struct{})}
+	sig := newSignalStore(store)
 	a := newSem(t, fleet.SemaphoreConfig{Store: sig, Name: "api", Limit: 1, MaxWait: -1})
 	b := newSem(t, fleet.SemaphoreConfig{Store: sig, Name: "api", Limit: 1, MaxWait: -1})
 	first, err := a.Acquire(ctx)
@@ -207,7 +219,7 @@ func testCrashedHolder(t *testing.T, h harness) {
 func testNotified(t *testing.T, h harness) {
 	store := h.store(t)
 	ctx := context.Background()
-	sig := signalStore{store, make(chan struct{})}
+	sig := newSignalStore(store)
 	a := newSem(t, fleet.SemaphoreConfig{Store: sig, Name: "api", Limit: 1, LeaseTTL: time.Minute, MaxWait: -1})
 	b := newSem(t, fleet.SemaphoreConfig{Store: sig, Name: "api", Limit: 1, LeaseTTL: time.Minute, MaxWait: -1})
 	release, err := a.Acquire(ctx)
