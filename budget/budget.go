@@ -299,6 +299,21 @@ func (b *Budget) refill(now time.Time) {
 	}
 }
 
+// Drain empties the bucket: no retry is granted until deposits (or the
+// time-based refill) put a token back. A metastability detector's
+// actuator (package metastable) drains a budget while the system it
+// watches cannot recover under its retries. On an Unlimited budget it
+// does nothing.
+func (b *Budget) Drain() {
+	if b.unlimited {
+		return
+	}
+	b.tokens.Store(0)
+	if b.perSecond > 0 {
+		b.refilled.Store(time.Now().UnixNano())
+	}
+}
+
 // Tokens returns the tokens in the bucket now, for metrics. For an
 // Unlimited budget it returns +Inf.
 func (b *Budget) Tokens() float64 {

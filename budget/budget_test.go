@@ -250,3 +250,25 @@ func FuzzRefill(f *testing.F) {
 		})
 	})
 }
+
+// Drain empties the bucket at once; deposits refill it as usual.
+func TestDrain(t *testing.T) {
+	b, err := budget.New(budget.Config{Ratio: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Drain()
+	if b.Tokens() != 0 || b.TryRetry() {
+		t.Fatalf("drained: %v tokens, a retry granted; want 0, none", b.Tokens())
+	}
+	b.Deposit()
+	b.Deposit()
+	if !b.TryRetry() || b.TryRetry() {
+		t.Fatal("two deposits at ratio 0.5 should buy exactly one retry")
+	}
+	u := budget.Unlimited()
+	u.Drain()
+	if !u.TryRetry() {
+		t.Fatal("Drain on an Unlimited budget refused a retry")
+	}
+}

@@ -123,6 +123,11 @@ const (
 	// "breaker_open"), Delay the pause it asks for. Dependency is empty
 	// for a rejected hint, whose name may be anything a peer sent.
 	FleetHint
+	// Metastable: a metastability detector (package metastable) changed
+	// state. From and To are "normal", "degraded" or "metastable"; Reason
+	// is ReasonRelief while its actuator is on after the change, empty
+	// otherwise; Detail gives the window's numbers in words.
+	Metastable
 )
 
 var kindNames = [...]string{
@@ -148,6 +153,7 @@ var kindNames = [...]string{
 	SharedStore:       "shared_store",
 	Amplification:     "amplification",
 	FleetHint:         "fleet_hint",
+	Metastable:        "metastable",
 }
 
 // String returns the kind's snake_case name.
@@ -250,6 +256,9 @@ const (
 	// ReasonPaused: a call was refused before it was sent because a fleet
 	// hint paused its dependency (BreakerReject; package fleet).
 	ReasonPaused = "paused"
+	// ReasonRelief: a metastability detector's actuator is on (Metastable;
+	// package metastable).
+	ReasonRelief = "relief"
 )
 
 // Reasons carried by FleetHint events.

@@ -226,6 +226,14 @@ func newController(c Adaptive, normalShare float64, now time.Time) *controller {
 	return g
 }
 
+// cut lowers the limit to at most ceiling (within the floor) and stops a
+// slow start: after a relief (Shedder.Relieve) the limit grows back from
+// there as it does after any cut.
+func (g *controller) cut(ceiling float64) {
+	g.limit = clamp(min(g.limit, ceiling), g.min, g.max)
+	g.growing = false
+}
+
 // effective returns the limit in force: the probe's while probing.
 func (g *controller) effective() float64 {
 	if g.probing {

@@ -26,7 +26,7 @@ func (s *Shedder) Middleware(next http.Handler) http.Handler {
 		if err != nil {
 			chain.MarkNotProcessed(r.Context()) // next never runs
 			// Shared, never modified: cap == len, so an append elsewhere copies.
-			w.Header()["Retry-After"] = s.retryAfter
+			w.Header()["Retry-After"] = s.retryAfterHeader()
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}

@@ -160,6 +160,7 @@ type Shedder struct {
 	interval   time.Duration
 	maxWait    time.Duration
 	retryAfter []string
+	relief     atomic.Pointer[relief] // while relieved with a Retry-After of its own
 	priorityFn func(*http.Request) Priority
 	maxHeader  Priority
 	isRetryFn  func(*http.Request) bool
@@ -171,8 +172,11 @@ type Shedder struct {
 	// requests at or above the level it refused for capacity and admitted.
 	winStart                int64
 	winRefused, winAdmitted int
-	// limit is the limit in force: the fixed one, or ctl.effective().
+	// limit is the limit in force: the fixed one, or ctl.effective(),
+	// at most ceiling while relieved.
 	limit    float64
+	fixed    float64     // the fixed limit; 0 for an adaptive one
+	ceiling  float64     // while relieved (Relieve): the cut limit; 0 otherwise
 	ctl      *controller // nil for a fixed limit
 	inFlight int
 	tokens   float64 // retry budget
@@ -232,6 +236,7 @@ func New(c Config) (*Shedder, error) {
 	s.retryAfter = []string{strconv.FormatInt(int64((ra+time.Second-1)/time.Second), 10)}
 	if c.Limit > 0 {
 		s.limit = float64(c.Limit)
+		s.fixed = s.limit
 	} else {
 		s.ctl = newController(c.Adaptive, s.share[Normal], time.Now())
 		s.limit = s.ctl.effective()
@@ -330,7 +335,7 @@ func (s *Shedder) acquire(ctx context.Context, p Priority, retry bool) (Token, e
 		if s.ctl != nil {
 			s.ctl.refused()
 		}
-		if s.maxQueue > 0 {
+		if s.maxQueue > 0 && s.ceiling == 0 {
 			return s.wait(ctx, p, retry, now) // unlocks
 		}
 	}
@@ -397,7 +402,7 @@ func (s *Shedder) release(t Token, sample bool) {
 		s.ctl.completed()
 	}
 	if timed && s.ctl.observe(now, now.Sub(t.start), t.gen, int(t.in), s.inFlight) {
-		s.limit = s.ctl.effective()
+		s.limit = s.cappedLocked(s.ctl.effective())
 	}
 	if len(s.queue) > 0 {
 		s.grantLocked(now)
@@ -452,6 +457,88 @@ func (s *Shedder) noteCohortLocked(refused bool) {
 // Config.ByCohort): 0 admits every one. It is what a chain.Server in front
 // of it refuses at its door (chain.Config.Admission) and tells its callers.
 func (s *Shedder) AdmissionLevel() int { return int(s.level.Load()) }
+
+// Relieve cuts the Shedder's load while the system behind it cannot
+// recover under it: a metastability detector's actuator (package
+// metastable) calls it. With keep in (0, 1), the limit in force is cut to
+// keep of what it is now (at least 1), nothing queues, the requests queued
+// now are refused, and refusals answer Retry-After retryAfter (rounded up
+// to a second; zero keeps Config.RetryAfter). Called again, it cuts again
+// from the limit in force. Relieve(0, 0) ends the relief: a fixed limit is
+// back at once; an adaptive one climbs back from the cut at its own pace,
+// as it would after any overload. Any other keep is ignored.
+func (s *Shedder) Relieve(keep float64, retryAfter time.Duration) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if keep == 0 {
+		s.ceiling = 0
+		s.relief.Store(nil)
+		if s.ctl != nil {
+			s.limit = s.ctl.effective()
+		} else {
+			s.limit = s.fixed
+		}
+		return
+	}
+	if !(keep > 0 && keep < 1) {
+		return
+	}
+	s.ceiling = max(1, math.Floor(s.limit*keep))
+	if s.ctl != nil {
+		s.ctl.cut(s.ceiling)
+	}
+	s.limit = s.cappedLocked(s.limit)
+	if retryAfter > 0 {
+		secs := int64(min(retryAfter, maxRetryAfter)+time.Second-1) / int64(time.Second)
+		s.relief.Store(&relief{header: []string{strconv.FormatInt(secs, 10)}, after: time.Duration(secs) * time.Second})
+	} else {
+		s.relief.Store(nil)
+	}
+	for _, w := range s.queue {
+		s.finishLocked(w, reasonCapacity)
+	}
+	s.queue = s.queue[:0]
+	s.busySince, s.lastStanding = time.Time{}, now
+}
+
+// maxRetryAfter bounds the Retry-After of a relief: a day, far past any
+// useful pause, and far from an overflow.
+const maxRetryAfter = 24 * time.Hour
+
+// relief is the Retry-After of a relief, immutable once stored.
+type relief struct {
+	header []string // shared, never modified
+	after  time.Duration
+}
+
+// retryAfterHeader returns the Retry-After a refusal answers now.
+func (s *Shedder) retryAfterHeader() []string {
+	if r := s.relief.Load(); r != nil {
+		return r.header
+	}
+	return s.retryAfter
+}
+
+// ReliefRetryAfter returns the Retry-After a relief (Relieve) asks
+// refusals to answer, and true, while one is in force; 0 and false
+// otherwise. A transport that answers refusals its own way (guardgrpc's
+// pushback) sends it instead of its own.
+func (s *Shedder) ReliefRetryAfter() (time.Duration, bool) {
+	if r := s.relief.Load(); r != nil {
+		return r.after, true
+	}
+	return 0, false
+}
+
+// cappedLocked returns limit, at most the relief's ceiling. The caller
+// holds s.mu.
+func (s *Shedder) cappedLocked(limit float64) float64 {
+	if s.ceiling > 0 {
+		return min(limit, s.ceiling)
+	}
+	return limit
+}
 
 // limitInt returns the limit in force, rounded down, for events and stats.
 // The caller must hold s.mu.

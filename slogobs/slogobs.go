@@ -34,6 +34,7 @@ const (
 	msgTimeout           = "guardrail: timeout"
 	msgCallFailed        = "guardrail: call failed"
 	msgIdempotency       = "guardrail: idempotency"
+	msgMetastable        = "guardrail: metastability state"
 )
 
 // Burst phases, the value of the "burst" attribute of a summary record:
@@ -169,6 +170,14 @@ func (o *Observer) Observe(ctx context.Context, e event.Event) context.Context {
 	switch e.Kind {
 	case event.BreakerTransition:
 		o.transition(ctx, &e)
+	case event.Metastable:
+		level := slog.LevelInfo
+		if e.To == "metastable" {
+			level = slog.LevelWarn
+		}
+		o.log().LogAttrs(ctx, level, msgMetastable, slog.String("dependency", e.Dependency),
+			slog.String("from", e.From), slog.String("to", e.To), slog.Bool("relief", e.Reason == event.ReasonRelief),
+			slog.String("cause", e.Detail))
 	case event.Shed, event.BreakerReject, event.BulkheadReject, event.BudgetExhausted:
 		o.reject(ctx, &e)
 	case event.Idempotency:

@@ -147,6 +147,19 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
+// pushbackNow returns the trailer a refusal carries: the configured
+// pushback, or the longer one of the shedder's relief (shed.Shedder.Relieve)
+// while one is in force, unless the pushback says not to retry at all.
+func (s *Server) pushbackNow() metadata.MD {
+	if s.shedder == nil || s.cfg.ShedPushback < 0 {
+		return s.pushback
+	}
+	if d, ok := s.shedder.ReliefRetryAfter(); ok {
+		return metadata.Pairs(MDPushback, strconv.FormatInt(d.Milliseconds(), 10))
+	}
+	return s.pushback
+}
+
 // ServerOptions returns the options that install the Server: its unary
 // and stream interceptors. grpc-go runs chained interceptors in the order
 // of the options: put the interceptors that KeyConfig.Scope or
@@ -190,7 +203,7 @@ func (s *Server) admit(ctx context.Context, method string, setTrailer func(metad
 		if ctx.Err() != nil {
 			return nil, ended(ctx)
 		}
-		setTrailer(s.pushback)
+		setTrailer(s.pushbackNow())
 		return nil, status.Error(s.code, err.Error())
 	}
 	if ctx.Err() != nil {
@@ -269,7 +282,7 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 			ctx, st, level, err = s.beginChain(ctx)
 			defer chainLevel(level, setTrailer)
 			if err != nil {
-				setTrailer(s.pushback)
+				setTrailer(s.pushbackNow())
 				return nil, chainEnd(st, err, setTrailer)
 			}
 			if ts := grpc.ServerTransportStreamFromContext(ctx); ts != nil {
@@ -394,7 +407,7 @@ func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 			ctx, st, level, err = s.beginChain(ctx)
 			defer chainLevel(level, outer.SetTrailer)
 			if err != nil {
-				outer.SetTrailer(s.pushback)
+				outer.SetTrailer(s.pushbackNow())
 				return chainEnd(st, err, outer.SetTrailer)
 			}
 			ss = &ctxStream{ServerStream: ss, ctx: ctx, noMark: true}

@@ -128,7 +128,7 @@ type Observer struct {
 	reg     metric.Registration
 
 	calls, attempts, retries, refused, hedges, retryOK, retryFailed, timeouts,
-	transitions, rejections, probes, bulkhead, shed, admitted, idempotency, reloads, sharedStore, hints metric.Int64Counter
+	transitions, rejections, probes, bulkhead, shed, admitted, idempotency, reloads, sharedStore, hints, metastable metric.Int64Counter
 	reloadOK, reloadErr                       metric.AddOption
 	callDur, attemptDur, remaining, queueWait metric.Float64Histogram
 	amp                                       metric.Int64Histogram
@@ -149,6 +149,7 @@ type Observer struct {
 	sharedStoreC *series.Cache[*attrs]
 	idempotentC  *series.Cache[*attrs]
 	hintsC       *series.Cache[*attrs]
+	metastableC  *series.Cache[*attrs]
 }
 
 // attrs is a precomputed attribute set, as options that allocate nothing
@@ -252,6 +253,7 @@ func (o *Observer) instruments(meter metric.Meter, durBuckets, remBuckets []floa
 	o.reloads = counter(series.ConfigReloads)
 	o.sharedStore = counter(series.SharedStore)
 	o.hints = counter(series.FleetHints)
+	o.metastable = counter(series.MetastableTransitions)
 	o.reloadOK = metric.WithAttributes(attribute.String(series.LOutcome, event.OutcomeOK))
 	o.reloadErr = metric.WithAttributes(attribute.String(series.LOutcome, event.OutcomeError))
 	return errors.Join(errs...)
@@ -322,6 +324,7 @@ func (o *Observer) caches(fs *series.Folders) {
 	o.sharedStoreC = cache(series.SharedStore)
 	o.idempotentC = cache(series.Idempotency)
 	o.hintsC = cache(series.FleetHints)
+	o.metastableC = cache(series.MetastableTransitions)
 }
 
 // Close stops reporting the observable gauges. Spans and counters keep
@@ -434,6 +437,8 @@ func (o *Observer) Observe(ctx context.Context, e event.Event) context.Context {
 		o.sharedStore.Add(ctx, 1, o.sharedStoreC.Get(dep, e.Reason, e.Outcome, "").add...)
 	case event.FleetHint:
 		o.hints.Add(ctx, 1, o.hintsC.Get(dep, e.Reason, "", "").add...)
+	case event.Metastable:
+		o.metastable.Add(ctx, 1, o.metastableC.Get(dep, e.From, e.To, e.Reason).add...)
 	}
 	return ctx
 }

@@ -148,6 +148,7 @@ type Collector struct {
 	sharedStore *prometheus.CounterVec
 	idempotency *prometheus.CounterVec
 	hints       *prometheus.CounterVec
+	metastable  *prometheus.CounterVec
 
 	vecs []prometheus.Collector
 
@@ -172,6 +173,7 @@ type Collector struct {
 	sharedStoreC *series.Cache[prometheus.Counter]
 	idempotentC  *series.Cache[prometheus.Counter]
 	hintsC       *series.Cache[prometheus.Counter]
+	metastableC  *series.Cache[prometheus.Counter]
 
 	gauges *series.Gauges
 }
@@ -252,6 +254,7 @@ func New(cfg Config) (*Collector, error) {
 	c.sharedStore = counter(series.SharedStore)
 	c.idempotency = counter(series.Idempotency)
 	c.hints = counter(series.FleetHints)
+	c.metastable = counter(series.MetastableTransitions)
 	c.stateDesc = gauge(series.BreakerState)
 	c.tokensDesc = gauge(series.BudgetTokens)
 	c.inFlightDesc = gauge(series.InFlight)
@@ -293,6 +296,7 @@ func New(cfg Config) (*Collector, error) {
 	c.admitC = counterCache(series.Admitted, c.admitted)
 	c.idempotentC = counterCache(series.Idempotency, c.idempotency)
 	c.hintsC = counterCache(series.FleetHints, c.hints)
+	c.metastableC = counterCache(series.MetastableTransitions, c.metastable)
 	c.queueC = series.NewCache(series.QueueWait, fs, func(lv []string) prometheus.Observer {
 		return c.queueWait.WithLabelValues(lv...)
 	})
@@ -366,6 +370,8 @@ func (c *Collector) Observe(ctx context.Context, e event.Event) context.Context 
 		c.sharedStoreC.Get(dep, e.Reason, e.Outcome, "").Inc()
 	case event.FleetHint:
 		c.hintsC.Get(dep, e.Reason, "", "").Inc()
+	case event.Metastable:
+		c.metastableC.Get(dep, e.From, e.To, e.Reason).Inc()
 	}
 	return ctx
 }

@@ -500,7 +500,7 @@ func FuzzObserve(f *testing.F) {
 func TestSeriesNames(t *testing.T) {
 	names := registeredNames(newCollector(t, prom.Config{}))
 	sort.Strings(names)
-	if len(names) != 27 {
+	if len(names) != 28 {
 		t.Errorf("%d series families: %v", len(names), names)
 	}
 	for _, n := range names {

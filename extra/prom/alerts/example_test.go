@@ -31,4 +31,5 @@ func ExampleRules() {
 	// GuardrailConfigReloadRejected
 	// GuardrailRetryAmplification
 	// GuardrailSharedStoreFailing
+	// GuardrailMetastable
 }

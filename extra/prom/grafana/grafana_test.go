@@ -58,7 +58,7 @@ func registered(t *testing.T) map[string]family {
 	c.WatchBudget("d", must(budget.New(budget.Config{})))
 	c.WatchShedder("d", must(shed.New(shed.Config{Limit: 2})))
 	ctx := context.Background()
-	for k := event.CallStart; k <= event.FleetHint; k++ {
+	for k := event.CallStart; k <= event.Metastable; k++ {
 		for _, outcome := range []string{event.OutcomeOK, event.OutcomeError} {
 			c.Observe(ctx, event.Event{Kind: k, Dependency: "d", Operation: "o", Attempt: 2, Outcome: outcome,
 				Reason: "r", Phase: "p", Priority: "q", From: "closed", To: "open", Remaining: time.Second})

@@ -193,6 +193,11 @@ var (
 		Labels: []string{LDependency, LReason},
 		Help:   "Fleet hints (package fleet) by what became of them: published, applied (a peer's hint paused the dependency here), queue_full, publish_failed, rejected (dependency empty: a peer may name anything).",
 	}
+	MetastableTransitions = &Def{
+		Name: "guardrail_metastable_transitions_total", OTel: "guardrail.metastable.transitions", Kind: Counter,
+		Labels: []string{LDependency, LFrom, LTo, LReason},
+		Help:   "State changes of a metastability detector (package metastable) between normal, degraded (goodput low while the dependency is down or without the symptoms) and metastable (the dependency is up, goodput stays low, retries, queueing or wasted work stay high); reason relief while its actuator is on after the change. A dependency is metastable now while its transitions to metastable outnumber those from it.",
+	}
 	// ConfigReloads is the one series without a dependency: a policy file
 	// configures the whole process, and the file's name would be a label
 	// of unbounded values.
@@ -209,7 +214,8 @@ var All = []*Def{
 	Retries, RetriesRefused, Hedges, RetrySuccess, RetryExhausted, Timeouts,
 	BudgetTokens, BreakerState, BreakerTransitions, BreakerRejections,
 	BreakerProbes, BulkheadRejections, Shed, Admitted, QueueWait, InFlight,
-	Limit, Idempotency, Amplification, SharedStore, FleetHints, ConfigReloads,
+	Limit, Idempotency, Amplification, SharedStore, FleetHints,
+	MetastableTransitions, ConfigReloads,
 }
 
 // States are the breaker states exported by BreakerState, each present
