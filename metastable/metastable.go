@@ -15,7 +15,7 @@
 //	            or without the symptoms below
 //	metastable  the dependency answers again (Config.Healthy), goodput
 //	            stays below Config.Goodput, and retries per call, the
-//	            shedders' queueing or the attempts abandoned on a timeout
+//	            shedders' queueing or the work abandoned by callers that left
 //	            stay above their thresholds, for Config.Hold windows in a
 //	            row
 //
@@ -24,8 +24,10 @@
 // Relief.Act set, the Detector also acts while the state is metastable:
 // it empties the retry budgets it was given, cuts its shedders' limits
 // (again at every window goodput is not back), drops what they queue and
-// makes their Retry-After longer, and it undoes this once goodput has been
-// back at Config.Recovered for Config.Hold windows. It removes no load a caller offers: it only stops this process
+// makes their Retry-After longer. Once goodput has been back at
+// Config.Recovered for Config.Hold windows it gives the limits back in
+// steps, one a window while goodput holds (a window that falls back cuts
+// again), and the state is normal when they are whole. It removes no load a caller offers: it only stops this process
 // from multiplying it, and refuses early what it could not serve in time.
 //
 // A Detector is an event.Observer: join it to the Observer of the Policy
@@ -124,9 +126,11 @@ type Config struct {
 	// waited in their queues above which queueing is high. Default
 	// DefaultQueueWait, 100 ms.
 	QueueWait time.Duration
-	// Wasted is the share of attempts that ended on a timeout (work the
-	// dependency did, or queued, for a caller that had left) above which
-	// wasted work is high, in (0, 1]. Default DefaultWasted, 0.25.
+	// Wasted is the share of attempts whose work nobody used (an attempt
+	// that timed out, a call whose caller left or whose deadline passed
+	// while it ran: work the dependency did, or queued, for a caller that
+	// had gone) above which wasted work is high, in (0, 1]. Default
+	// DefaultWasted, 0.25.
 	Wasted float64
 	// Healthy reports whether the trigger is over: the dependency itself
 	// is up (a health check that does not queue behind the load: a ping
@@ -154,7 +158,8 @@ type Relief struct {
 	// Shedders are relieved (shed.Shedder.Relieve) while the state is
 	// metastable: their limits cut to Cut of what they were, and cut again
 	// at every window that did not bring goodput back, their queues
-	// dropped and their Retry-After set to RetryAfter. Their queueing is also a symptom the
+	// dropped and their Retry-After set to RetryAfter. Goodput back, their
+	// limits grow by 1/Cut a window until they are whole. Their queueing is also a symptom the
 	// Detector watches, whether Act is set or not.
 	Shedders []*shed.Shedder
 	// Cut is the share of a shedder's limit it keeps while relieved, in
@@ -177,6 +182,7 @@ type Window struct {
 	Attempts    int64         // attempts started
 	Retries     int64         // retries scheduled
 	Timeouts    int64         // attempts that ended on a timeout
+	Abandoned   int64         // calls that ended because their caller left or their deadline passed
 	QueueWait   time.Duration // mean queue wait of the admitted requests of Relief.Shedders
 	Healthy     bool          // the trigger is over
 	Judged      bool          // the window had at least MinCalls calls
@@ -201,12 +207,15 @@ func (w Window) RetryRatio() float64 {
 	return float64(w.Retries) / float64(w.Calls)
 }
 
-// WastedShare returns Timeouts / Attempts, or 0 without attempts.
+// WastedShare returns the share of the attempts whose work nobody
+// used: (Timeouts + Abandoned) / Attempts, at most 1, or 0 without
+// attempts. An abandoned call had an attempt in flight when its caller
+// left.
 func (w Window) WastedShare() float64 {
 	if w.Attempts == 0 {
 		return 0
 	}
-	return float64(w.Timeouts) / float64(w.Attempts)
+	return min(1, float64(w.Timeouts+w.Abandoned)/float64(w.Attempts))
 }
 
 // Detector watches one dependency's calls; see the package doc. Observe
@@ -215,12 +224,13 @@ func (w Window) WastedShare() float64 {
 type Detector struct {
 	cfg Config
 
-	calls, ok, attempts, retries, timeouts atomic.Int64
+	calls, ok, attempts, retries, timeouts, abandoned atomic.Int64
 
 	mu     sync.Mutex // guards below: Evaluate against State and Last
 	state  State
 	acting bool
-	run    int // windows in a row toward the next state
+	easing bool // acting, and giving the shedders' limits back
+	run    int  // windows in a row toward the next state
 	last   Window
 	queued []queueMark // per shedder: its counters at the last window
 }
@@ -318,8 +328,11 @@ func (d *Detector) Observe(ctx context.Context, e event.Event) context.Context {
 	switch e.Kind {
 	case event.CallEnd:
 		d.calls.Add(1)
-		if e.Outcome == event.OutcomeOK {
+		switch e.Outcome {
+		case event.OutcomeOK:
 			d.ok.Add(1)
+		case event.OutcomeCanceled, event.OutcomeDeadline:
+			d.abandoned.Add(1)
 		}
 	case event.AttemptStart:
 		d.attempts.Add(1)
@@ -374,7 +387,7 @@ func (d *Detector) Evaluate(ctx context.Context) Window { return d.EvaluateAt(ct
 func (d *Detector) EvaluateAt(ctx context.Context, now time.Time) Window {
 	w := Window{
 		Calls: d.calls.Swap(0), OK: d.ok.Swap(0), Attempts: d.attempts.Swap(0),
-		Retries: d.retries.Swap(0), Timeouts: d.timeouts.Swap(0),
+		Retries: d.retries.Swap(0), Timeouts: d.timeouts.Swap(0), Abandoned: d.abandoned.Swap(0),
 	}
 	w.QueueWait = d.queueWait()
 	w.Judged = w.Calls >= int64(d.cfg.MinCalls)
@@ -389,7 +402,7 @@ func (d *Detector) EvaluateAt(ctx context.Context, now time.Time) Window {
 	if w.Judged {
 		d.judgeLocked(w)
 	}
-	if d.acting {
+	if d.acting && !d.easing {
 		for _, b := range d.cfg.Relief.Budgets {
 			b.Drain()
 		}
@@ -426,18 +439,27 @@ func (d *Detector) judgeLocked(w Window) {
 		}
 	case Metastable:
 		if !back {
-			d.run = 0
+			d.run, d.easing = 0, false
 			if d.acting {
 				d.pressLocked()
 			}
 			return
 		}
 		d.run++
-		if d.run >= d.cfg.Hold {
-			d.state, d.run = Normal, 0
-			if d.acting {
-				d.actLocked(false)
+		if d.run < d.cfg.Hold {
+			return
+		}
+		if d.acting {
+			// Back for Hold windows: give the shedders' limits back in
+			// steps, one a window while goodput holds.
+			d.easing = true
+			if d.easeLocked() {
+				return
 			}
+		}
+		d.state, d.run, d.easing = Normal, 0, false
+		if d.acting {
+			d.actLocked(false)
 		}
 	}
 }
@@ -461,6 +483,19 @@ func (d *Detector) actLocked(on bool) {
 	if r.OnChange != nil {
 		r.OnChange(on)
 	}
+}
+
+// easeLocked grows the relieved shedders' cut limits by 1/Cut, and
+// reports whether any of them is still relieved. The caller holds d.mu.
+func (d *Detector) easeLocked() bool {
+	r := d.cfg.Relief
+	relieved := false
+	for _, s := range r.Shedders {
+		if s.Relieve(1/r.Cut, r.RetryAfter) {
+			relieved = true
+		}
+	}
+	return relieved
 }
 
 // pressLocked cuts the relieved shedders again: a window of the actuator
@@ -503,7 +538,7 @@ func (d *Detector) report(ctx context.Context, from State, wasActing bool, w Win
 	if d.cfg.Observer == nil {
 		return
 	}
-	detail := fmt.Sprintf("goodput %.2f of %d calls, %.2f retries per call, %.0f%% of attempts timed out, mean queue wait %v",
+	detail := fmt.Sprintf("goodput %.2f of %d calls, %.2f retries per call, %.0f%% of attempts wasted, mean queue wait %v",
 		w.Goodput(), w.Calls, w.RetryRatio(), 100*w.WastedShare(), w.QueueWait.Round(time.Millisecond))
 	switch {
 	case w.Healthy:

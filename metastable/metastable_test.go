@@ -151,10 +151,17 @@ func TestCycle(t *testing.T) {
 	if st := s.Stats(); st.Limit != 10 {
 		t.Fatalf("shedder limit %d after a window that did not recover; want 20 cut again to 10", st.Limit)
 	}
-	for i := range metastable.DefaultHold {
+	// Hold good windows, then the limit is given back a doubling a
+	// window: 10 to 20 at the third, 40 (whole) at the fourth.
+	for i := range metastable.DefaultHold + 1 {
 		w := step(100, 95, 1, 0)
-		if want := i == metastable.DefaultHold-1; (w.State == metastable.Normal) != want {
+		if want := i == metastable.DefaultHold; (w.State == metastable.Normal) != want {
 			t.Fatalf("good window %d: %+v", i, w)
+		}
+		if i == metastable.DefaultHold-1 {
+			if st := s.Stats(); st.Limit != 20 || !w.Acting {
+				t.Fatalf("first easing window: limit %d, acting %v; want 20, acting", st.Limit, w.Acting)
+			}
 		}
 	}
 	if d.Last().Acting || len(changes) != 2 || changes[1] {

@@ -125,3 +125,32 @@ func TestRelieveAdaptive(t *testing.T) {
 		t.Fatalf("an invalid keep changed the limit to %d", got)
 	}
 }
+
+// Relieve above 1 gives a cut limit back in steps and ends the relief
+// once the limit is whole.
+func TestRelieveEases(t *testing.T) {
+	s, err := shed.New(shed.Config{Name: "front", Limit: 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Relieve(2, 0) {
+		t.Fatal("easing a Shedder that is not relieved relieved it")
+	}
+	if !s.Relieve(0.25, 5*time.Second) || s.Stats().Limit != 10 {
+		t.Fatalf("cut to a quarter: limit %d", s.Stats().Limit)
+	}
+	for _, want := range []int{20} {
+		if !s.Relieve(2, 5*time.Second) || s.Stats().Limit != want {
+			t.Fatalf("eased: limit %d; want %d, still relieved", s.Stats().Limit, want)
+		}
+	}
+	if _, ok := s.ReliefRetryAfter(); !ok {
+		t.Fatal("the relief's Retry-After went before the relief ended")
+	}
+	if s.Relieve(2, 5*time.Second) || s.Stats().Limit != 40 {
+		t.Fatalf("eased to the whole limit: limit %d; want 40 and the relief over", s.Stats().Limit)
+	}
+	if _, ok := s.ReliefRetryAfter(); ok {
+		t.Fatal("relief Retry-After after the relief ended")
+	}
+}

@@ -459,30 +459,45 @@ func (s *Shedder) noteCohortLocked(refused bool) {
 func (s *Shedder) AdmissionLevel() int { return int(s.level.Load()) }
 
 // Relieve cuts the Shedder's load while the system behind it cannot
-// recover under it: a metastability detector's actuator (package
-// metastable) calls it. With keep in (0, 1), the limit in force is cut to
-// keep of what it is now (at least 1), nothing queues, the requests queued
-// now are refused, and refusals answer Retry-After retryAfter (rounded up
-// to a second; zero keeps Config.RetryAfter). Called again, it cuts again
-// from the limit in force. Relieve(0, 0) ends the relief: a fixed limit is
-// back at once; an adaptive one climbs back from the cut at its own pace,
-// as it would after any overload. Any other keep is ignored.
-func (s *Shedder) Relieve(keep float64, retryAfter time.Duration) {
+// recover under it, and gives it back in steps: a metastability
+// detector's actuator (package metastable) calls it. It reports whether
+// the Shedder is relieved when it returns.
+//
+// With keep in (0, 1), the limit in force is cut to keep of what it is now
+// (at least 1), nothing queues, the requests queued now are refused, and
+// refusals answer Retry-After retryAfter (rounded up to a second; zero
+// keeps Config.RetryAfter). Called again, it cuts again from the limit in
+// force.
+//
+// With keep above 1, a relieved Shedder's cut limit grows by that factor;
+// once it reaches the limit the Shedder would have without the relief,
+// the relief ends. Relieve(0, 0) ends it at once. When it ends, a fixed
+// limit is back whole; an adaptive one goes on from where it was cut, at
+// its own pace, as after any overload. Any other keep changes nothing.
+func (s *Shedder) Relieve(keep float64, retryAfter time.Duration) bool {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if keep == 0 {
-		s.ceiling = 0
-		s.relief.Store(nil)
-		if s.ctl != nil {
-			s.limit = s.ctl.effective()
-		} else {
-			s.limit = s.fixed
+	switch {
+	case keep == 0:
+		s.endReliefLocked()
+		return false
+	case keep > 1 && !math.IsInf(keep, 1):
+		if s.ceiling == 0 {
+			return false
 		}
-		return
-	}
-	if !(keep > 0 && keep < 1) {
-		return
+		s.ceiling *= keep
+		if s.ceiling >= s.uncappedLocked() {
+			s.endReliefLocked()
+			return false
+		}
+		s.limit = s.cappedLocked(s.uncappedLocked())
+		if len(s.queue) > 0 {
+			s.grantLocked(now)
+		}
+		return true
+	case !(keep > 0 && keep < 1):
+		return s.ceiling > 0
 	}
 	s.ceiling = max(1, math.Floor(s.limit*keep))
 	if s.ctl != nil {
@@ -500,6 +515,23 @@ func (s *Shedder) Relieve(keep float64, retryAfter time.Duration) {
 	}
 	s.queue = s.queue[:0]
 	s.busySince, s.lastStanding = time.Time{}, now
+	return true
+}
+
+// endReliefLocked ends a relief. The caller holds s.mu.
+func (s *Shedder) endReliefLocked() {
+	s.ceiling = 0
+	s.relief.Store(nil)
+	s.limit = s.uncappedLocked()
+}
+
+// uncappedLocked returns the limit the Shedder would have without a
+// relief. The caller holds s.mu.
+func (s *Shedder) uncappedLocked() float64 {
+	if s.ctl != nil {
+		return s.ctl.effective()
+	}
+	return s.fixed
 }
 
 // maxRetryAfter bounds the Retry-After of a relief: a day, far past any
