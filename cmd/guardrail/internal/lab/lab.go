@@ -473,6 +473,7 @@ func Experiments() []Experiment {
 		hedging(),
 		throttling(),
 		incident(),
+		metastableExp(),
 		chainExp(),
 		overhead(),
 	}
