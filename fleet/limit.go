@@ -52,10 +52,12 @@ const (
 	// the store fails: Rate / Members.Live(), in bursts of Burst /
 	// Members.Live() (at least 1), from a local bucket that starts empty,
 	// so a failure never admits a burst. When the store answers again, the
-	// first take of each key also takes what the local bucket admitted in
-	// the time the shared bucket takes to fill, so that a bucket that
-	// refilled unseen (or a store that restarted empty) does not add its
-	// burst to what was admitted meanwhile. It is the zero FailureMode.
+	// first take of each key also takes what the fleet's local buckets
+	// admitted in the time the shared bucket takes to fill (this
+	// process's admissions times Members.Live(), at most Burst), so that
+	// a bucket that refilled unseen (or a store that restarted empty) does
+	// not add its burst to what was admitted meanwhile. It is the zero
+	// FailureMode.
 	FailOpen FailureMode = iota
 	// FailClosed refuses every request that the tokens already leased
 	// cannot pay for, while the store fails, with a RetryAfter that lasts
