@@ -52,10 +52,12 @@ const (
 	// the store fails: Rate / Members.Live(), in bursts of Burst /
 	// Members.Live() (at least 1), from a local bucket that starts empty,
 	// so a failure never admits a burst. When the store answers again, the
-	// first take of each key also takes what the local bucket admitted in
-	// the time the shared bucket takes to fill, so that a bucket that
-	// refilled unseen (or a store that restarted empty) does not add its
-	// burst to what was admitted meanwhile. It is the zero FailureMode.
+	// first take of each key also takes what the fleet's local buckets
+	// admitted in the time the shared bucket takes to fill (this
+	// process's admissions times Members.Live(), at most Burst), so that
+	// a bucket that refilled unseen (or a store that restarted empty) does
+	// not add its burst to what was admitted meanwhile. It is the zero
+	// FailureMode.
 	FailOpen FailureMode = iota
 	// FailClosed refuses every request that the tokens already leased
 	// cannot pay for, while the store fails, with a RetryAfter that lasts
@@ -317,12 +319,16 @@ type lentry struct {
 	fbGen    int64 // failGen of the fallback bucket
 	fbTokens float64
 	fbAt     int64
-	// debt counts FailOpen's admissions, up to the fallback bucket's size
-	// (what it admits in the time the shared bucket takes to fill): the
-	// first take after the failure takes them too, and spends them on
-	// nothing, so that a bucket that refilled unseen during the failure
-	// (or a Redis that restarted empty) does not add its burst to what the
-	// fallback admitted.
+	// debt is what the fleet's FailOpen admitted, as this process sees
+	// it: its own admissions times Members.Live(), up to the fallback
+	// buckets' size (what they admit in the time the shared bucket takes
+	// to fill, at most Burst). The first take after the failure takes it
+	// too, and spends it on nothing, so that a bucket that refilled unseen
+	// during the failure (or a Redis that restarted empty) does not add
+	// its burst to what the fallback admitted. The processes see the store
+	// again at different times: the first one back pays for all, before
+	// it can spend the burst; the others find the bucket spent, and their
+	// debt ends with their first take.
 	debt int
 }
 
@@ -771,7 +777,7 @@ func (l *Limiter) fallback(s *lshard, e *lentry, now int64) error {
 	}
 	if e.fbTokens >= 1 {
 		e.fbTokens--
-		e.debt = min(e.debt+1, int(b))
+		e.debt = min(e.debt+int(live), int(b*live))
 		return nil
 	}
 	return limited(nanos((1-e.fbTokens)/r), nil)

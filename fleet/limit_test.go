@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -617,6 +618,122 @@ func TestLimiterConcurrent(t *testing.T) {
 		wg.Wait()
 		if max := 2*rate + burst; total > max || total < 2*rate*9/10 {
 			t.Errorf("32 goroutines admitted %d in 2 s, want at most %d and about %d", total, max, 2*rate)
+		}
+	})
+}
+
+// view is one process's view of a shared memStore: it fails while the
+// store is down, and after until its own time to see the store again.
+type view struct {
+	st    *memStore
+	mu    sync.Mutex
+	until time.Time
+	down  bool
+}
+
+func (v *view) err() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.down || time.Now().Before(v.until) {
+		return errors.New("down")
+	}
+	return nil
+}
+
+func (v *view) Take(ctx context.Context, key string, want int, rate float64, burst int) (int, time.Duration, error) {
+	if err := v.err(); err != nil {
+		return 0, 0, err
+	}
+	return v.st.Take(ctx, key, want, rate, burst)
+}
+
+func (v *view) Return(ctx context.Context, key string, n int, rate float64, burst int) error {
+	if err := v.err(); err != nil {
+		return err
+	}
+	return v.st.Return(ctx, key, n, rate, burst)
+}
+
+// The processes of a fleet see a store that came back (empty, with full
+// buckets) at different times: those that see it first spend the bucket
+// before the others pay for what their fallback admitted, and the others
+// still pay, at their next takes. No 1 s window around the return admits
+// more than the rate and a tenth, plus what the processes still failing
+// admit on top of the shared bucket.
+func TestLimiterFailOpenFleetReturnsApart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newMemStore()
+		const n, rate, burst = 8, 1000, 200
+		const spread = 40 * time.Millisecond // between one process's return and the next's
+		var views []*view
+		var lims []*fleet.Limiter
+		for range n {
+			v := &view{st: st}
+			views = append(views, v)
+			lims = append(lims, newLimiter(t, fleet.LimiterConfig{Store: v, Rate: rate, Burst: burst, Members: fleet.Fixed(n)}))
+		}
+		defer func() {
+			for _, l := range lims {
+				l.Close()
+			}
+		}()
+		const slot = 100 * time.Millisecond
+		start := time.Now()
+		counts := make([]atomic.Int64, 100)
+		var wg sync.WaitGroup
+		for i, l := range lims {
+			rps := 1500.0 / (n - 1)
+			if i == 0 {
+				rps = 1500 // half the load, and the first to see the store again
+			}
+			wg.Go(func() {
+				sent := 0
+				for time.Since(start) < 8*time.Second {
+					due := int(time.Since(start).Seconds() * rps)
+					for ; sent < due; sent++ {
+						if l.Allow(context.Background(), "k") == nil {
+							counts[time.Since(start)/slot].Add(1)
+						}
+					}
+					time.Sleep(time.Millisecond)
+				}
+			})
+		}
+		time.Sleep(2 * time.Second)
+		for _, v := range views {
+			v.mu.Lock()
+			v.down = true
+			v.mu.Unlock()
+		}
+		time.Sleep(3 * time.Second)
+		st.mu.Lock()
+		st.buckets = map[string]*memBucket{} // restarted empty
+		st.mu.Unlock()
+		back := time.Now()
+		for i, v := range views {
+			v.mu.Lock()
+			v.down, v.until = false, back.Add(time.Duration(i)*spread)
+			v.mu.Unlock()
+		}
+		wg.Wait()
+		from, to := int(back.Sub(start)/slot)-9, int(back.Sub(start)/slot)+20
+		worst := 0
+		for i := from; i <= to; i++ {
+			sum := 0
+			for j := i; j < i+10; j++ {
+				sum += int(counts[j].Load())
+			}
+			worst = max(worst, sum)
+		}
+		// The processes still failing: the i-th admits its share (rate/n)
+		// for i × spread on top of the bucket.
+		overlap := 0.0
+		for i := range n {
+			overlap += rate / n * (time.Duration(i) * spread).Seconds()
+		}
+		t.Logf("worst 1 s window around the return: %d (the processes still failing: %.0f)", worst, overlap)
+		if limit := rate*1.1 + overlap; float64(worst) > limit {
+			t.Errorf("admitted %d in a 1 s window around the return, want at most %.0f: the rate, a tenth, and the %.0f the processes still failing admitted", worst, limit, overlap)
 		}
 	})
 }

@@ -67,6 +67,7 @@ type options struct {
 	Offered   float64
 	Duration  time.Duration
 	Warmup    time.Duration
+	Steady    bool
 	Outage    bool
 	OutageAt  time.Duration
 	OutageFor time.Duration
@@ -90,6 +91,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.Offered, "offered", 3000, "requests a second offered to the whole fleet; one process gets half")
 	fs.DurationVar(&o.Duration, "duration", 20*time.Second, "the length of each run")
 	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "the start of each run left out of the windows (the bucket starts full)")
+	fs.BoolVar(&o.Steady, "steady", true, "run each implementation against the Redis of -addr")
 	fs.BoolVar(&o.Outage, "outage", true, "also run each implementation against a Redis of its own that is killed mid-run (needs redis-server on PATH)")
 	fs.DurationVar(&o.OutageAt, "outage-at", 6*time.Second, "when the Redis of the outage rows is killed")
 	fs.DurationVar(&o.OutageFor, "outage-for", 5*time.Second, "how long it stays down")
@@ -126,7 +128,10 @@ type row struct {
 	Worst10sDevPct       float64 `json:"worst_10s_dev_pct"`
 	BusiestSharePct      float64 `json:"busiest_process_share_pct"`
 	RedisKilledS         float64 `json:"redis_killed_s,omitempty"`
+	RecoveredFirstMS     float64 `json:"first_recovered_ms_after_return,omitempty"`
 	RecoveredMS          float64 `json:"recovered_ms_after_return,omitempty"`
+	Worst1sKillPct       float64 `json:"worst_1s_dev_at_kill_pct,omitempty"`
+	Worst1sReturnPct     float64 `json:"worst_1s_dev_at_return_pct,omitempty"`
 	Worst1sAfterPct      float64 `json:"worst_1s_dev_1s_after_recovery_pct,omitempty"`
 	Seconds              float64 `json:"measured_s"`
 }
@@ -138,6 +143,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	enc := json.NewEncoder(stdout)
 	for _, impl := range o.Impls {
+		if !o.Steady {
+			break
+		}
 		r, err := runOnce(o, impl, o.Addr, nil)
 		if err != nil {
 			return err
@@ -221,10 +229,11 @@ func runOnce(o options, impl, addr string, srv *redisServer) (row, error) {
 		cmds, outs = append(cmds, cmd), append(outs, out)
 	}
 	var killedFor time.Duration
-	var back time.Time
+	var killed, back time.Time
 	if srv != nil {
 		time.Sleep(time.Until(start.Add(o.OutageAt)))
 		srv.kill()
+		killed = time.Now()
 		time.Sleep(o.OutageFor)
 		if err := srv.start(); err != nil {
 			return row{}, err
@@ -264,15 +273,32 @@ func runOnce(o options, impl, addr string, srv *redisServer) (row, error) {
 		// The limiters see Redis again when their client reconnects (and
 		// go-redis's pool, after PoolSize failed dials in a row, dials
 		// again once a second); redis_rate has no state to recover.
-		seen := back
+		seen, first := back, time.Time{}
 		for _, c := range results {
-			if t := time.Unix(0, c.RecoveredAt); c.RecoveredAt != 0 && t.After(seen) {
+			if c.RecoveredAt == 0 {
+				continue
+			}
+			t := time.Unix(0, c.RecoveredAt)
+			if t.After(seen) {
 				seen = t
+			}
+			if first.IsZero() || t.Before(first) {
+				first = t
 			}
 		}
 		r.RecoveredMS = math.Round(float64(seen.Sub(back)) / 1e6)
+		if !first.IsZero() {
+			r.RecoveredFirstMS = math.Round(float64(first.Sub(back)) / 1e6)
+		}
+		all := merge(results)
 		from := int((seen.Sub(start) + time.Second + bucket - 1) / bucket)
-		r.Worst1sAfterPct = worstWindow(merge(results), from, 10, o.Limit)
+		r.Worst1sAfterPct = worstWindow(all, from, 10, o.Limit)
+		// The windows that hold the kill or the return, or start within a
+		// second after the kill, or two after the return (the processes
+		// see Redis again at different times).
+		k, b := int(killed.Sub(start)/bucket), int(back.Sub(start)/bucket)
+		r.Worst1sKillPct = worstWindowIn(all, k-9, k+10, 10, o.Limit)
+		r.Worst1sReturnPct = worstWindowIn(all, b-9, b+20, 10, o.Limit)
 	}
 	return r, nil
 }
@@ -295,9 +321,14 @@ func merge(results []childResult) []int {
 // admitted count over any window of width buckets starting at or after
 // bucket from (and ending within the run).
 func worstWindow(all []int, from, width int, limit float64) float64 {
+	return worstWindowIn(all, from, len(all), width, limit)
+}
+
+// worstWindowIn is worstWindow over the windows starting in [from, to].
+func worstWindowIn(all []int, from, to, width int, limit float64) float64 {
 	want := limit * float64(width) * bucket.Seconds()
 	worst := 0.0
-	for i := from; i+width <= len(all); i++ {
+	for i := max(from, 0); i <= to && i+width <= len(all); i++ {
 		n := 0
 		for _, c := range all[i : i+width] {
 			n += c

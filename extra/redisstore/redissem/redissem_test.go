@@ -17,7 +17,18 @@ import (
 	"github.com/guardrail-go/guardrail/fleet"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(redistest.StopShared)) }
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(quiet{}) // the failover test's dead node fills the log otherwise
+	goleak.VerifyTestMain(m, goleak.Cleanup(redistest.StopShared),
+		// go-redis's pool redials a server that refused its dials once a
+		// second, and that goroutine sees a closed client only when it
+		// wakes.
+		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+}
 
 // harness is a Redis to run a test on: a client and a key prefix of the
 // test's own, and what keys it left behind.

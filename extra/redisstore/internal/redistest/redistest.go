@@ -3,6 +3,7 @@
 package redistest
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -32,7 +33,7 @@ type Cluster struct {
 	procs    []*exec.Cmd
 }
 
-// startNode starts node i, or restarts it: it keeps its nodes file, so a
+// StartNode starts node i, or restarts it: it keeps its nodes file, so a
 // restarted node rejoins the cluster with its identity.
 func (c *Cluster) StartNode(tb testing.TB, i int) {
 	tb.Helper()
@@ -77,6 +78,8 @@ func (c *Cluster) tryNode(tb testing.TB, i int) bool {
 	return bound
 }
 
+// Addrs returns the nodes' addresses, host:port, in the order of their
+// indexes.
 func (c *Cluster) Addrs() []string {
 	a := make([]string, len(c.ports))
 	for i, p := range c.ports {
@@ -149,7 +152,7 @@ func StartCluster(tb testing.TB) *Cluster {
 	return c
 }
 
-// waitHealthy waits until every live node says cluster_state:ok and every
+// WaitHealthy waits until every live node says cluster_state:ok and every
 // replica's link to its master is up.
 func (c *Cluster) WaitHealthy(tb testing.TB) {
 	tb.Helper()
@@ -184,6 +187,8 @@ func WaitFor(tb testing.TB, what string, cond func() bool) {
 	}
 }
 
+// Kill kills node i with SIGKILL, as a crash would, and waits for it to
+// exit; a node already stopped is left alone.
 func (c *Cluster) Kill(i int) {
 	if c.procs[i] != nil && c.procs[i].ProcessState == nil {
 		_ = c.procs[i].Process.Kill()
@@ -191,12 +196,14 @@ func (c *Cluster) Kill(i int) {
 	}
 }
 
+// Stop kills every node that still runs.
 func (c *Cluster) Stop() {
 	for i := range c.procs {
 		c.Kill(i)
 	}
 }
 
+// Client returns a client of the cluster, closed when the test ends.
 func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), DialTimeout: time.Second, MaxRedirects: 8, DialerRetries: 1})
 	tb.Cleanup(func() { cc.Close() })
@@ -252,13 +259,13 @@ func (r *recordingTB) Skip(args ...any) {
 	panic(r)
 }
 
+// StopShared stops the shared cluster, if a test started it; TestMain
+// calls it with the tests' exit code.
 func StopShared(int) {
 	if shared.c != nil {
 		shared.c.Stop()
 	}
 }
-
-// clusterHarness runs the store on a *redis.ClusterClient against the
 
 // Port is node i's port.
 func (c *Cluster) Port(i int) string { return c.ports[i] }
@@ -340,4 +347,110 @@ func ClusterPrefix(tb testing.TB, cc *redis.ClusterClient) (prefix string, keys 
 		}
 	})
 	return prefix, keys
+}
+
+// Server is a standalone redis-server of the test's own, without
+// persistence, on a loopback port the test chose, so that it can be
+// killed and started again on the same port: a Redis that crashes and
+// comes back empty.
+type Server struct {
+	bin, dir, port string
+	cmd            *exec.Cmd
+}
+
+// StartServer starts a Server and waits until it answers. It skips the
+// test when redis-server is not on PATH, or fails it when
+// EnvClusterRequired is set. The server is stopped when the test ends.
+func StartServer(tb testing.TB) *Server {
+	tb.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv(EnvClusterRequired) != "" {
+			tb.Fatalf("redis-server is not on PATH, and %s is set", EnvClusterRequired)
+		}
+		tb.Skip("redis-server is not on PATH: the restart tests start a Redis server of their own")
+	}
+	s := &Server{bin: bin, dir: tb.TempDir()}
+	for try := 0; ; try++ {
+		s.port = freePort(tb)
+		if s.try(tb) {
+			break
+		}
+		if try == 10 {
+			tb.Fatal("ten ports in a row were taken before redis-server could listen")
+		}
+	}
+	tb.Cleanup(s.Kill)
+	return s
+}
+
+// Addr is the server's address, host:port.
+func (s *Server) Addr() string { return "127.0.0.1:" + s.port }
+
+// Start starts the server again on its port, after Kill, and waits until
+// it answers.
+func (s *Server) Start(tb testing.TB) {
+	tb.Helper()
+	if !s.try(tb) {
+		tb.Fatalf("redis-server could not listen on %s again: the port was taken", s.Addr())
+	}
+}
+
+// try starts the server and waits until it answers; it reports false, at
+// once, when the server could not bind its port.
+func (s *Server) try(tb testing.TB) bool {
+	tb.Helper()
+	logName := filepath.Join(s.dir, "redis-"+s.port+".log")
+	log, err := os.OpenFile(logName, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer log.Close()
+	s.cmd = exec.Command(s.bin, "--port", s.port, "--bind", "127.0.0.1", "--dir", s.dir,
+		"--save", "", "--appendonly", "no")
+	s.cmd.Stdout, s.cmd.Stderr = log, log
+	if err := s.cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	// Polled every 5 ms, not with WaitFor's backoff: a test measures how
+	// soon after this returns its clients see the server again.
+	// A plain connection: go-redis's own dial retries would wait 100 ms
+	// between tries.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if b, _ := os.ReadFile(logName); bytes.Contains(b, []byte("Address already in use")) {
+			s.Kill()
+			return false
+		}
+		if ping(s.Addr()) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			s.Kill()
+			tb.Fatalf("timed out waiting for redis-server on %s to answer", s.Addr())
+		}
+	}
+}
+
+// Kill kills the server with SIGKILL, as a crash would, and waits for it
+// to exit; a server already stopped is left alone.
+func (s *Server) Kill() {
+	if s.cmd != nil && s.cmd.ProcessState == nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+	}
+}
+
+// ping reports whether the Redis at addr answers PING within a second.
+func ping(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && strings.HasPrefix(line, "+PONG")
 }
