@@ -474,6 +474,7 @@ func Experiments() []Experiment {
 		throttling(),
 		incident(),
 		chainExp(),
+		fleetExp(),
 		overhead(),
 	}
 }
