@@ -467,14 +467,14 @@ func (p fleetParams) report(r *Result, lim limiterRun, sem semRun, hints [2]hint
 	}
 	trips := float64(lim.roundTrips) / float64(max(lim.admittedAll, 1))
 	w10 := min(int(10*time.Second/limBucket), n-from)
-	dev10, _ := worstWindow(p.windows(lim, from, w10), false)
+	dev10, n10 := worstWindow(p.windows(lim, from, w10), false)
 	ones := p.windows(lim, from, int(time.Second/limBucket))
 	dev1, paced1 := worstWindow(ones, true)
 	share := float64(lim.busiest) / float64(max(lim.admittedAll, 1)) * 100
 
 	pre := func() *timing { return (&timing{}).needSchedule(lim.sched).needQuiet("limiter", lim.late) }
 	ok10 := math.Abs(dev10) <= fleetMaxDev10s
-	span10 := "every 10 s window"
+	span10 := fmt.Sprintf("%d window(s) of 10 s, sliding by %v", n10, limBucket)
 	if w10 < int(10*time.Second/limBucket) {
 		span10 = fmt.Sprintf("the whole measured %v (shorter than 10 s)", time.Duration(w10)*limBucket)
 	}
@@ -501,13 +501,13 @@ func (p fleetParams) report(r *Result, lim limiterRun, sem semRun, hints [2]hint
 	}
 	r.add("limiter: fleet.Limiter on redisfleet",
 		Int("processes", lim.procs), Float("limit", p.limit, 0), Int("burst", p.burst),
-		Float("offered_rps", lim.sched.rate, 0), Float("admitted_rps", admittedRPS, 1),
-		Float("error_pct", errPct, 2),
-		Float("redis_round_trips_per_request", trips, 3).Named("round_trips/request").judgedAs(vTrips),
+		Float("offered_rps", math.Round(lim.sched.rate), 0), Float("admitted_rps", round(admittedRPS, 1), 1),
+		Float("error_pct", round(errPct, 2), 2),
+		Float("redis_round_trips_per_request", round(trips, 3), 3).Named("round_trips/request").judgedAs(vTrips),
 		Float("p99_added_us", float64(lim.p99.Microseconds()), 0).Named("p99_added_µs").judgedAs(vP99),
 		Float("worst_1s_dev_pct", dev1, 1).Named("worst_1s_%").judgedAs(v1),
 		Float("worst_10s_dev_pct", dev10, 1).Named("worst_10s_%").judgedAs(v10),
-		Float("busiest_process_share_pct", share, 0).Named("busiest_share_%"),
+		Float("busiest_process_share_pct", math.Round(share), 0).Named("busiest_share_%"),
 		Float("measured_s", secs, 1).jsonOnly())
 
 	var vSem Verdict
@@ -528,12 +528,12 @@ func (p fleetParams) report(r *Result, lim limiterRun, sem semRun, hints [2]hint
 	r.add("semaphore: fleet.Semaphore on redissem",
 		Int("processes", sem.procs), Int("limit", p.semLimit), Int("callers_per_process", p.callers),
 		Int("calls", int(sem.calls)), Int("max_in_flight", int(sem.maxInFlight)).judgedAs(vSem),
-		Float("slot_use", use, 2), Int("refused", sem.refused), Int("failed", sem.failed))
+		Float("slot_use", round(use, 2), 2), Int("refused", sem.refused), Int("failed", sem.failed))
 
 	quiet := (&timing{}).needQuiet("semaphore and hints", late)
 	off, on := hints[0], hints[1]
 	vPause := r.timedV(quiet, on.callsDuringPause <= on.procs && on.procs > 0, fleetCheckPause,
-		"%d calls during the %v pause from %d processes with hints on Redis, want at most one per process (%d without hints)",
+		"%d call(s) during the %v pause from %d processes with hints on Redis, want at most one per process (%d without hints)",
 		on.callsDuringPause, p.pause, on.procs, off.callsDuringPause)
 	vResume := r.timedV(quiet, on.resume >= 0 && on.resume <= fleetMaxResume, fleetCheckResume,
 		"%d of %d processes called again, the last %s after the pause's end, want all within %v", on.resumed, on.procs, resumeText(on.resume), fleetMaxResume)
@@ -569,6 +569,12 @@ func (p fleetParams) report(r *Result, lim limiterRun, sem semRun, hints [2]hint
 	r.note("go-redis/redis_rate is not a dependency of this command: bench/fleet runs it beside the fleet limiter on the same load (docs/fleet.md)")
 	r.note("semaphore: FailClosed, each call %v at a server that counts the calls in flight (a call leaves its count before its answer is sent, and keeps its slot until the answer is read); slot_use = calls x work / (limit x %v)", p.work, length)
 	r.note("hints: the dependency answers 503 with Retry-After for %v, %v into a run of %v; each process calls every %v, spread over the interval, through a Policy without a breaker and with MaxAttempts 3; timer lateness %s", p.pause, fleetLead, length, p.every, late)
+}
+
+// round rounds x to prec decimals, for JSON as for the tables.
+func round(x float64, prec int) float64 {
+	f := math.Pow10(prec)
+	return math.Round(x*f) / f
 }
 
 // resumeText is a resume time, or "never" for -1.

@@ -104,9 +104,8 @@ type workerResult struct {
 	Lag        [][2]int64 // how late a call began against its schedule, 100 µs: count
 
 	// semaphore and hints
-	Calls   int // calls made (hints: calls the policy answered)
 	Refused int // semaphore: Acquire refused; hints: refused locally, paused
-	Failed  int
+	Failed  int // the call failed
 }
 
 // limBucket is the resolution of the limiter's counts.
@@ -327,7 +326,7 @@ func semaphoreWorker(cfg workerConfig, client *redis.Client) (func(time.Time) (w
 	run := func(start time.Time) (workerResult, error) {
 		ctx, cancel := context.WithDeadline(context.Background(), start.Add(cfg.Duration))
 		defer cancel()
-		var calls, refused, failed atomic.Int64
+		var refused, failed atomic.Int64
 		var wg sync.WaitGroup
 		for range cfg.Callers {
 			wg.Go(func() {
@@ -341,6 +340,7 @@ func semaphoreWorker(cfg workerConfig, client *redis.Client) (func(time.Time) (w
 						return
 					case err != nil:
 						refused.Add(1)
+						time.Sleep(5 * time.Millisecond) // a store that fails refuses at once
 						continue
 					}
 					// The call outlives the run's end rather than be cut
@@ -351,14 +351,12 @@ func semaphoreWorker(cfg workerConfig, client *redis.Client) (func(time.Time) (w
 					release()
 					if err != nil {
 						failed.Add(1)
-						continue
 					}
-					calls.Add(1)
 				}
 			})
 		}
 		wg.Wait()
-		return workerResult{Calls: int(calls.Load()), Refused: int(refused.Load()), Failed: int(failed.Load())}, nil
+		return workerResult{Refused: int(refused.Load()), Failed: int(failed.Load())}, nil
 	}
 	return run, func() { _ = sem.Close(); httpc.CloseIdleConnections() }, nil
 }
@@ -415,7 +413,7 @@ func hintsWorker(cfg workerConfig, client *redis.Client) (func(time.Time) (worke
 		return resp.StatusCode, nil
 	}
 	run := func(start time.Time) (workerResult, error) {
-		var calls, paused, failed atomic.Int64
+		var paused, failed atomic.Int64
 		var wg sync.WaitGroup
 		end := start.Add(cfg.Duration)
 		for at := start.Add(cfg.Phase); at.Before(end); at = at.Add(cfg.Every) {
@@ -426,7 +424,6 @@ func hintsWorker(cfg workerConfig, client *redis.Client) (func(time.Time) (worke
 				_, err := guardrail.Do(ctx, p, call)
 				switch {
 				case err == nil:
-					calls.Add(1)
 				case errors.Is(err, guardrail.ErrPaused):
 					paused.Add(1)
 				default:
@@ -435,7 +432,7 @@ func hintsWorker(cfg workerConfig, client *redis.Client) (func(time.Time) (worke
 			})
 		}
 		wg.Wait()
-		return workerResult{Calls: int(calls.Load()), Refused: int(paused.Load()), Failed: int(failed.Load())}, nil
+		return workerResult{Refused: int(paused.Load()), Failed: int(failed.Load())}, nil
 	}
 	return run, func() {
 		for _, s := range stops {
