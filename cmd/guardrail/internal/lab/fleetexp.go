@@ -485,7 +485,7 @@ func (p fleetParams) report(r *Result, lim limiterRun, sem semRun, hints [2]hint
 	switch {
 	case paced1 == 0 && t1.held():
 		v1 = NotJudged
-		r.notJudged(fleetCheck1s, "the offered pace held in none of the %d windows of 1 s (want >= %.0f %% of %.0f/s in a window): %s", len(ones), 100*minSendRate, p.offered, lim.sched.reason())
+		r.notJudged(fleetCheck1s, "the offered pace held in none of the %d windows of 1 s (want >= %.0f %% of %.0f/s in a window; %.0f/s over the run)", len(ones), 100*minSendRate, p.offered, lim.sched.rate)
 	default:
 		v1 = r.timedV(t1, math.Abs(dev1) <= fleetMaxDev1s, fleetCheck1s, "worst deviation %+.1f %% over %d windows of 1 s whose offered pace held (of %d), want within ±%.0f %%",
 			dev1, paced1, len(ones), fleetMaxDev1s)
