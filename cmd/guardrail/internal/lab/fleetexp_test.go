@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
@@ -146,5 +147,29 @@ func TestFleetWindows(t *testing.T) {
 	}
 	if dev, n := worstWindow(ws, false); dev != 20 || n != 11 {
 		t.Errorf("every window: worst %+.1f %% over %d, want +20 over 11", dev, n)
+	}
+}
+
+// The workers are real processes, this test binary started again (TestMain
+// lets it be one): one that cannot reach its Redis ends saying why, and
+// the experiment reports that at once instead of waiting for it.
+func TestFleetWorkerFailureIsReported(t *testing.T) {
+	down, err := closedPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := workerConfig{Role: roleLimiter, Redis: down, Prefix: "test:", Fleet: 2, Duration: time.Second,
+		Key: "k", Limit: 10, Burst: 1, RPS: 10, Goroutines: 1}
+	start := time.Now()
+	_, err = runWorkers(context.Background(), exe, []workerConfig{cfg, cfg}, func(time.Time) { t.Error("prepared a run whose workers never got ready") })
+	if err == nil || !strings.Contains(err.Error(), "redis at "+down) {
+		t.Fatalf("runWorkers: %v; want the worker's reason, that Redis at %s is down", err, down)
+	}
+	if took := time.Since(start); took > workerTimeout/2 {
+		t.Errorf("took %v to report a worker that ended, want at once", took)
 	}
 }

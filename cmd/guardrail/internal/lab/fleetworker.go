@@ -459,10 +459,9 @@ const workerTimeout = 15 * time.Second
 // reported, in order.
 func runWorkers(ctx context.Context, exe string, cfgs []workerConfig, prepare func(start time.Time)) ([]workerResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel() // kills what is still running
 	procs := make([]*fleetProc, 0, len(cfgs))
 	defer func() {
-		cancel()
+		cancel() // kills what is still running
 		for _, p := range procs {
 			_ = p.cmd.Wait()
 		}
