@@ -138,6 +138,7 @@ func TestFleetWindows(t *testing.T) {
 		}
 		run.admitted, run.started = append(run.admitted, a), append(run.started, s)
 	}
+	run.maxLag = make([]time.Duration, 20)
 	ws := p.windows(run, 0, 10)
 	if len(ws) != 11 {
 		t.Fatalf("%d windows of 1 s in 2 s, want 11", len(ws))
@@ -147,6 +148,12 @@ func TestFleetWindows(t *testing.T) {
 	}
 	if dev, n := worstWindow(ws, false); dev != 20 || n != 11 {
 		t.Errorf("every window: worst %+.1f %% over %d, want +20 over 11", dev, n)
+	}
+	// A call that began late in the first second (a stall) shifted its
+	// admission: that window's pace did not hold either.
+	run.maxLag[3] = 30 * time.Millisecond
+	if _, n := worstWindow(p.windows(run, 0, 10), true); n != 0 {
+		t.Errorf("%d windows paced with a call 30ms late, want none", n)
 	}
 }
 

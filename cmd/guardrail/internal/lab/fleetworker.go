@@ -98,6 +98,7 @@ type workerResult struct {
 	// limiter, by limBucket from the start
 	Started    []int      // Allow calls begun
 	Admitted   []int      // of them, admitted
+	MaxLag     []int64    // the latest a call begun in the bucket was against its schedule, µs
 	Errors     int        // neither admitted nor refused
 	RoundTrips int64      // commands sent to Redis, a pipeline counted once
 	Latency    [][2]int64 // Allow's time, µs: count
@@ -208,7 +209,7 @@ func limiterWorker(cfg workerConfig, client *redis.Client, rt *roundTrips) (func
 	}
 	run := func(start time.Time) (workerResult, error) {
 		n := int(cfg.Duration / limBucket)
-		started, admitted := make([]atomic.Int64, n), make([]atomic.Int64, n)
+		started, admitted, maxLag := make([]atomic.Int64, n), make([]atomic.Int64, n), make([]atomic.Int64, n)
 		var errs atomic.Int64
 		lat := make([]map[int64]int64, cfg.Goroutines)
 		lag := make([]map[int64]int64, cfg.Goroutines)
@@ -221,12 +222,14 @@ func limiterWorker(cfg workerConfig, client *redis.Client, rt *roundTrips) (func
 					t0 := time.Now()
 					err := l.Allow(context.Background(), cfg.Key)
 					lat[g][time.Since(t0).Microseconds()]++
-					lag[g][max(0, t0.UnixNano()-due)/int64(100*time.Microsecond)]++
+					late := time.Duration(max(0, t0.UnixNano()-due))
+					lag[g][int64(late/(100*time.Microsecond))]++
 					i := int(t0.Sub(start) / limBucket)
 					if i < 0 || i >= n {
 						continue
 					}
 					started[i].Add(1)
+					raiseTo(&maxLag[i], late.Microseconds())
 					switch {
 					case err == nil:
 						admitted[i].Add(1)
@@ -255,10 +258,21 @@ func limiterWorker(cfg workerConfig, client *redis.Client, rt *roundTrips) (func
 		for i := range n {
 			res.Started = append(res.Started, int(started[i].Load()))
 			res.Admitted = append(res.Admitted, int(admitted[i].Load()))
+			res.MaxLag = append(res.MaxLag, maxLag[i].Load())
 		}
 		return res, nil
 	}
 	return run, func() { _ = l.Close() }, nil
+}
+
+// raiseTo makes v at least n.
+func raiseTo(v *atomic.Int64, n int64) {
+	for {
+		old := v.Load()
+		if n <= old || v.CompareAndSwap(old, n) {
+			return
+		}
+	}
 }
 
 // mergeHist adds histograms into one, as pairs sorted by value.
