@@ -29,6 +29,9 @@ func fleetRows(t *testing.T, res *Result) map[string]Row {
 // more than the limit, and hints on Redis keep the fleet away during the
 // pause where, without them, its traffic goes on.
 func TestFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 32 processes for about 5 s")
+	}
 	addr := os.Getenv("GUARDRAIL_TEST_REDIS_ADDR")
 	if addr == "" {
 		t.Skip("set GUARDRAIL_TEST_REDIS_ADDR to a Redis (host:port) to run the fleet experiment's processes against it")
