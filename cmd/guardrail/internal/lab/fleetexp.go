@@ -485,28 +485,27 @@ func (p fleetParams) report(r *Result, lim limiterRun, sem semRun, hints [2]hint
 	if w10 < int(10*time.Second/limBucket) {
 		span10 = fmt.Sprintf("the whole measured %v (shorter than 10 s)", time.Duration(w10)*limBucket)
 	}
-	v10 := r.timedV(pre(), ok10, fleetCheck10s, "worst deviation %+.1f %% over %s, want within ±%.0f %%", dev10, span10, fleetMaxDev10s)
+	r.timed(pre(), ok10, fleetCheck10s, "worst deviation %+.1f %% over %s, want within ±%.0f %%", dev10, span10, fleetMaxDev10s)
+	v10 := r.last()
 
 	t1 := (&timing{}).needQuiet("limiter", lim.late)
-	var v1 Verdict
-	switch {
-	case paced1 == 0 && t1.held():
-		v1 = NotJudged
+	if paced1 == 0 && t1.held() {
 		r.notJudged(fleetCheck1s, "the offered pace held in none of the %d windows of 1 s (want >= %.0f %% of %.0f/s begun in a window, none more than %v late; %.0f/s over the run)",
 			len(ones), 100*minSendRate, p.offered, fleetWindowLag, lim.sched.rate)
-	default:
-		v1 = r.timedV(t1, math.Abs(dev1) <= fleetMaxDev1s, fleetCheck1s, "worst deviation %+.1f %% over %d windows of 1 s whose offered pace held (of %d), want within ±%.0f %%",
+	} else {
+		r.timed(t1, math.Abs(dev1) <= fleetMaxDev1s, fleetCheck1s, "worst deviation %+.1f %% over %d windows of 1 s whose offered pace held (of %d), want within ±%.0f %%",
 			dev1, paced1, len(ones), fleetMaxDev1s)
 	}
-	vTrips := r.timedV((&timing{}).needSchedule(lim.sched), trips <= fleetMaxTrips, fleetCheckTrips,
+	v1 := r.last()
+	r.timed((&timing{}).needSchedule(lim.sched), trips <= fleetMaxTrips, fleetCheckTrips,
 		"%.3f round trips per admitted request (%d for %d admitted), want at most %.1f", trips, lim.roundTrips, lim.admittedAll, fleetMaxTrips)
-	var vP99 Verdict
+	vTrips := r.last()
 	if raceEnabled {
-		vP99 = NotJudged
 		r.notJudged(fleetCheckP99, "built with the race detector, whose instrumentation is not a normal build's cost (p99 %v)", lim.p99)
 	} else {
-		vP99 = r.timedV(pre(), lim.p99 <= fleetMaxP99, fleetCheckP99, "p99 of Allow %v, want at most %v", lim.p99, fleetMaxP99)
+		r.timed(pre(), lim.p99 <= fleetMaxP99, fleetCheckP99, "p99 of Allow %v, want at most %v", lim.p99, fleetMaxP99)
 	}
+	vP99 := r.last()
 	r.add("limiter: fleet.Limiter on redisfleet",
 		Int("processes", lim.procs), Float("limit", p.limit, 0), Int("burst", p.burst),
 		Float("offered_rps", math.Round(lim.sched.rate), 0), Float("admitted_rps", round(admittedRPS, 1), 1),
@@ -518,19 +517,13 @@ func (p fleetParams) report(r *Result, lim limiterRun, sem semRun, hints [2]hint
 		Float("busiest_process_share_pct", math.Round(share), 0).Named("busiest_share_%"),
 		Float("measured_s", secs, 1).jsonOnly())
 
-	var vSem Verdict
 	if sem.calls == 0 {
-		vSem = NotJudged
 		r.notJudged(fleetCheckSem, "no call reached the server (%d refused, %d failed)", sem.refused, sem.failed)
 	} else {
-		ok := sem.maxInFlight <= int64(p.semLimit)
-		vSem = Fail
-		if ok {
-			vSem = Pass
-		}
-		r.check(ok, fleetCheckSem, "at most %d in flight at the server over %d calls from %d processes x %d callers, want at most %d",
+		r.check(sem.maxInFlight <= int64(p.semLimit), fleetCheckSem, "at most %d in flight at the server over %d calls from %d processes x %d callers, want at most %d",
 			sem.maxInFlight, sem.calls, sem.procs, p.callers, p.semLimit)
 	}
+	vSem := r.last()
 	length := fleetLead + p.pause + fleetAfter
 	use := float64(sem.calls) * p.work.Seconds() / (float64(p.semLimit) * length.Seconds())
 	r.add("semaphore: fleet.Semaphore on redissem",
@@ -540,11 +533,13 @@ func (p fleetParams) report(r *Result, lim limiterRun, sem semRun, hints [2]hint
 
 	quiet := (&timing{}).needQuiet("semaphore and hints", late)
 	off, on := hints[0], hints[1]
-	vPause := r.timedV(quiet, on.callsDuringPause <= on.procs && on.procs > 0, fleetCheckPause,
+	r.timed(quiet, on.callsDuringPause <= on.procs && on.procs > 0, fleetCheckPause,
 		"%d call(s) during the %v pause from %d processes with hints on Redis, want at most one per process (%d without hints)",
 		on.callsDuringPause, p.pause, on.procs, off.callsDuringPause)
-	vResume := r.timedV(quiet, on.resume >= 0 && on.resume <= fleetMaxResume, fleetCheckResume,
+	vPause := r.last()
+	r.timed(quiet, on.resume >= 0 && on.resume <= fleetMaxResume, fleetCheckResume,
 		"%d of %d processes called again, the last %s after the pause's end, want all within %v", on.resumed, on.procs, resumeText(on.resume), fleetMaxResume)
+	vResume := r.last()
 	for _, h := range hints {
 		label := "hints: none"
 		callsCol := Int("calls_during_pause", h.callsDuringPause)
@@ -593,8 +588,6 @@ func resumeText(d time.Duration) string {
 	return fmtDur(d)
 }
 
-// timedV is timed, returning the verdict it recorded.
-func (r *Result) timedV(t *timing, ok bool, name string, detailFormat string, args ...any) Verdict {
-	r.timed(t, ok, name, detailFormat, args...)
-	return r.Checks[len(r.Checks)-1].Verdict
-}
+// last is the verdict of the check recorded last, for the column it
+// judged.
+func (r *Result) last() Verdict { return r.Checks[len(r.Checks)-1].Verdict }
