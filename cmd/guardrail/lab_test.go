@@ -279,3 +279,14 @@ func TestLabChecksEveryFlagFirst(t *testing.T) {
 		t.Fatalf("jitter ran before shedding's flags were checked:\n%s", out)
 	}
 }
+
+// Without a Redis the fleet experiment judges nothing, and the lab still
+// exits 0: its first command works on a machine that has only Go.
+func TestLabFleetWithoutRedis(t *testing.T) {
+	t.Setenv("GUARDRAIL_LAB_REDIS_ADDR", "")
+	code, out, errOut := runCmd(t, "lab", "fleet", "--quick")
+	if code != 0 || !strings.Contains(out, "[not judged] limiter:") || !strings.Contains(out, "no Redis: set --redis or GUARDRAIL_LAB_REDIS_ADDR") ||
+		!strings.Contains(errOut, "7 check(s): 0 pass, 0 fail, 7 not judged") {
+		t.Errorf("lab fleet without Redis: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+}

@@ -18,6 +18,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/guardrail-go/guardrail/cmd/guardrail/internal/lab"
 )
 
 // command is one subcommand. Each lives in its own file and registers itself
@@ -66,6 +68,10 @@ func (h helpHint) Error() string { return h.err.Error() }
 func (h helpHint) Unwrap() error { return h.err }
 
 func main() {
+	// A process the lab's fleet experiment started as one of its fleet.
+	if code, ok := lab.FleetWorker(); ok {
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -1,11 +1,24 @@
 package main
 
 import (
+	"os"
 	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/guardrail-go/guardrail/cmd/guardrail/internal/lab"
 )
+
+// TestMain makes this test binary a worker of the lab's fleet experiment
+// when a test runs the experiment, which starts its own executable as
+// its processes.
+func TestMain(m *testing.M) {
+	if code, ok := lab.FleetWorker(); ok {
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
 
 func TestSplitArgs(t *testing.T) {
 	fs := newFlagSet("x")

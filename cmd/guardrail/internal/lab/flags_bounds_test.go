@@ -154,6 +154,14 @@ func TestFlagBounds(t *testing.T) {
 		{"incident", []string{"--pool", "2000000000"}, []string{"--pool is 2000000000"}},
 		{"incident", []string{"--hold", "1000000h"}, []string{"--hold is"}},
 
+		{"fleet", []string{"--processes", "2000000000"}, []string{"--processes is 2000000000", "[2, 32]"}},
+		{"fleet", []string{"--offered", "NaN"}, []string{"--offered is NaN"}},
+		{"fleet", []string{"--limit", "Inf"}, []string{"--limit is +Inf"}},
+		{"fleet", []string{"--duration", "1000000h"}, []string{"--duration is 1000000h0m0s"}},
+		{"fleet", []string{"--duration", "1s", "--warmup", "1s"}, []string{"want at least a second measured"}},
+		{"fleet", []string{"--pause", "1500ms"}, []string{"--pause is 1.5s; want whole seconds"}},
+		{"fleet", []string{"--callers", "-1"}, []string{"--callers is -1"}},
+
 		{"overhead", []string{"--rounds", "2000000000"}, []string{"--rounds is 2000000000"}},
 		{"overhead", []string{"--rounds", "100000", "--block", "100000"}, []string{"--rounds x --block"}},
 	}

@@ -475,6 +475,7 @@ func Experiments() []Experiment {
 		incident(),
 		metastableExp(),
 		chainExp(),
+		fleetExp(),
 		overhead(),
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,14 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain runs the test binary as a worker of the fleet experiment when
+// the experiment starts it as one (its executable is this binary).
+func TestMain(m *testing.M) {
+	if code, ok := FleetWorker(); ok {
+		os.Exit(code)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // runExp runs experiment name with quick defaults overridden by args.
 func runExp(t *testing.T, name string, args ...string) *Result {
