@@ -507,14 +507,14 @@ func (p fleetParams) report(r *Result, lim limiterRun, sem semRun, hints [2]hint
 	}
 	vP99 := r.last()
 	r.add("limiter: fleet.Limiter on redisfleet",
-		Int("processes", lim.procs), Float("limit", p.limit, 0), Int("burst", p.burst),
+		Int("processes", lim.procs), Float("limit", p.limit, 0), Int("burst", p.burst).jsonOnly(),
 		Float("offered_rps", math.Round(lim.sched.rate), 0), Float("admitted_rps", round(admittedRPS, 1), 1),
-		Float("error_pct", round(errPct, 2), 2),
+		Float("error_pct", round(errPct, 2), 2).jsonOnly(),
 		Float("redis_round_trips_per_request", round(trips, 3), 3).Named("round_trips/request").judgedAs(vTrips),
 		Float("p99_added_us", float64(lim.p99.Microseconds()), 0).Named("p99_added_µs").judgedAs(vP99),
 		Float("worst_1s_dev_pct", dev1, 1).Named("worst_1s_%").judgedAs(v1),
 		Float("worst_10s_dev_pct", dev10, 1).Named("worst_10s_%").judgedAs(v10),
-		Float("busiest_process_share_pct", math.Round(share), 0).Named("busiest_share_%"),
+		Float("busiest_process_share_pct", math.Round(share), 0).Named("busiest_share_%").jsonOnly(),
 		Float("measured_s", secs, 1).jsonOnly())
 
 	if sem.calls == 0 {
@@ -527,9 +527,9 @@ func (p fleetParams) report(r *Result, lim limiterRun, sem semRun, hints [2]hint
 	length := fleetLead + p.pause + fleetAfter
 	use := float64(sem.calls) * p.work.Seconds() / (float64(p.semLimit) * length.Seconds())
 	r.add("semaphore: fleet.Semaphore on redissem",
-		Int("processes", sem.procs), Int("limit", p.semLimit), Int("callers_per_process", p.callers),
+		Int("processes", sem.procs), Int("limit", p.semLimit), Int("callers_per_process", p.callers).jsonOnly(),
 		Int("calls", int(sem.calls)), Int("max_in_flight", int(sem.maxInFlight)).judgedAs(vSem),
-		Float("slot_use", round(use, 2), 2), Int("refused", sem.refused), Int("failed", sem.failed))
+		Float("slot_use", round(use, 2), 2), Int("refused", sem.refused).jsonOnly(), Int("failed", sem.failed).jsonOnly())
 
 	quiet := (&timing{}).needQuiet("semaphore and hints", late)
 	off, on := hints[0], hints[1]
@@ -553,7 +553,7 @@ func (p fleetParams) report(r *Result, lim limiterRun, sem semRun, hints [2]hint
 		}
 		r.add(label, Bool("hints", h.hints).jsonOnly(), Int("processes", h.procs), Ms("pause_ms", p.pause),
 			Int("calls_per_process_per_s", int(time.Second/p.every)).jsonOnly(),
-			callsCol, resumeCol, Int("processes_resumed", h.resumed), Int("refused_locally", h.refused))
+			callsCol, resumeCol, Int("processes_resumed", h.resumed).jsonOnly(), Int("refused_locally", h.refused).jsonOnly())
 	}
 
 	xs, admitted, limit := make([]float64, 0, n), make([]float64, 0, n), make([]float64, 0, n)

@@ -173,8 +173,8 @@ func (p *msParams) run(ctx context.Context, env *Env) (*Result, error) {
 			fmtOpt(rec), rel.offeredRate(p), base.offeredRate(p), fmtDur(rel.reliefOn))
 	}
 	r.note("The users are not guardrail clients: each tries %d times, at once after any failure, and ignores Retry-After; they never slow down. The front has a fixed shed limit of %d and a guarded client to the DB (3 attempts, retry budget%s). The DB runs every query it took, whether or not anyone still waits for it.", p.userTries, p.shedLimit, map[bool]string{true: ", breaker", false: ", no breaker"}[p.breaker])
-	r.note("Relief removes none of the users' load: it empties the front's retry budget, halves its shed limit (again every window goodput is not back), drops its queue and answers a longer Retry-After, until goodput has been back for two windows.")
-	chart := Chart{Title: "Goodput per 250 ms, the DB down for " + fmtDur(p.outage), XLabel: "s since start", YLabel: "% of user requests answered in time"}
+	r.note("Relief removes none of the users' load: it empties the front's retry budget, halves its shed limit (again every window goodput is not back), drops its queue and answers a longer Retry-After; once goodput has been back for two windows it gives the limit back, a doubling a window.")
+	chart := Chart{Title: "Goodput per 250 ms, the DB down for " + fmtDur(p.outage), XLabel: "s since start", YLabel: "% answered in time, by send time"}
 	n := len(base.ok)
 	for _, run := range runs {
 		n = min(n, len(run.ok))

@@ -43,9 +43,9 @@ td,th{border:1px solid #ddd;padding:.3em .6em;text-align:right}td:first-child,th
 </div>
 {{range $i, $r := .Results}}
 <h2 id="{{$r.Anchor}}">{{$r.Experiment}}: {{$r.Title}}</h2>
-<div class="wide"><table><tr><th>row</th>{{range $r.Header}}<th>{{.}}</th>{{end}}</tr>
-{{range $r.Rows}}<tr><td>{{.Label}}</td>{{range .Cells}}<td>{{.Text}}{{if .Judged}} <span class="{{.Verdict.Class}}" title="{{.Verdict.Title}}">{{.Verdict.CellMark}}</span>{{end}}</td>{{end}}</tr>{{end}}
-</table></div>
+{{range $r.Tables}}<div class="wide"><table><tr><th>row</th>{{range .Header}}<th>{{.}}</th>{{end}}</tr>
+{{range .Rows}}<tr><td>{{.Label}}</td>{{range .Cells}}<td>{{.Text}}{{if .Judged}} <span class="{{.Verdict.Class}}" title="{{.Verdict.Title}}">{{.Verdict.CellMark}}</span>{{end}}</td>{{end}}</tr>{{end}}
+</table></div>{{end}}
 {{range $r.Notes}}<p class="note">{{.}}</p>{{end}}
 <ul>{{range $r.Checks}}<li class="{{.Verdict.Class}}">{{.Verdict.Symbol}} {{.Name}}: {{.Detail}}</li>{{end}}</ul>
 {{range $j, $c := $r.Charts}}<div class="chart"><canvas id="c{{$i}}_{{$j}}"></canvas></div>{{end}}
@@ -243,8 +243,55 @@ type reportCell struct {
 type reportResult struct {
 	*Result
 	Anchor string // the id of its section
+	Tables []reportTable
+}
+
+// reportTable is one table of a result: rows that share most of their
+// columns.
+type reportTable struct {
 	Header []string
 	Rows   []reportRow
+}
+
+// shownKeys returns the keys of the columns a row shows in the tables.
+func shownKeys(row Row) []string {
+	var keys []string
+	for _, c := range row.Cols {
+		if !c.JSONOnly {
+			keys = append(keys, c.Key)
+		}
+	}
+	return keys
+}
+
+// tableGroups splits rows into runs that share columns: a row starts a
+// new table when at most half of its columns are in the current one.
+// An experiment whose rows measure different things (a limiter, a
+// semaphore, hints) gets a narrow table for each, not one wide table of
+// mostly empty cells.
+func tableGroups(rows []Row) [][]Row {
+	var groups [][]Row
+	var keys []string
+	for _, row := range rows {
+		own := shownKeys(row)
+		shared := 0
+		for _, k := range own {
+			if slices.Contains(keys, k) {
+				shared++
+			}
+		}
+		if len(groups) == 0 || 2*shared <= len(own) {
+			groups = append(groups, nil)
+			keys = nil
+		}
+		groups[len(groups)-1] = append(groups[len(groups)-1], row)
+		for _, k := range own {
+			if !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	return groups
 }
 
 // summary counts the checks of a report by verdict and lists the ones
@@ -288,31 +335,36 @@ func WriteReport(w io.Writer, results []*Result, took time.Duration) error {
 	var charts []reportChart
 	for i, r := range results {
 		rr := reportResult{Result: r, Anchor: "exp-" + strconv.Itoa(i) + "-" + r.Experiment}
-		// A column is headed by its name in the text table, or by its key
-		// where rows name it differently ("vs plain", "vs plain+headers").
-		var keys []string
-		for _, row := range r.Rows {
-			for _, c := range row.Cols {
-				if c.JSONOnly {
-					continue // as in the text table: the row label says it
-				}
-				k := slices.Index(keys, c.Key)
-				if k < 0 {
-					keys = append(keys, c.Key)
-					rr.Header = append(rr.Header, c.name())
-				} else if rr.Header[k] != c.name() {
-					rr.Header[k] = Col{Key: c.Key, Value: c.Value}.name()
-				}
-			}
-		}
-		for _, row := range r.Rows {
-			cells := make([]reportCell, len(keys))
-			for _, c := range row.Cols {
-				if k := slices.Index(keys, c.Key); k >= 0 {
-					cells[k] = reportCell{Text: c.value(), Judged: c.judged, Verdict: c.verdict}
+		for _, group := range tableGroups(r.Rows) {
+			var t reportTable
+			// A column is headed by its name in the text table, or by its
+			// key where rows name it differently ("vs plain", "vs
+			// plain+headers").
+			var keys []string
+			for _, row := range group {
+				for _, c := range row.Cols {
+					if c.JSONOnly {
+						continue // as in the text table: the row label says it
+					}
+					k := slices.Index(keys, c.Key)
+					if k < 0 {
+						keys = append(keys, c.Key)
+						t.Header = append(t.Header, c.name())
+					} else if t.Header[k] != c.name() {
+						t.Header[k] = Col{Key: c.Key, Value: c.Value}.name()
+					}
 				}
 			}
-			rr.Rows = append(rr.Rows, reportRow{row.Label, cells})
+			for _, row := range group {
+				cells := make([]reportCell, len(keys))
+				for _, c := range row.Cols {
+					if k := slices.Index(keys, c.Key); k >= 0 {
+						cells[k] = reportCell{Text: c.value(), Judged: c.judged, Verdict: c.verdict}
+					}
+				}
+				t.Rows = append(t.Rows, reportRow{row.Label, cells})
+			}
+			rr.Tables = append(rr.Tables, t)
 		}
 		rs = append(rs, rr)
 		for j, c := range r.Charts {

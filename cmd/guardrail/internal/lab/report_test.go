@@ -401,3 +401,28 @@ func TestReportHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestReportTableGroups: rows that measure different things get a table
+// each; rows that share their columns stay in one.
+func TestReportTableGroups(t *testing.T) {
+	r := &Result{Experiment: "x", Title: "x", Rows: []Row{
+		row("limiter", Int("processes", 8), Float("admitted_rps", 1000, 0), Float("p99_added_us", 5, 0)),
+		row("semaphore", Int("processes", 8), Int("calls", 700), Int("max_in_flight", 16)),
+		row("hints: none", Int("processes", 8), Int("calls_during_pause", 160)),
+		row("hints: bus", Int("processes", 8), Int("calls_during_pause", 1)),
+	}}
+	var buf bytes.Buffer
+	if err := WriteReport(&buf, []*Result{r}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	page := buf.String()
+	if n := strings.Count(page, "<table>"); n != 3 {
+		t.Fatalf("%d tables, want 3 (limiter, semaphore, hints)", n)
+	}
+	for _, want := range []string{"<th>processes</th><th>admitted_rps</th><th>p99_added_us</th></tr>", "<th>processes</th><th>calls</th><th>max_in_flight</th></tr>",
+		"<th>processes</th><th>calls_during_pause</th></tr>\n<tr><td>hints: none</td><td>8</td><td>160</td></tr><tr><td>hints: bus</td>"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
