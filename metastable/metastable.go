@@ -353,10 +353,14 @@ func (d *Detector) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			d.mu.Lock()
-			if d.acting {
+			acting := d.acting
+			if acting {
 				d.actLocked(false)
 			}
 			d.mu.Unlock()
+			if acting && d.cfg.Relief.OnChange != nil {
+				d.cfg.Relief.OnChange(false)
+			}
 			return
 		case now := <-t.C:
 			d.EvaluateAt(ctx, now)
@@ -397,7 +401,6 @@ func (d *Detector) EvaluateAt(ctx context.Context, now time.Time) Window {
 	w.Symptomatic = w.RetryRatio() > d.cfg.RetryRatio || w.QueueWait > d.cfg.QueueWait || w.WastedShare() > d.cfg.Wasted
 
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	from, wasActing := d.state, d.acting
 	if w.Judged {
 		d.judgeLocked(w)
@@ -407,11 +410,17 @@ func (d *Detector) EvaluateAt(ctx context.Context, now time.Time) Window {
 			b.Drain()
 		}
 	}
-	if d.state != from {
-		d.report(ctx, from, wasActing, w)
-	}
 	w.State, w.Acting = d.state, d.acting
 	d.last = w
+	d.mu.Unlock()
+
+	// The callbacks run without the lock: they may ask for State or Last.
+	if w.Acting != wasActing && d.cfg.Relief.OnChange != nil {
+		d.cfg.Relief.OnChange(w.Acting)
+	}
+	if w.State != from {
+		d.report(ctx, from, wasActing, w)
+	}
 	return w
 }
 
@@ -480,9 +489,6 @@ func (d *Detector) actLocked(on bool) {
 			b.Drain()
 		}
 	}
-	if r.OnChange != nil {
-		r.OnChange(on)
-	}
 }
 
 // easeLocked grows the relieved shedders' cut limits by 1/Cut, and
@@ -540,23 +546,21 @@ func (d *Detector) report(ctx context.Context, from State, wasActing bool, w Win
 	}
 	detail := fmt.Sprintf("goodput %.2f of %d calls, %.2f retries per call, %.0f%% of attempts wasted, mean queue wait %v",
 		w.Goodput(), w.Calls, w.RetryRatio(), 100*w.WastedShare(), w.QueueWait.Round(time.Millisecond))
-	switch {
-	case w.Healthy:
+	if w.Healthy {
 		detail += "; the dependency is up"
-	default:
+	} else {
 		detail += "; the dependency is down"
 	}
-	if d.acting {
-		detail += "; relief on"
-	} else if wasActing {
-		detail += "; relief off"
-	}
 	reason := ""
-	if d.acting {
+	switch {
+	case w.Acting:
+		detail += "; relief on"
 		reason = event.ReasonRelief
+	case wasActing:
+		detail += "; relief off"
 	}
 	d.cfg.Observer.Observe(ctx, event.Event{
 		Kind: event.Metastable, Dependency: d.cfg.Name,
-		From: from.String(), To: d.state.String(), Reason: reason, Detail: detail,
+		From: from.String(), To: w.State.String(), Reason: reason, Detail: detail,
 	})
 }

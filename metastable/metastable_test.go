@@ -366,3 +366,27 @@ func BenchmarkObserve(b *testing.B) {
 		}
 	})
 }
+
+// The Observer and OnChange run without the Detector's lock: they may ask
+// it for its state.
+func TestCallbacksMayAskState(t *testing.T) {
+	var d *metastable.Detector
+	var seen []metastable.State
+	var acting []bool
+	var err error
+	d, err = metastable.New(metastable.Config{Name: "db", Hold: 1,
+		Observer: event.ObserverFunc(func(ctx context.Context, e event.Event) context.Context {
+			seen = append(seen, d.State())
+			return ctx
+		}),
+		Relief: metastable.Relief{Act: true, OnChange: func(on bool) { acting = append(acting, d.Last().Acting) }},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed(d, "db", 100, 10, 3, 0)
+	d.Evaluate(context.Background())
+	if len(seen) != 1 || seen[0] != metastable.Metastable || len(acting) != 1 || !acting[0] {
+		t.Fatalf("states seen by the Observer %v, by OnChange %v; want [metastable], [true]", seen, acting)
+	}
+}

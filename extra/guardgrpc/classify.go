@@ -48,7 +48,11 @@ type Classifier func(r Result) guardrail.Verdict
 //
 //   - UNAVAILABLE: failure, retryable; unsent when the attempt got no
 //     transport stream; the server's pushback is honoured, and a negative
-//     or malformed one means not retryable.
+//     or malformed one means not retryable. Sent without a pushback, it
+//     may be an answer lost after the server ran the call (grpc-go
+//     reports a reset connection so): for a method that is not
+//     idempotent the outcome is unknown (guardrail.ErrOutcomeUnknown),
+//     unless the server marked it not processed (chain.MDNotProcessed).
 //   - RESOURCE_EXHAUSTED: failure; retryable only when the server sent a
 //     valid pushback (it said when to come back): the overload is then the
 //     server's, not a quota of ours.
@@ -70,8 +74,12 @@ func DefaultClassify(r Result) guardrail.Verdict {
 	}
 	switch st.Code() {
 	case codes.Unavailable:
-		d, _, retry := pushback(r.Trailer)
-		return guardrail.Verdict{Outcome: breaker.Failure, Retryable: retry, Unsent: !r.Sent, RetryAfter: d}
+		d, present, retry := pushback(r.Trailer)
+		// Sent, and no pushback: the transport may have lost the answer
+		// after the server ran the call (a reset, a closed connection), and
+		// grpc-go reports that as UNAVAILABLE too.
+		lost := r.Sent && !present
+		return guardrail.Verdict{Outcome: breaker.Failure, Retryable: retry, Unsent: !r.Sent, Unanswered: lost, RetryAfter: d}
 	case codes.ResourceExhausted:
 		d, present, retry := pushback(r.Trailer)
 		return guardrail.Verdict{Outcome: breaker.Failure, Retryable: present && retry, RetryAfter: d}
