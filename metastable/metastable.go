@@ -97,7 +97,8 @@ func (s State) String() string {
 }
 
 // Config configures a Detector. The zero value of each field but Name
-// means the default it names.
+// means the default it names. It is a plain value that New reads once;
+// Healthy is called from the goroutine of Run (or of Evaluate) only.
 type Config struct {
 	// Name is the dependency watched: the Dependency of the events
 	// counted (a Policy's Name, a guardhttp or guardgrpc Config.Name).
@@ -146,7 +147,9 @@ type Config struct {
 	Observer event.Observer
 }
 
-// Relief is the Detector's actuator.
+// Relief is the Detector's actuator: a plain value, part of Config. The
+// budgets and shedders it holds are safe for concurrent use, so the
+// Detector acts on them while they serve.
 type Relief struct {
 	// Act turns the actuator on. Without it the Detector only reports,
 	// and Shedders only feed its queueing signal.
