@@ -181,6 +181,7 @@ type Relief struct {
 // Window is what a Detector measured over one window: the basis of its
 // last judgment, for tests and status pages. A plain value.
 type Window struct {
+	End         time.Time     // when the window ended: the now of EvaluateAt
 	Calls, OK   int64         // calls that ended, and those that succeeded
 	Attempts    int64         // attempts started
 	Retries     int64         // retries scheduled
@@ -393,6 +394,7 @@ func (d *Detector) Evaluate(ctx context.Context) Window { return d.EvaluateAt(ct
 // it measured. Run calls it once a Window; a test may call it instead.
 func (d *Detector) EvaluateAt(ctx context.Context, now time.Time) Window {
 	w := Window{
+		End:   now,
 		Calls: d.calls.Swap(0), OK: d.ok.Swap(0), Attempts: d.attempts.Swap(0),
 		Retries: d.retries.Swap(0), Timeouts: d.timeouts.Swap(0), Abandoned: d.abandoned.Swap(0),
 	}
