@@ -219,13 +219,22 @@ func TestCapacityRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := &Env{Quick: true, Seed: 1, Progress: func(string, ...any) {}}
-	r := &Result{}
-	if err := p.capacity(context.Background(), env, r); err != nil {
-		t.Fatal(err)
+	// As runExpTries: a second run when the first fails a check, so that
+	// one stall of a loaded machine the timer probe missed does not fail
+	// the test; a real regression fails both.
+	var r *Result
+	for try := 1; try <= 2; try++ {
+		r = &Result{}
+		if err := p.capacity(context.Background(), env, r); err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		WriteTable(&buf, r)
+		t.Logf("try %d of 2:%s", try, buf.String())
+		if len(r.Failed()) == 0 || raceEnabled {
+			break
+		}
 	}
-	var buf bytes.Buffer
-	WriteTable(&buf, r)
-	t.Log(buf.String())
 	want := []string{"row", "limit", "overload", "phase", "goodput_pct_of_capacity", "p99_ok_ms", "converge_ms"}
 	rows := 0
 	for _, row := range r.Rows {
