@@ -485,7 +485,16 @@ func (p fleetParams) report(r *Result, lim limiterRun, sem semRun, hints [2]hint
 	if w10 < int(10*time.Second/limBucket) {
 		span10 = fmt.Sprintf("the whole measured %v (shorter than 10 s)", time.Duration(w10)*limBucket)
 	}
-	r.timed(pre(), ok10, fleetCheck10s, "worst deviation %+.1f %% over %s, want within ±%.0f %%", dev10, span10, fleetMaxDev10s)
+	if dev10 < 0 && 2*paced1 < len(ones) && pre().held() {
+		// Under the limit while the processes could not keep their pace
+		// (a loaded machine, the race detector): leases they took are
+		// spent late or not at all, which measures the machine, not the
+		// limiter. Over the limit is judged whatever the pace.
+		r.notJudged(fleetCheck10s, "the offered pace held in %d of the %d windows of 1 s (want half at least, each >= %.0f %% of %.0f/s begun, none more than %v late); worst deviation %+.1f %% over %s",
+			paced1, len(ones), 100*minSendRate, p.offered, fleetWindowLag, dev10, span10)
+	} else {
+		r.timed(pre(), ok10, fleetCheck10s, "worst deviation %+.1f %% over %s, want within ±%.0f %%", dev10, span10, fleetMaxDev10s)
+	}
 	v10 := r.last()
 
 	t1 := (&timing{}).needQuiet("limiter", lim.late)
