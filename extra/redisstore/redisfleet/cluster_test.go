@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/guardrail-go/guardrail/extra/redisstore/internal/redistest"
 	"github.com/guardrail-go/guardrail/extra/redisstore/redisfleet"
 	"github.com/guardrail-go/guardrail/fleet"
@@ -25,30 +23,14 @@ func TestClusterFailover(t *testing.T) {
 	}
 	cl := redistest.StartCluster(t)
 	defer cl.Stop()
-	client := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: cl.Addrs(), DialTimeout: time.Second, MaxRedirects: 8, DialerRetries: 1,
-		ContextTimeoutEnabled: true,
-	})
-	defer client.Close()
+	client := cl.Client(t)
 	store, err := redisfleet.New(client, redisfleet.Config{Prefix: "failover:"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	const key = "tenant-1"
-	master, err := client.MasterForKey(ctx, store.Key(key))
-	if err != nil {
-		t.Fatal(err)
-	}
-	victim := -1
-	for i, a := range cl.Addrs() {
-		if a == master.Options().Addr {
-			victim = i
-		}
-	}
-	if victim < 0 {
-		t.Fatalf("the key's master %s is not a node of the cluster", master.Options().Addr)
-	}
+	victim := cl.MasterOf(t, client, store.Key(key))
 
 	const procs, rate, burst = 4, 400, 40
 	var lims []*fleet.Limiter

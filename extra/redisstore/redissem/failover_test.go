@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/guardrail-go/guardrail/extra/redisstore/internal/redistest"
 	"github.com/guardrail-go/guardrail/extra/redisstore/redissem"
 	"github.com/guardrail-go/guardrail/fleet"
@@ -29,30 +27,14 @@ func TestClusterFailover(t *testing.T) {
 	}
 	cl := redistest.StartCluster(t)
 	defer cl.Stop()
-	client := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: cl.Addrs(), DialTimeout: time.Second, MaxRedirects: 8, DialerRetries: 1,
-		ContextTimeoutEnabled: true,
-	})
-	defer client.Close()
+	client := cl.Client(t)
 	store, err := redissem.New(client, redissem.Config{Prefix: "failover:"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	const name = "partner"
-	master, err := client.MasterForKey(ctx, "{"+name+"}") // the keys' hash tag
-	if err != nil {
-		t.Fatal(err)
-	}
-	victim := -1
-	for i, a := range cl.Addrs() {
-		if a == master.Options().Addr {
-			victim = i
-		}
-	}
-	if victim < 0 {
-		t.Fatalf("the slot's master %s is not a node of the cluster", master.Options().Addr)
-	}
+	victim := cl.MasterOf(t, client, "{"+name+"}") // the keys' hash tag
 
 	const procs, limit, callers = 4, 8, 4
 	const ttl = time.Second

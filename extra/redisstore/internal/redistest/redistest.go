@@ -203,11 +203,32 @@ func (c *Cluster) Stop() {
 	}
 }
 
-// Client returns a client of the cluster, closed when the test ends.
+// Client returns a client of the cluster, closed when the test ends. A
+// command's context deadline bounds its network calls too, so that a
+// killed node costs a test the deadline it set, not go-redis's timeouts.
 func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), DialTimeout: time.Second, MaxRedirects: 8, DialerRetries: 1})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), DialTimeout: time.Second, MaxRedirects: 8, DialerRetries: 1,
+		ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { cc.Close() })
 	return cc
+}
+
+// MasterOf returns the index of the node that is the master of key's
+// slot, for Kill.
+func (c *Cluster) MasterOf(tb testing.TB, cc *redis.ClusterClient, key string) int {
+	tb.Helper()
+	master, err := cc.MasterForKey(context.Background(), key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := master.Options().Addr
+	for i, a := range c.Addrs() {
+		if a == addr {
+			return i
+		}
+	}
+	tb.Fatalf("the master %s of %q is not a node of the cluster", addr, key)
+	return -1
 }
 
 var shared struct {
