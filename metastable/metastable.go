@@ -84,10 +84,6 @@ const (
 
 var stateNames = [...]string{Normal: "normal", Degraded: "degraded", Metastable: "metastable"}
 
-// States lists every State's name, in order: the values of the metrics'
-// state label.
-var States = stateNames[:]
-
 // String returns the state's name.
 func (s State) String() string {
 	if int(s) < len(stateNames) {

@@ -3,8 +3,10 @@ package shed_test
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -152,5 +154,37 @@ func TestRelieveEases(t *testing.T) {
 	}
 	if _, ok := s.ReliefRetryAfter(); ok {
 		t.Fatal("relief Retry-After after the relief ended")
+	}
+}
+
+// A Retry-After of any size is whole seconds rounded up, never an
+// overflowed, negative header: configured or set by a relief.
+func TestRetryAfterDoesNotOverflow(t *testing.T) {
+	s, err := shed.New(shed.Config{Name: "front", Limit: 1, RetryAfter: time.Duration(math.MaxInt64)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := s.Acquire(context.Background(), shed.Normal)
+	defer tok.Release()
+	h := s.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	header := func() string {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		return rec.Header().Get("Retry-After")
+	}
+	want := strconv.FormatInt(math.MaxInt64/int64(time.Second)+1, 10)
+	if got := header(); got != want {
+		t.Fatalf("Retry-After %q; want %s", got, want)
+	}
+	s.Relieve(0.5, 1500*time.Millisecond)
+	if got := header(); got != "2" {
+		t.Fatalf("relief Retry-After %q for 1.5s; want 2", got)
+	}
+	s.Relieve(0.5, time.Duration(math.MaxInt64))
+	if got := header(); got != want {
+		t.Fatalf("relief Retry-After %q; want %s", got, want)
+	}
+	if d, ok := s.ReliefRetryAfter(); !ok || d <= 0 {
+		t.Fatalf("ReliefRetryAfter = %v, %v; want a positive duration however long the relief asks", d, ok)
 	}
 }

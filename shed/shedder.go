@@ -232,8 +232,7 @@ func New(c Config) (*Shedder, error) {
 		}
 		s.share[p] = v
 	}
-	ra := orDur(c.RetryAfter, time.Second)
-	s.retryAfter = []string{strconv.FormatInt(int64((ra+time.Second-1)/time.Second), 10)}
+	s.retryAfter = []string{strconv.FormatInt(ceilSeconds(orDur(c.RetryAfter, time.Second)), 10)}
 	if c.Limit > 0 {
 		s.limit = float64(c.Limit)
 		s.fixed = s.limit
@@ -475,7 +474,6 @@ func (s *Shedder) AdmissionLevel() int { return int(s.level.Load()) }
 // limit is back whole; an adaptive one goes on from where it was cut, at
 // its own pace, as after any overload. Any other keep changes nothing.
 func (s *Shedder) Relieve(keep float64, retryAfter time.Duration) bool {
-	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -492,10 +490,7 @@ func (s *Shedder) Relieve(keep float64, retryAfter time.Duration) bool {
 			return false
 		}
 		s.limit = s.cappedLocked(s.uncappedLocked())
-		if len(s.queue) > 0 {
-			s.grantLocked(now)
-		}
-		return true
+		return true // nothing queues while relieved: no waiter to grant
 	case !(keep > 0 && keep < 1):
 		return s.ceiling > 0
 	}
@@ -505,8 +500,8 @@ func (s *Shedder) Relieve(keep float64, retryAfter time.Duration) bool {
 	}
 	s.limit = s.cappedLocked(s.limit)
 	if retryAfter > 0 {
-		secs := int64(min(retryAfter, maxRetryAfter)+time.Second-1) / int64(time.Second)
-		s.relief.Store(&relief{header: []string{strconv.FormatInt(secs, 10)}, after: time.Duration(secs) * time.Second})
+		secs := ceilSeconds(retryAfter)
+		s.relief.Store(&relief{header: []string{strconv.FormatInt(secs, 10)}, after: time.Duration(min(secs, int64(math.MaxInt64/time.Second))) * time.Second})
 	} else {
 		s.relief.Store(nil)
 	}
@@ -514,7 +509,7 @@ func (s *Shedder) Relieve(keep float64, retryAfter time.Duration) bool {
 		s.finishLocked(w, reasonCapacity)
 	}
 	s.queue = s.queue[:0]
-	s.busySince, s.lastStanding = time.Time{}, now
+	s.busySince, s.lastStanding = time.Time{}, time.Now()
 	return true
 }
 
@@ -534,9 +529,15 @@ func (s *Shedder) uncappedLocked() float64 {
 	return s.fixed
 }
 
-// maxRetryAfter bounds the Retry-After of a relief: a day, far past any
-// useful pause, and far from an overflow.
-const maxRetryAfter = 24 * time.Hour
+// ceilSeconds returns d in whole seconds, rounded up, for a Retry-After;
+// it cannot overflow, whatever d.
+func ceilSeconds(d time.Duration) int64 {
+	secs := int64(d / time.Second)
+	if d%time.Second > 0 {
+		secs++
+	}
+	return secs
+}
 
 // relief is the Retry-After of a relief, immutable once stored.
 type relief struct {
